@@ -1,0 +1,33 @@
+# Two entry points, each doing all of its own set-up in a local virtual environment (.venv):
+#   make demo   the main job on built-in defaults
+#   make test   the test suite (installs the dev extra: pytest, torch CPU for zoo exports, peer tools)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUNTIME_STAMP := $(VENV)/.stamp-runtime
+DEV_STAMP := $(VENV)/.stamp-dev
+
+.PHONY: demo test clean-venv
+
+demo: $(RUNTIME_STAMP)
+	$(BIN)/workbench demo
+
+test: $(DEV_STAMP)
+	$(BIN)/python -m pytest
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(DEV_STAMP): pyproject.toml $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	# tensorrt-stubs declares a dependency on full tensorrt, which cannot install here: take the stubs alone.
+	$(BIN)/python -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)
