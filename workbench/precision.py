@@ -1,0 +1,79 @@
+"""Stage 2: the precision plan — which precision each ONNX node should run at.
+
+TensorRT 10/11 strongly typed networks take precision from the graph itself, so a plan is realised by
+rewriting the ONNX: FP16 nodes get Casts (AutoCast-style), INT8 nodes get Q/DQ pairs (calibration).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from workbench.errors import WorkbenchError
+
+Precision = Literal["fp32", "fp16", "int8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+
+
+def _check_precision(value: str, where: str) -> Precision:
+    if value not in PRECISIONS:
+        raise WorkbenchError(f"{where}: unknown precision {value!r}.", expected=" / ".join(PRECISIONS))
+    return value  # type: ignore[return-value]
+
+
+@dataclass
+class PrecisionPlan:
+    """Default precision for every node, plus per-node overrides keyed by ONNX node name."""
+
+    default: Precision = "fp32"
+    overrides: dict[str, Precision] = field(default_factory=dict)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        self.default = _check_precision(self.default, "precision plan default")
+        self.overrides = {
+            str(name): _check_precision(value, f"precision plan override for node {name!r}")
+            for name, value in dict(self.overrides).items()
+        }
+
+    def precision_of(self, node_name: str) -> Precision:
+        return self.overrides.get(node_name, self.default)
+
+    def with_overrides(self, changes: Mapping[str, Precision]) -> "PrecisionPlan":
+        merged = dict(self.overrides)
+        merged.update(changes)
+        return PrecisionPlan(self.default, merged, self.note)
+
+    def counts(self, node_names: list[str]) -> dict[str, int]:
+        result = {p: 0 for p in PRECISIONS}
+        for name in node_names:
+            result[self.precision_of(name)] += 1
+        return result
+
+    @property
+    def label(self) -> str:
+        if not self.overrides:
+            return self.default
+        others = sorted({p for p in self.overrides.values() if p != self.default})
+        return f"{self.default}+" + "+".join(others) if others else self.default
+
+    def to_json(self) -> dict[str, Any]:
+        return {"default": self.default, "overrides": dict(sorted(self.overrides.items())), "note": self.note}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PrecisionPlan":
+        if not isinstance(data, Mapping) or "default" not in data:
+            raise WorkbenchError("precision plan JSON lacks a 'default' key.", expected='{"default": "fp32", "overrides": {"node": "fp16"}}')
+        return cls(default=data["default"], overrides=dict(data.get("overrides", {})), note=str(data.get("note", "")))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PrecisionPlan":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as error:
+            raise WorkbenchError(f"{path}: no such precision plan file.", expected="a JSON precision plan") from error
+        except json.JSONDecodeError as error:
+            raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected="a JSON precision plan") from error
+        return cls.from_json(data)
