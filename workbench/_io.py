@@ -23,6 +23,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        # mkstemp creates 0600 files; give the result the permissions a plain open() would have
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     finally:
         if tmp.exists():
