@@ -205,7 +205,8 @@ def build_serialized(
                               trt.Dims([int(d) for d in high]))
         config.add_optimization_profile(profile)
     cache = None
-    if hasattr(config, "create_timing_cache"):
+    # TensorRT-RTX keeps the timing-cache API but documents it as a no-op (deprecated since RTX 1.2).
+    if supports_timing_cache(backend):
         cache = config.create_timing_cache(request.timing_cache or b"")
         config.set_timing_cache(cache, False)
     monitor = make_progress_monitor(backend, progress) if progress is not None else None
@@ -221,6 +222,10 @@ def build_serialized(
     if cache is not None:
         cache_bytes = bytes(memoryview(config.get_timing_cache().serialize()))
     return NetworkBuildOutput(bytes(memoryview(serialized)), cache_bytes, [], inputs)
+
+
+def supports_timing_cache(backend: Backend) -> bool:
+    return not backend.is_rtx
 
 
 def _set_compute_capabilities(config: Any, names: Sequence[str], backend: Backend) -> None:

@@ -222,7 +222,7 @@ def build_engine(
     options: BuildOptions | None = None,
 ) -> EngineArtifact:
     """Build a strongly typed engine from ``model`` and write ``engine_path`` and its ``.layers.json``."""
-    from workbench.backend import NetworkBuildRequest, build_serialized, get_backend
+    from workbench.backend import NetworkBuildRequest, build_serialized, get_backend, supports_timing_cache
 
     options = options or BuildOptions()
     if not isinstance(model, OnnxModel):
@@ -235,7 +235,7 @@ def build_engine(
 
     messages: list[tuple[int, str]] = []
     timing_cache = None
-    if options.timing_cache_path and Path(options.timing_cache_path).is_file():
+    if options.timing_cache_path and supports_timing_cache(backend) and Path(options.timing_cache_path).is_file():
         timing_cache = Path(options.timing_cache_path).read_bytes()
 
     progress: ProgressCallback | None = options.progress_callback
@@ -283,8 +283,11 @@ def build_engine(
                          "precision": (options.plan.label if options.plan else options.precision)}
     write_json_atomic(layers_path, document)
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
+    notes = [msg for sev, msg in messages if sev == 2]
     if options.timing_cache_path and output.timing_cache:
         write_bytes_atomic(options.timing_cache_path, output.timing_cache)
+    elif options.timing_cache_path:
+        notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
 
     return EngineArtifact(
         engine_path=engine_path,
@@ -303,7 +306,7 @@ def build_engine(
         options=options,
         engine_layers=engine_layers,
         onnx_node_count=len(graph_nodes),
-        warnings=[msg for sev, msg in messages if sev == 2],
+        warnings=notes,
     )
 
 
