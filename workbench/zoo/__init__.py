@@ -1,0 +1,60 @@
+"""The built-in model zoo: real pretrained models with deterministic data and task metrics, all offline.
+
+>>> from workbench.zoo import get_entry
+>>> entry = get_entry("ocr-rec")
+>>> path = entry.onnx_path()                      # materialized into cache_dir() once
+>>> result = entry.evaluate_onnx(path, limit=50)  # FP32 metric with ONNX Runtime CPU
+
+Importing this package never imports torch: only ``efficientnet-lite0`` and ``minilm`` need it, to export their
+ONNX on first use (``requires_torch``).
+"""
+from __future__ import annotations
+
+from workbench.errors import WorkbenchError
+from workbench.zoo.base import MetricResult, ZooEntry, cache_dir, make_ort_predict
+
+# The main job's default: a real pretrained model that needs no torch and shows a visible INT8 accuracy drop.
+DEFAULT_MODEL = "ocr-rec"
+
+_ENTRY_CLASSES: dict[str, tuple[str, str]] = {
+    "digits-cnn": ("workbench.zoo.digits", "DigitsCnnEntry"),
+    "ocr-cls": ("workbench.zoo.ocr", "OcrClsEntry"),
+    "ocr-rec": ("workbench.zoo.ocr", "OcrRecEntry"),
+    "ocr-det": ("workbench.zoo.ocr", "OcrDetEntry"),
+    "efficientnet-lite0": ("workbench.zoo.efficientnet", "EfficientNetLite0Entry"),
+    "minilm": ("workbench.zoo.minilm", "MiniLmEntry"),
+}
+_instances: dict[str, ZooEntry] = {}
+
+
+def entry_names() -> list[str]:
+    return list(_ENTRY_CLASSES)
+
+
+def get_entry(name: str) -> ZooEntry:
+    """The zoo entry called ``name``; raises WorkbenchError listing the valid names otherwise."""
+    import importlib
+
+    if name not in _ENTRY_CLASSES:
+        raise WorkbenchError(f"unknown zoo model {name!r}.", expected="one of " + ", ".join(_ENTRY_CLASSES))
+    if name not in _instances:
+        module_name, class_name = _ENTRY_CLASSES[name]
+        _instances[name] = getattr(importlib.import_module(module_name), class_name)()
+    return _instances[name]
+
+
+def list_entries() -> list[ZooEntry]:
+    """Every zoo entry, in a fixed order (small and torch-free first)."""
+    return [get_entry(name) for name in _ENTRY_CLASSES]
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "MetricResult",
+    "ZooEntry",
+    "cache_dir",
+    "entry_names",
+    "get_entry",
+    "list_entries",
+    "make_ort_predict",
+]

@@ -1,0 +1,337 @@
+"""The zoo's building blocks: the cache folder, the MetricResult record and the ZooEntry base class.
+
+A zoo entry is a real pretrained model plus a deterministic, labelled (or self-referenced) data set:
+
+* ``onnx_path()`` materializes the model into ``cache_dir()/<name>/`` once (atomic writes) and returns the path;
+* ``calibration_batches()`` and ``evaluation_batches()`` yield feeds built by the model's own preprocessing from two
+  disjoint, seeded sample streams;
+* ``evaluate(predict)`` scores any ``predict(feed) -> {output_name: array}`` (ONNX Runtime, a TensorRT engine, a
+  quantized ONNX...) with the entry's task metric.
+
+Nothing here imports torch; entries exported from PyTorch weights import it inside their ``_materialize``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
+
+import numpy as np
+
+from workbench._io import atomic_path, sha256_file, write_json_atomic
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workbench.model import OnnxModel
+
+Feed = dict[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+PredictFn = Callable[[Feed], Outputs]
+Profile = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+DEFAULT_CACHE = Path("~/.cache/trt-workbench")
+SPLITS = ("calibration", "evaluation")
+# Seeds of the two sample streams. Every sample is generated from (split seed, index), so the sets are
+# reproducible one sample at a time and the calibration stream never repeats an evaluation sample.
+SPLIT_SEEDS = {"calibration": 1_000_003, "evaluation": 2_000_003}
+DEV_EXTRA_HINT = "install the dev extra: pip install -e '.[dev]'"
+
+
+def cache_dir() -> Path:
+    """Root of the zoo cache: ``$WORKBENCH_CACHE`` if set, else ``~/.cache/trt-workbench``."""
+    return Path(os.environ.get("WORKBENCH_CACHE") or DEFAULT_CACHE).expanduser()
+
+
+@dataclass
+class MetricResult:
+    """One task metric measured on (a prefix of) an entry's evaluation set."""
+
+    name: str
+    value: float
+    higher_is_better: bool
+    n_samples: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": float(self.value),
+            "higher_is_better": self.higher_is_better,
+            "n_samples": int(self.n_samples),
+            "details": _jsonable(self.details),
+        }
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value:.4f} on {self.n_samples} samples"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def make_ort_predict(path: str | os.PathLike[str], *, disable_optimizations: bool = True) -> PredictFn:
+    """A ``predict(feed) -> {output: array}`` running the ONNX file with ONNX Runtime on CPU.
+
+    ``disable_optimizations=True`` (ORT_DISABLE_ALL) is the project's numeric reference: Q/DQ nodes then run as
+    deterministic simulated quantization instead of CPU-dependent integer kernels.
+    """
+    import onnxruntime as ort
+
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"{path}: no such ONNX file.", expected="a path to an existing .onnx file")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if disable_optimizations:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+        raise WorkbenchError(f"{path}: ONNX Runtime cannot load the model ({error}).", expected="a valid ONNX model") from error
+    output_names = [output.name for output in session.get_outputs()]
+    input_names = {inp.name for inp in session.get_inputs()}
+
+    def predict(feed: Feed) -> Outputs:
+        missing = input_names - set(feed)
+        if missing:
+            raise WorkbenchError(f"{path}: the feed lacks model input(s) {sorted(missing)}.", expected=f"inputs {sorted(input_names)}")
+        values = session.run(output_names, {name: feed[name] for name in input_names})
+        return dict(zip(output_names, values))
+
+    return predict
+
+
+class ZooEntry(ABC):
+    """A built-in model with its data, preprocessing and task metric. Subclasses fill in the class attributes."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    task: ClassVar[str]
+    metric_name: ClassVar[str]
+    higher_is_better: ClassVar[bool] = True
+    requires_torch: ClassVar[bool] = False
+    source: ClassVar[str]
+    license: ClassVar[str]
+    # Bump when the materialized file or the reference data would change, so stale caches are rebuilt.
+    recipe_version: ClassVar[int] = 1
+    split_sizes: ClassVar[dict[str, int]]
+    profiles: ClassVar[dict[str, Profile]]
+
+    # ----------------------------------------------------------------------------------------- model
+    @property
+    def cache_folder(self) -> Path:
+        return cache_dir() / "zoo" / self.name
+
+    @property
+    def _cached_onnx(self) -> Path:
+        return self.cache_folder / f"{self.name}.onnx"
+
+    @property
+    def _manifest_path(self) -> Path:
+        return self.cache_folder / "manifest.json"
+
+    def is_cached(self) -> bool:
+        if not self._cached_onnx.is_file() or not self._manifest_path.is_file():
+            return False
+        try:
+            manifest = json.loads(self._manifest_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return False
+        return manifest.get("recipe_version") == self.recipe_version
+
+    def onnx_path(self) -> Path:
+        """Materialize the model into the cache (once) and return the path of the ready-to-build ONNX file."""
+        if self.is_cached():
+            return self._cached_onnx
+        if self.requires_torch and not torch_available():
+            raise WorkbenchError(
+                f"zoo model {self.name!r} is exported from PyTorch weights on first use, but torch is not installed.",
+                hint=DEV_EXTRA_HINT,
+            )
+        started = time.perf_counter()
+        self.cache_folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self._cached_onnx) as tmp:
+            notes = self._materialize(tmp) or {}
+        manifest = {
+            "name": self.name,
+            "recipe_version": self.recipe_version,
+            "source": self.source,
+            "license": self.license,
+            "sha256": sha256_file(self._cached_onnx),
+            "materialize_seconds": round(time.perf_counter() - started, 3),
+            "notes": notes,
+        }
+        write_json_atomic(self._manifest_path, manifest)
+        return self._cached_onnx
+
+    def manifest(self) -> dict[str, Any]:
+        """The record written at materialization (source, sha256, seconds taken, fixes applied)."""
+        self.onnx_path()
+        return json.loads(self._manifest_path.read_text(encoding="utf-8"))
+
+    @abstractmethod
+    def _materialize(self, target: Path) -> dict[str, Any] | None:
+        """Write the ready-to-build ONNX file to ``target`` (a temp path renamed on success); return notes."""
+
+    def load(self) -> "OnnxModel":
+        from workbench.model import load_onnx
+
+        return load_onnx(self.onnx_path())
+
+    def input_profiles(self) -> dict[str, Profile]:
+        """TensorRT optimization profile per input: (min, opt, max) shapes; opt matches the zoo's batches of 8."""
+        return {name: (tuple(lo), tuple(opt), tuple(hi)) for name, (lo, opt, hi) in self.profiles.items()}
+
+    # ------------------------------------------------------------------------------------------ data
+    def split_size(self, split: str) -> int:
+        _check_split(split)
+        return self.split_sizes[split]
+
+    @abstractmethod
+    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+        """One preprocessed sample (arrays without the batch axis) and its label (None when self-referenced)."""
+
+    def _batches(self, split: str, limit: int | None, batch_size: int) -> Iterator[tuple[Feed, list[Any], list[int]]]:
+        _check_split(split)
+        if batch_size < 1:
+            raise WorkbenchError(f"batch_size={batch_size} is not a positive number.", expected="batch_size >= 1")
+        if limit is not None and limit < 1:
+            raise WorkbenchError(f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set")
+        total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
+        for start in range(0, total, batch_size):
+            indices = list(range(start, min(start + batch_size, total)))
+            samples = [self._sample(split, index) for index in indices]
+            feed = {name: np.stack([sample[0][name] for sample in samples]) for name in samples[0][0]}
+            yield feed, [sample[1] for sample in samples], indices
+
+    def calibration_batches(self, limit: int | None = None, batch_size: int = 8) -> Iterator[Feed]:
+        """Feeds for INT8 calibration. ``limit`` caps the number of samples (not batches)."""
+        for feed, _, _ in self._batches("calibration", limit, batch_size):
+            yield feed
+
+    def evaluation_batches(self, limit: int | None = None, batch_size: int = 8) -> Iterator[tuple[Feed, Any]]:
+        """(feed, labels) pairs of the evaluation set; labels is None for entries scored against the FP32 model.
+
+        ``limit`` caps the number of samples (not batches).
+        """
+        for feed, labels, _ in self._batches("evaluation", limit, batch_size):
+            yield feed, self._collate_labels(labels)
+
+    def _collate_labels(self, labels: list[Any]) -> Any:
+        if all(label is None for label in labels):
+            return None
+        if all(isinstance(label, (int, np.integer)) for label in labels):
+            return np.asarray(labels, dtype=np.int64)
+        return labels
+
+    # ---------------------------------------------------------------------------------------- metric
+    def evaluate(self, predict: PredictFn, limit: int | None = None, batch_size: int = 8) -> MetricResult:
+        """Score ``predict`` on the first ``limit`` evaluation samples (all when None) with the task metric."""
+        predictions: list[Any] = []
+        labels: list[Any] = []
+        indices: list[int] = []
+        for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size):
+            outputs = predict(feed)
+            if not isinstance(outputs, dict) or not outputs:
+                raise WorkbenchError(
+                    f"{self.name}: predict() returned {type(outputs).__name__}, not a dict of output arrays.",
+                    expected="predict(feed) -> {output_name: np.ndarray}",
+                )
+            reduced = self._reduce(outputs, feed)
+            if len(reduced) != len(batch_indices):
+                raise WorkbenchError(
+                    f"{self.name}: predict() returned {len(reduced)} results for a batch of {len(batch_indices)}.",
+                    expected="outputs with the batch size of the feed on axis 0",
+                )
+            predictions.extend(reduced)
+            labels.extend(batch_labels)
+            indices.extend(batch_indices)
+        return self._metric(predictions, labels, indices)
+
+    def evaluate_onnx(
+        self, path: str | os.PathLike[str], *, disable_optimizations: bool = True, limit: int | None = None
+    ) -> MetricResult:
+        """The task metric of an ONNX file (this model, or a cleaned / quantized variant) run by ONNX Runtime CPU."""
+        return self.evaluate(make_ort_predict(path, disable_optimizations=disable_optimizations), limit=limit)
+
+    def _output(self, outputs: Outputs, preferred: str) -> np.ndarray:
+        """The output the metric reads: ``preferred`` by name, else the only output (renamed by a rewrite)."""
+        if preferred in outputs:
+            return np.asarray(outputs[preferred])
+        if len(outputs) == 1:
+            return np.asarray(next(iter(outputs.values())))
+        raise WorkbenchError(
+            f"{self.name}: predict() returned outputs {sorted(outputs)}, none named {preferred!r}.",
+            expected=f"an output named {preferred!r} or exactly one output",
+        )
+
+    @abstractmethod
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+        """Per-sample prediction (class id, decoded text, boxes, embedding) from one batch of raw outputs."""
+
+    @abstractmethod
+    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+        """Combine per-sample predictions with labels into the task metric."""
+
+    # ------------------------------------------------------------------------------------- reference
+    def _reference(self) -> list[Any]:
+        """Per-sample predictions of the FP32 model (ORT, optimizations off) on the whole evaluation set, cached."""
+        model_path = self.onnx_path()
+        digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
+        cache = self.cache_folder / f"reference-{digest}-v{self.recipe_version}.npz"
+        if cache.is_file():
+            with np.load(cache) as stored:
+                return list(stored["predictions"])
+        predict = make_ort_predict(model_path, disable_optimizations=True)
+        predictions: list[Any] = []
+        for feed, _, _ in self._batches("evaluation", None, 8):
+            predictions.extend(self._reduce(predict(feed), feed))
+        with atomic_path(cache) as tmp:
+            with open(tmp, "wb") as handle:
+                np.savez(handle, predictions=np.stack(predictions))
+        return predictions
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "task": self.task,
+            "metric": self.metric_name,
+            "higher_is_better": self.higher_is_better,
+            "requires_torch": self.requires_torch,
+            "source": self.source,
+            "license": self.license,
+            "cached": self.is_cached(),
+            "calibration_samples": self.split_sizes["calibration"],
+            "evaluation_samples": self.split_sizes["evaluation"],
+        }
+
+    def __repr__(self) -> str:
+        return f"<ZooEntry {self.name}: {self.task}, metric {self.metric_name}>"
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise WorkbenchError(f"unknown data split {split!r}.", expected=" or ".join(SPLITS))
+
+
+def sample_rng(split: str, index: int, salt: int = 0) -> np.random.Generator:
+    """The random generator of one sample: a pure function of (split, index, salt)."""
+    return np.random.default_rng([SPLIT_SEEDS[split], int(index), int(salt)])
