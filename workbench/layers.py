@@ -1,14 +1,26 @@
-"""Engine layer records: what TensorRT built, layer by layer.
+"""Engine layer records: what TensorRT built, layer by layer, from every format TensorRT writes them in.
 
-This module reads the per-layer records a build produces. On a CPU-only machine the only source is
-TensorRT-RTX's verbose build log (one ``Layers:`` message; see ../shared/environment.md). Readers for the
-TensorRT <=10 and 11 inspector JSON formats, and the full layer map, build on the same dataclasses.
+One set of dataclasses, four readers (``read_layers`` picks by content):
+
+* TensorRT-RTX verbose build log: the builder's ``Layers:`` message (the only source on a CPU-only machine);
+* TensorRT <= 10 engine-inspector JSON: ``{"Layers": [...], "Bindings": [...]}`` with ``"Format/Datatype"``;
+* TensorRT 11 engine-inspector JSON: ``{"Layers": [...], "I/O Tensors": [...]}`` with split ``Format`` /
+  ``Datatype`` and a ``Constants`` list per layer;
+* the workbench's own ``.layers.json`` document written next to every engine.
+
+A layer's ``Metadata`` lists the ONNX nodes it came from, ``[ONNX Layer: name | function stack]`` entries
+joined by ``\x1f`` (TensorRT 10/11, RTX), ``\x1e`` (8.6) or nothing; all three forms are read.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from workbench.errors import WorkbenchError
 
 # Separators TensorRT has used between the ONNX nodes fused into one layer: \x1f (10/11), \x1e (8.6).
 _ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]*)\]")
@@ -46,9 +58,13 @@ class LayerRecord:
     tactic: str = ""
     stream_id: int = 0
     metadata: str = ""
+    origin: str = ""  # TensorRT <= 10 "Origin" (e.g. REFORMAT, QDQ); empty elsewhere
+    explicit_onnx_nodes: tuple[str, ...] | None = None  # when read from a .layers.json document
 
     @property
     def onnx_nodes(self) -> tuple[str, ...]:
+        if self.explicit_onnx_nodes is not None:
+            return self.explicit_onnx_nodes
         return onnx_nodes_from_metadata(self.metadata)
 
     @property
@@ -62,6 +78,7 @@ class LayerRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("explicit_onnx_nodes")
         data["onnx_nodes"] = list(self.onnx_nodes)
         data["precision"] = self.precision
         return data
@@ -93,10 +110,21 @@ class EngineLayers:
 
 
 def onnx_nodes_from_metadata(metadata: str) -> tuple[str, ...]:
-    """ONNX node names in a layer's Metadata, in order, without the ``| function stack`` suffixes."""
-    names = []
-    for match in _ONNX_LAYER.finditer(metadata or ""):
-        name = match.group(1).split(" | ")[0].strip()
+    """ONNX node names in a layer's Metadata, in order, without the ``| function stack`` suffixes.
+
+    Reads ``[ONNX Layer: a]\x1f[ONNX Layer: b]``, the 8.6 ``\x1e`` form and the unseparated
+    ``[ONNX Layer: a][ONNX Layer: b]`` form. Metadata without ``[ONNX Layer: ...]`` entries but with separators
+    is read as bare node names.
+    """
+    names: list[str] = []
+    text = metadata or ""
+    matches = list(_ONNX_LAYER.finditer(text))
+    if matches:
+        raw = [match.group(1) for match in matches]
+    else:
+        raw = [part for part in re.split(r"[\x1e\x1f]", text) if part.strip()] if re.search(r"[\x1e\x1f]", text) else []
+    for entry in raw:
+        name = entry.split(" | ")[0].strip()
         if name and name not in names:
             names.append(name)
     return tuple(names)
@@ -148,6 +176,10 @@ def find_rtx_layers_message(messages: Iterable[str]) -> str | None:
 
 def parse_rtx_layers_message(text: str) -> EngineLayers:
     """Parse the ``Layers:`` message a TensorRT-RTX DETAILED verbose build logs into records."""
+    text = text.replace("\r\n", "\n")
+    if not text.startswith("Layers:"):
+        raise WorkbenchError("not a TensorRT-RTX layer listing: the text does not start with 'Layers:'.",
+                             expected="the builder's 'Layers:' message (ProfilingVerbosity.DETAILED, VERBOSE logger)")
     body, _, rest = text.partition("\n\nI/O Tensors:")
     layers = []
     for line in body.removeprefix("Layers:").split("\n"):
@@ -183,6 +215,104 @@ def parse_rtx_layers_message(text: str) -> EngineLayers:
     return EngineLayers(layers=layers, io_tensors=io_tensors, source_format="tensorrt-rtx-verbose-log")
 
 
+# --- TensorRT engine-inspector JSON (<= 10 and 11) ---------------------------------------------------------------
+
+# Words inside a TensorRT <= 10 "Format/Datatype" string (e.g. "Channel major FP16 format where channel % 8 == 0")
+_FORMAT_DATATYPE_WORDS = (
+    ("fp32", "Float"), ("float", "Float"), ("fp16", "Half"), ("half", "Half"), ("bf16", "BFloat16"),
+    ("int8", "Int8"), ("fp8", "FP8"), ("int32", "Int32"), ("int64", "Int64"), ("bool", "Bool"), ("uint8", "UInt8"),
+    ("int4", "Int4"), ("fp4", "FP4"),
+)
+_PROFILE_SUFFIX = re.compile(r" \[profile (\d+)\]$")
+
+
+def datatype_from_format_string(text: str) -> str:
+    """The datatype named inside a TensorRT <= 10 ``Format/Datatype`` string ("" if none is named)."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    for word, datatype in _FORMAT_DATATYPE_WORDS:
+        if word in words:
+            return datatype
+    return ""
+
+
+def _json_tensor(item: Mapping[str, Any]) -> TensorRecord:
+    dims = item.get("Dimensions", [])
+    dims = tuple(int(d) for d in dims) if isinstance(dims, list) else _dims(str(dims).strip("[]"))
+    if "Format/Datatype" in item:  # TensorRT <= 10
+        combined = str(item["Format/Datatype"])
+        return TensorRecord(str(item.get("Name", "")), dims, datatype_from_format_string(combined), combined)
+    return TensorRecord(str(item.get("Name", "")), dims, str(item.get("Datatype", item.get("DataType", ""))),
+                        str(item.get("Format", "")))
+
+
+def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
+    """Records from engine-inspector JSON: TensorRT <= 10 (``Bindings``) or 11 (``I/O Tensors``).
+
+    Engines with several optimization profiles repeat each layer as ``name [profile N]``; only ``profile`` is
+    kept. A bare list of layer records (some tools write only ``Layers``) is accepted too.
+    """
+    if isinstance(data, list):
+        data = {"Layers": data}
+    if not isinstance(data, Mapping) or "Layers" not in data:
+        raise WorkbenchError("engine-inspector JSON has no 'Layers' key.",
+                             expected='{"Layers": [...], "Bindings": [...]} (TensorRT <= 10) or {"Layers": [...], "I/O Tensors": [...]} (11)')
+    raw_layers = data["Layers"]
+    if raw_layers and all(isinstance(item, str) for item in raw_layers):
+        raise WorkbenchError(
+            "the engine-inspector JSON lists layer names only, no per-layer records.",
+            expected="an engine built with ProfilingVerbosity.DETAILED (trtexec --profilingVerbosity=detailed)",
+            hint="rebuild with detailed profiling verbosity; names alone carry no precision or ONNX mapping.",
+        )
+    if "I/O Tensors" in data:
+        source_format = "tensorrt-11-inspector-json"
+    elif "Bindings" in data:
+        source_format = "tensorrt-10-inspector-json"
+    else:
+        source_format = "tensorrt-inspector-json"
+    layers: list[LayerRecord] = []
+    for position, item in enumerate(raw_layers):
+        if not isinstance(item, Mapping) or "Name" not in item:
+            raise WorkbenchError(f"engine-inspector JSON layer #{position} is not a record with a 'Name'.",
+                                 expected="objects with Name, LayerType, Inputs, Outputs, Metadata")
+        name = str(item["Name"])
+        suffix = _PROFILE_SUFFIX.search(name)
+        if suffix:
+            if int(suffix.group(1)) != profile:
+                continue
+            name = name[: suffix.start()]
+        layer_type = str(item.get("LayerType", item.get("ParameterType", "")))
+        layers.append(LayerRecord(
+            name=name,
+            layer_type=layer_type,
+            inputs=[_json_tensor(t) for t in item.get("Inputs", []) or []],
+            outputs=[_json_tensor(t) for t in item.get("Outputs", []) or []],
+            constants=[_json_tensor(t) for t in item.get("Constants", []) or []],
+            tactic=str(item.get("TacticName", "") or item.get("TacticValue", "") or ""),
+            stream_id=int(item.get("StreamId", 0) or 0),
+            metadata=str(item.get("Metadata", "") or ""),
+            origin=str(item.get("Origin", "") or ""),
+        ))
+    io_tensors: list[IOTensorRecord] = []
+    for item in data.get("I/O Tensors", []) or []:
+        profiles = tuple(
+            {"min": list(p["MinShape"]), "opt": list(p["OptShape"]), "max": list(p["MaxShape"])}
+            for p in item.get("ProfileInfo", []) or [] if "MinShape" in p
+        )
+        io_tensors.append(IOTensorRecord(str(item.get("Name", "")), str(item.get("IOMode", "")),
+                                         str(item.get("DataType", item.get("Datatype", ""))),
+                                         tuple(int(d) for d in item.get("Dimensions", [])), profiles))
+    if not io_tensors and "Bindings" in data:
+        # TensorRT <= 10 lists binding names only; their types come from the layers that read or write them
+        bound = {t.name: t for layer in layers for t in (*layer.inputs, *layer.outputs)}
+        consumed = {t.name for layer in layers for t in layer.inputs}
+        produced = {t.name for layer in layers for t in layer.outputs}
+        for name in data["Bindings"]:
+            record = bound.get(name, TensorRecord(name))
+            mode = "Input" if name in consumed and name not in produced else "Output"
+            io_tensors.append(IOTensorRecord(name, mode, record.datatype, record.dimensions))
+    return EngineLayers(layers=layers, io_tensors=io_tensors, source_format=source_format)
+
+
 # --- the .layers.json document written next to every engine --------------------------------------------------
 
 def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -204,6 +334,7 @@ def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tupl
                 "onnx_nodes": list(layer.onnx_nodes),
                 "tactic": layer.tactic,
                 "stream_id": layer.stream_id,
+                "origin": layer.origin,
                 "inputs": [asdict(t) for t in layer.inputs],
                 "outputs": [asdict(t) for t in layer.outputs],
                 "constants": [asdict(t) for t in layer.constants],
@@ -226,3 +357,77 @@ def summarize(engine_layers: EngineLayers) -> dict[str, Any]:
         by_type[layer.layer_type] = by_type.get(layer.layer_type, 0) + 1
         by_precision[layer.precision] = by_precision.get(layer.precision, 0) + 1
     return {"layers": len(engine_layers.layers), "by_type": by_type, "by_precision": by_precision}
+
+
+def engine_layers_from_document(document: Mapping[str, Any]) -> EngineLayers:
+    """Rebuild :class:`EngineLayers` from a ``.layers.json`` document (:func:`layers_document`)."""
+    if not isinstance(document, Mapping) or "engine_layers" not in document:
+        raise WorkbenchError("not a workbench .layers.json document: no 'engine_layers' key.",
+                             expected="the MODEL.layers.json written by `workbench build`")
+
+    def tensors(items: Any) -> list[TensorRecord]:
+        return [TensorRecord(str(t.get("name", "")), tuple(t.get("dimensions", ())), str(t.get("datatype", "")),
+                             str(t.get("format", ""))) for t in items or []]
+
+    layers = []
+    for item in document["engine_layers"]:
+        layers.append(LayerRecord(
+            name=str(item["name"]), layer_type=str(item.get("type", "")), inputs=tensors(item.get("inputs")),
+            outputs=tensors(item.get("outputs")), constants=tensors(item.get("constants")),
+            tactic=str(item.get("tactic", "")), stream_id=int(item.get("stream_id", 0) or 0),
+            metadata=str(item.get("metadata", "")), origin=str(item.get("origin", "")),
+            explicit_onnx_nodes=tuple(item.get("onnx_nodes", ())),
+        ))
+    io_tensors = [
+        IOTensorRecord(str(io["name"]), str(io.get("io_mode", "")), str(io.get("datatype", "")),
+                       tuple(io.get("dimensions", ())), tuple(io.get("profiles", ())))
+        for io in document.get("io_tensors", []) or []
+    ]
+    return EngineLayers(layers=layers, io_tensors=io_tensors, source_format=str(document.get("source_format", "")))
+
+
+def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) -> EngineLayers:
+    """Layer records from any supported source, detected by content.
+
+    ``source`` is a path (RTX ``Layers:`` message, a workbench ``.build.log``, inspector JSON of TensorRT <= 10
+    or 11, or a ``.layers.json``), or already-parsed JSON.
+    """
+    if isinstance(source, (Mapping, list)):
+        return _read_parsed(source, "the given JSON")
+    path = Path(source)
+    if not path.is_file():
+        raise WorkbenchError(f"{path}: no such layer-records file.",
+                             expected="a .layers.json, engine-inspector JSON or TensorRT-RTX verbose build log")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    stripped = text.lstrip()
+    if stripped.startswith("Layers:"):
+        return parse_rtx_layers_message(stripped)
+    if stripped.startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise WorkbenchError(f"{path}: looks like JSON but does not parse ({error}).",
+                                 expected="a complete .layers.json or engine-inspector JSON file") from error
+        return _read_parsed(data, str(path))
+    message = _layers_message_in_log(text)
+    if message is None:
+        raise WorkbenchError(
+            f"{path}: holds no layer records (no 'Layers:' message, not JSON).",
+            expected="a .layers.json, engine-inspector JSON, or a verbose build log from a DETAILED-verbosity build",
+        )
+    return parse_rtx_layers_message(message)
+
+
+def _read_parsed(data: Any, where: str) -> EngineLayers:
+    if isinstance(data, Mapping) and "engine_layers" in data:
+        return engine_layers_from_document(data)
+    try:
+        return read_inspector_json(data)
+    except WorkbenchError as error:
+        raise WorkbenchError(f"{where}: {error.problem}", expected=error.expected, hint=error.hint) from error
+
+
+def _layers_message_in_log(text: str) -> str | None:
+    """The ``Layers:`` message inside a build log written one ``[SEVERITY] message`` per entry."""
+    match = re.search(r"^(?:\[[A-Z_]+\] )?(Layers:\n.*?)(?=^\[[A-Z_]+\] |\Z)", text, re.S | re.M)
+    return match.group(1).rstrip("\n") if match else None

@@ -1,0 +1,278 @@
+"""FP16 the AutoCast way: realise a :class:`PrecisionPlan` by rewriting the ONNX graph with Casts.
+
+TensorRT 11 (and TensorRT-RTX) build *strongly typed* networks: there is no FP16 builder flag, the precision of
+every layer is the type of its tensors in the ONNX. So an FP16 plan becomes an ONNX where planned nodes compute in
+float16, with a ``Cast`` wherever a float32 tensor meets a float16 node (and back). The input model is never
+modified; the rewrite works on a copy.
+
+Rules that keep a node planned for FP16 in FP32 (each reported with its reason in :attr:`AutocastResult.kept_fp32`):
+
+* ``sensitive-op``: reductions and transcendental ops whose FP16 range or accumulation loses accuracy:
+  normalizations (LayerNormalization, GroupNormalization, InstanceNormalization), ReduceMean/ReduceSum/
+  ReduceSumSquare/ReduceL2/ReduceLogSumExp/ReduceProd, Pow, Sqrt, Softmax, LogSoftmax, Exp, Log.
+* ``large-initializer``: the node reads a constant with a finite value above 65504 (FP16's largest), which
+  would become infinity.
+* ``shape-tensor``: the node only feeds shape arithmetic (Reshape/Expand/Tile/Slice/Resize size inputs, ...).
+  Shape values must stay exact.
+* ``typed-by-attribute``: the node declares its output type itself (Cast, Constant, ConstantOfShape, Random*),
+  or is a Q/DQ node, whose scale type the calibration owns.
+* ``control-flow``: If/Loop/Scan bodies are not rewritten.
+* ``no-float-io``: the node has no float32 inputs or outputs, so there is nothing to cast.
+* ``unknown-dtype``: shape inference could not tell an input's element type.
+
+Resize/Upsample coordinates (roi, scales) always stay FP32: only their data input is cast.
+INT8 in a plan is realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ nodes
+is refused with a WorkbenchError.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.model import OnnxModel
+from workbench.precision import PrecisionPlan
+
+FP16_MAX = 65504.0
+
+SENSITIVE_OPS = frozenset({
+    "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceProd",
+    "Pow", "Sqrt", "Softmax", "LogSoftmax", "Exp", "Log",
+})
+TYPED_BY_ATTRIBUTE_OPS = frozenset({
+    "Cast", "CastLike", "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",
+    "RandomUniformLike", "EyeLike", "QuantizeLinear", "DequantizeLinear",
+})
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# Inputs that carry shapes, sizes or coordinates, never data: (op_type -> input indices).
+SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Range": (0, 1, 2), "TopK": (1,), "Pad": (1, 3), "Squeeze": (1,),
+    "Unsqueeze": (1,), "OneHot": (1,), "ReduceMean": (1,), "ReduceSum": (1,), "Split": (1,),
+}
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+_FLOAT = 1  # onnx.TensorProto.FLOAT
+_FLOAT16 = 10  # onnx.TensorProto.FLOAT16
+
+
+@dataclass
+class AutocastResult:
+    """The rewritten model and what happened to every node."""
+
+    proto: Any = field(repr=False)  # onnx.ModelProto, a new object; the input model is untouched
+    plan: PrecisionPlan
+    fp16_nodes: list[str]
+    kept_fp32: dict[str, str]  # node name -> rule that kept it FP32 although the plan asked for FP16
+    casts_added: int
+    initializers_converted: int
+
+    def save(self, path: str | Path) -> OnnxModel:
+        """Write the rewritten model atomically and load it back as an :class:`OnnxModel`."""
+        import onnx
+
+        from workbench._io import atomic_path
+        from workbench.model import load_onnx
+
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            onnx.save(self.proto, str(tmp))
+        return load_onnx(path)
+
+    def to_json(self) -> dict[str, Any]:
+        reasons: dict[str, int] = {}
+        for reason in self.kept_fp32.values():
+            reasons[reason] = reasons.get(reason, 0) + 1
+        return {
+            "plan": self.plan.to_json(),
+            "fp16_nodes": len(self.fp16_nodes),
+            "kept_fp32": dict(self.kept_fp32),
+            "kept_fp32_by_rule": reasons,
+            "casts_added": self.casts_added,
+            "initializers_converted": self.initializers_converted,
+        }
+
+
+def onnx_node_name(node: Any) -> str:
+    """The name TensorRT's ONNX parser gives a node: its own, or ``node_of_<first output>`` when unnamed."""
+    if node.name:
+        return str(node.name)
+    return f"node_of_{node.output[0]}" if node.output else f"unnamed_{node.op_type}"
+
+
+def _has_qdq(graph: Any) -> bool:
+    return any(node.op_type in QDQ_OPS for node in graph.node)
+
+
+def _shape_only_nodes(graph: Any) -> set[int]:
+    """Indices of nodes whose outputs reach only shape inputs (the shape-arithmetic subgraph)."""
+    consumers: dict[str, list[tuple[int, int]]] = {}
+    for index, node in enumerate(graph.node):
+        for slot, name in enumerate(node.input):
+            if name:
+                consumers.setdefault(name, []).append((index, slot))
+    graph_outputs = {output.name for output in graph.output}
+    shape_only: set[int] = set()
+    # walk backwards so a node's consumers are classified before it
+    for index in range(len(graph.node) - 1, -1, -1):
+        node = graph.node[index]
+        uses = [use for output in node.output for use in consumers.get(output, [])]
+        if not uses or any(output in graph_outputs for output in node.output):
+            continue
+        if all(
+            slot in SHAPE_INPUTS.get(graph.node[consumer].op_type, ()) or consumer in shape_only
+            for consumer, slot in uses
+        ):
+            shape_only.add(index)
+    return shape_only
+
+
+def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResult:
+    """A copy of ``model`` in which every node the plan puts at FP16 computes in float16 (rules above)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    source = model.proto
+    wants_int8 = plan.default == "int8" or any(p == "int8" for p in plan.overrides.values())
+    if wants_int8 and not _has_qdq(source.graph):
+        raise WorkbenchError(
+            f"{model.path}: the precision plan asks for int8 but the graph has no QuantizeLinear/DequantizeLinear nodes.",
+            expected="a Q/DQ model from the calibration stage for int8 nodes, or fp16/fp32 in the plan",
+            hint="run calibration first (it inserts Q/DQ pairs), or change the plan's int8 entries.",
+        )
+    known = {onnx_node_name(node) for node in source.graph.node}
+    unknown = sorted(set(plan.overrides) - known)
+    if unknown:
+        raise WorkbenchError(
+            f"{model.path}: the precision plan names {len(unknown)} node(s) the graph does not have, e.g. {unknown[:3]}.",
+            expected="override keys that are ONNX node names of this model",
+        )
+
+    proto = copy.deepcopy(source)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # inference is best effort; unknown dtypes keep nodes FP32 below
+        inferred = proto
+    graph = proto.graph
+    dtype: dict[str, int] = {}
+    for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+        if info.type.HasField("tensor_type"):
+            dtype[info.name] = info.type.tensor_type.elem_type
+    initializers = {init.name: init for init in graph.initializer}
+    for name, init in initializers.items():
+        dtype[name] = init.data_type
+    constants: dict[str, Any] = {}  # outputs of Constant nodes: converted like initializers, without a Cast
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    dtype[node.output[0]] = attribute.t.data_type
+                    constants[node.output[0]] = attribute.t
+
+    shape_only = _shape_only_nodes(graph)
+    fp16_names: list[str] = []
+    kept: dict[str, str] = {}
+    fp16_set: set[int] = set()
+    for index, node in enumerate(graph.node):
+        if plan.precision_of(onnx_node_name(node)) != "fp16":
+            continue
+        data_inputs = [name for slot, name in enumerate(node.input) if name and slot not in SHAPE_INPUTS.get(node.op_type, ())]
+        reason = ""
+        if node.op_type in SENSITIVE_OPS:
+            reason = "sensitive-op"
+        elif node.op_type in TYPED_BY_ATTRIBUTE_OPS:
+            reason = "typed-by-attribute"
+        elif node.op_type in CONTROL_FLOW_OPS or node.domain not in ("", "ai.onnx"):
+            reason = "control-flow"
+        elif index in shape_only:
+            reason = "shape-tensor"
+        elif any(name not in dtype for name in data_inputs) or any(o and o not in dtype for o in node.output):
+            reason = "unknown-dtype"
+        elif not any(dtype[name] == _FLOAT for name in data_inputs) and not any(dtype.get(o) == _FLOAT for o in node.output):
+            reason = "no-float-io"
+        else:
+            for name in data_inputs:
+                init = initializers.get(name, constants.get(name))
+                if init is not None and dtype[name] == _FLOAT:
+                    values = numpy_helper.to_array(init)
+                    finite = values[np.isfinite(values)]
+                    if finite.size and float(np.abs(finite).max()) > FP16_MAX:
+                        reason = "large-initializer"
+                        break
+        if reason:
+            kept[onnx_node_name(node)] = reason
+        else:
+            fp16_set.add(index)
+            fp16_names.append(onnx_node_name(node))
+
+    graph_output_names = {output.name for output in graph.output}
+    # float32 graph outputs produced by FP16 nodes: the node writes "<name>__fp16", a Cast restores "<name>".
+    renamed_outputs: dict[str, str] = {}
+    for index in fp16_set:
+        node = graph.node[index]
+        for slot, name in enumerate(node.output):
+            if name in graph_output_names and dtype.get(name) == _FLOAT:
+                renamed_outputs[name] = f"{name}__fp16"
+                node.output[slot] = renamed_outputs[name]
+
+    current: dict[str, int] = dict(dtype)  # element type of each tensor after the rewrite
+    cast_cache: dict[tuple[str, int], str] = {}
+    new_nodes: list[Any] = []
+    new_initializers: list[Any] = []
+    casts_added = 0
+    initializers_converted = 0
+
+    def as_type(name: str, to: int) -> str:
+        nonlocal casts_added, initializers_converted
+        key = (name, to)
+        if key in cast_cache:
+            return cast_cache[key]
+        suffix = "fp16" if to == _FLOAT16 else "fp32"
+        cast_name = f"{name}__{suffix}"
+        init = initializers.get(name, constants.get(name))
+        if init is not None and to == _FLOAT16:
+            array = numpy_helper.to_array(init).astype(np.float16)
+            new_initializers.append(numpy_helper.from_array(array, cast_name))
+            initializers_converted += 1
+        else:
+            new_nodes.append(helper.make_node("Cast", [name], [cast_name], name=f"autocast/{cast_name}", to=to))
+            casts_added += 1
+        current[cast_name] = to
+        cast_cache[key] = cast_name
+        return cast_name
+
+    for index, node in enumerate(graph.node):
+        in_fp16 = index in fp16_set
+        for slot, name in enumerate(node.input):
+            if not name or slot in SHAPE_INPUTS.get(node.op_type, ()):
+                continue
+            if in_fp16 and current.get(name) == _FLOAT:
+                node.input[slot] = as_type(name, _FLOAT16)
+            elif not in_fp16 and current.get(name) == _FLOAT16 and dtype.get(name) == _FLOAT:
+                node.input[slot] = as_type(name, _FLOAT)
+        if in_fp16:
+            for output in node.output:
+                original = next((k for k, v in renamed_outputs.items() if v == output), output)
+                if dtype.get(original) == _FLOAT:
+                    current[output] = _FLOAT16
+                    dtype.setdefault(output, _FLOAT)
+        new_nodes.append(node)
+    for original, renamed in renamed_outputs.items():
+        new_nodes.append(helper.make_node("Cast", [renamed], [original], name=f"autocast/{original}__out", to=_FLOAT))
+        casts_added += 1
+
+    # drop what the conversion left unused (FP32 originals of converted constants)
+    used = {name for node in new_nodes for name in node.input} | {output.name for output in graph.output}
+    new_nodes = [node for node in new_nodes if node.op_type != "Constant" or any(o in used for o in node.output)]
+    kept_initializers = [init for init in graph.initializer if init.name in used] + new_initializers
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(kept_initializers)
+    # stale value_info would contradict the new types; TensorRT and ORT re-infer them
+    del graph.value_info[:]
+    return AutocastResult(proto, plan, fp16_names, kept, casts_added, initializers_converted)
