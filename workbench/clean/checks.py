@@ -1,0 +1,255 @@
+"""Proof that a pass was harmless: ONNX checker, strict shape inference, unchanged graph I/O and Q/DQ count, and
+ONNX Runtime outputs (graph optimizations off) equal to the original model's at the probe shapes."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from workbench.clean.graph_utils import QDQ_OPS, RANDOM_OPS
+from workbench.errors import WorkbenchError
+from workbench.model import TensorSpec, tensor_specs
+
+RTOL, ATOL = 1e-4, 1e-5  # for "numeric" passes (folding, fusion); "exact" passes must match bit for bit
+
+# Default probe values for dynamic dimensions: (min, opt, max). The first dimension is taken to be the batch.
+DEFAULT_BATCH_PROBE = (1, 2, 3)
+DEFAULT_DIM_PROBE = (32, 64, 96)  # multiples of 32: detection/segmentation nets downsample by 32
+
+ProbeShapes = list[dict[str, tuple[int, ...]]]
+
+
+def io_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    initializers = {init.name for init in model.graph.initializer}
+    return tensor_specs(model.graph.input, initializers), tensor_specs(model.graph.output)
+
+
+def default_probe_shapes(inputs: Sequence[TensorSpec]) -> ProbeShapes:
+    """min/opt/max shapes for every input: fixed dims as they are, the batch dim 1/2/3, other dynamic dims
+    32/64/96. Dimensions sharing a symbolic name get the same value."""
+    probes: ProbeShapes = [{}, {}, {}]
+    named: dict[str, tuple[int, int, int]] = {}
+    for spec in inputs:
+        per_level: list[list[int]] = [[], [], []]
+        for index, dim in enumerate(spec.shape):
+            if isinstance(dim, int) and dim >= 0:
+                values = (dim, dim, dim)
+            else:
+                default = DEFAULT_BATCH_PROBE if index == 0 else DEFAULT_DIM_PROBE
+                values = named.setdefault(dim, default) if isinstance(dim, str) and dim not in ("?", "") else default
+            for level in range(3):
+                per_level[level].append(values[level])
+        for level in range(3):
+            probes[level][spec.name] = tuple(per_level[level])
+    return _unique(probes)
+
+
+def probe_shapes_from_profile(inputs: Sequence[TensorSpec], profile: Mapping[str, Sequence[Sequence[int]]]) -> ProbeShapes:
+    """Turn a TensorRT-style profile ``{input: (min, opt, max)}`` into three probe feeds' shapes."""
+    defaults = default_probe_shapes(inputs)
+    while len(defaults) < 3:
+        defaults.append(dict(defaults[-1]))
+    names = {spec.name for spec in inputs}
+    unknown = sorted(set(profile) - names)
+    if unknown:
+        raise WorkbenchError(f"profile names {unknown}, which are not graph inputs.", expected=f"names among {sorted(names)}")
+    probes: ProbeShapes = [{}, {}, {}]
+    for spec in inputs:
+        levels = profile.get(spec.name)
+        for level in range(3):
+            if levels is None:
+                probes[level][spec.name] = defaults[level][spec.name]
+                continue
+            if len(levels) != 3:
+                raise WorkbenchError(f"profile for {spec.name!r} has {len(levels)} shapes.", expected="(min, opt, max)")
+            shape = tuple(int(v) for v in levels[level])
+            if len(shape) != len(spec.shape) or any(
+                isinstance(dim, int) and dim >= 0 and dim != value for dim, value in zip(spec.shape, shape)
+            ):
+                raise WorkbenchError(
+                    f"profile shape {shape} for {spec.name!r} does not fit the input shape {list(spec.shape)}.",
+                    expected="same rank, fixed dimensions unchanged",
+                )
+            probes[level][spec.name] = shape
+    return _unique(probes)
+
+
+def _unique(probes: ProbeShapes) -> ProbeShapes:
+    unique: ProbeShapes = []
+    for probe in probes:
+        if probe not in unique:
+            unique.append(probe)
+    return unique
+
+
+def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats ~ N(0, 1); integers in {0, 1} (valid token ids, masks and segment ids); bools random."""
+    rng = np.random.default_rng(seed)
+    feed: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        shape = shapes[spec.name]
+        dtype = np.dtype(spec.dtype) if spec.dtype not in ("bfloat16",) else np.dtype("float32")
+        if dtype.kind == "f":
+            feed[spec.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            feed[spec.name] = rng.integers(0, 2, size=shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            raise WorkbenchError(f"input {spec.name!r} has type {spec.dtype}, which the equivalence check cannot generate.", expected="float, integer or bool inputs")
+    return feed
+
+
+def ort_session(model: Any) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def compare_outputs(reference: np.ndarray, actual: np.ndarray, tolerance: str) -> tuple[bool, float, str | None]:
+    """(ok, max_abs_diff, why not ok). NaN and inf must sit at the same places with the same values."""
+    if reference.shape != actual.shape:
+        return False, float("inf"), f"shape {actual.shape} != {reference.shape}"
+    if reference.dtype != actual.dtype:
+        return False, float("inf"), f"dtype {actual.dtype} != {reference.dtype}"
+    if reference.dtype.kind not in "fc":
+        equal = bool(np.array_equal(reference, actual))
+        diff = 0.0 if equal else float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64)))) if reference.dtype.kind in "iub" else float("inf")
+        return equal, diff, None if equal else "integer/bool outputs differ"
+    ref64, act64 = reference.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(ref64) & np.isfinite(act64)
+    same_special = np.array_equal(np.where(finite, 0, ref64), np.where(finite, 0, act64), equal_nan=True)
+    diff = float(np.max(np.abs(ref64[finite] - act64[finite]))) if finite.any() else 0.0
+    if not same_special:
+        return False, diff if diff else float("inf"), "NaN/inf at different places"
+    if tolerance == "exact":
+        ok = bool(np.array_equal(ref64[finite], act64[finite]))
+        return ok, diff, None if ok else f"not bit-exact (max abs diff {diff:.3g})"
+    ok = bool(np.allclose(act64[finite], ref64[finite], rtol=RTOL, atol=ATOL))
+    return ok, diff, None if ok else f"outside rtol {RTOL}/atol {ATOL} (max abs diff {diff:.3g})"
+
+
+@dataclass
+class CheckOutcome:
+    ok: bool
+    max_abs_diff: float | None
+    failure: str | None
+    inferred_model: Any  # the candidate after strict shape inference (None if that failed)
+    seconds: float
+
+
+def _op_count(model: Any, ops: frozenset[str]) -> int:
+    return sum(1 for node in model.graph.node if node.op_type in ops)
+
+
+class EquivalenceChecker:
+    """Holds what every check compares against: the original's I/O, Q/DQ and random-op counts, seeded feeds
+    at the probe shapes and the original's ORT outputs on them (computed once)."""
+
+    def __init__(self, original: Any, probe_shapes: ProbeShapes, *, seed: int = 0, extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()) -> None:
+        start = time.perf_counter()
+        self.baseline_issues: list[str] = []
+        self.inputs, self.outputs = io_specs(original)
+        self.qdq_count = _op_count(original, QDQ_OPS)
+        self.random_count = _op_count(original, RANDOM_OPS)
+        self.run_checker = self.run_shape_inference = True
+        try:
+            self._checker(original)
+        except Exception as error:
+            self.run_checker = False
+            self.baseline_issues.append(f"the original fails onnx.checker (full): {_first_line(error)}; that check is skipped")
+        try:
+            self._strict_inference(original)
+        except Exception as error:
+            self.run_shape_inference = False
+            self.baseline_issues.append(f"the original fails strict shape inference: {_first_line(error)}; that check is skipped")
+        session = ort_session(original)
+        self.output_names = [out.name for out in session.get_outputs()]
+        self.feeds: list[dict[str, np.ndarray]] = []
+        self.references: list[list[np.ndarray]] = []
+        self.probe_shapes: ProbeShapes = []
+        candidates = [(shapes, make_feed(self.inputs, shapes, seed + index)) for index, shapes in enumerate(probe_shapes)]
+        candidates += [({name: tuple(np.shape(value)) for name, value in feed.items()}, dict(feed)) for feed in extra_feeds]
+        for shapes, feed in candidates:
+            try:
+                outputs = session.run(self.output_names, feed)
+            except Exception as error:
+                self.baseline_issues.append(f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped")
+                continue
+            self.probe_shapes.append(shapes)
+            self.feeds.append(feed)
+            self.references.append(outputs)
+        if not self.feeds:
+            raise WorkbenchError(
+                "the original model runs in ONNX Runtime at none of the probe shapes, so equivalence cannot be checked.",
+                expected="input shapes the model accepts",
+                hint="pass profile shapes ({input: (min, opt, max)}) or --shape, or switch the checks off",
+            )
+        self.baseline_seconds = time.perf_counter() - start
+
+    @staticmethod
+    def _checker(model: Any) -> None:
+        import onnx
+
+        onnx.checker.check_model(model, full_check=False)
+
+    @staticmethod
+    def _strict_inference(model: Any) -> Any:
+        import onnx
+
+        # full_check's strict inference, plus data propagation for shape tensors
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+
+    def check(self, candidate: Any, tolerance: str, expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None) -> CheckOutcome:
+        start = time.perf_counter()
+
+        def fail(why: str, diff: float | None = None, inferred: Any = None) -> CheckOutcome:
+            return CheckOutcome(False, diff, why, inferred, time.perf_counter() - start)
+
+        inputs, outputs = expected_io or (self.inputs, self.outputs)
+        got_inputs, got_outputs = io_specs(candidate)
+        if got_inputs != inputs:
+            return fail(f"graph inputs changed: {[s.to_json() for s in got_inputs]} != {[s.to_json() for s in inputs]}")
+        if got_outputs != outputs:
+            return fail(f"graph outputs changed: {[s.to_json() for s in got_outputs]} != {[s.to_json() for s in outputs]}")
+        if _op_count(candidate, QDQ_OPS) != self.qdq_count:
+            return fail(f"Q/DQ node count changed from {self.qdq_count} to {_op_count(candidate, QDQ_OPS)}")
+        if _op_count(candidate, RANDOM_OPS) != self.random_count:
+            return fail(f"random-op count changed from {self.random_count} to {_op_count(candidate, RANDOM_OPS)}")
+        if self.run_checker:
+            try:
+                self._checker(candidate)
+            except Exception as error:
+                return fail(f"onnx.checker: {_first_line(error)}")
+        inferred = None
+        if self.run_shape_inference:
+            try:
+                inferred = self._strict_inference(candidate)
+            except Exception as error:
+                return fail(f"strict shape inference: {_first_line(error)}")
+        try:
+            session = ort_session(candidate)
+        except Exception as error:
+            return fail(f"ONNX Runtime cannot load it: {_first_line(error)}", inferred=inferred)
+        worst = 0.0
+        for shapes, feed, reference in zip(self.probe_shapes, self.feeds, self.references):
+            try:
+                got = session.run(self.output_names, feed)
+            except Exception as error:
+                return fail(f"ONNX Runtime fails at {shapes}: {_first_line(error)}", inferred=inferred)
+            for name, ref, act in zip(self.output_names, reference, got):
+                ok, diff, why = compare_outputs(np.asarray(ref), np.asarray(act), tolerance)
+                worst = max(worst, diff)
+                if not ok:
+                    return fail(f"output {name!r} at {shapes}: {why}", worst, inferred)
+        return CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]

@@ -1,0 +1,179 @@
+"""Helpers shared by the passes: import/export that keep model metadata, node bypassing, tensor facts."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable
+
+import numpy as np
+
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"})
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+
+
+def import_graph(model: Any) -> Any:
+    import onnx_graphsurgeon as gs
+
+    return gs.import_onnx(model)
+
+
+def export_graph(graph: Any, template: Any) -> Any:
+    """Export ``graph`` keeping what graphsurgeon drops: metadata, doc string, model version, IR version."""
+    import onnx_graphsurgeon as gs
+
+    model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = template.ir_version
+    model.producer_name = template.producer_name
+    model.producer_version = template.producer_version
+    model.domain = template.domain
+    model.model_version = template.model_version
+    model.doc_string = template.doc_string
+    del model.metadata_props[:]
+    model.metadata_props.extend(template.metadata_props)
+    # keep the original opset imports (graphsurgeon may drop unused domains, which is harmless, or add none)
+    existing = {imp.domain for imp in model.opset_import}
+    for imp in template.opset_import:
+        if imp.domain not in existing:
+            model.opset_import.append(imp)
+    return model
+
+
+def prune_dead_nodes(graph: Any) -> int:
+    """Drop nodes no graph output depends on, before graphsurgeon's cleanup (which formats every node it
+    removes into a log string, arrays included: seconds on models with hundreds of Constant nodes)."""
+    import onnx_graphsurgeon as gs
+
+    if any(isinstance(value, gs.Graph) for node in graph.nodes for value in node.attrs.values()):
+        return 0  # subgraphs read outer tensors implicitly: leave those graphs to graphsurgeon's cleanup
+    graph.toposort()
+    live_tensors = {id(tensor) for tensor in graph.outputs}
+    live_nodes: set[int] = set()
+    for node in reversed(graph.nodes):
+        if any(id(out) in live_tensors for out in node.outputs):
+            live_nodes.add(id(node))
+            live_tensors.update(id(inp) for inp in node.inputs)
+    kept = [node for node in graph.nodes if id(node) in live_nodes]
+    removed = len(graph.nodes) - len(kept)
+    if removed:
+        for node in graph.nodes:
+            if id(node) not in live_nodes:
+                node.inputs.clear()
+                node.outputs.clear()
+        graph.nodes = kept
+    return removed
+
+
+def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
+    """Copy dtypes and shapes from a shape-inferred ModelProto onto the same graph's Variables, in place."""
+    import onnx
+
+    infos = {info.name: info for info in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for name, tensor in graph.tensors().items():
+        info = infos.get(name)
+        if info is None or is_constant(tensor) or not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        if tensor_type.elem_type:
+            tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        if tensor_type.HasField("shape"):
+            tensor.shape = [
+                int(d.dim_value) if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
+                for d in tensor_type.shape.dim
+            ]
+
+
+def op_counts(model: Any) -> dict[str, int]:
+    counts = Counter(node.op_type for node in model.graph.node)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def model_bytes(model: Any) -> int:
+    return int(model.ByteSize())
+
+
+def node_names(model: Any) -> list[str]:
+    """A stable identity per node: its name, or (for unnamed nodes) op type and first output."""
+    return [node.name or f"{node.op_type}:{node.output[0] if node.output else ''}" for node in model.graph.node]
+
+
+def opset_of(graph_or_model: Any) -> int:
+    if hasattr(graph_or_model, "opset"):
+        return int(graph_or_model.opset)
+    return int(next((imp.version for imp in graph_or_model.opset_import if imp.domain in ("", "ai.onnx")), 0))
+
+
+def is_constant(tensor: Any) -> bool:
+    import onnx_graphsurgeon as gs
+
+    return isinstance(tensor, gs.Constant)
+
+
+def constant_values(tensor: Any) -> np.ndarray | None:
+    return np.asarray(tensor.values) if is_constant(tensor) else None
+
+
+def producer(tensor: Any) -> Any | None:
+    return tensor.inputs[0] if len(tensor.inputs) == 1 else None
+
+
+def single_consumer(tensor: Any) -> Any | None:
+    return tensor.outputs[0] if len(tensor.outputs) == 1 else None
+
+
+def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
+    """Remove a single-output pass-through node by wiring its input straight to its consumers.
+
+    When the node's output is a graph output the output name must survive, so the *producer* of the input is
+    made to write the graph-output tensor instead (only possible when the input is a plain intermediate tensor
+    used by nothing else). Returns False and leaves the graph alone when the node cannot be bypassed.
+    """
+    if len(node.outputs) < 1:
+        return False
+    source, out = node.inputs[keep_input], node.outputs[0]
+    if any(extra.outputs for extra in node.outputs[1:]) or any(extra in graph.outputs for extra in node.outputs[1:]):
+        return False
+    if out in graph.outputs:
+        upstream = producer(source)
+        if (
+            upstream is None
+            or source in graph.outputs
+            or source in graph.inputs
+            or len(source.outputs) != 1
+            or is_constant(source)
+        ):
+            return False
+        # the upstream node now writes the graph output directly
+        index = upstream.outputs.index(source)
+        upstream.outputs[index] = out
+        node.outputs.clear()
+        node.inputs.clear()
+        return True
+    for consumer in list(out.outputs):
+        for index, tensor in enumerate(consumer.inputs):
+            if tensor is out:
+                consumer.inputs[index] = source
+    node.outputs.clear()
+    node.inputs.clear()
+    return True
+
+
+def tensor_shape(tensor: Any) -> tuple | None:
+    shape = getattr(tensor, "shape", None)
+    return tuple(shape) if shape is not None else None
+
+
+def is_static(shape: Iterable | None) -> bool:
+    return shape is not None and all(isinstance(dim, (int, np.integer)) and dim >= 0 for dim in shape)
+
+
+def np_dtype(tensor: Any) -> np.dtype | None:
+    dtype = getattr(tensor, "dtype", None)
+    if dtype is None:
+        return None
+    try:
+        import onnx
+
+        if isinstance(dtype, int):
+            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(dtype))
+        return np.dtype(dtype)
+    except TypeError:
+        return None

@@ -1,0 +1,739 @@
+"""The named cleaning passes and their registry.
+
+A pass is a function ``run(graph, context)`` over an onnx-graphsurgeon graph. It changes the graph in place
+(returning None) or returns a new graph. The pipeline proves each pass harmless afterwards (see checks.py), so
+a pass only has to be *intended* to preserve outputs; ``tolerance`` says how exactly:
+"exact" (structural rewrites), "numeric" (folding and fusion: rtol 1e-4 / atol 1e-5), "report" (never changes
+the graph). Users add their own with :func:`register_pass`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from workbench.clean.graph_utils import (
+    QDQ_OPS,
+    apply_inferred_shapes,
+    prune_dead_nodes,
+    RANDOM_OPS,
+    bypass_node,
+    constant_values,
+    export_graph,
+    import_graph,
+    is_constant,
+    is_static,
+    np_dtype,
+    producer,
+    tensor_shape,
+)
+from workbench.clean.report import Finding
+from workbench.errors import WorkbenchError
+
+DEFAULT_FOLD_SIZE_THRESHOLD = 16 * 1024 * 1024  # bytes; larger folded tensors would bloat the model (onnxslim #190)
+MAX_FOLD_ROUNDS = 10
+
+DimSpec = int | str | None  # int: pin the dimension; str: keep it symbolic under this name; None: leave it
+
+
+@dataclass
+class PassContext:
+    """What passes may read (options) and write (findings) besides the graph."""
+
+    template: Any  # the onnx.ModelProto the graph came from (metadata, opset imports) for re-export
+    input_shapes: dict[str, list[DimSpec]] = field(default_factory=dict)
+    fold_size_threshold: int | None = DEFAULT_FOLD_SIZE_THRESHOLD
+    findings: list[Finding] = field(default_factory=list)
+    shapes_fresh: bool = False  # the graph came from a model that just went through shape inference
+
+
+PassFunction = Callable[[Any, PassContext], Any]
+
+
+@dataclass(frozen=True)
+class CleanPass:
+    """A named graph rewrite and how closely its outputs must match the original's."""
+
+    name: str
+    run: PassFunction
+    tolerance: str = "exact"  # "exact" | "numeric" | "report"
+    description: str = ""
+    min_opset: int = 0  # below this default-domain opset the pass is skipped (reported unchanged)
+
+    def __post_init__(self) -> None:
+        if self.tolerance not in ("exact", "numeric", "report"):
+            raise WorkbenchError(
+                f"pass {self.name!r}: unknown tolerance {self.tolerance!r}.", expected="'exact', 'numeric' or 'report'"
+            )
+
+
+_REGISTRY: dict[str, CleanPass] = {}
+
+
+def register_pass(clean_pass: CleanPass, *, replace: bool = False) -> CleanPass:
+    """Make ``clean_pass`` selectable by name (``clean_model(passes=[..., name])``)."""
+    if clean_pass.name in _REGISTRY and not replace:
+        raise WorkbenchError(
+            f"a cleaning pass named {clean_pass.name!r} is already registered.",
+            expected="a new name, or replace=True to override it",
+        )
+    _REGISTRY[clean_pass.name] = clean_pass
+    return clean_pass
+
+
+def get_pass(name: str) -> CleanPass:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise WorkbenchError(
+            f"unknown cleaning pass {name!r}.", expected=f"one of {', '.join(available_passes())}"
+        ) from None
+
+
+def available_passes() -> list[str]:
+    return list(_REGISTRY)
+
+
+def cleaning_pass(name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0) -> Callable[[PassFunction], PassFunction]:
+    """Decorator that registers a built-in pass."""
+
+    def wrap(function: PassFunction) -> PassFunction:
+        register_pass(CleanPass(name, function, tolerance, description or (function.__doc__ or "").strip().splitlines()[0], min_opset))
+        return function
+
+    return wrap
+
+
+def refresh_shapes(graph: Any, context: PassContext) -> Any:
+    """Give ``graph``'s tensors the shapes and dtypes of ONNX shape inference (data propagation on), in place."""
+    import onnx
+
+    if context.shapes_fresh:
+        return graph
+    model = export_graph(graph, context.template)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # a model ONNX cannot infer still cleans, with fewer shape facts
+        return graph
+    apply_inferred_shapes(graph, model)
+    context.shapes_fresh = True
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------- input shapes
+
+
+@cleaning_pass("override_input_shapes", "exact")
+def override_input_shapes(graph: Any, context: PassContext) -> None:
+    """Pin dynamic input dimensions, or give them the symbolic names of the TensorRT optimization profile."""
+    by_name = {tensor.name: tensor for tensor in graph.inputs}
+    for name, dims in context.input_shapes.items():
+        tensor = by_name.get(name)
+        if tensor is None:
+            raise WorkbenchError(f"input-shape override names {name!r}, which is not a graph input.", expected=f"one of {sorted(by_name)}")
+        old = list(tensor.shape or [])
+        if len(dims) != len(old):
+            raise WorkbenchError(
+                f"input-shape override for {name!r} has {len(dims)} dimensions but the input has rank {len(old)}.",
+                expected=f"{len(old)} entries (int to pin, name to keep symbolic, None to keep)",
+            )
+        new = []
+        for old_dim, spec in zip(old, dims):
+            if spec is None:
+                new.append(old_dim)
+            elif isinstance(old_dim, int) and old_dim >= 0 and spec != old_dim:
+                raise WorkbenchError(f"input {name!r}: dimension {old_dim} is fixed and cannot become {spec!r}.", expected="overrides only on dynamic dimensions")
+            else:
+                new.append(spec)
+        tensor.shape = new
+
+
+# ---------------------------------------------------------------------------------------------- constants
+
+
+@cleaning_pass("constants_to_initializers", "exact")
+def constants_to_initializers(graph: Any, context: PassContext) -> None:
+    """Turn Constant nodes into initializers and drop initializers from the graph inputs."""
+    import onnx_graphsurgeon as gs
+
+    for node in list(graph.nodes):
+        if node.op != "Constant" or len(node.outputs) != 1 or len(node.attrs) != 1:
+            continue
+        out = node.outputs[0]
+        if out in graph.outputs:
+            continue  # a graph output must stay produced by a node
+        attr_name, value = next(iter(node.attrs.items()))
+        if attr_name == "value" and isinstance(value, gs.Constant):
+            array = value.values
+        elif attr_name == "value_float":
+            array = np.array(value, dtype=np.float32)
+        elif attr_name == "value_floats":
+            array = np.array(value, dtype=np.float32)
+        elif attr_name == "value_int":
+            array = np.array(value, dtype=np.int64)
+        elif attr_name == "value_ints":
+            array = np.array(value, dtype=np.int64)
+        else:
+            continue  # sparse and string constants stay nodes
+        out.to_constant(np.asarray(array))
+        out.inputs.clear()
+        node.outputs.clear()
+    prune_dead_nodes(graph)
+    graph.inputs = [tensor for tensor in graph.inputs if not is_constant(tensor)]
+
+
+@cleaning_pass("cleanup_toposort", "exact")
+def cleanup_toposort(graph: Any, context: PassContext) -> None:
+    """Remove nodes and tensors nothing depends on; sort nodes topologically."""
+    prune_dead_nodes(graph)
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+# ---------------------------------------------------------------------------------------------- folding
+
+
+def _fold_shape_nodes(graph: Any) -> int:
+    """Replace Shape/Size of a statically shaped tensor by a constant (graphsurgeon's own shape folding also
+    elides shape casts unsafely, e.g. ``int(float(x) * 0.5)`` becomes ``x * 0``, so it stays off)."""
+    folded = 0
+    for node in graph.nodes:
+        if node.op not in ("Shape", "Size") or not node.outputs or node.outputs[0] in graph.outputs:
+            continue
+        shape = tensor_shape(node.inputs[0])
+        if not is_static(shape):
+            continue
+        if node.op == "Size":
+            value = np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+        else:
+            rank = len(shape)
+            start = int(node.attrs.get("start", 0))
+            end = node.attrs.get("end")
+            start = max(0, start + rank if start < 0 else start)
+            stop = rank if end is None else int(end) + (rank if int(end) < 0 else 0)
+            value = np.array(shape[start : max(start, min(stop, rank))], dtype=np.int64)
+        out = node.outputs[0]
+        out.to_constant(value)
+        out.inputs.clear()
+        folded += 1
+    return folded
+
+
+def _exclude_from_folding(node: Any) -> bool:
+    return node.op in RANDOM_OPS or node.op in QDQ_OPS
+
+
+@cleaning_pass("fold_constants", "numeric")
+def fold_constants(graph: Any, context: PassContext) -> Any:
+    """Fold constant subgraphs and static shapes to a fixed point (recursive partitioning, size threshold,
+    never random ops or Q/DQ)."""
+    from onnx_graphsurgeon.logger import G_LOGGER
+
+    old_severity = G_LOGGER.severity
+    G_LOGGER.severity = G_LOGGER.CRITICAL  # folding failures inside partitions are expected and handled
+    try:
+        for _ in range(MAX_FOLD_ROUNDS):
+            graph = refresh_shapes(graph, context)
+            before = len(graph.nodes)
+            _fold_shape_nodes(graph)
+            graph.toposort()
+            graph.fold_constants(
+                fold_shapes=False,
+                partitioning="recursive",
+                error_ok=True,
+                size_threshold=context.fold_size_threshold,
+                should_exclude_node=_exclude_from_folding,
+            )
+            prune_dead_nodes(graph)
+            graph.cleanup(remove_unused_graph_inputs=False)
+            context.shapes_fresh = False
+            if len(graph.nodes) == before:
+                break
+    finally:
+        G_LOGGER.severity = old_severity
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------- shape casts
+
+_INT_TYPES = ("int64", "int32")
+_FLOAT_TYPES = ("float32", "float16", "float64", "bfloat16")
+_SHAPE_SOURCES = ("Shape", "Size")
+_SHAPE_PASSTHROUGH = frozenset(
+    {"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Add", "Sub", "Mul", "Div", "Max", "Min",
+     "Cast", "Identity", "Neg", "Abs", "Floor", "Ceil", "ReduceProd", "ReduceMax", "ReduceMin", "Range", "Expand",
+     "Where", "Equal", "Greater", "Less", "Not", "ConstantOfShape", "Mod", "Clip"}
+)
+_ELIDABLE_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Concat")
+
+
+class _ShapeTracker:
+    """Answers "is this tensor computed only from shapes and constants?" (memoized; such values are small
+    integers, so an int -> float -> int round trip is exact and can be elided)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, bool] = {}
+
+    def __call__(self, tensor: Any, depth: int = 0) -> bool:
+        key = id(tensor)
+        if key in self._memo:
+            return self._memo[key]
+        if is_constant(tensor):
+            result = True
+        else:
+            node = producer(tensor)
+            if node is None or depth > 64:
+                result = False
+            elif node.op in _SHAPE_SOURCES:
+                result = True
+            elif node.op in _SHAPE_PASSTHROUGH:
+                result = all(self(inp, depth + 1) for inp in node.inputs if not inp.is_empty())
+            else:
+                result = False
+        self._memo[key] = result
+        return result
+
+
+def _cast_target(node: Any) -> str | None:
+    import onnx
+
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(node.attrs["to"]))).name
+    except Exception:
+        return None
+
+
+@cleaning_pass("shape_cast_elision", "exact")
+def shape_cast_elision(graph: Any, context: PassContext) -> Any:
+    """Remove int->float->int Cast round trips on shape tensors (TensorRT needs shape tensors to be integer)."""
+    graph = refresh_shapes(graph, context)
+    shape_derived = _ShapeTracker()
+
+    def int_source(tensor: Any) -> Any | None:
+        """The integer tensor behind ``Cast(int -> float)``, if it is shape-derived."""
+        cast = producer(tensor)
+        if cast is None or cast.op != "Cast" or _cast_target(cast) not in ("float32", "float64"):
+            return None  # float16 is not exact for shape values above 2048
+        source = cast.inputs[0]
+        dtype = np_dtype(source)
+        if dtype is None or dtype.name not in _INT_TYPES or not shape_derived(source):
+            return None
+        return source
+
+    for node in list(graph.nodes):
+        # Pattern 1: Cast(int->float) -> Cast(float->same int)
+        if node.op == "Cast" and _cast_target(node) in _INT_TYPES:
+            source = int_source(node.inputs[0])
+            if source is not None and np_dtype(source).name == _cast_target(node):
+                bypass_node(graph, node)
+            continue
+        # Pattern 2: Cast(int->float) -> arithmetic with integral float constants -> Cast(float->same int)
+        if node.op not in _ELIDABLE_OPS or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        if out in graph.outputs or len(out.outputs) != 1 or out.outputs[0].op != "Cast":
+            continue
+        out_cast = out.outputs[0]
+        target = _cast_target(out_cast)
+        if target not in _INT_TYPES:
+            continue
+        replacements: list[Any] = []
+        for inp in node.inputs:
+            if is_constant(inp):
+                values = np.asarray(inp.values)
+                if values.dtype.kind != "f" or not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+                    break  # a fractional constant: float arithmetic differs from integer arithmetic
+                if values.size and np.max(np.abs(values)) >= 2**24:
+                    break
+                replacements.append(values.astype(target))
+                continue
+            source = int_source(inp)
+            if source is None or np_dtype(source).name != target:
+                break
+            replacements.append(source)
+        else:
+            import onnx_graphsurgeon as gs
+
+            if not any(not isinstance(item, np.ndarray) for item in replacements):
+                continue  # all-constant: folding's job
+            for index, item in enumerate(replacements):
+                if isinstance(item, np.ndarray):
+                    item = gs.Constant(f"{node.name or out.name}_int_{index}", item)
+                node.inputs[index] = item
+            final = out_cast.outputs[0]
+            out_cast.outputs.clear()
+            out_cast.inputs.clear()
+            node.outputs[0] = final
+    # Anything left that still computes shapes in float is worth flagging: TensorRT rejects float shape tensors.
+    for node in graph.nodes:
+        if node.op == "Cast" and _cast_target(node) in _FLOAT_TYPES:
+            source = node.inputs[0]
+            dtype = np_dtype(source)
+            if dtype is not None and dtype.name in _INT_TYPES and not is_constant(source) and shape_derived(source):
+                context.findings.append(
+                    Finding("float-shape-tensor", node.name, "a shape-derived integer tensor is cast to float; TensorRT may reject float shape tensors")
+                )
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------- no-ops
+
+
+def _constant_list(tensor: Any) -> list[int] | None:
+    values = constant_values(tensor) if tensor is not None and not tensor.is_empty() else None
+    return None if values is None else [int(v) for v in values.reshape(-1)]
+
+
+def _same_static_shape(a: Any, b: Any) -> bool:
+    shape_a, shape_b = tensor_shape(a), tensor_shape(b)
+    return is_static(shape_a) and is_static(shape_b) and tuple(shape_a) == tuple(shape_b)
+
+
+def _is_noop(node: Any, graph: Any) -> bool:
+    op = node.op
+    if op == "Identity":
+        return True
+    if op == "Dropout":
+        if len(node.outputs) > 1 and (node.outputs[1].outputs or node.outputs[1] in graph.outputs):
+            return False  # the mask is used
+        training = node.inputs[2] if len(node.inputs) > 2 else None
+        if training is not None and not training.is_empty():
+            values = constant_values(training)
+            return values is not None and not bool(values.reshape(-1)[0])
+        return True
+    if op == "Cast":
+        source_dtype = np_dtype(node.inputs[0])
+        return source_dtype is not None and source_dtype.name == _cast_target(node)
+    if op == "Transpose":
+        perm = node.attrs.get("perm")
+        if perm is None:
+            shape = tensor_shape(node.inputs[0])
+            return shape is not None and len(shape) <= 1
+        return list(perm) == list(range(len(perm)))
+    if op in ("Reshape", "Expand", "Squeeze", "Unsqueeze", "Flatten"):
+        return op in ("Reshape", "Expand") and _same_static_shape(node.inputs[0], node.outputs[0])
+    if op == "Slice":
+        if not _same_static_shape(node.inputs[0], node.outputs[0]):
+            return False
+        if len(node.inputs) > 4 and not node.inputs[4].is_empty():
+            steps = _constant_list(node.inputs[4])
+            return steps is not None and all(step == 1 for step in steps)
+        return True  # no steps input: steps are 1, and an unchanged extent means the whole range
+    if op == "Pad":
+        pads = _constant_list(node.inputs[1]) if len(node.inputs) > 1 else list(node.attrs.get("pads", []) or [])
+        return pads is not None and all(pad == 0 for pad in pads)
+    if op == "Concat":
+        return len([inp for inp in node.inputs if not inp.is_empty()]) == 1
+    return False
+
+
+@cleaning_pass("remove_noops", "exact")
+def remove_noops(graph: Any, context: PassContext) -> Any:
+    """Remove Identity, inference Dropout, same-type Cast and identity Transpose/Reshape/Expand/Slice/Pad/Concat."""
+    graph = refresh_shapes(graph, context)
+    for node in list(graph.nodes):
+        if node.outputs and _is_noop(node, graph):
+            bypass_node(graph, node)
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------- CSE
+
+
+def _attr_key(value: Any) -> Any:
+    import onnx_graphsurgeon as gs
+
+    if isinstance(value, gs.Constant):
+        value = value.values
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(_attr_key(item) for item in value)
+    if isinstance(value, (gs.Graph, gs.Node.AttributeRef)):
+        raise TypeError("not hashable for CSE")
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    return (type(value).__name__, value)
+
+
+CSE_CONSTANT_LIMIT = 1 << 20  # bytes; constants up to this size are deduplicated by value
+
+
+@cleaning_pass("cse", "exact")
+def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
+    """Merge identical constants and identical nodes (never random ops, never nodes writing graph outputs)."""
+    protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
+    canonical: dict[Any, Any] = {}
+    for tensor in list(graph.tensors().values()):
+        if not is_constant(tensor) or id(tensor) in protected:
+            continue
+        values = np.asarray(tensor.values)
+        if values.nbytes > CSE_CONSTANT_LIMIT:
+            continue
+        key = (values.dtype.str, values.shape, values.tobytes())
+        keep = canonical.setdefault(key, tensor)
+        if keep is tensor:
+            continue
+        for consumer in list(tensor.outputs):
+            for index, inp in enumerate(consumer.inputs):
+                if inp is tensor:
+                    consumer.inputs[index] = keep
+
+    seen: dict[Any, Any] = {}
+    for node in graph.nodes:
+        if node.op in RANDOM_OPS or not node.outputs or any(id(out) in protected for out in node.outputs):
+            continue
+        try:
+            key = (
+                node.op,
+                node.domain,
+                tuple(id(inp) for inp in node.inputs),
+                tuple(sorted((name, _attr_key(value)) for name, value in node.attrs.items())),
+                len(node.outputs),
+            )
+        except TypeError:
+            continue
+        first = seen.setdefault(key, node)
+        if first is node:
+            continue
+        for dup_out, keep_out in zip(node.outputs, first.outputs):
+            for consumer in list(dup_out.outputs):
+                for index, inp in enumerate(consumer.inputs):
+                    if inp is dup_out:
+                        consumer.inputs[index] = keep_out
+        node.outputs.clear()
+        node.inputs.clear()
+
+
+# ---------------------------------------------------------------------------------------------- Conv + BN
+
+
+@cleaning_pass("fuse_conv_bn", "numeric")
+def fuse_conv_bn(graph: Any, context: PassContext) -> None:
+    """Fold an inference BatchNormalization into the Conv before it (neutral for TensorRT, which does the same)."""
+    import onnx_graphsurgeon as gs
+
+    for bn in list(graph.nodes):
+        if bn.op != "BatchNormalization" or len(bn.inputs) != 5 or bn.attrs.get("training_mode", 0):
+            continue
+        if any(extra.outputs or extra in graph.outputs for extra in bn.outputs[1:]):
+            continue  # running statistics are used: not an inference BatchNormalization
+        conv = producer(bn.inputs[0])
+        if conv is None or conv.op != "Conv" or len(conv.outputs) != 1:
+            continue
+        link = conv.outputs[0]
+        if len(link.outputs) != 1 or link in graph.outputs:
+            continue
+        params = [constant_values(t) for t in bn.inputs[1:]]
+        weight = constant_values(conv.inputs[1])
+        bias = constant_values(conv.inputs[2]) if len(conv.inputs) > 2 and not conv.inputs[2].is_empty() else None
+        if weight is None or any(p is None for p in params) or (len(conv.inputs) > 2 and not conv.inputs[2].is_empty() and bias is None):
+            continue
+        if weight.dtype.kind != "f":
+            continue
+        gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+        channels = weight.shape[0]
+        if any(p.size != channels for p in (gamma, beta, mean, var)):
+            continue
+        epsilon = float(bn.attrs.get("epsilon", 1e-5))
+        scale = gamma / np.sqrt(var + epsilon)
+        new_weight = (weight.astype(np.float64) * scale.reshape(-1, *([1] * (weight.ndim - 1)))).astype(weight.dtype)
+        old_bias = bias.astype(np.float64) if bias is not None else np.zeros(channels)
+        new_bias = ((old_bias - mean) * scale + beta).astype(weight.dtype)
+        name = conv.name or link.name
+        conv.inputs[1] = gs.Constant(f"{name}_bn_weight", new_weight)
+        bias_tensor = gs.Constant(f"{name}_bn_bias", new_bias)
+        if len(conv.inputs) > 2:
+            conv.inputs[2] = bias_tensor
+        else:
+            conv.inputs.append(bias_tensor)
+        final = bn.outputs[0]
+        bn.outputs.clear()
+        bn.inputs.clear()
+        conv.outputs[0] = final
+
+
+# ---------------------------------------------------------------------------------------------- LayerNorm / GELU
+
+
+def _other_input(node: Any, tensor: Any) -> Any | None:
+    others = [inp for inp in node.inputs if inp is not tensor]
+    return others[0] if len(others) == 1 else None
+
+
+def _only_consumer(tensor: Any, graph: Any, op: str | tuple[str, ...]) -> Any | None:
+    ops = (op,) if isinstance(op, str) else op
+    if tensor in graph.outputs or len(tensor.outputs) != 1 or tensor.outputs[0].op not in ops:
+        return None
+    return tensor.outputs[0]
+
+
+def _scalar(tensor: Any) -> float | None:
+    values = constant_values(tensor)
+    if values is None or values.size != 1:
+        return None
+    return float(values.reshape(-1)[0])
+
+
+def _reduce_axes(node: Any) -> list[int] | None:
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    if len(node.inputs) > 1 and not node.inputs[1].is_empty():
+        return _constant_list(node.inputs[1])
+    return None
+
+
+@cleaning_pass("fuse_layernorm", "numeric", min_opset=17)
+def fuse_layernorm(graph: Any, context: PassContext) -> Any:
+    """Replace a written-out LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) by
+    LayerNormalization (opset >= 17): TensorRT warns that the written-out form overflows in FP16."""
+    import onnx_graphsurgeon as gs
+
+    graph = refresh_shapes(graph, context)
+    for mean_node in list(graph.nodes):
+        if mean_node.op != "ReduceMean" or not mean_node.outputs or int(mean_node.attrs.get("keepdims", 1)) != 1:
+            continue
+        x = mean_node.inputs[0]
+        axes = _reduce_axes(mean_node)
+        if axes != [-1]:
+            shape = tensor_shape(x)
+            if axes is None or shape is None or len(axes) != 1 or axes[0] != len(shape) - 1:
+                continue
+        mean = mean_node.outputs[0]
+        sub = _only_consumer(mean, graph, "Sub")
+        if sub is None or sub.inputs[0] is not x or sub.inputs[1] is not mean:
+            continue
+        centered = sub.outputs[0]
+        if centered in graph.outputs or len(centered.outputs) != 2:
+            continue
+        square = next((n for n in centered.outputs if n.op in ("Pow", "Mul")), None)
+        divide = next((n for n in centered.outputs if n.op == "Div"), None)
+        if square is None or divide is None or divide.inputs[0] is not centered:
+            continue
+        if square.op == "Pow" and (_scalar(square.inputs[1]) != 2.0 or square.inputs[0] is not centered):
+            continue
+        if square.op == "Mul" and not (square.inputs[0] is centered and square.inputs[1] is centered):
+            continue
+        var_node = _only_consumer(square.outputs[0], graph, "ReduceMean")
+        if var_node is None or _reduce_axes(var_node) != axes or int(var_node.attrs.get("keepdims", 1)) != 1:
+            continue
+        add_eps = _only_consumer(var_node.outputs[0], graph, "Add")
+        if add_eps is None:
+            continue
+        epsilon = _scalar(_other_input(add_eps, var_node.outputs[0]))
+        sqrt = _only_consumer(add_eps.outputs[0], graph, "Sqrt")
+        if epsilon is None or sqrt is None or divide.inputs[1] is not sqrt.outputs[0] or len(sqrt.outputs[0].outputs) != 1:
+            continue
+        dtype = np_dtype(x)
+        channels = tensor_shape(x)[-1] if tensor_shape(x) else None
+        if dtype is None or dtype.kind != "f":
+            continue
+        out = divide.outputs[0]
+        removed = [mean_node, sub, square, var_node, add_eps, sqrt, divide]
+        gamma = beta = None
+        scale_node = _only_consumer(out, graph, "Mul")
+        if scale_node is not None:
+            values = constant_values(_other_input(scale_node, out))
+            if values is not None and values.ndim <= 1 and values.size > 0:
+                gamma, out = values, scale_node.outputs[0]
+                removed.append(scale_node)
+                shift_node = _only_consumer(out, graph, "Add")
+                if shift_node is not None:
+                    values = constant_values(_other_input(shift_node, out))
+                    if values is not None and values.ndim <= 1 and values.size > 0:
+                        beta, out = values, shift_node.outputs[0]
+                        removed.append(shift_node)
+        sizes = {v.size for v in (gamma, beta) if v is not None and v.size > 1}
+        if isinstance(channels, int) and channels > 0:
+            sizes.add(channels)
+        if len(sizes) != 1:
+            continue  # the normalized size is unknown or inconsistent
+        size = sizes.pop()
+        gamma = np.broadcast_to(gamma if gamma is not None else np.ones(1), (size,)).astype(dtype)
+        beta = np.broadcast_to(beta if beta is not None else np.zeros(1), (size,)).astype(dtype)
+        name = mean_node.name or mean.name
+        for node in removed:
+            node.outputs.clear()
+            node.inputs.clear()
+        graph.nodes.append(
+            gs.Node(
+                "LayerNormalization",
+                name=f"{name}_layernorm",
+                attrs={"axis": -1, "epsilon": float(epsilon)},
+                inputs=[x, gs.Constant(f"{name}_ln_scale", np.ascontiguousarray(gamma)), gs.Constant(f"{name}_ln_bias", np.ascontiguousarray(beta))],
+                outputs=[out],
+            )
+        )
+    return graph
+
+
+@cleaning_pass("fuse_gelu", "numeric", min_opset=20)
+def fuse_gelu(graph: Any, context: PassContext) -> None:
+    """Replace x * 0.5 * (1 + erf(x / sqrt(2))) by Gelu (opset >= 20)."""
+    import onnx_graphsurgeon as gs
+
+    for erf in list(graph.nodes):
+        if erf.op != "Erf" or not erf.inputs or not erf.outputs:
+            continue
+        scaled = erf.inputs[0]
+        scale_node = producer(scaled)
+        if scale_node is None or scale_node.op not in ("Div", "Mul") or len(scaled.outputs) != 1 or scaled in graph.outputs:
+            continue
+        x = scale_node.inputs[0]
+        factor = _scalar(scale_node.inputs[1])
+        expected = math.sqrt(2.0) if scale_node.op == "Div" else 1 / math.sqrt(2.0)
+        if factor is None or abs(factor - expected) > 1e-4:
+            continue
+        add = _only_consumer(erf.outputs[0], graph, "Add")
+        if add is None or _scalar(_other_input(add, erf.outputs[0])) != 1.0:
+            continue
+        mul1 = _only_consumer(add.outputs[0], graph, "Mul")
+        if mul1 is None:
+            continue
+        other = _other_input(mul1, add.outputs[0])
+        removed = [scale_node, erf, add, mul1]
+        if other is x:
+            # x * (1 + erf) then * 0.5
+            mul2 = _only_consumer(mul1.outputs[0], graph, "Mul")
+            if mul2 is None or _scalar(_other_input(mul2, mul1.outputs[0])) != 0.5:
+                continue
+            removed.append(mul2)
+            out = mul2.outputs[0]
+        else:
+            # (x * 0.5) * (1 + erf)
+            half = producer(other) if other is not None else None
+            if half is None or half.op != "Mul" or len(other.outputs) != 1 or x not in half.inputs or _scalar(_other_input(half, x)) != 0.5:
+                continue
+            removed.append(half)
+            out = mul1.outputs[0]
+        for node in removed:
+            node.outputs.clear()
+            node.inputs.clear()
+        graph.nodes.append(gs.Node("Gelu", name=f"{erf.name or out.name}_gelu", attrs={"approximate": "none"}, inputs=[x], outputs=[out]))
+
+
+# ---------------------------------------------------------------------------------------------- Q/DQ lint
+
+
+@cleaning_pass("qdq_lint", "report")
+def qdq_lint_pass(graph: Any, context: PassContext) -> None:
+    """Report Q/DQ placements that break TensorRT's rules; never changes the graph."""
+    from workbench.clean.qdq_lint import lint_qdq
+
+    context.findings.extend(lint_qdq(graph))
+
+
+DEFAULT_PASSES: tuple[str, ...] = (
+    "override_input_shapes",
+    "constants_to_initializers",
+    "cleanup_toposort",
+    "fold_constants",
+    "shape_cast_elision",
+    "remove_noops",
+    "cse",
+    "fuse_conv_bn",
+    "fuse_layernorm",
+    "fuse_gelu",
+    "qdq_lint",
+)

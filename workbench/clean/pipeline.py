@@ -1,0 +1,233 @@
+"""Runs the named passes in order, checks each one and rolls back the ones that fail."""
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from workbench.clean.checks import EquivalenceChecker, default_probe_shapes, io_specs, probe_shapes_from_profile
+from workbench.clean.graph_utils import (
+    apply_inferred_shapes,
+    export_graph,
+    import_graph,
+    model_bytes,
+    node_names,
+    op_counts,
+    opset_of,
+    prune_dead_nodes,
+)
+from workbench.clean.passes import DEFAULT_FOLD_SIZE_THRESHOLD, DEFAULT_PASSES, CleanPass, DimSpec, PassContext, get_pass
+from workbench.clean.report import CleanResult, PassReport
+from workbench.errors import WorkbenchError
+from workbench.model import PROTOBUF_LIMIT_BYTES, TensorSpec
+
+
+@dataclass
+class CleanOptions:
+    """How to clean.
+
+    ``passes``: names (or CleanPass objects) in order; None means DEFAULT_PASSES. ``input_shapes``: per input,
+    one entry per dimension: an int pins it, a string names it (symbolic), None keeps it. ``profile``: TensorRT
+    style ``{input: (min, opt, max)}`` shapes the outputs are compared at (default: batch 1/2/3, other dynamic
+    dims 32/64/96). ``check``: run the equivalence checks after every pass.
+    """
+
+    passes: Sequence[str | CleanPass] | None = None
+    input_shapes: Mapping[str, Sequence[DimSpec]] = field(default_factory=dict)
+    profile: Mapping[str, Sequence[Sequence[int]]] | None = None
+    check: bool = True
+    fold_size_threshold: int | None = DEFAULT_FOLD_SIZE_THRESHOLD
+    seed: int = 0
+    extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()  # real samples to compare on, besides the seeded ones
+    max_model_bytes: int = PROTOBUF_LIMIT_BYTES
+
+    def resolved_passes(self) -> list[CleanPass]:
+        chosen = DEFAULT_PASSES if self.passes is None else self.passes
+        return [item if isinstance(item, CleanPass) else get_pass(item) for item in chosen]
+
+
+def _load(model: Any) -> tuple[Any, str]:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model, "<in-memory model>"
+    if hasattr(model, "proto") and hasattr(model, "path"):  # OnnxModel
+        return model.proto, str(model.path)
+    if isinstance(model, (str, os.PathLike)):
+        from workbench.model import load_onnx
+
+        return load_onnx(model).proto, str(model)
+    raise WorkbenchError(f"cannot clean a {type(model).__name__}.", expected="a path to an .onnx file, an OnnxModel or an onnx.ModelProto")
+
+
+def _apply_overrides(inputs: tuple[TensorSpec, ...], overrides: Mapping[str, Sequence[DimSpec]]) -> tuple[TensorSpec, ...]:
+    result = []
+    for spec in inputs:
+        dims = overrides.get(spec.name)
+        if dims is None:
+            result.append(spec)
+            continue
+        if len(dims) != len(spec.shape):
+            raise WorkbenchError(
+                f"input-shape override for {spec.name!r} has {len(dims)} dimensions but the input has rank {len(spec.shape)}.",
+                expected=f"{len(spec.shape)} entries (int to pin, name to keep symbolic, None to keep)",
+            )
+        result.append(TensorSpec(spec.name, spec.dtype, tuple(old if new is None else new for old, new in zip(spec.shape, dims))))
+    unknown = sorted(set(overrides) - {spec.name for spec in inputs})
+    if unknown:
+        raise WorkbenchError(f"input-shape override names {unknown}, which are not graph inputs.", expected=f"names among {[s.name for s in inputs]}")
+    return tuple(result)
+
+
+def _same_graph(a: Any, b: Any) -> bool:
+    ga, gb = a.graph, b.graph
+    return (
+        list(ga.node) == list(gb.node)
+        and list(ga.input) == list(gb.input)
+        and list(ga.output) == list(gb.output)
+        and list(ga.initializer) == list(gb.initializer)
+    )
+
+
+def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
+    old, new = Counter(before), Counter(after)
+    return sorted((old - new).elements()), sorted((new - old).elements())
+
+
+def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
+    """Clean ``model`` (path, OnnxModel or ModelProto; never modified) pass by pass and return the result,
+    with the cleaned ModelProto in ``result.model``."""
+    options = options or CleanOptions()
+    run_start = time.perf_counter()
+    original, source = _load(model)
+    if original.ByteSize() >= options.max_model_bytes:
+        raise WorkbenchError(
+            f"{source}: the model is {original.ByteSize() / 1024**3:.2f} GiB; the cleaner keeps whole models in one "
+            f"protobuf message, which cannot exceed 2 GiB.",
+            expected="a model under 2 GiB",
+            hint="clean a smaller export, or run polygraphy surgeon sanitize with --external-data-path",
+        )
+    passes = options.resolved_passes()
+    opset = opset_of(original)
+    inputs, outputs = io_specs(original)
+    overrides = {name: list(dims) for name, dims in options.input_shapes.items()}
+    overridden_inputs = _apply_overrides(inputs, overrides)
+    if overrides and not any(p.run is get_pass("override_input_shapes").run for p in passes):
+        raise WorkbenchError("input-shape overrides were given but the override_input_shapes pass is not selected.", expected="override_input_shapes among the passes")
+
+    checker = None
+    probe_shapes: list[dict[str, tuple[int, ...]]] = []
+    check_seconds = 0.0
+    if options.check:
+        probes = probe_shapes_from_profile(overridden_inputs, options.profile) if options.profile else default_probe_shapes(overridden_inputs)
+        checker = EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
+        probe_shapes = checker.probe_shapes
+        check_seconds += checker.baseline_seconds
+    expected_io = (inputs, outputs)
+
+    context = PassContext(template=original, input_shapes=overrides, fold_size_threshold=options.fold_size_threshold)
+    current = original  # the last accepted model
+    current_counts, current_bytes, current_names = op_counts(original), model_bytes(original), node_names(original)
+    # One graph lives across passes (importing costs more than most passes); a failed pass re-imports it.
+    graph = import_graph(original)
+    shapes_fresh = False
+    reports: list[PassReport] = []
+    pass_seconds = 0.0
+    for clean_pass in passes:
+        before = dict(nodes_before=len(current.graph.node), op_counts_before=current_counts, bytes_before=current_bytes)
+        unchanged = dict(nodes_after=before["nodes_before"], op_counts_after=current_counts, bytes_after=current_bytes)
+        skip_reason = None
+        if opset < clean_pass.min_opset:
+            skip_reason = f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}"
+        elif clean_pass.name == "override_input_shapes" and not overrides:
+            skip_reason = "skipped: no input shapes to override"
+        if skip_reason:
+            reports.append(PassReport(clean_pass.name, "unchanged", **before, **unchanged, seconds=0.0, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, failure=skip_reason))
+            continue
+        context.findings = []
+        context.shapes_fresh = shapes_fresh
+        start = time.perf_counter()
+        try:
+            returned = clean_pass.run(graph, context)
+            graph = returned if returned is not None else graph
+            candidate = None
+            if clean_pass.tolerance != "report":
+                prune_dead_nodes(graph)
+                graph.cleanup(remove_unused_graph_inputs=False).toposort()
+                candidate = export_graph(graph, original)
+        except WorkbenchError:
+            raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
+        except Exception as error:
+            graph, shapes_fresh = import_graph(current), False
+            seconds = time.perf_counter() - start
+            pass_seconds += seconds
+            message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+            reports.append(PassReport(clean_pass.name, "rolled_back", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, failure=f"the pass raised {type(error).__name__}: {message}"))
+            continue
+        seconds = time.perf_counter() - start
+        pass_seconds += seconds
+        if candidate is None:
+            reports.append(PassReport(clean_pass.name, "report_only", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance="report", findings=list(context.findings)))
+            shapes_fresh = context.shapes_fresh
+            continue
+        if _same_graph(candidate, current):
+            reports.append(PassReport(clean_pass.name, "unchanged", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, findings=list(context.findings)))
+            shapes_fresh = context.shapes_fresh
+            continue
+        is_override = clean_pass.name == "override_input_shapes"
+        wanted_io = (overridden_inputs, outputs) if is_override else expected_io
+        status, diff, failure, check_time, inferred = "unchecked", None, None, 0.0, None
+        if checker is not None:
+            outcome = checker.check(candidate, clean_pass.tolerance, wanted_io)
+            status = "accepted" if outcome.ok else "rolled_back"
+            diff, failure, check_time, inferred = outcome.max_abs_diff, outcome.failure, outcome.seconds, outcome.inferred_model
+            check_seconds += check_time
+        after_counts, after_bytes, after_names = op_counts(candidate), model_bytes(candidate), node_names(candidate)
+        removed, added = _names_diff(current_names, after_names)
+        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(candidate.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings)))
+        if status == "rolled_back":
+            graph, shapes_fresh = import_graph(current), False
+            continue
+        if is_override:
+            expected_io = wanted_io
+        current = candidate
+        current_counts, current_bytes, current_names = after_counts, after_bytes, after_names
+        shapes_fresh = False
+        if inferred is not None:
+            apply_inferred_shapes(graph, inferred)
+            shapes_fresh = True
+
+    return CleanResult(
+        source=source,
+        passes=reports,
+        nodes_before=len(original.graph.node),
+        nodes_after=len(current.graph.node),
+        bytes_before=model_bytes(original),
+        bytes_after=model_bytes(current),
+        op_counts_before=op_counts(original),
+        op_counts_after=op_counts(current),
+        seconds=time.perf_counter() - run_start,
+        pass_seconds=pass_seconds,
+        check_seconds=check_seconds,
+        probe_shapes=[{name: list(shape) for name, shape in probe.items()} for probe in probe_shapes],
+        baseline_issues=list(checker.baseline_issues) if checker else [],
+        checks_enabled=options.check,
+        model=current,
+    )
+
+
+def clean_file(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str], options: CleanOptions | None = None) -> CleanResult:
+    """Clean ``input_path`` into ``output_path`` (written atomically; the input is never touched)."""
+    from workbench._io import write_bytes_atomic
+
+    input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.exists() and input_path.exists() and output_path.resolve() == input_path.resolve():
+        raise WorkbenchError(f"{output_path}: the output would overwrite the input model.", expected="a different output path")
+    result = clean_model(input_path, options)
+    write_bytes_atomic(output_path, result.model.SerializeToString())
+    return result

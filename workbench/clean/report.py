@@ -1,0 +1,115 @@
+"""Result dataclasses of the cleaner: one :class:`PassReport` per pass, a :class:`CleanResult` per run."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Pass statuses. "accepted": changed the graph and passed every check. "unchanged": the pass found nothing
+# to do (no check needed). "rolled_back": the pass raised or failed a check; the graph before it was kept.
+# "unchecked": changed the graph and was kept without the equivalence checks (checks switched off).
+# "report_only": an analysis pass (the Q/DQ lint) that never changes the graph.
+PASS_STATUSES = ("accepted", "unchanged", "rolled_back", "unchecked", "report_only")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem a lint found: which rule, on which node, explained in words."""
+
+    rule: str
+    node: str
+    message: str
+    severity: str = "warning"  # "error": TensorRT rejects it; "warning": TensorRT accepts it but runs slower
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PassReport:
+    """What one named pass did to the graph and whether it was proven harmless."""
+
+    name: str
+    status: str
+    nodes_before: int
+    nodes_after: int
+    op_counts_before: dict[str, int]
+    op_counts_after: dict[str, int]
+    bytes_before: int
+    bytes_after: int
+    seconds: float  # time of the pass itself
+    check_seconds: float  # time of the checks after it
+    max_abs_diff: float | None  # largest |cleaned - original| over every output and probe shape; None if not run
+    nodes_removed: list[str] = field(default_factory=list)
+    nodes_added: list[str] = field(default_factory=list)
+    tolerance: str = "exact"
+    failure: str | None = None  # why the pass was rolled back
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.status in ("accepted", "unchecked")
+
+    def op_count_delta(self) -> dict[str, int]:
+        """Op type -> (after - before), only the op types whose count changed."""
+        ops = set(self.op_counts_before) | set(self.op_counts_after)
+        delta = {op: self.op_counts_after.get(op, 0) - self.op_counts_before.get(op, 0) for op in ops}
+        return {op: d for op, d in sorted(delta.items(), key=lambda item: (item[1], item[0])) if d}
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["findings"] = [finding.to_json() for finding in self.findings]
+        return data
+
+
+@dataclass
+class CleanResult:
+    """Summary of a whole cleaning run, plus the cleaned model in memory."""
+
+    source: str
+    passes: list[PassReport]
+    nodes_before: int
+    nodes_after: int
+    bytes_before: int
+    bytes_after: int
+    op_counts_before: dict[str, int]
+    op_counts_after: dict[str, int]
+    seconds: float  # whole run, checks included
+    pass_seconds: float  # the passes alone
+    check_seconds: float  # the checks alone (baseline reference outputs included)
+    probe_shapes: list[dict[str, list[int]]]  # the input shapes the outputs were compared at
+    baseline_issues: list[str] = field(default_factory=list)  # checks the original itself fails (skipped after)
+    checks_enabled: bool = True
+    model: Any = field(default=None, repr=False)  # the cleaned onnx.ModelProto
+
+    @property
+    def rolled_back(self) -> list[PassReport]:
+        return [report for report in self.passes if report.status == "rolled_back"]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [finding for report in self.passes for finding in report.findings]
+
+    def report(self, name: str) -> PassReport:
+        for report in self.passes:
+            if report.name == name:
+                return report
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "seconds": self.seconds,
+            "pass_seconds": self.pass_seconds,
+            "check_seconds": self.check_seconds,
+            "checks_enabled": self.checks_enabled,
+            "probe_shapes": self.probe_shapes,
+            "baseline_issues": self.baseline_issues,
+            "op_counts_before": self.op_counts_before,
+            "op_counts_after": self.op_counts_after,
+            "rolled_back": [report.name for report in self.rolled_back],
+            "passes": [report.to_json() for report in self.passes],
+        }
