@@ -14,6 +14,7 @@ from workbench.errors import WorkbenchError
 
 # Modules that define ``register(subparsers)``; each owns its own subcommands so features stay independent.
 COMMAND_MODULES: tuple[str, ...] = (
+    "workbench.calib.cli",
     "workbench.doctor",
     "workbench.zoo.cli",
     "workbench.build",

@@ -1,0 +1,163 @@
+"""Range methods computed from a :class:`TensorHistogram` on demand (no data is re-read), and weight scales.
+
+All methods return ``amax``; the int8 scale is ``amax / 127`` (symmetric, zero point 0, TensorRT's convention).
+Algorithms follow NVIDIA's pytorch-quantization (``calib/histogram.py``), the public reference for TensorRT's
+EntropyCalibrator2: percentile on the |x| CDF, KL divergence over 128 levels, and MSE over bin centres.
+"""
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import numpy as np
+
+from workbench.calib.histogram import NUM_BINS, TensorHistogram
+from workbench.errors import WorkbenchError
+
+Method = Literal["max", "percentile", "entropy", "mse"]
+METHODS: tuple[Method, ...] = ("max", "percentile", "entropy", "mse")
+INT8_MAX = 127
+ENTROPY_LEVELS = 128  # symmetric int8: sign bit + 7 magnitude bits
+DEFAULT_PERCENTILE = 99.99
+
+
+def amax_max(hist: TensorHistogram) -> float:
+    """Largest |x| seen (exact, from the running min/max rather than a bin edge)."""
+    return hist.amax
+
+
+def amax_percentile(hist: TensorHistogram, percentile: float = DEFAULT_PERCENTILE) -> float:
+    """Upper edge of the bin where the |x| CDF first reaches ``percentile`` (in percent), capped at the true max."""
+    if not 0.0 < percentile <= 100.0:
+        raise WorkbenchError(f"percentile {percentile} is out of range.", expected="a number in (0, 100], e.g. 99.99")
+    counts = hist.total_counts
+    total = counts.sum()
+    if total == 0 or hist.width == 0.0:
+        return hist.amax
+    cdf = np.cumsum(counts) / total
+    index = int(np.searchsorted(cdf, percentile / 100.0 - 1e-12))
+    index = min(index, NUM_BINS - 1)
+    return float(min((index + 1) * hist.width, hist.amax))
+
+
+def _used_bins(hist: TensorHistogram) -> np.ndarray:
+    counts = hist.total_counts.astype(np.float64)
+    last = int(np.flatnonzero(counts)[-1]) + 1 if counts.any() else 0
+    return counts[:last]
+
+
+def entropy_divergences(hist: TensorHistogram, *, levels: int = ENTROPY_LEVELS, chunk: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """KL divergence D(P || Q) for every candidate threshold bin count ``i`` in [levels, used bins].
+
+    Returns ``(candidates, divergences)``. For candidate ``i``: P = bins[:i] with all mass of bins[i:] added to
+    P[i-1]; Q = bins[:i] merged into ``levels`` groups (bin j -> group floor(j*levels/i)), each group's count spread
+    evenly over its non-empty bins, empty bins staying empty. As in pytorch-quantization, bin 0 is replaced by bin 1
+    so that the spike of exact zeros after ReLU does not dominate the divergence. Vectorised over chunks of
+    candidates; ``tests/test_calib_methods.py`` checks it against a plain loop.
+    """
+    bins = _used_bins(hist)
+    if bins.size <= levels:
+        return np.array([bins.size], dtype=np.int64), np.zeros(1)
+    bins = bins.copy()
+    bins[0] = bins[1]
+    n = bins.size
+    tail = np.concatenate([np.cumsum(bins[::-1])[::-1], [0.0]])  # tail[i] = sum(bins[i:])
+    candidates = np.arange(levels, n + 1, dtype=np.int64)
+    divergences = np.empty(candidates.size, dtype=np.float64)
+    j = np.arange(n, dtype=np.int64)
+    nonzero = bins > 0
+    for start in range(0, candidates.size, chunk):
+        cand = candidates[start : start + chunk]
+        rows = cand.size
+        inside = j[None, :] < cand[:, None]  # (rows, n)
+        group = (j[None, :] * levels) // cand[:, None]
+        group = np.where(inside, group, levels)  # outside bins go to a dummy group
+        flat_group = (group + np.arange(rows)[:, None] * (levels + 1)).ravel()
+        weights = np.where(inside, bins[None, :], 0.0)
+        group_sum = np.bincount(flat_group, weights=weights.ravel(), minlength=rows * (levels + 1))
+        group_nz = np.bincount(flat_group, weights=(inside & nonzero[None, :]).ravel().astype(np.float64),
+                               minlength=rows * (levels + 1))
+        spread = np.divide(group_sum, group_nz, out=np.zeros_like(group_sum), where=group_nz > 0)
+        q = np.where(inside & nonzero[None, :], spread[flat_group].reshape(rows, n), 0.0)
+        p = weights.copy()
+        p[np.arange(rows), cand - 1] += tail[cand]
+        p /= p.sum(axis=1, keepdims=True)
+        q_sum = q.sum(axis=1, keepdims=True)
+        q = np.divide(q, q_sum, out=np.zeros_like(q), where=q_sum > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(p > 0, p * np.log(p / q), 0.0)
+        divergences[start : start + rows] = terms.sum(axis=1)
+    return candidates, divergences
+
+
+def amax_entropy(hist: TensorHistogram, *, levels: int = ENTROPY_LEVELS) -> float:
+    """TensorRT-style entropy calibration: the threshold minimising KL(P||Q); the last minimum wins on ties."""
+    if hist.width == 0.0:
+        return hist.amax
+    candidates, divergences = entropy_divergences(hist, levels=levels)
+    best = int(len(divergences) - 1 - np.argmin(divergences[::-1]))
+    return float(min(candidates[best] * hist.width, hist.amax))
+
+
+def mse_errors(hist: TensorHistogram, *, start_bin: int = 128, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Mean squared fake-quantization error of the histogram for each candidate amax (bin centres from ``start_bin``)."""
+    counts = _used_bins(hist)
+    centres = (np.arange(counts.size, dtype=np.float64) + 0.5) * hist.width
+    first = min(start_bin, max(counts.size - 1, 0))
+    candidate_amax = centres[first:]
+    errors = np.empty(candidate_amax.size, dtype=np.float64)
+    total = counts.sum()
+    for start in range(0, candidate_amax.size, chunk):
+        amax = candidate_amax[start : start + chunk, None]
+        scale = amax / INT8_MAX
+        quantized = np.clip(np.rint(centres[None, :] / scale), -INT8_MAX, INT8_MAX) * scale
+        errors[start : start + chunk] = ((quantized - centres[None, :]) ** 2 * counts[None, :]).sum(axis=1) / total
+    return candidate_amax, errors
+
+
+def amax_mse(hist: TensorHistogram) -> float:
+    """Candidate amax (a bin centre) with the smallest mean squared fake-quantization error."""
+    if hist.width == 0.0 or hist.count == 0:
+        return hist.amax
+    candidates, errors = mse_errors(hist)
+    return float(min(candidates[int(np.argmin(errors))], hist.amax))
+
+
+def compute_amax(hist: TensorHistogram, method: Method, *, percentile: float = DEFAULT_PERCENTILE) -> float:
+    """Dispatch to one method by name."""
+    functions: dict[str, Callable[[TensorHistogram], float]] = {
+        "max": amax_max,
+        "percentile": lambda h: amax_percentile(h, percentile),
+        "entropy": amax_entropy,
+        "mse": amax_mse,
+    }
+    if method not in functions:
+        raise WorkbenchError(f"unknown calibration method {method!r}.", expected=" / ".join(METHODS))
+    return functions[method](hist)
+
+
+def per_channel_amax(weight: np.ndarray, axis: int) -> np.ndarray:
+    """Max |w| per output channel along ``axis`` (0 for Conv and Gemm with transB, 1 for ConvTranspose and MatMul)."""
+    weight = np.asarray(weight, dtype=np.float32)
+    if weight.ndim == 0:
+        return np.abs(weight).reshape(1)
+    axis = axis % weight.ndim
+    reduce_axes = tuple(a for a in range(weight.ndim) if a != axis)
+    return np.abs(weight).max(axis=reduce_axes) if reduce_axes else np.abs(weight)
+
+
+def scale_from_amax(amax: np.ndarray | float) -> np.ndarray:
+    """Symmetric int8 scale, strictly positive as TensorRT requires (an all-zero tensor gets scale 1/127)."""
+    amax_array = np.asarray(amax, dtype=np.float32)
+    safe = np.where(amax_array > 0, amax_array, np.float32(1.0))
+    return (safe / np.float32(INT8_MAX)).astype(np.float32)
+
+
+def fake_quantize(values: np.ndarray, scale: np.ndarray | float, axis: int | None = None) -> np.ndarray:
+    """Quantize then dequantize like TensorRT / ONNX QuantizeLinear: round half to even, clamp to [-128, 127]."""
+    values = np.asarray(values, dtype=np.float32)
+    scale_array = np.asarray(scale, dtype=np.float32)
+    if axis is not None and scale_array.ndim == 1 and values.ndim > 1:
+        shape = [1] * values.ndim
+        shape[axis % values.ndim] = scale_array.size
+        scale_array = scale_array.reshape(shape)
+    return (np.clip(np.rint(values / scale_array), -128, 127) * scale_array).astype(np.float32)

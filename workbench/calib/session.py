@@ -1,0 +1,254 @@
+"""A calibration session: statistics once, then ranges, Q/DQ models, diffs, task metrics and fallback on demand.
+
+The CLI, the notebook panel and the benchmark all drive this one object, so a fallback or a method switch reuses the
+statistics already gathered (no data is re-read) and only regenerates the Q/DQ model and re-evaluates.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from workbench.calib.data import CalibrationSource, resolve_source
+from workbench.calib.diff import LayerDiff, diff_models
+from workbench.calib.methods import DEFAULT_PERCENTILE, Method
+from workbench.calib.qdq import QUANTIZABLE_OPS, QdqModel, insert_qdq
+from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, collect_statistics
+from workbench.errors import WorkbenchError
+from workbench.precision import Precision, PrecisionPlan
+
+
+def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """``predict(feed)`` for an in-memory model with ORT CPU, optimizations off (simulated Q/DQ, the reference)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # ORT's own exception classes
+        raise WorkbenchError(f"ONNX Runtime cannot load the rewritten model ({error}).", expected="a valid ONNX model") from error
+    names = [o.name for o in session.get_outputs()]
+    inputs = [i.name for i in session.get_inputs()]
+
+    def predict(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(names, session.run(names, {n: feed[n] for n in inputs})))
+
+    return predict
+
+
+@dataclass
+class FallbackStep:
+    """One evaluated point of a fallback search: how many ranked nodes left INT8 and the metric it gave."""
+
+    fallback_count: int
+    nodes: list[str]
+    metric: float
+    meets_target: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fallback_count": self.fallback_count, "nodes": self.nodes, "metric": self.metric, "meets_target": self.meets_target}
+
+
+@dataclass
+class FallbackSearchResult:
+    """The smallest fallback set found for a target metric, with every evaluation made on the way."""
+
+    target: float
+    metric_name: str
+    precision: str
+    nodes: list[str]
+    metric: float | None
+    met: bool
+    int8_nodes_total: int
+    int8_nodes_kept: int
+    steps: list[FallbackStep] = field(default_factory=list)
+    seconds: float = 0.0
+    plan: PrecisionPlan | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "metric_name": self.metric_name, "precision": self.precision, "nodes": self.nodes,
+                "metric": self.metric, "met": self.met, "int8_nodes_total": self.int8_nodes_total,
+                "int8_nodes_kept": self.int8_nodes_kept, "steps": [s.to_json() for s in self.steps],
+                "seconds": round(self.seconds, 3), "plan": self.plan.to_json() if self.plan else None}
+
+
+class CalibrationSession:
+    """Calibrate one FP32 model. ``entry`` (a zoo entry) adds its data and its task metric."""
+
+    def __init__(self, model: Any, *, data: Any = None, entry: Any = None, max_batches: int | None = None,
+                 progress: bool = True, optimized_statistics: bool = False) -> None:
+        from workbench.model import OnnxModel, load_onnx
+
+        if isinstance(model, (str, Path)):
+            model = load_onnx(model)
+        if not isinstance(model, OnnxModel):
+            raise WorkbenchError(f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
+                                 expected="workbench.model.load_onnx(path) or a path")
+        self.model = model
+        self.entry = entry
+        if data is None:
+            if entry is None:
+                raise WorkbenchError("no calibration data given.", expected="data= a folder, a list of feeds, 'zoo' or 'random'",
+                                     hint="random data is used only when asked for explicitly (data='random')")
+            data = "zoo"
+        self.source: CalibrationSource = resolve_source(data, model=model, entry=entry)
+        self.max_batches = max_batches
+        self.progress = progress
+        self.optimized_statistics = optimized_statistics
+        self._statistics: dict[int | None, CalibrationStatistics] = {}
+        self._metric_cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ statistics and ranges
+    def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
+        """Histograms from one streaming pass (cached per number of batches)."""
+        limit = self.max_batches if max_batches == -1 else max_batches
+        if limit not in self._statistics:
+            self._statistics[limit] = collect_statistics(self.model, self.source, limit=limit, progress=self.progress,
+                                                         optimized=self.optimized_statistics)
+        return self._statistics[limit]
+
+    def use_statistics(self, statistics: CalibrationStatistics, max_batches: int | None = -1) -> None:
+        """Adopt statistics loaded from a cache (must be for this model)."""
+        if statistics.model_sha256 and statistics.model_sha256 != self.model.sha256:
+            raise WorkbenchError("the cached statistics belong to a different model.", expected=f"model sha256 {self.model.sha256[:12]}…")
+        self._statistics[self.max_batches if max_batches == -1 else max_batches] = statistics
+
+    def ranges(self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE, max_batches: int | None = -1) -> CalibrationRanges:  # type: ignore[assignment]
+        return self.statistics(max_batches).ranges(method, percentile=percentile)
+
+    # ------------------------------------------------------------------ Q/DQ model
+    def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
+        ranges = ranges or self.ranges()
+        return insert_qdq(self.model.proto, ranges.amax, plan or PrecisionPlan(default="int8"))
+
+    def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
+        """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+        import onnx_graphsurgeon as gs
+
+        from workbench.calib.qdq import plan_placement, prepare_model
+
+        graph = gs.import_onnx(prepare_model(self.model.proto))
+        graph.toposort()
+        return plan_placement(graph, plan).int8_nodes
+
+    def quantizable_nodes(self) -> list[tuple[str, str]]:
+        """(node name, op) of every Conv/ConvTranspose/Gemm/MatMul, for per-layer precision widgets."""
+        from workbench.calib.qdq import prepare_model
+
+        return [(n.name, n.op_type) for n in prepare_model(self.model.proto).graph.node if n.op_type in QUANTIZABLE_OPS]
+
+    # ------------------------------------------------------------------ diff and metric
+    def diff(self, quantized: QdqModel | Any, data: Any = None, *, max_batches: int | None = 4, with_metric: bool = False) -> LayerDiff:
+        """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches)."""
+        source = self.source if data is None else resolve_source(data, model=self.model, entry=self.entry)
+        result = diff_models(self.model, quantized.proto if isinstance(quantized, QdqModel) else quantized, source,
+                             limit=max_batches, progress=self.progress)
+        if with_metric and self.entry is not None:
+            result.task_metric = self.evaluate(quantized).to_json()
+        return result
+
+    def evaluate(self, model: QdqModel | Any | None = None, *, limit: int | None = None) -> Any:
+        """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
+        if self.entry is None:
+            raise WorkbenchError("no task metric: the session was not made from a zoo model.", expected="CalibrationSession(..., entry=get_entry(name))")
+        proto = self.model.proto if model is None else getattr(model, "proto", model)
+        key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
+        if key not in self._metric_cache:
+            self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)
+        return self._metric_cache[key]
+
+    # ------------------------------------------------------------------ fallback
+    def rank_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> list[str]:
+        """INT8 nodes ordered worst first: by the relative noise power added at each node's output.
+
+        A node's own quantization (its input and weight Q/DQ) shows up as noise added at its output tensor.
+        """
+        import onnx_graphsurgeon as gs
+
+        from workbench.calib.qdq import prepare_model
+
+        nodes = self.int8_nodes(plan)
+        graph = gs.import_onnx(prepare_model(self.model.proto))
+        outputs = {n.name: [t.name for t in n.outputs] for n in graph.nodes}
+        by_tensor = {row.name: row for row in diff.tensors}
+        scores = {}
+        for node in nodes:
+            rows = [by_tensor[t] for t in outputs.get(node, []) if t in by_tensor and by_tensor[t].noise_added is not None]
+            scores[node] = max((r.noise_added or 0.0) for r in rows) if rows else 0.0
+        return sorted(nodes, key=lambda n: -scores[n])
+
+    def fallback_plan(self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None) -> PrecisionPlan:
+        if precision == "int8":
+            raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
+        base = base or PrecisionPlan(default="int8")
+        return base.with_overrides({node: precision for node in nodes})
+
+    def fall_back_worst(self, n: int, *, ranges: CalibrationRanges | None = None, precision: Precision = "fp32",
+                        diff: LayerDiff | None = None, plan: PrecisionPlan | None = None) -> tuple[PrecisionPlan, QdqModel]:
+        """Move the ``n`` worst INT8 nodes (by the per-layer diff) to ``precision`` and regenerate the Q/DQ model."""
+        ranges = ranges or self.ranges()
+        if diff is None:
+            diff = self.diff(self.quantize(ranges, plan))
+        worst = self.rank_int8_nodes(diff, plan)[: max(0, n)]
+        new_plan = self.fallback_plan(worst, precision, plan)
+        return new_plan, self.quantize(ranges, new_plan)
+
+    def search_fallback(self, target: float, *, ranges: CalibrationRanges | None = None, precision: Precision = "fp32",
+                        limit: int | None = None, diff: LayerDiff | None = None) -> FallbackSearchResult:
+        """Smallest prefix of the worst-first ranking whose fallback meets ``target`` on the task metric.
+
+        Exponential then binary search over the prefix length (the metric is close to monotone in it), so the
+        search costs O(log n) evaluations; statistics are reused throughout.
+        """
+        if self.entry is None:
+            raise WorkbenchError("the fallback search needs a task metric.", expected="a session made from a zoo model")
+        start = time.perf_counter()
+        ranges = ranges or self.ranges()
+        full = self.quantize(ranges)
+        diff = diff or self.diff(full)
+        ranked = self.rank_int8_nodes(diff)
+        higher = bool(self.entry.higher_is_better)
+        steps: dict[int, FallbackStep] = {}
+
+        def meets(value: float) -> bool:
+            return value >= target if higher else value <= target
+
+        def evaluate(k: int) -> FallbackStep:
+            if k not in steps:
+                model = full if k == 0 else self.quantize(ranges, self.fallback_plan(ranked[:k], precision))
+                value = float(self.evaluate(model, limit=limit).value)
+                steps[k] = FallbackStep(k, ranked[:k], value, meets(value))
+            return steps[k]
+
+        found: int | None = 0 if evaluate(0).meets_target else None
+        low, high = 0, None
+        if found is None:
+            k = 1
+            while k < len(ranked):
+                if evaluate(k).meets_target:
+                    high = k
+                    break
+                low = k
+                k *= 2
+            if high is None and evaluate(len(ranked)).meets_target:
+                high = len(ranked)
+            if high is not None:
+                while high - low > 1:
+                    middle = (low + high) // 2
+                    if evaluate(middle).meets_target:
+                        high = middle
+                    else:
+                        low = middle
+                found = high
+        best = steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
+        return FallbackSearchResult(
+            target=target, metric_name=self.entry.metric_name, precision=precision, nodes=best.nodes, metric=best.metric,
+            met=found is not None, int8_nodes_total=len(ranked), int8_nodes_kept=len(ranked) - len(best.nodes),
+            steps=sorted(steps.values(), key=lambda s: s.fallback_count), seconds=time.perf_counter() - start,
+            plan=self.fallback_plan(best.nodes, precision),
+        )

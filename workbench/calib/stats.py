@@ -1,0 +1,269 @@
+"""One streaming statistics pass (FP32 model under ONNX Runtime) and the ranges / cache computed from it.
+
+Only the tensors that will need a scale are exposed as extra graph outputs; each batch's values are folded into
+per-tensor histograms and dropped, so memory does not grow with the number of batches.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from workbench._io import write_json_atomic
+from workbench.calib.data import CalibrationSource, RANDOM_DATA_WARNING, combine_digests, feed_digest
+from workbench.calib.histogram import TensorHistogram
+from workbench.calib.methods import DEFAULT_PERCENTILE, METHODS, Method, compute_amax
+from workbench.errors import WorkbenchError
+
+CACHE_FORMAT = "trt-workbench-calibration-cache/1"
+
+
+def _model_sha256(proto: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+
+
+@dataclass
+class CalibrationStatistics:
+    """Histograms of every tensor that needs a scale, and where they came from. Methods run on these on demand."""
+
+    histograms: dict[str, TensorHistogram]
+    model_sha256: str
+    data_digest: str
+    data_name: str
+    num_batches: int
+    num_samples: int
+    seconds: float
+    random_data: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def ranges(self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE,
+               overrides: Mapping[str, float] | None = None) -> "CalibrationRanges":
+        """Per-tensor amax by one method (no data is re-read); ``overrides`` pins chosen tensors' amax."""
+        amax = {name: compute_amax(hist, method, percentile=percentile) for name, hist in self.histograms.items()}
+        if overrides:
+            amax.update({k: float(v) for k, v in overrides.items()})
+        return CalibrationRanges(
+            amax=amax, method=method, percentile=percentile if method == "percentile" else None,
+            model_sha256=self.model_sha256, data_digest=self.data_digest,
+            histogram_digests={name: hist.digest() for name, hist in self.histograms.items()},
+            random_data=self.random_data, warnings=list(self.warnings), statistics=self,
+        )
+
+    def all_methods(self, name: str, *, percentile: float = DEFAULT_PERCENTILE) -> dict[str, float]:
+        """Every method's amax for one tensor (for the histogram figure)."""
+        hist = self.histograms[name]
+        return {method: compute_amax(hist, method, percentile=percentile) for method in METHODS}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model_sha256": self.model_sha256, "data_digest": self.data_digest, "data_name": self.data_name,
+            "num_batches": self.num_batches, "num_samples": self.num_samples, "seconds": self.seconds,
+            "random_data": self.random_data, "warnings": self.warnings,
+            "histograms": {name: hist.to_json() for name, hist in self.histograms.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CalibrationStatistics":
+        return cls(
+            histograms={name: TensorHistogram.from_json(h) for name, h in data["histograms"].items()},
+            model_sha256=str(data["model_sha256"]), data_digest=str(data["data_digest"]),
+            data_name=str(data.get("data_name", "")), num_batches=int(data.get("num_batches", 0)),
+            num_samples=int(data.get("num_samples", 0)), seconds=float(data.get("seconds", 0.0)),
+            random_data=bool(data.get("random_data", False)), warnings=list(data.get("warnings", [])),
+        )
+
+
+@dataclass
+class CalibrationRanges:
+    """Per-tensor amax (scale = amax/127) for one method: what a calibration cache holds."""
+
+    amax: dict[str, float]
+    method: str
+    percentile: float | None = None
+    model_sha256: str = ""
+    data_digest: str = ""
+    histogram_digests: dict[str, str] = field(default_factory=dict)
+    random_data: bool = False
+    warnings: list[str] = field(default_factory=list)
+    statistics: CalibrationStatistics | None = field(default=None, repr=False)
+    source: str = "workbench"
+
+    def scale(self, name: str) -> float:
+        return float(self.amax[name]) / 127.0
+
+    def to_json(self, *, include_histograms: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": CACHE_FORMAT, "source": self.source, "method": self.method, "percentile": self.percentile,
+            "model_sha256": self.model_sha256, "data_digest": self.data_digest,
+            "random_data": self.random_data, "warnings": self.warnings,
+            "tensors": {name: {"amax": float(value), "scale": float(value) / 127.0,
+                               "histogram_digest": self.histogram_digests.get(name)}
+                        for name, value in self.amax.items()},
+        }
+        if include_histograms and self.statistics is not None:
+            # with the histograms a reloaded cache can switch method without new data
+            data["statistics"] = self.statistics.to_json()
+        return data
+
+    def save(self, path: str | Path, *, include_histograms: bool = True) -> Path:
+        return write_json_atomic(path, self.to_json(include_histograms=include_histograms))
+
+    @classmethod
+    def load(cls, path: str | Path, *, model_sha256: str | None = None) -> "CalibrationRanges":
+        """Load a JSON cache; a TensorRT <= 10 text cache is recognised and converted too.
+
+        With ``model_sha256`` given, a cache made for a different model is refused (ranges would be mismatched).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise WorkbenchError(f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache")
+        raw = path.read_bytes()
+        if raw.startswith(b"TRT-"):
+            return load_tensorrt_cache(path)
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise WorkbenchError(f"{path}: neither a JSON calibration cache nor a TensorRT text cache ({error}).",
+                                 expected=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header") from error
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or "tensors" not in data:
+            raise WorkbenchError(f"{path}: not a workbench calibration cache.", expected=f"JSON with format {CACHE_FORMAT!r}")
+        if model_sha256 and data.get("model_sha256") and data["model_sha256"] != model_sha256:
+            raise WorkbenchError(f"{path}: the cache was made for a different model (sha256 {data['model_sha256'][:12]}…).",
+                                 expected=f"a cache for model sha256 {model_sha256[:12]}…", hint="re-calibrate, or drop --cache")
+        statistics = CalibrationStatistics.from_json(data["statistics"]) if "statistics" in data else None
+        tensors = data["tensors"]
+        return cls(
+            amax={name: float(entry["amax"]) for name, entry in tensors.items()},
+            method=str(data.get("method", "")), percentile=data.get("percentile"),
+            model_sha256=str(data.get("model_sha256", "")), data_digest=str(data.get("data_digest", "")),
+            histogram_digests={name: entry.get("histogram_digest") for name, entry in tensors.items() if entry.get("histogram_digest")},
+            random_data=bool(data.get("random_data", False)), warnings=list(data.get("warnings", [])),
+            statistics=statistics, source=str(data.get("source", "workbench")),
+        )
+
+
+def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
+    """Read a TensorRT <= 10 implicit-INT8 text cache (``TRT-<ver>-<Calibrator>`` then ``name: hex-float32``).
+
+    Each value is the big-endian IEEE float32 *scale*; amax = scale * 127. Users migrating from implicit INT8 keep
+    their ranges this way.
+    """
+    import struct
+
+    path = Path(path)
+    lines = path.read_text(encoding="ascii", errors="replace").splitlines()
+    if not lines or not lines[0].startswith("TRT-"):
+        raise WorkbenchError(f"{path}: not a TensorRT calibration cache.", expected="a first line like 'TRT-8601-EntropyCalibration2'")
+    header = lines[0].strip()
+    amax: dict[str, float] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        name, sep, value = line.rpartition(":")
+        if not sep:
+            raise WorkbenchError(f"{path}:{number}: malformed line {line!r}.", expected="'tensor_name: 3c010a14'")
+        try:
+            scale = struct.unpack(">f", bytes.fromhex(value.strip().rjust(8, "0")))[0]
+        except (ValueError, struct.error) as error:
+            raise WorkbenchError(f"{path}:{number}: {value.strip()!r} is not a hex float32.", expected="8 hex digits") from error
+        if not math.isfinite(scale) or scale < 0:
+            raise WorkbenchError(f"{path}:{number}: scale {scale} for {name.strip()!r} is not a finite positive number.",
+                                 expected="a positive float32 scale")
+        amax[name.strip()] = float(scale) * 127.0
+    method = header.split("-", 2)[-1] if header.count("-") >= 2 else header
+    return CalibrationRanges(amax=amax, method=f"tensorrt:{method}", source=f"tensorrt-cache:{header}")
+
+
+def _session(proto: Any, outputs: Iterable[str], *, optimized: bool) -> Any:
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    existing = {o.name for o in model.graph.output}
+    for name in outputs:
+        if name not in existing:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    try:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # ORT raises its own exception classes
+        raise WorkbenchError(f"ONNX Runtime cannot load the model for calibration ({error}).", expected="a valid FP32 ONNX model") from error
+
+
+def check_feed(feed: Mapping[str, np.ndarray], input_names: list[str], batch_index: int) -> dict[str, np.ndarray]:
+    missing = [n for n in input_names if n not in feed]
+    if missing:
+        raise WorkbenchError(f"calibration batch {batch_index} lacks model input(s) {missing} (it has {sorted(feed)}).",
+                             expected=f"feeds keyed by {input_names}")
+    return {n: feed[n] for n in input_names}
+
+
+def collect_statistics(model: Any, source: CalibrationSource, tensors: list[str] | None = None, *,
+                       limit: int | None = None, progress: bool = True, optimized: bool = False) -> CalibrationStatistics:
+    """Run the FP32 model once over the source, folding the needed tensors into histograms.
+
+    ``tensors`` defaults to every tensor the Q/DQ placement could quantize (all quantizable nodes INT8), so any later
+    fallback plan finds its ranges here. ``optimized`` runs ORT with graph optimizations (faster; tiny FP32
+    differences); the default matches the project's numeric reference (optimizations off).
+    """
+    from tqdm.auto import tqdm
+
+    from workbench.calib.qdq import activation_tensors, prepare_model
+
+    start = time.perf_counter()
+    proto = getattr(model, "proto", model)  # an OnnxModel or a bare ModelProto
+    model_sha = getattr(model, "sha256", None) or _model_sha256(proto)
+    prepared = prepare_model(proto)
+    names = list(tensors) if tensors is not None else activation_tensors(prepared)
+    session = _session(prepared, names, optimized=optimized)
+    input_names = [i.name for i in session.get_inputs()]
+    histograms = {name: TensorHistogram(name) for name in names}
+    digests: list[str] = []
+    batches = samples = 0
+    total = len(source) or None
+    if total is not None and limit is not None:
+        total = min(total, limit)
+    iterator = tqdm(source.batches(limit), total=total, desc="calibration statistics", unit="batch",
+                    disable=not progress, leave=False)
+    for feed in iterator:
+        feed = check_feed(feed, input_names, batches)
+        digests.append(feed_digest(feed))
+        try:
+            values = session.run(names, feed)
+        except Exception as error:  # ORT's Fail / InvalidArgument
+            raise WorkbenchError(f"calibration batch {batches}: ONNX Runtime failed ({error}).",
+                                 expected="feeds matching the model's input shapes and dtypes") from error
+        for name, value in zip(names, values):
+            histograms[name].add(value)
+        del values
+        batches += 1
+        first = next(iter(feed.values()))
+        samples += int(first.shape[0]) if first.ndim else 1
+    if batches == 0:
+        raise WorkbenchError(f"calibration data {source.name!r} yielded no batches.", expected="at least one batch")
+    notes = []
+    if source.is_random:
+        notes.append(RANDOM_DATA_WARNING)
+        warnings.warn(RANDOM_DATA_WARNING, stacklevel=2)
+    if samples < 16:
+        notes.append(f"only {samples} calibration sample(s): ranges may not cover real inputs.")
+    bad = [n for n, h in histograms.items() if h.nonfinite]
+    if bad:
+        notes.append(f"{len(bad)} tensor(s) had NaN/Inf values (ignored in the histograms), e.g. {bad[:3]}.")
+    return CalibrationStatistics(
+        histograms=histograms, model_sha256=model_sha, data_digest=combine_digests(digests),
+        data_name=source.name, num_batches=batches, num_samples=samples, seconds=time.perf_counter() - start,
+        random_data=source.is_random, warnings=notes,
+    )
