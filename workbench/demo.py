@@ -1,7 +1,8 @@
 """`workbench demo`: the main job on built-in defaults.
 
-Fetches the default zoo model, builds its engine with the available TensorRT backend, and prints the engine's
-layer summary and where every file went.
+Runs the quickstart flow headless (clean -> FP32 engine -> fusion view -> calibrate -> per-layer diff -> fallback ->
+mixed engine -> task metrics -> timing -> export), prints one line per stage, and writes ``out/report.html`` (a
+self-contained page) next to the engines and the exported bundle.
 """
 from __future__ import annotations
 
@@ -9,34 +10,46 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from workbench._io import write_json_atomic
 
-def run_demo(model_name: str | None = None, out_dir: str | Path = "out") -> dict[str, Any]:
-    from workbench.backend import engine_runnable, get_backend
-    from workbench.build import BuildOptions, build_engine, format_summary
-    from workbench.zoo import DEFAULT_MODEL, get_entry
+_MARK = {"done": "ok  ", "unavailable": "n/a ", "skipped": "skip", "failed": "FAIL"}
 
-    out_dir = Path(out_dir)
-    entry = get_entry(model_name or DEFAULT_MODEL)
-    backend = get_backend()
-    print(f"[1/3] model      {entry.name}: {entry.description}")
-    model = entry.load()
-    print(f"      ONNX       {model.path} ({model.node_count} nodes, opset {model.opset})")
-    print(f"[2/3] build      FP32 engine with {backend.name} {backend.version}")
-    artifact = build_engine(model, out_dir / f"{entry.name}.fp32.engine",
-                            BuildOptions(shapes=dict(entry.input_profiles()), timing_cache_path=str(out_dir / "timing.cache")))
-    print(format_summary(artifact))
-    can_run, why = engine_runnable(backend)
-    print(f"[3/3] run        {'this machine can run the engine' if can_run else 'engine not executed here: ' + why}")
-    return {"model": entry.name, "artifact": artifact.to_json(), "engine_can_run": can_run, "reason": why}
+
+def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
+    """Run the quickstart flow and write ``<out_dir>/report.html``; returns the run as JSON-ready data."""
+    from workbench.flow import QuickstartConfig, QuickstartSession
+    from workbench.report import diagnose, write_report
+
+    config = QuickstartConfig(out_dir=str(out_dir), **({"model": model_name} if model_name else {}), **settings)
+    print(f"quickstart  model {config.model}, precision {config.precision}, calibration {config.calibration_method}, "
+          f"{config.streams} stream(s) x batch {config.batch}, output {config.out_dir}/", flush=True)
+    def show(result: Any, index: int, total: int) -> None:
+        print(f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
+              f"{result.seconds:6.1f} s  {result.summary}", flush=True)
+
+    run = QuickstartSession(config, on_result=show).run_all()
+    report = write_report(run, Path(out_dir) / "report.html")
+    write_json_atomic(Path(out_dir) / "run.json", run.to_json())
+    print("diagnosis:")
+    for verdict in diagnose(run):
+        print(f"  - {verdict.topic}: {verdict.text}")
+    print(f"report      {report}  (self-contained; open it in a browser, no network needed)")
+    return {"model": config.model, "report": str(report), "run": run.to_json()}
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="the main job on built-in defaults (fetch model, build engine, summarize)")
-    parser.add_argument("--model", help="zoo model name (default: the zoo's default model)")
+    parser = subparsers.add_parser("demo", help="the main job: the quickstart flow on built-in defaults, writes out/report.html")
+    parser.add_argument("--model", help="zoo model name (default: digits-cnn, the fastest)")
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
+    parser.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="engine to time and export (default int8)")
+    parser.add_argument("--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method")
+    parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
+    parser.add_argument("--batch", type=int, help="samples per request")
     parser.set_defaults(func=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    run_demo(args.model, args.out)
+    settings = {key: value for key, value in {"precision": args.precision, "calibration_method": args.calibration_method,
+                                              "streams": args.streams, "batch": args.batch}.items() if value is not None}
+    run_demo(args.model, args.out, **settings)
     return 0

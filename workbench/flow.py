@@ -43,7 +43,8 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 STAGE_NAMES = tuple(name for name, _, _ in STAGES)
 STAGE_TITLES = {name: title for name, title, _ in STAGES}
 
-ProgressFn = Callable[[str, int, int, str], None]  # (stage, index, total, message)
+ProgressFn = Callable[[str, int, int, str], None]  # (stage, index, total, message) before each stage
+ResultFn = Callable[["StageResult", int, int], None]  # (result, index, total) after each stage
 
 
 class StageUnavailable(Exception):
@@ -530,9 +531,11 @@ def _environment() -> dict[str, Any]:
 class QuickstartSession:
     """Holds a run and re-runs only what a changed setting affects (the notebook panel drives this)."""
 
-    def __init__(self, config: QuickstartConfig | None = None, progress: ProgressFn | None = None) -> None:
+    def __init__(self, config: QuickstartConfig | None = None, progress: ProgressFn | None = None,
+                 on_result: ResultFn | None = None) -> None:
         self.config = config or QuickstartConfig()
         self.progress = progress
+        self.on_result = on_result
         self.run = QuickstartRun(self.config)
 
     def _prepare(self) -> None:
@@ -555,7 +558,9 @@ class QuickstartSession:
         for index, name in enumerate(names):
             if self.progress:
                 self.progress(name, index, len(names), STAGE_TITLES[name])
-            run_stage(self.run, name)
+            result = run_stage(self.run, name)
+            if self.on_result:
+                self.on_result(result, index, len(names))
         if self.progress:
             self.progress("done", len(names), len(names), "finished")
         return self.run
@@ -584,6 +589,7 @@ def first_affected_stage(changed: Iterable[str]) -> str:
     return STAGE_NAMES[-1]
 
 
-def run_quickstart(config: QuickstartConfig | None = None, progress: ProgressFn | None = None) -> QuickstartRun:
+def run_quickstart(config: QuickstartConfig | None = None, progress: ProgressFn | None = None,
+                   on_result: ResultFn | None = None) -> QuickstartRun:
     """Run the whole journey headless and return its results."""
-    return QuickstartSession(config, progress).run_all()
+    return QuickstartSession(config, progress, on_result).run_all()
