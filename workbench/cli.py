@@ -19,6 +19,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench.zoo.cli",
     "workbench.build",
     "workbench.demo",
+    "workbench.clean.cli",
+    "workbench.fusions_cli",
 )
 
 
