@@ -315,11 +315,19 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
 
 # --- the .layers.json document written next to every engine --------------------------------------------------
 
-def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tuple[str, str]]) -> dict[str, Any]:
+def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tuple[str, str]] | Any) -> dict[str, Any]:
     """The ``.layers.json`` content: engine layers with their ONNX nodes, and ONNX nodes with their engine layers.
 
-    ``onnx_graph_nodes`` is (name, op_type) for each node of the ONNX graph that was built, in graph order.
+    ``onnx_graph_nodes`` is the ONNX ModelProto that was built (preferred: unnamed nodes then get the names
+    TensorRT's parser gives them, and Q/DQ pairs are recorded for the Q/DQ audit), or (name, op_type) for each
+    node of that graph, in graph order.
     """
+    qdq_edges: list[list[Any]] = []
+    if hasattr(onnx_graph_nodes, "graph"):
+        from workbench.layermap import _qdq_edges, onnx_node_list
+
+        qdq_edges = [list(edge) for edge in _qdq_edges(onnx_graph_nodes)]
+        onnx_graph_nodes = onnx_node_list(onnx_graph_nodes)
     by_node: dict[str, list[str]] = {}
     for layer in engine_layers.layers:
         for node in layer.onnx_nodes:
@@ -346,6 +354,7 @@ def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tupl
             for name, op_type in onnx_graph_nodes
         ],
         "io_tensors": [asdict(io) for io in engine_layers.io_tensors],
+        "qdq_edges": qdq_edges,
     }
 
 

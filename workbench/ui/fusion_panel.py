@@ -1,0 +1,163 @@
+"""Notebook panel for the layer map: linked selection between ONNX nodes and engine layers.
+
+Thin by design: it holds widgets and forwards to :mod:`workbench.layermap` and :mod:`workbench.viz.fusion_figures`.
+Nothing is displayed in the constructor; show ``panel.widget`` (or call ``panel.show()``) yourself.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from workbench.layermap import LayerMap, diff_layer_maps
+from workbench.viz import fusion_figures as figures
+
+
+class FusionPanel:
+    """Side-by-side view as a FigureWidget: clicking (or choosing) a layer highlights its ONNX nodes, clicking a
+    node highlights its layers. A sortable layer table and, with ``compare_with``, a fusion diff sit below."""
+
+    def __init__(self, layer_map: LayerMap, *, compare_with: LayerMap | None = None, max_items: int = 400) -> None:
+        import ipywidgets as widgets
+        import plotly.graph_objects as go
+
+        self.layer_map = layer_map
+        self.compare_with = compare_with
+        self.view = figures.side_by_side_layout(layer_map, max_items=max_items)
+        self.figure = go.FigureWidget(figures.side_by_side_figure(layer_map, layout=self.view))
+        self.table = go.FigureWidget(figures.layer_table_figure(layer_map))
+        self.diff_figure = (go.FigureWidget(figures.fusion_diff_figure(diff_layer_maps(compare_with, layer_map)))
+                            if compare_with is not None else None)
+        self.layer_picker = widgets.Dropdown(options=[("(none)", "")] + [(layer.name, layer.name) for layer in layer_map.layers],
+                                             value="", description="layer")
+        self.sort_picker = widgets.Dropdown(options=list(figures.SORT_COLUMNS), value="index", description="sort by")
+        self.descending = widgets.Checkbox(value=False, description="descending")
+        self.details = widgets.HTML()
+        self.selected_layer: str = ""
+        self.selected_node: str = ""
+        self._trace(figures.NODES_TRACE).on_click(self._on_node_click)
+        self._trace(figures.LAYERS_TRACE).on_click(self._on_layer_click)
+        self.layer_picker.observe(lambda change: self.select_layer(change["new"]), names="value")
+        self.sort_picker.observe(lambda change: self._resort(), names="value")
+        self.descending.observe(lambda change: self._resort(), names="value")
+
+    # --- selection -------------------------------------------------------------------------------------------
+    def _trace(self, name: str) -> Any:
+        return next(trace for trace in self.figure.data if trace.name == name)
+
+    def select_layer(self, name: str) -> list[int]:
+        """Highlight one engine layer and the ONNX node markers it came from; returns those marker indices."""
+        if not name:
+            self.clear()
+            return []
+        layer = self.layer_map.layer(name)
+        items = sorted({self.view.item_of_node[node] for node in layer.onnx_nodes if node in self.view.item_of_node})
+        self._highlight(items, [layer.index])
+        self.selected_layer, self.selected_node = name, ""
+        if self.layer_picker.value != name:
+            self.layer_picker.value = name
+        self.details.value = (f"<b>{name}</b> ({layer.layer_type}, {layer.precision})<br>"
+                              + ("inserted by TensorRT, no ONNX source" if layer.inserted else
+                                 f"{len(layer.onnx_nodes)} ONNX node(s): " + ", ".join(layer.onnx_nodes[:20])))
+        return items
+
+    def select_node(self, name: str) -> list[int]:
+        """Highlight one ONNX node (its marker) and the engine layers that execute it; returns the layer indices."""
+        node = self.layer_map.node(name)
+        layers = [self.layer_map.layer(layer).index for layer in node.engine_layers]
+        self._highlight([self.view.item_of_node[name]], layers)
+        self.selected_node, self.selected_layer = name, ""
+        self.details.value = (f"<b>{name}</b> ({node.op_type})<br>"
+                              + ("folded away: in no engine layer" if node.folded else "in layers: " + ", ".join(node.engine_layers)))
+        return layers
+
+    def clear(self) -> None:
+        with self.figure.batch_update():
+            self._trace(figures.NODES_TRACE).selectedpoints = None
+            self._trace(figures.LAYERS_TRACE).selectedpoints = None
+            self._trace(figures.HIGHLIGHT_TRACE).update(x=[], y=[])
+        self.selected_layer = self.selected_node = ""
+        self.details.value = ""
+
+    def _highlight(self, items: Sequence[int], layers: Sequence[int]) -> None:
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        layer_set = set(layers)
+        for item in items:
+            for layer in self.view.items[item].layers:
+                if layer in layer_set:
+                    xs += [0.0, 1.0, None]
+                    ys += [self.view.node_y(item), self.view.layer_y(layer), None]
+        with self.figure.batch_update():
+            self._trace(figures.NODES_TRACE).selectedpoints = list(items)
+            self._trace(figures.LAYERS_TRACE).selectedpoints = list(layers)
+            self._trace(figures.HIGHLIGHT_TRACE).update(x=xs, y=ys)
+
+    def _on_layer_click(self, trace: Any, points: Any, state: Any) -> None:
+        if points.point_inds:
+            self.select_layer(self.view.layers[points.point_inds[0]].name)
+
+    def _on_node_click(self, trace: Any, points: Any, state: Any) -> None:
+        if points.point_inds:
+            item = self.view.items[points.point_inds[0]]
+            self.select_node(item.members[0].name)
+
+    # --- table -----------------------------------------------------------------------------------------------
+    def _resort(self) -> None:
+        fresh = figures.layer_table_figure(self.layer_map, self.sort_picker.value, self.descending.value)
+        with self.table.batch_update():
+            self.table.data[0].cells.values = fresh.data[0].cells.values
+            self.table.data[0].cells.fill.color = fresh.data[0].cells.fill.color
+            self.table.data[0].header.values = fresh.data[0].header.values
+            self.table.layout.title.text = fresh.layout.title.text
+
+    # --- layout ----------------------------------------------------------------------------------------------
+    @property
+    def widget(self) -> Any:
+        import ipywidgets as widgets
+
+        children: list[Any] = [widgets.HBox([self.layer_picker, self.details]), self.figure,
+                               widgets.HBox([self.sort_picker, self.descending]), self.table]
+        if self.diff_figure is not None:
+            children.append(self.diff_figure)
+        return widgets.VBox(children)
+
+    def show(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+class BuildProgressBar:
+    """Adapter from the builder's progress callback (``BuildOptions.progress_callback``) to an ipywidgets bar.
+
+    Shows the top-level builder phase; nested phases only update the description.
+    """
+
+    def __init__(self) -> None:
+        import ipywidgets as widgets
+
+        self.bar = widgets.IntProgress(value=0, min=0, max=1, description="build")
+        self.label = widgets.Label("")
+        self.events = 0
+        self._top: str = ""
+
+    def __call__(self, kind: str, phase: str, parent: str, step: int, total: int) -> bool:
+        self.events += 1
+        if kind == "start" and not parent:
+            self._top = phase
+            self.bar.max = max(total, 1)
+            self.bar.value = 0
+        elif kind == "step" and phase == self._top:
+            self.bar.value = min(step + 1, self.bar.max)
+        elif kind == "finish" and phase == self._top:
+            self.bar.value = self.bar.max
+        self.label.value = phase[:60]
+        return True
+
+    @property
+    def widget(self) -> Any:
+        import ipywidgets as widgets
+
+        return widgets.HBox([self.bar, self.label])
+
+
+ProgressCallback = Callable[[str, str, str, int, int], bool]
