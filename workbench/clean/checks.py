@@ -76,6 +76,19 @@ def probe_shapes_from_profile(inputs: Sequence[TensorSpec], profile: Mapping[str
     return _unique(probes)
 
 
+def cap_batch(probes: ProbeShapes, inputs: Sequence[TensorSpec], max_batch: int | None) -> ProbeShapes:
+    """Limit a dynamic leading (batch) dimension to ``max_batch``: batch size rarely changes what a rewrite
+    does, while ORT time grows with it (a batch-32 OCR recognizer takes seconds per check)."""
+    if max_batch is None:
+        return probes
+    dynamic_batch = {spec.name for spec in inputs if spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] >= 0)}
+    capped = [
+        {name: ((min(shape[0], max_batch),) + tuple(shape[1:]) if name in dynamic_batch and shape else shape) for name, shape in probe.items()}
+        for probe in probes
+    ]
+    return _unique(capped)
+
+
 def _unique(probes: ProbeShapes) -> ProbeShapes:
     unique: ProbeShapes = []
     for probe in probes:

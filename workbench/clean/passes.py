@@ -100,7 +100,7 @@ def cleaning_pass(name: str, tolerance: str = "exact", description: str = "", mi
     """Decorator that registers a built-in pass."""
 
     def wrap(function: PassFunction) -> PassFunction:
-        register_pass(CleanPass(name, function, tolerance, description or (function.__doc__ or "").strip().splitlines()[0], min_opset))
+        register_pass(CleanPass(name, function, tolerance, description or " ".join((function.__doc__ or "").split()), min_opset))
         return function
 
     return wrap
@@ -377,6 +377,107 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
     return graph
 
 
+# ---------------------------------------------------------------------------------------------- Reshape shapes
+
+_Element = Any  # int (known value), ("dim", tensor id, axis) (a copy of a dimension), or None (computed)
+
+
+def _shape_elements(tensor: Any, memo: dict[int, list[_Element] | None], depth: int = 0) -> list[_Element] | None:
+    """What each element of a small 1-D integer tensor is: a known int, a copy of some tensor's dimension, or
+    something computed (None). Returns None when even the length is unknown."""
+    key = id(tensor)
+    if key in memo:
+        return memo[key]
+    memo[key] = None  # guards against cycles in malformed graphs
+    result: list[_Element] | None = None
+    values = constant_values(tensor)
+    if values is not None:
+        if values.ndim <= 1 and values.dtype.kind in "iu" and values.size <= 16:
+            result = [int(v) for v in values.reshape(-1)]
+    else:
+        node = producer(tensor)
+        if node is not None and depth < 32:
+            result = _shape_elements_from_node(node, tensor, memo, depth)
+        if result is None:
+            shape = tensor_shape(tensor)
+            if shape is not None and len(shape) <= 1 and is_static(shape) and (shape[0] if shape else 1) <= 16:
+                result = [None] * (shape[0] if shape else 1)
+    memo[key] = result
+    return result
+
+
+def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Element] | None], depth: int) -> list[_Element] | None:
+    op = node.op
+    if op == "Shape":
+        source = node.inputs[0]
+        shape = tensor_shape(source)
+        if shape is None:
+            return None
+        rank = len(shape)
+        start = int(node.attrs.get("start", 0))
+        end = node.attrs.get("end")
+        start = max(0, start + rank if start < 0 else start)
+        stop = rank if end is None else max(0, int(end) + (rank if int(end) < 0 else 0))
+        return [
+            int(shape[axis]) if isinstance(shape[axis], (int, np.integer)) and shape[axis] >= 0 else ("dim", id(source), axis)
+            for axis in range(start, min(stop, rank))
+        ]
+    if op in ("Cast", "Identity", "Unsqueeze", "Squeeze") or (op == "Reshape" and len(tensor_shape(tensor) or (0, 0)) <= 1):
+        if op == "Cast" and _cast_target(node) not in _INT_TYPES + _FLOAT_TYPES:
+            return None
+        return _shape_elements(node.inputs[0], memo, depth + 1)
+    if op == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
+        parts = [_shape_elements(inp, memo, depth + 1) for inp in node.inputs]
+        return None if any(part is None for part in parts) else [element for part in parts for element in part]
+    if op == "Gather" and int(node.attrs.get("axis", 0)) == 0:
+        data = _shape_elements(node.inputs[0], memo, depth + 1)
+        indices = constant_values(node.inputs[1])
+        if data is None or indices is None or indices.ndim > 1:
+            return None
+        try:
+            return [data[int(i)] for i in indices.reshape(-1)]
+        except IndexError:
+            return None
+    if op == "Slice":
+        data = _shape_elements(node.inputs[0], memo, depth + 1)
+        bounds = [_constant_list(node.inputs[i]) if len(node.inputs) > i and not node.inputs[i].is_empty() else None for i in (1, 2, 3, 4)]
+        starts, ends, axes, steps = bounds
+        if data is None or starts is None or ends is None or len(starts) != 1 or (axes not in (None, [0], [-1])) or (steps not in (None, [1])):
+            return None
+        return data[slice(starts[0], max(min(ends[0], 1 << 30), -(1 << 30)))]
+    return None
+
+
+@cleaning_pass("simplify_reshape", "exact")
+def simplify_reshape(graph: Any, context: PassContext) -> Any:
+    """Turn computed Reshape shapes into constants using 0 (copy a dimension) and -1 (infer one), e.g.
+    ``x.view(x.size(0), -1)`` becomes Reshape(x, [0, -1]): the shape subgraph disappears even with a dynamic batch."""
+    import onnx_graphsurgeon as gs
+
+    graph = refresh_shapes(graph, context)
+    memo: dict[int, list[_Element] | None] = {}
+    for node in graph.nodes:
+        if node.op != "Reshape" or len(node.inputs) < 2 or is_constant(node.inputs[1]) or int(node.attrs.get("allowzero", 0)):
+            continue
+        data = node.inputs[0]
+        elements = _shape_elements(node.inputs[1], memo)
+        if elements is None:
+            continue
+        target: list[int | None] = []
+        for position, element in enumerate(elements):
+            if isinstance(element, int):
+                target.append(element)
+            elif isinstance(element, tuple) and element[1] == id(data) and element[2] == position:
+                target.append(0)  # same dimension, same place: copy it
+            else:
+                target.append(None)
+        if target.count(None) + target.count(-1) > 1:
+            continue  # two unknown dimensions cannot both be -1
+        shape = np.array([-1 if value is None else value for value in target], dtype=np.int64)
+        node.inputs[1] = gs.Constant(f"{node.name or node.outputs[0].name}_shape", shape)
+    return graph
+
+
 # ---------------------------------------------------------------------------------------------- no-ops
 
 
@@ -509,49 +610,86 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
 # ---------------------------------------------------------------------------------------------- Conv + BN
 
 
-@cleaning_pass("fuse_conv_bn", "numeric")
-def fuse_conv_bn(graph: Any, context: PassContext) -> None:
-    """Fold an inference BatchNormalization into the Conv before it (neutral for TensorRT, which does the same)."""
+def _per_channel(values: np.ndarray, channels: int, out_rank: int | None) -> np.ndarray | None:
+    """``values`` as one number per output channel, if it broadcasts against [N, C, ...] only along C."""
+    if values.size == 1:
+        return np.full(channels, values.reshape(-1)[0], dtype=np.float64)
+    if out_rank is None or values.ndim > out_rank or values.size != channels:
+        return None
+    shape = (1,) * (out_rank - values.ndim) + tuple(values.shape)
+    if len(shape) < 2 or shape[1] != channels or any(dim != 1 for index, dim in enumerate(shape) if index != 1):
+        return None
+    return values.reshape(-1).astype(np.float64)
+
+
+def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
+    """Fold ``follower`` (BatchNormalization, or Mul/Add by a per-channel constant) into ``conv``'s weights."""
     import onnx_graphsurgeon as gs
 
-    for bn in list(graph.nodes):
-        if bn.op != "BatchNormalization" or len(bn.inputs) != 5 or bn.attrs.get("training_mode", 0):
-            continue
-        if any(extra.outputs or extra in graph.outputs for extra in bn.outputs[1:]):
-            continue  # running statistics are used: not an inference BatchNormalization
-        conv = producer(bn.inputs[0])
-        if conv is None or conv.op != "Conv" or len(conv.outputs) != 1:
-            continue
-        link = conv.outputs[0]
-        if len(link.outputs) != 1 or link in graph.outputs:
-            continue
-        params = [constant_values(t) for t in bn.inputs[1:]]
-        weight = constant_values(conv.inputs[1])
-        bias = constant_values(conv.inputs[2]) if len(conv.inputs) > 2 and not conv.inputs[2].is_empty() else None
-        if weight is None or any(p is None for p in params) or (len(conv.inputs) > 2 and not conv.inputs[2].is_empty() and bias is None):
-            continue
-        if weight.dtype.kind != "f":
-            continue
+    link = conv.outputs[0]
+    weight = constant_values(conv.inputs[1])
+    has_bias = len(conv.inputs) > 2 and not conv.inputs[2].is_empty()
+    bias = constant_values(conv.inputs[2]) if has_bias else None
+    if weight is None or weight.dtype.kind != "f" or (has_bias and bias is None):
+        return False
+    transposed = conv.op == "ConvTranspose"
+    if transposed and int(conv.attrs.get("group", 1)) != 1:
+        return False
+    channels = weight.shape[1] if transposed else weight.shape[0]
+    out_rank = weight.ndim
+    if follower.op == "BatchNormalization":
+        if len(follower.inputs) != 5 or follower.attrs.get("training_mode", 0) or any(extra.outputs or extra in graph.outputs for extra in follower.outputs[1:]):
+            return False
+        params = [constant_values(t) for t in follower.inputs[1:]]
+        if any(p is None or p.size != channels for p in params):
+            return False
         gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
-        channels = weight.shape[0]
-        if any(p.size != channels for p in (gamma, beta, mean, var)):
-            continue
-        epsilon = float(bn.attrs.get("epsilon", 1e-5))
-        scale = gamma / np.sqrt(var + epsilon)
-        new_weight = (weight.astype(np.float64) * scale.reshape(-1, *([1] * (weight.ndim - 1)))).astype(weight.dtype)
-        old_bias = bias.astype(np.float64) if bias is not None else np.zeros(channels)
-        new_bias = ((old_bias - mean) * scale + beta).astype(weight.dtype)
-        name = conv.name or link.name
-        conv.inputs[1] = gs.Constant(f"{name}_bn_weight", new_weight)
-        bias_tensor = gs.Constant(f"{name}_bn_bias", new_bias)
-        if len(conv.inputs) > 2:
-            conv.inputs[2] = bias_tensor
-        else:
-            conv.inputs.append(bias_tensor)
-        final = bn.outputs[0]
-        bn.outputs.clear()
-        bn.inputs.clear()
-        conv.outputs[0] = final
+        scale = gamma / np.sqrt(var + float(follower.attrs.get("epsilon", 1e-5)))
+        shift = beta - mean * scale
+    else:
+        other = _other_input(follower, link)
+        values = constant_values(other) if other is not None else None
+        if values is None or values.dtype != weight.dtype:
+            return False
+        per_channel = _per_channel(values, channels, out_rank)
+        if per_channel is None:
+            return False
+        scale, shift = (per_channel, np.zeros(channels)) if follower.op == "Mul" else (np.ones(channels), per_channel)
+    axis_shape = [1] * weight.ndim
+    axis_shape[1 if transposed else 0] = channels
+    new_weight = (weight.astype(np.float64) * scale.reshape(axis_shape)).astype(weight.dtype)
+    old_bias = bias.astype(np.float64).reshape(-1) if bias is not None else np.zeros(channels)
+    new_bias = (old_bias * scale + shift).astype(weight.dtype)
+    name = conv.name or link.name
+    conv.inputs[1] = gs.Constant(f"{name}_w_{follower.op.lower()}_{id(follower) % 100000}", new_weight)
+    bias_tensor = gs.Constant(f"{name}_b_{follower.op.lower()}_{id(follower) % 100000}", new_bias)
+    if len(conv.inputs) > 2:
+        conv.inputs[2] = bias_tensor
+    else:
+        conv.inputs.append(bias_tensor)
+    final = follower.outputs[0]
+    follower.outputs.clear()
+    follower.inputs.clear()
+    conv.outputs[0] = final
+    return True
+
+
+@cleaning_pass("fuse_conv_affine", "numeric")
+def fuse_conv_affine(graph: Any, context: PassContext) -> None:
+    """Fold BatchNormalization and per-channel Mul/Add after a Conv into its weights and bias (neutral for
+    TensorRT, which fuses these itself; fewer nodes to read)."""
+    changed = True
+    while changed:
+        changed = False
+        for conv in list(graph.nodes):
+            if conv.op not in ("Conv", "ConvTranspose") or len(conv.outputs) != 1 or len(conv.inputs) < 2:
+                continue
+            link = conv.outputs[0]
+            if link in graph.outputs or len(link.outputs) != 1:
+                continue
+            follower = link.outputs[0]
+            if follower.op in ("BatchNormalization", "Mul", "Add") and _fold_into_conv(graph, conv, follower):
+                changed = True
 
 
 # ---------------------------------------------------------------------------------------------- LayerNorm / GELU
@@ -730,9 +868,10 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "cleanup_toposort",
     "fold_constants",
     "shape_cast_elision",
+    "simplify_reshape",
     "remove_noops",
     "cse",
-    "fuse_conv_bn",
+    "fuse_conv_affine",
     "fuse_layernorm",
     "fuse_gelu",
     "qdq_lint",

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from workbench.clean.checks import EquivalenceChecker, default_probe_shapes, io_specs, probe_shapes_from_profile
+from workbench.clean.checks import EquivalenceChecker, cap_batch, default_probe_shapes, io_specs, probe_shapes_from_profile
 from workbench.clean.graph_utils import (
     apply_inferred_shapes,
     export_graph,
@@ -45,6 +45,7 @@ class CleanOptions:
     seed: int = 0
     extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()  # real samples to compare on, besides the seeded ones
     max_model_bytes: int = PROTOBUF_LIMIT_BYTES
+    max_probe_batch: int | None = 2  # cap on the batch dimension of the probe shapes (None: the profile's own)
 
     def resolved_passes(self) -> list[CleanPass]:
         chosen = DEFAULT_PASSES if self.passes is None else self.passes
@@ -125,6 +126,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     check_seconds = 0.0
     if options.check:
         probes = probe_shapes_from_profile(overridden_inputs, options.profile) if options.profile else default_probe_shapes(overridden_inputs)
+        probes = cap_batch(probes, overridden_inputs, options.max_probe_batch)
         checker = EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
         probe_shapes = checker.probe_shapes
         check_seconds += checker.baseline_seconds

@@ -1,0 +1,109 @@
+"""``workbench clean IN.onnx -o OUT.onnx --report REPORT.json``: the cleaner on the command line."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "clean",
+        help="clean an ONNX graph for TensorRT with named, checked passes",
+        description="Run named cleaning passes; after each one check the model is still equivalent "
+        "(onnx.checker, strict shape inference, graph I/O, Q/DQ count, ONNX Runtime outputs); failing passes are rolled back.",
+    )
+    parser.add_argument("model", nargs="?", help="input .onnx file, or a zoo model name (e.g. ocr-rec)")
+    parser.add_argument("-o", "--output", help="where to write the cleaned model")
+    parser.add_argument("--report", help="write the per-pass report here (JSON)")
+    parser.add_argument("--passes", help="comma-separated pass names to run, in order (default: all default passes)")
+    parser.add_argument("--skip", default="", help="comma-separated pass names to leave out of the default list")
+    parser.add_argument(
+        "--shape", action="append", default=[], metavar="NAME:D0,D1,...",
+        help="override an input shape: ints pin a dimension, names keep it symbolic, '?' leaves it (repeatable)",
+    )
+    parser.add_argument(
+        "--profile", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
+        help="shapes to compare outputs at, e.g. x:1x3x48x320/8x3x48x320/32x3x48x320 (repeatable)",
+    )
+    parser.add_argument("--no-check", action="store_true", help="skip the equivalence checks (faster, unproven)")
+    parser.add_argument("--fold-size-threshold", type=int, default=None, help="largest folded tensor in bytes (default 16 MiB)")
+    parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
+    parser.set_defaults(func=run_clean)
+
+
+def _parse_shape(text: str) -> tuple[str, list[Any]]:
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name or not dims:
+        raise WorkbenchError(f"--shape {text!r} is not NAME:D0,D1,...", expected="e.g. --shape x:1,3,batch_h,?")
+    parsed: list[Any] = []
+    for dim in dims.split(","):
+        dim = dim.strip()
+        parsed.append(None if dim in ("?", "") else int(dim) if dim.lstrip("-").isdigit() else dim)
+    return name, parsed
+
+
+def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
+    name, sep, levels = text.rpartition(":")
+    try:
+        shapes = [tuple(int(v) for v in level.split("x")) for level in levels.split("/")]
+    except ValueError:
+        shapes = []
+    if not sep or not name or len(shapes) != 3:
+        raise WorkbenchError(f"--profile {text!r} is not NAME:MIN/OPT/MAX.", expected="e.g. --profile x:1x3x48x320/8x3x48x320/32x3x48x320")
+    return name, shapes
+
+
+def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
+    path = Path(spec)
+    if path.exists() or spec.endswith(".onnx") or "/" in spec:
+        return path, None
+    from workbench.zoo import entry_names, get_entry
+
+    if spec not in entry_names():
+        raise WorkbenchError(f"{spec}: no such file and not a zoo model name.", expected=f"a path to an .onnx file or one of {', '.join(entry_names())}")
+    entry = get_entry(spec)
+    return entry.onnx_path(), {name: list(levels) for name, levels in entry.input_profiles().items()}
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    from workbench._io import write_json_atomic
+    from workbench.clean import DEFAULT_PASSES, CleanOptions, available_passes, clean_file, get_pass
+
+    if args.list_passes:
+        for name in available_passes():
+            clean_pass = get_pass(name)
+            marker = "*" if name in DEFAULT_PASSES else " "
+            print(f"{marker} {name:28s} [{clean_pass.tolerance}] {clean_pass.description}")
+        return 0
+    if not args.model or not args.output:
+        raise WorkbenchError("clean needs an input model and -o OUTPUT.", expected="workbench clean IN.onnx -o OUT.onnx [--report REPORT.json]")
+    model_path, zoo_profile = _resolve_model(args.model)
+    passes = [name.strip() for name in args.passes.split(",") if name.strip()] if args.passes else list(DEFAULT_PASSES)
+    skip = {name.strip() for name in args.skip.split(",") if name.strip()}
+    for name in list(skip) + passes:
+        get_pass(name)  # unknown names fail here, listing the valid ones
+    passes = [name for name in passes if name not in skip]
+    profile = dict(zoo_profile or {})
+    profile.update(dict(_parse_profile(text) for text in args.profile))
+    options = CleanOptions(
+        passes=passes,
+        input_shapes=dict(_parse_shape(text) for text in args.shape),
+        profile=profile or None,
+        check=not args.no_check,
+    )
+    if args.fold_size_threshold is not None:
+        options.fold_size_threshold = args.fold_size_threshold
+    result = clean_file(model_path, args.output, options)
+    for report in result.passes:
+        diff = "-" if report.max_abs_diff is None else f"{report.max_abs_diff:.3g}"
+        note = f"  ({report.failure})" if report.failure else ""
+        print(f"{report.name:28s} {report.status:12s} {report.nodes_before:5d} -> {report.nodes_after:5d}  {report.seconds:6.2f}s  max|diff| {diff}{note}")
+        for finding in report.findings:
+            print(f"    {finding.severity}: {finding.rule} at {finding.node}: {finding.message}")
+    print(f"{result.source}: {result.nodes_before} -> {result.nodes_after} nodes, {result.bytes_before} -> {result.bytes_after} bytes, {result.seconds:.2f}s; wrote {args.output}")
+    if args.report:
+        write_json_atomic(args.report, result.to_json())
+    return 0
