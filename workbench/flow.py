@@ -246,34 +246,37 @@ def stage_fusion(run: QuickstartRun) -> StageResult:
     data: dict[str, Any] = {"layers": len(rows), "fused_layers": len(fused), "onnx_nodes": len(onnx_names),
                             "onnx_nodes_without_layer": len(not_in_engine), "rows": rows}
     try:
-        layermap = _need("workbench.layermap")
-        run.objects["layermap_module"] = layermap
-        data["layermap"] = "workbench.layermap"
+        LayerMap = _need("workbench.layermap", "LayerMap")
+        run.objects["fp32_layermap"] = LayerMap.from_engine_layers(
+            artifact.engine_layers, onnx_proto=_model_for_build(run).proto, label=artifact.engine_path.stem)
     except StageUnavailable as missing:
-        data["layermap"] = str(missing)
+        data["side_by_side"] = str(missing)
     return StageResult("fusion", "", "done", summary=(
         f"{len(rows)} engine layers; {len(fused)} of them fuse 2+ ONNX nodes; {len(not_in_engine)} of "
         f"{len(onnx_names)} ONNX nodes map to no layer (folded or metadata-less)"), data=data)
 
 
-def stage_calibrate(run: QuickstartRun) -> StageResult:
-    collect_statistics = _need("workbench.calib.stats", "collect_statistics")
-    ZooSource = _need("workbench.calib.data", "ZooSource")
-    insert_qdq = _need("workbench.calib.qdq", "insert_qdq")
-    from workbench.precision import PrecisionPlan
-
-    cfg = run.config
+def _calibration_session(run: QuickstartRun) -> Any:
+    """One CalibrationSession per (model, calibration samples): its statistics are reused across range methods."""
+    CalibrationSession = _need("workbench.calib.session", "CalibrationSession")
     model = _model_for_build(run)
-    statistics = run.objects.get("calib_statistics")
-    key = (model.sha256, cfg.calibration_samples)
-    if statistics is None or run.objects.get("calib_statistics_key") != key:
-        statistics = collect_statistics(model, ZooSource(run.objects["entry"], batch_size=CALIBRATION_BATCH),
-                                        limit=_batches(cfg.calibration_samples), progress=False)
-        run.objects["calib_statistics"], run.objects["calib_statistics_key"] = statistics, key
-    ranges = statistics.ranges(cfg.calibration_method)
+    key = (model.sha256, run.config.calibration_samples)
+    if run.objects.get("calib_session_key") != key:
+        run.objects["calib_session"] = CalibrationSession(model, entry=run.objects["entry"],
+                                                          max_batches=_batches(run.config.calibration_samples),
+                                                          progress=False)
+        run.objects["calib_session_key"] = key
+    return run.objects["calib_session"]
+
+
+def stage_calibrate(run: QuickstartRun) -> StageResult:
+    cfg = run.config
+    session = _calibration_session(run)
+    ranges = session.ranges(cfg.calibration_method)
+    statistics = session.statistics()
     paths = _variant_paths(run)
     ranges.save(paths["calib_cache"])
-    quantized = insert_qdq(model.proto, ranges.amax, PrecisionPlan(default="int8"))
+    quantized = session.quantize(ranges)
     quantized.save(paths["int8_all_onnx"])
     run.objects["calib_ranges"], run.objects["qdq_all"] = ranges, quantized
     counts = quantized.counts()
@@ -286,39 +289,28 @@ def stage_calibrate(run: QuickstartRun) -> StageResult:
 
 
 def stage_layer_diff(run: QuickstartRun) -> StageResult:
-    diff_models = _need("workbench.calib.diff", "diff_models")
-    ZooSource = _need("workbench.calib.data", "ZooSource")
-    diff = diff_models(_model_for_build(run), run.objects["qdq_all"].proto,
-                       ZooSource(run.objects["entry"], batch_size=CALIBRATION_BATCH),
-                       limit=_batches(run.config.diff_samples), progress=False)
+    session = _calibration_session(run)
+    diff = session.diff(run.objects["qdq_all"], max_batches=_batches(run.config.diff_samples))
     diff.save(_variant_paths(run)["diff"])
     run.objects["layer_diff"] = diff
+    ranked = session.rank_int8_nodes(diff)
+    run.objects["int8_ranking"] = ranked
     worst = diff.ranking(1)
     summary = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
     if worst:
-        summary += f"; worst drop {worst[0].drop_db:.1f} dB at {worst[0].node} ({worst[0].cause or 'cause unknown'})"
-    return StageResult("layer_diff", "", "done", summary=summary, data=diff.to_json() | {"tensors": len(diff.tensors)})
-
-
-def fallback_nodes(diff: Any, count: int) -> list[str]:
-    """The producing nodes of the ``count`` tensors where accumulated SQNR drops most (INT8's worst layers)."""
-    nodes: list[str] = []
-    for row in diff.ranking():
-        if row.node and row.node not in nodes:
-            nodes.append(row.node)
-        if len(nodes) >= count:
-            break
-    return nodes
+        summary += f"; largest SQNR drop {worst[0].drop_db:.1f} dB at {worst[0].node}"
+    if ranked:
+        summary += f"; INT8 nodes worst first: {', '.join(ranked[:3])}"
+    return StageResult("layer_diff", "", "done", summary=summary,
+                       data=diff.to_json() | {"tensors": len(diff.tensors), "int8_nodes_worst_first": ranked})
 
 
 def stage_fallback(run: QuickstartRun) -> StageResult:
-    insert_qdq = _need("workbench.calib.qdq", "insert_qdq")
-    from workbench.precision import PrecisionPlan
-
-    nodes = fallback_nodes(run.objects["layer_diff"], run.config.fallback_layers)
-    plan = PrecisionPlan(default="int8", overrides={node: "fp32" for node in nodes},
-                         note=f"worst {len(nodes)} layer(s) of the per-layer diff kept FP32")
-    quantized = insert_qdq(_model_for_build(run).proto, run.objects["calib_ranges"].amax, plan)
+    session = _calibration_session(run)
+    nodes = run.objects["int8_ranking"][: run.config.fallback_layers]
+    plan = session.fallback_plan(nodes, "fp32")
+    plan.note = f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
+    quantized = session.quantize(run.objects["calib_ranges"], plan)
     path = _variant_paths(run)["mixed_onnx"]
     quantized.save(path)
     run.objects["mixed_plan"], run.objects["qdq_mixed"] = plan, quantized
@@ -479,11 +471,22 @@ def stage_timing(run: QuickstartRun) -> StageResult:
 def stage_export(run: QuickstartRun) -> StageResult:
     export_bundle = _need("workbench.export", "export_bundle")
     artifact = run.objects["chosen_artifact"]
-    bundle = export_bundle(artifact, _variant_paths(run)["export"])
+    paths = _variant_paths(run)
+    precision = run.config.precision
+    wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}[precision]
+    metric = next((row for row in run.objects.get("metrics", []) if row.variant == wanted), None)
+    timing = run.objects.get("timing_results") or []
+    bundle = export_bundle(
+        artifact, paths["export"], overwrite=True,
+        plan=run.objects.get("mixed_plan") if precision == "int8" else None,
+        calibration_cache=paths["calib_cache"] if precision == "int8" and paths["calib_cache"].is_file() else None,
+        accuracy=metric.to_json() | {"how": "ONNX Runtime CPU, optimizations off"} if metric else None,
+        timing=timing[0].to_json() | {"how": run.stage("timing").data.get("reason", "")} if timing else None,
+    )
     run.objects["export_bundle"] = bundle
-    data = bundle.to_json() if hasattr(bundle, "to_json") else {"bundle": str(bundle)}
-    return StageResult("export", "", "done", summary=f"exported {artifact.engine_path.name} to {_variant_paths(run)['export']}",
-                       data=data)
+    files = sorted(str(p.relative_to(bundle.path)) for p in bundle.path.rglob("*") if p.is_file())
+    return StageResult("export", "", "done", summary=f"{precision} engine bundle in {bundle.path}: {', '.join(files)}",
+                       data={"bundle": str(bundle.path), "files": files, "manifest_keys": sorted(bundle.manifest)})
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[QuickstartRun], StageResult]] = {

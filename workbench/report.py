@@ -167,6 +167,33 @@ def _section(section_id: str, title: str, content: str) -> str:
     return f'<section id="{section_id}"><h2>{_esc(title)}</h2>\n{content}\n</section>'
 
 
+def _fusion_html(objects: dict[str, Any]) -> str:
+    """The side-by-side ONNX/engine view when the layer-map module is present, else the fused-node bars."""
+    from workbench.flow import fusion_rows
+    from workbench.viz import quickstart_figures as figures
+
+    layer_map = objects.get("fp32_layermap")
+    if layer_map is not None:
+        from workbench.viz import fusion_figures
+
+        content = _figure_html(fusion_figures.side_by_side_figure(layer_map, title="Fusion view: FP32 engine"), "fig-fusion")
+        mixed = objects.get("mixed_artifact")
+        if mixed is not None:
+            from workbench.layermap import LayerMap
+            from workbench.model import load_onnx
+
+            mixed_map = LayerMap.from_engine_layers(mixed.engine_layers, onnx_proto=load_onnx(mixed.onnx_path, check=False).proto,
+                                                    label=mixed.engine_path.stem)
+            content += _figure_html(fusion_figures.side_by_side_figure(mixed_map, title="Fusion view: mixed INT8 engine"),
+                                    "fig-fusion-mixed")
+        return content
+    content = _figure_html(figures.fusion_figure(objects["fusion_rows"], "Fusion view: FP32 engine"), "fig-fusion")
+    if "mixed_artifact" in objects:
+        content += _figure_html(figures.fusion_figure(fusion_rows(objects["mixed_artifact"]),
+                                                      "Fusion view: mixed INT8 engine"), "fig-fusion-mixed")
+    return content
+
+
 def render_report(run: Any) -> str:
     """The report as one HTML string with plotly.js embedded (opens offline)."""
     from plotly.offline import get_plotlyjs
@@ -200,12 +227,7 @@ def render_report(run: Any) -> str:
     parts.append(_section("cleaning", "Cleaning waterfall", content))
 
     if run.stage("fusion").ok:
-        content = _figure_html(figures.fusion_figure(objects["fusion_rows"], "Fusion view: FP32 engine"), "fig-fusion")
-        if "mixed_artifact" in objects:
-            from workbench.flow import fusion_rows
-
-            content += _figure_html(figures.fusion_figure(fusion_rows(objects["mixed_artifact"]),
-                                                          "Fusion view: mixed INT8 engine"), "fig-fusion-mixed")
+        content = _fusion_html(objects)
     else:
         content = _stage_note(run, "fusion")
     parts.append(_section("fusion", "Fusion view", content))
