@@ -66,9 +66,12 @@ def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
     """Copy dtypes and shapes from a shape-inferred ModelProto onto the same graph's Variables, in place."""
     import onnx
 
-    infos = {info.name: info for info in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    infos = {info.name: info for info in inferred.graph.value_info}
+    declared = {id(tensor) for tensor in list(graph.inputs) + list(graph.outputs)}  # graph I/O keeps its declaration
     for name, tensor in graph.tensors().items():
         info = infos.get(name)
+        if id(tensor) in declared:
+            continue
         if info is None or is_constant(tensor) or not info.type.HasField("tensor_type"):
             continue
         tensor_type = info.type.tensor_type

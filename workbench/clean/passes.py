@@ -322,6 +322,8 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
         return source
 
     for node in list(graph.nodes):
+        if not node.inputs or not node.outputs:
+            continue  # disconnected by an earlier rewrite in this loop
         # Pattern 1: Cast(int->float) -> Cast(float->same int)
         if node.op == "Cast" and _cast_target(node) in _INT_TYPES:
             source = int_source(node.inputs[0])
