@@ -415,9 +415,12 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise WorkbenchError(f"{path}: looks like JSON but does not parse ({error}).",
-                                 expected="a complete .layers.json or engine-inspector JSON file") from error
-        return _read_parsed(data, str(path))
+            # "[VERBOSE] ..." lines of a build log also start with "["
+            if stripped.startswith("{") or _layers_message_in_log(text) is None:
+                raise WorkbenchError(f"{path}: looks like JSON but does not parse ({error}).",
+                                     expected="a complete .layers.json or engine-inspector JSON file") from error
+        else:
+            return _read_parsed(data, str(path))
     message = _layers_message_in_log(text)
     if message is None:
         raise WorkbenchError(

@@ -1,0 +1,125 @@
+"""Export bundles from a real build: round trip, version / compute-capability refusal, Triton config validation."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workbench.backend import GpuInfo, get_backend
+from workbench.build import BuildOptions, EngineArtifact, build_engine
+from workbench.cli import main
+from workbench.errors import EngineCannotRun, WorkbenchError
+from workbench.export import (
+    TritonOptions,
+    check_engine_compatible,
+    export_bundle,
+    load_engine,
+    normalize_compute_capability,
+    read_bundle,
+    validate_triton_config,
+)
+from workbench.zoo import get_entry
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory: pytest.TempPathFactory) -> EngineArtifact:
+    entry = get_entry("digits-cnn")
+    out = tmp_path_factory.mktemp("export")
+    return build_engine(entry.load(), out / "digits.engine",
+                        BuildOptions(shapes=dict(entry.input_profiles()), precision="fp16", progress=False))
+
+
+def test_bundle_round_trip_with_triton_and_extras(artifact: EngineArtifact, tmp_path: Path) -> None:
+    cache = tmp_path / "calib.cache"
+    cache.write_bytes(b"TRT-1.7-EntropyCalibration2\nimage: 3c010a14\n")
+    bundle = export_bundle(artifact, tmp_path / "bundle", calibration_cache=cache,
+                           accuracy={"metric": "top1", "value": 0.97}, timing={"p50_ms": 0.12},
+                           triton=TritonOptions(model_name="digits", instance_count=2))
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert manifest == bundle.manifest
+    assert manifest["onnx"]["sha256"] == artifact.onnx_sha256
+    assert manifest["backend"] == {"name": artifact.backend, "version": artifact.backend_version}
+    assert manifest["target_compute_capabilities"] == ["7.5", "8.0", "8.6", "8.9", "12.0", "12.1"]
+    assert manifest["precision_plan"] is None and manifest["build_options"]["precision"] == "fp16"
+    assert manifest["calibration_cache"]["file"] == "calibration.cache"
+    assert (tmp_path / "bundle" / "calibration.cache").read_bytes() == cache.read_bytes()
+    assert manifest["accuracy"]["value"] == 0.97 and manifest["timing"]["p50_ms"] == 0.12
+    assert manifest["layer_map"]["stats"]["engine_layers"] == artifact.layer_count
+    assert bundle.engine_path.read_bytes() == artifact.engine_path.read_bytes()
+    again = read_bundle(tmp_path / "bundle")
+    assert [l.name for l in again.layer_map.layers] == [l.name for l in artifact.engine_layers.layers]
+    # Triton repository: plan + config parsed back with Triton's ModelConfig schema
+    plan = tmp_path / "bundle" / "triton" / "digits" / "1" / "model.plan"
+    assert plan.read_bytes() == artifact.engine_path.read_bytes()
+    config = validate_triton_config(again.triton_config_path.read_text())
+    assert config.name == "digits" and config.platform == "tensorrt_plan"
+    assert config.max_batch_size == 64  # the zoo profile's max batch
+    assert [(i.name, list(i.dims)) for i in config.input] == [("image", [1, 32, 32])]
+    assert config.HasField("dynamic_batching") and config.instance_group[0].count == 2
+    assert not list(tmp_path.glob(".bundle.*"))  # no staging directory left behind
+
+
+def test_existing_bundle_is_refused_unless_overwrite(artifact: EngineArtifact, tmp_path: Path) -> None:
+    export_bundle(artifact, tmp_path / "b")
+    with pytest.raises(WorkbenchError, match="already exists"):
+        export_bundle(artifact, tmp_path / "b")
+    assert export_bundle(artifact, tmp_path / "b", overwrite=True).manifest["triton"] is None
+
+
+def test_tampered_engine_and_mismatches_are_refused(artifact: EngineArtifact, tmp_path: Path) -> None:
+    bundle_dir = tmp_path / "b"
+    bundle = export_bundle(artifact, bundle_dir)
+    # backend version mismatch, e.g. a bundle made with another TensorRT-RTX release
+    manifest = dict(bundle.manifest)
+    manifest["backend"] = {"name": artifact.backend, "version": "1.6.0.0"}
+    (bundle_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(WorkbenchError, match=r"built by tensorrt_rtx 1\.6\.0\.0.*this machine has tensorrt_rtx " + get_backend().version.replace(".", r"\.")):
+        load_engine(bundle_dir)
+    # compute capability: an H200 (9.0) is not among TensorRT-RTX's targets
+    bundle = export_bundle(artifact, bundle_dir, overwrite=True)
+    with pytest.raises(WorkbenchError, match=r"targets compute capability 7\.5, .* this GPU \(H200\) is 9\.0"):
+        check_engine_compatible(bundle, gpu=GpuInfo(True, "H200", (9, 0)))
+    check_engine_compatible(bundle, gpu=GpuInfo(True, "RTX 4090", (8, 9)))  # a supported GPU passes the checks
+    with pytest.raises(EngineCannotRun, match="no NVIDIA GPU"):
+        check_engine_compatible(bundle, gpu=GpuInfo(False))
+    (bundle_dir / "model.engine").write_bytes(b"truncated")
+    with pytest.raises(WorkbenchError, match="does not match the manifest"):
+        read_bundle(bundle_dir)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('name: "m"\nplatform: "tensorrt_plan"\nbogus_field: 1', "no field named"),
+    ('name: "m"\nplatform: "tensorrt_plan"\nmax_batch_size: 0\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
+     'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]\ndynamic_batching {}', "dynamic_batching needs max_batch_size"),
+    ('name: "m"\nplatform: "onnxruntime_onnx"\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
+     'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]', "is not TensorRT"),
+    ('name: "m"\nplatform: "tensorrt_plan"\ninput [{name: "x" dims: [3]}]\noutput [{name: "y" data_type: TYPE_FP32 dims: [0]}]',
+     "TYPE_INVALID"),
+])
+def test_triton_config_validation_rejects_bad_configs(text: str, problem: str) -> None:
+    with pytest.raises(WorkbenchError, match=problem):
+        validate_triton_config(text)
+
+
+def test_compute_capability_names() -> None:
+    assert normalize_compute_capability("SM86") == normalize_compute_capability("8.6") == normalize_compute_capability("sm_86") == "8.6"
+    assert normalize_compute_capability("SM120") == "12.0"
+    with pytest.raises(WorkbenchError):
+        normalize_compute_capability("ampere")
+
+
+def test_cli_export_and_errors(artifact: EngineArtifact, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine = tmp_path / "m.engine"
+    shutil.copyfile(artifact.engine_path, engine)
+    shutil.copyfile(artifact.layers_path, tmp_path / "m.layers.json")
+    timing = tmp_path / "timing.json"
+    timing.write_text('{"p50_ms": 0.2}')
+    assert main(["export", str(engine), "-o", str(tmp_path / "out"), "--triton", "--max-batch", "16", "--timing", str(timing)]) == 0
+    printed = capsys.readouterr().out
+    assert "validated with Triton's ModelConfig schema" in printed
+    assert "max_batch_size: 16" in (tmp_path / "out" / "triton" / "model" / "config.pbtxt").read_text()
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["timing"] == {"p50_ms": 0.2}
+    assert main(["export", str(tmp_path / "missing.engine"), "-o", str(tmp_path / "x")]) == 2
+    assert "no such engine file" in capsys.readouterr().err
