@@ -98,24 +98,32 @@ def amax_entropy(hist: TensorHistogram, *, levels: int = ENTROPY_LEVELS) -> floa
     return float(min(candidates[best] * hist.width, hist.amax))
 
 
-def mse_errors(hist: TensorHistogram, *, start_bin: int = 128, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Mean squared fake-quantization error of the histogram for each candidate amax (bin centres from ``start_bin``)."""
+def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: int = 4, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Mean squared fake-quantization error of the histogram for each candidate amax (bin edges from ``start_bin``).
+
+    Each bin's mass is spread over ``samples_per_bin`` evenly spaced points inside the bin rather than put on its
+    centre: when one outlier stretches the range, the data sit in a few wide bins and centre-only estimates (as in
+    pytorch-quantization) mistake the bin grid for the quantization grid.
+    """
     counts = _used_bins(hist)
-    centres = (np.arange(counts.size, dtype=np.float64) + 0.5) * hist.width
-    first = min(start_bin, max(counts.size - 1, 0))
-    candidate_amax = centres[first:]
+    offsets = (np.arange(samples_per_bin, dtype=np.float64) + 0.5) / samples_per_bin
+    points = ((np.arange(counts.size, dtype=np.float64)[:, None] + offsets[None, :]) * hist.width).ravel()
+    weights = np.repeat(counts / samples_per_bin, samples_per_bin)
+    keep = weights > 0
+    points, weights = points[keep], weights[keep]
+    first = min(start_bin, max(counts.size - 1, 1))
+    candidate_amax = np.arange(first, counts.size + 1, dtype=np.float64) * hist.width
     errors = np.empty(candidate_amax.size, dtype=np.float64)
-    total = counts.sum()
+    total = weights.sum()
     for start in range(0, candidate_amax.size, chunk):
-        amax = candidate_amax[start : start + chunk, None]
-        scale = amax / INT8_MAX
-        quantized = np.clip(np.rint(centres[None, :] / scale), -INT8_MAX, INT8_MAX) * scale
-        errors[start : start + chunk] = ((quantized - centres[None, :]) ** 2 * counts[None, :]).sum(axis=1) / total
+        scale = candidate_amax[start : start + chunk, None] / INT8_MAX
+        quantized = np.clip(np.rint(points[None, :] / scale), -INT8_MAX, INT8_MAX) * scale
+        errors[start : start + chunk] = ((quantized - points[None, :]) ** 2 @ weights) / total
     return candidate_amax, errors
 
 
 def amax_mse(hist: TensorHistogram) -> float:
-    """Candidate amax (a bin centre) with the smallest mean squared fake-quantization error."""
+    """Candidate amax (a bin edge) with the smallest mean squared fake-quantization error."""
     if hist.width == 0.0 or hist.count == 0:
         return hist.amax
     candidates, errors = mse_errors(hist)
