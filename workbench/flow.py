@@ -596,3 +596,68 @@ def run_quickstart(config: QuickstartConfig | None = None, progress: ProgressFn 
                    on_result: ResultFn | None = None) -> QuickstartRun:
     """Run the whole journey headless and return its results."""
     return QuickstartSession(config, progress, on_result).run_all()
+
+
+# --- choosing among built engines (the export notebook) ---------------------------------------------------------
+
+@dataclass
+class EngineCandidate:
+    """One built engine with its accuracy and speed, for an accuracy-vs-speed table."""
+
+    precision: str
+    engine_path: str
+    engine_mb: float
+    layers: int
+    metric_name: str
+    metric: float | None
+    delta_vs_fp32: float | None
+    higher_is_better: bool
+    throughput_per_s: float | None
+    p50_ms: float | None
+    how: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_precisions(session: QuickstartSession, precisions: Iterable[str] = PRECISION_CHOICES) -> list[EngineCandidate]:
+    """Build (if needed) and time the engine of every precision; metrics come from the metrics stage."""
+    if not session.run.stages:
+        session.run_all()
+    run = session.run
+    wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}
+    metrics = {row.variant: row for row in run.objects.get("metrics") or []}
+    candidates: list[EngineCandidate] = []
+    original = session.config.precision
+    try:
+        for precision in precisions:
+            session.config = run.config = replace(session.config, precision=precision)
+            for name in ("select", "timing"):
+                run_stage(run, name)
+            if not run.stage("select").ok:
+                continue
+            artifact = run.objects["chosen_artifact"]
+            timing = run.objects.get("timing_results") if run.stage("timing").ok else None
+            row = metrics.get(wanted[precision])
+            candidates.append(EngineCandidate(
+                precision=precision, engine_path=str(artifact.engine_path), engine_mb=artifact.engine_bytes / 1e6,
+                layers=artifact.layer_count, metric_name=row.metric if row else "",
+                metric=row.value if row else None, delta_vs_fp32=row.delta_vs_fp32 if row else None,
+                higher_is_better=row.higher_is_better if row else True,
+                throughput_per_s=timing[0].throughput_per_s if timing else None,
+                p50_ms=timing[0].latency_ms.get("p50") if timing else None,
+                how=run.stage("timing").data.get("reason", run.stage("timing").summary)))
+    finally:
+        session.config = run.config = replace(session.config, precision=original)
+    return candidates
+
+
+def recommend(candidates: Iterable[EngineCandidate], max_metric_drop: float = 0.005) -> EngineCandidate | None:
+    """The fastest candidate whose task metric is at most ``max_metric_drop`` worse than FP32's."""
+    def acceptable(c: EngineCandidate) -> bool:
+        if c.delta_vs_fp32 is None:
+            return False
+        return (c.delta_vs_fp32 >= -max_metric_drop) if c.higher_is_better else (c.delta_vs_fp32 <= max_metric_drop)
+
+    fine = [c for c in candidates if acceptable(c) and c.throughput_per_s is not None]
+    return max(fine, key=lambda c: c.throughput_per_s or 0.0, default=None)

@@ -1,0 +1,113 @@
+"""The shared widgets: one widget per concept, the same in every notebook panel.
+
+Thin factories and two small helpers (a status area that shows a WorkbenchError as a readable message, and a
+progress-bar adapter usable as a stage / build callback). Nothing here displays anything or computes anything.
+"""
+from __future__ import annotations
+
+import html
+import traceback
+from typing import Any, Sequence
+
+import ipywidgets as widgets
+
+from workbench.errors import WorkbenchError
+
+PRECISIONS = (("FP32", "fp32"), ("FP16", "fp16"), ("INT8 (calibrated, worst layers FP32)", "int8"))
+CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+_STYLE = {"description_width": "110px"}
+_LAYOUT = widgets.Layout(width="340px")
+
+
+def precision_dropdown(value: str = "int8", options: Sequence[tuple[str, str]] = PRECISIONS) -> widgets.Dropdown:
+    return widgets.Dropdown(options=list(options), value=value, description="precision", style=_STYLE, layout=_LAYOUT)
+
+
+def calibration_method_dropdown(value: str = "entropy") -> widgets.Dropdown:
+    return widgets.Dropdown(options=list(CALIBRATION_METHODS), value=value, description="calibration",
+                            style=_STYLE, layout=_LAYOUT)
+
+
+def streams_slider(value: int = 2) -> widgets.IntSlider:
+    """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), 1 to 16."""
+    return widgets.IntSlider(value=value, min=1, max=16, step=1, description="streams", continuous_update=False,
+                             style=_STYLE, layout=_LAYOUT)
+
+
+def batch_dropdown(value: int = 8, options: Sequence[int] = BATCH_SIZES) -> widgets.Dropdown:
+    return widgets.Dropdown(options=list(options), value=value, description="batch size", style=_STYLE, layout=_LAYOUT)
+
+
+def model_picker(value: str | None = None, names: Sequence[str] | None = None) -> widgets.Dropdown:
+    """The zoo models (names only; choosing one loads nothing until the panel runs)."""
+    if names is None:
+        from workbench.zoo import entry_names
+
+        names = entry_names()
+    names = list(names)
+    return widgets.Dropdown(options=names, value=value if value in names else names[0], description="model",
+                            style=_STYLE, layout=_LAYOUT)
+
+
+class StatusArea:
+    """One line of status under a panel. Errors show as a readable message, never as a traceback."""
+
+    def __init__(self) -> None:
+        self.widget = widgets.HTML(value="")
+        self.kind = "idle"
+        self.text = ""
+
+    def _set(self, kind: str, text: str, color: str) -> None:
+        self.kind, self.text = kind, text
+        self.widget.value = f'<div style="color:{color};white-space:pre-wrap">{html.escape(text)}</div>'
+
+    def info(self, text: str) -> None:
+        self._set("info", text, "#333")
+
+    def busy(self, text: str) -> None:
+        self._set("busy", text, "#555")
+
+    def ok(self, text: str) -> None:
+        self._set("ok", text, "#2a7a2a")
+
+    def warn(self, text: str) -> None:
+        self._set("warning", text, "#a66d00")
+
+    def error(self, error: BaseException) -> None:
+        """A WorkbenchError as its message; anything else as 'unexpected error' with its type and last frame."""
+        if isinstance(error, WorkbenchError):
+            self._set("error", f"Error: {error}", "#b00")
+        else:
+            frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+            where = f" (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+            self._set("error", f"Unexpected error {type(error).__name__}: {error}{where}. Please report it.", "#b00")
+
+
+class ProgressAdapter:
+    """A progress bar plus label, callable as ``(stage, index, total, message)`` (the flow's progress hook)
+    or as a build progress callback ``(kind, phase, parent, step, total) -> bool``."""
+
+    def __init__(self, description: str = "progress") -> None:
+        self.bar = widgets.IntProgress(value=0, min=0, max=1, description=description, style=_STYLE,
+                                       layout=widgets.Layout(width="340px"))
+        self.label = widgets.Label(value="")
+        self.widget = widgets.HBox([self.bar, self.label])
+
+    def __call__(self, *event: Any) -> bool:
+        if len(event) == 4:  # flow stage: (stage, index, total, message)
+            _stage, index, total, message = event
+            self.bar.max = max(int(total), 1)
+            self.bar.value = min(int(index), self.bar.max)
+            self.label.value = str(message)
+        elif len(event) == 5:  # builder: (kind, phase, parent, step, total)
+            kind, phase, parent, step, total = event
+            if kind == "start" and not parent and total:
+                self.bar.max, self.bar.value, self.label.value = int(total), 0, str(phase)
+            elif kind == "step" and phase == self.label.value:
+                self.bar.value = min(int(step) + 1, self.bar.max)
+        return True
+
+    def done(self, message: str = "done") -> None:
+        self.bar.value = self.bar.max
+        self.label.value = message
