@@ -332,6 +332,11 @@ def _check_split(split: str) -> None:
         raise WorkbenchError(f"unknown data split {split!r}.", expected=" or ".join(SPLITS))
 
 
+def _flat_rows(array: np.ndarray) -> np.ndarray:
+    """[N, ...] -> [N, K]: one row per sample, whatever trailing axes a rewritten model keeps."""
+    return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
+
+
 def sample_rng(split: str, index: int, salt: int = 0) -> np.random.Generator:
     """The random generator of one sample: a pure function of (split, index, salt)."""
     return np.random.default_rng([SPLIT_SEEDS[split], int(index), int(salt)])

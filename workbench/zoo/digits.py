@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry
+from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, _flat_rows
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DIGITS_ONNX = ASSETS / "digits_cnn.onnx"
@@ -83,15 +83,42 @@ class DigitsCnnEntry(ZooEntry):
             row = train_idx[np.random.default_rng(SPLIT_SEED).permutation(len(train_idx))[index]]
         return {INPUT_NAME: images[row]}, int(labels[row])
 
-    def preprocess_images(self, images: Sequence[np.ndarray] | np.ndarray) -> Feed:
-        """8x8 arrays (0..16, sklearn scale) -> the model feed; for calibration folders of raw digit arrays."""
-        return {INPUT_NAME: preprocess_digits(np.asarray(images))}
+    def preprocess_images(self, images: Sequence[Any] | np.ndarray) -> Feed:
+        """Digit images -> the model feed.
+
+        Accepts 8x8 arrays on sklearn's 0..16 scale, or image files / uint8 grayscale arrays of any size with
+        bright ink on a dark background (as sklearn's digits are), resized to 32x32.
+        """
+        if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.shape[-2:] == (8, 8):
+            return {INPUT_NAME: preprocess_digits(images)}
+        return {INPUT_NAME: np.stack([_digit_from_image(image) for image in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return list(self._output(outputs, OUTPUT_NAME).reshape(len(feed[INPUT_NAME]), -1).argmax(axis=1))
+        return list(_flat_rows(self._output(outputs, OUTPUT_NAME)).argmax(axis=1))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         return classification_metric(self.metric_name, predictions, labels)
+
+
+def _digit_from_image(image: Any) -> np.ndarray:
+    from PIL import Image
+
+    if isinstance(image, (str, Path)):
+        try:
+            loaded = Image.open(image).convert("L")
+        except OSError as error:
+            raise WorkbenchError(f"{image}: not a readable image file.", expected="a PNG/JPEG digit image") from error
+    else:
+        array = np.asarray(image)
+        if array.shape == (8, 8):
+            return preprocess_digits(array)[0]
+        if array.ndim == 3:
+            array = array.mean(axis=2)
+        if array.ndim != 2:
+            raise WorkbenchError(f"a digit image of shape {array.shape} cannot be preprocessed.", expected="a 2-D grayscale image")
+        loaded = Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
+    resized = np.asarray(loaded.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR), dtype=np.float32) / 255.0
+    return ((resized - 0.5) / 0.5).astype(np.float32)[None]
 
 
 def classification_metric(name: str, predictions: list[Any], labels: list[Any]) -> MetricResult:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, sample_rng
+from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, _flat_rows, sample_rng
 
 IMAGE_SIZE = 224
 INPUT_NAME = "image"
@@ -143,7 +143,7 @@ class EfficientNetLite0Entry(ZooEntry):
         return {INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return list(self._output(outputs, OUTPUT_NAME).reshape(len(feed[INPUT_NAME]), -1).argmax(axis=1))
+        return list(_flat_rows(self._output(outputs, OUTPUT_NAME)).argmax(axis=1))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         reference = self._reference()

@@ -221,10 +221,6 @@ class _OcrEntry(ZooEntry):
         shutil.copyfile(rapidocr_model(self.source_file), target)
         return {"copied_from": self.source_file}
 
-    def preprocess_images(self, images: Sequence[Any]) -> Feed:
-        """Images (paths or BGR arrays) -> one feed, with exactly the preprocessing the zoo uses."""
-        raise NotImplementedError
-
 
 class OcrRecEntry(_OcrEntry):
     name = "ocr-rec"
@@ -250,6 +246,7 @@ class OcrRecEntry(_OcrEntry):
         return {INPUT_NAME: resize_normalize(line, REC_HEIGHT, REC_WIDTH)}, text
 
     def preprocess_images(self, images: Sequence[Any]) -> Feed:
+        """Cropped text-line images (paths, or BGR arrays as cv2 reads them) -> one feed, rapidocr's preprocessing."""
         return {INPUT_NAME: np.stack([resize_normalize(_load_bgr(image), REC_HEIGHT, REC_WIDTH) for image in images])}
 
     def decode(self, probabilities: np.ndarray) -> list[str]:
@@ -321,6 +318,7 @@ class OcrClsEntry(_OcrEntry):
         return {INPUT_NAME: resize_normalize(line, CLS_HEIGHT, CLS_WIDTH)}, label
 
     def preprocess_images(self, images: Sequence[Any]) -> Feed:
+        """Cropped text-line images (paths or BGR arrays) -> one feed, rapidocr's classifier preprocessing."""
         return {INPUT_NAME: np.stack([resize_normalize(_load_bgr(image), CLS_HEIGHT, CLS_WIDTH) for image in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
@@ -348,6 +346,7 @@ class OcrDetEntry(_OcrEntry):
         return {INPUT_NAME: normalize_page(page)}, boxes
 
     def preprocess_images(self, images: Sequence[Any]) -> Feed:
+        """Page images (paths or BGR arrays, sides multiples of 32) -> one feed, rapidocr's det normalisation."""
         return {INPUT_NAME: np.stack([normalize_page(_load_bgr(image)) for image in images])}
 
     @functools.cached_property
