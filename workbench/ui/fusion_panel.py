@@ -161,3 +161,71 @@ class BuildProgressBar:
 
 
 ProgressCallback = Callable[[str, str, str, int, int], bool]
+
+
+class FusionExplorer:
+    """Choose a zoo model, a precision and a build to compare with; build (with a progress bar) and explore.
+
+    ``build()`` does what the Build button does and returns the new :class:`FusionPanel`. Builds are cached per
+    (model, precision) for the life of the explorer.
+    """
+
+    def __init__(self, out_dir: str = "out/fusions", *, model: str = "digits-cnn", precision: str = "fp16",
+                 compare: str = "fp32", models: Sequence[str] | None = None) -> None:
+        import ipywidgets as widgets
+
+        from workbench.zoo import entry_names
+
+        self.out_dir = out_dir
+        self.model = widgets.Dropdown(options=list(models or entry_names()), value=model, description="model")
+        self.precision = widgets.ToggleButtons(options=["fp32", "fp16"], value=precision, description="precision")
+        self.compare = widgets.Dropdown(options=[("(none)", ""), ("fp32", "fp32"), ("fp16", "fp16")], value=compare,
+                                        description="compare with")
+        self.build_button = widgets.Button(description="Build", button_style="primary")
+        self.progress = BuildProgressBar()
+        self.message = widgets.HTML()
+        self.panel: FusionPanel | None = None
+        self.maps: dict[tuple[str, str], LayerMap] = {}
+        self.build_seconds: dict[tuple[str, str], float] = {}
+        self._controls = widgets.VBox([widgets.HBox([self.model, self.compare]), self.precision,
+                                       widgets.HBox([self.build_button, self.progress.widget]), self.message])
+        self.container = widgets.VBox([self._controls])
+        self.build_button.on_click(lambda _button: self.build())
+
+    def layer_map(self, model: str, precision: str) -> LayerMap:
+        """Build ``model`` at ``precision`` (once) and return its layer map."""
+        key = (model, precision)
+        if key not in self.maps:
+            from pathlib import Path
+
+            from workbench.build import BuildOptions, build_engine
+            from workbench.zoo import get_entry
+
+            entry = get_entry(model)
+            options = BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress_callback=self.progress)
+            artifact = build_engine(entry.load(), Path(self.out_dir) / f"{model}.{precision}.engine", options)
+            self.build_seconds[key] = artifact.build_seconds
+            self.maps[key] = LayerMap.load(artifact.layers_path)
+        return self.maps[key]
+
+    def build(self) -> FusionPanel | None:
+        from workbench.errors import WorkbenchError
+
+        try:
+            after = self.layer_map(self.model.value, self.precision.value)
+            before = (self.layer_map(self.model.value, self.compare.value)
+                      if self.compare.value and self.compare.value != self.precision.value else None)
+        except WorkbenchError as error:
+            self.message.value = f"<span style='color:#b00'>{error}</span>"
+            return None
+        stats = after.stats()
+        self.message.value = (f"{self.model.value} {self.precision.value}: {stats.onnx_nodes} ONNX nodes → "
+                              f"{stats.engine_layers} engine layers ({stats.folded_nodes} nodes folded, "
+                              f"{stats.inserted_layers} layers inserted)")
+        self.panel = FusionPanel(after, compare_with=before)
+        self.container.children = (self._controls, self.panel.widget)
+        return self.panel
+
+    @property
+    def widget(self) -> Any:
+        return self.container
