@@ -84,6 +84,17 @@ def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
             ]
 
 
+def node_skeleton(model: Any) -> Any:
+    """The model's nodes and I/O names without weights: cheap to keep one per pass for before/after views."""
+    import onnx
+
+    graph = onnx.GraphProto(name=model.graph.name)
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    return graph
+
+
 def op_counts(model: Any) -> dict[str, int]:
     counts = Counter(node.op_type for node in model.graph.node)
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

@@ -17,6 +17,7 @@ from workbench.clean.graph_utils import (
     import_graph,
     model_bytes,
     node_names,
+    node_skeleton,
     op_counts,
     opset_of,
     prune_dead_nodes,
@@ -140,8 +141,11 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     shapes_fresh = False
     reports: list[PassReport] = []
     pass_seconds = 0.0
+    current_skeleton = None
     for clean_pass in passes:
         before = dict(nodes_before=len(current.graph.node), op_counts_before=current_counts, bytes_before=current_bytes)
+        if current_skeleton is None:
+            current_skeleton = node_skeleton(current)
         unchanged = dict(nodes_after=before["nodes_before"], op_counts_after=current_counts, bytes_after=current_bytes)
         skip_reason = None
         if opset < clean_pass.min_opset:
@@ -191,13 +195,14 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             check_seconds += check_time
         after_counts, after_bytes, after_names = op_counts(candidate), model_bytes(candidate), node_names(candidate)
         removed, added = _names_diff(current_names, after_names)
-        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(candidate.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings)))
+        candidate_skeleton = node_skeleton(candidate)
+        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(candidate.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings), graph_before=current_skeleton, graph_after=candidate_skeleton))
         if status == "rolled_back":
             graph, shapes_fresh = import_graph(current), False
             continue
         if is_override:
             expected_io = wanted_io
-        current = candidate
+        current, current_skeleton = candidate, candidate_skeleton
         current_counts, current_bytes, current_names = after_counts, after_bytes, after_names
         shapes_fresh = False
         if inferred is not None:

@@ -44,6 +44,9 @@ class PassReport:
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
     findings: list[Finding] = field(default_factory=list)
+    # node-only snapshots (onnx.GraphProto without weights) for the before/after picture; not in to_json()
+    graph_before: Any = field(default=None, repr=False, compare=False)
+    graph_after: Any = field(default=None, repr=False, compare=False)
 
     @property
     def changed(self) -> bool:
@@ -56,7 +59,7 @@ class PassReport:
         return {op: d for op, d in sorted(delta.items(), key=lambda item: (item[1], item[0])) if d}
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in ("graph_before", "graph_after")}
         data["findings"] = [finding.to_json() for finding in self.findings]
         return data
 

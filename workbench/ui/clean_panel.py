@@ -1,0 +1,98 @@
+"""Notebook panel for the cleaner: pick a model, tick passes, run; waterfall, op-count table, neighbourhood.
+
+Thin by design: widgets forward to :func:`workbench.clean.clean_model` and :mod:`workbench.viz.clean_figures`.
+Nothing is displayed in the constructor; show ``panel.widget`` yourself.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.clean import DEFAULT_PASSES, CleanOptions, CleanResult, clean_model
+from workbench.viz import clean_figures as figures
+
+_PATH_CHOICE = "(path below)"
+
+
+class CleanPanel:
+    """Model picker (zoo name or a path), one checkbox per pass, a run button, and three figures."""
+
+    def __init__(self, model: str = "ocr-cls", passes: tuple[str, ...] = DEFAULT_PASSES, path: str = "") -> None:
+        import ipywidgets as widgets
+        import plotly.graph_objects as go
+
+        from workbench.ui.controls import StatusArea, model_picker
+        from workbench.zoo import entry_names
+
+        names = list(entry_names()) + [_PATH_CHOICE]
+        self.model_picker = model_picker(model if model in names else _PATH_CHOICE, names)
+        self.path_text = widgets.Text(value=path, description="ONNX path", placeholder="/path/to/model.onnx")
+        self.pass_boxes = {name: widgets.Checkbox(value=name in passes, description=name, indent=False) for name in DEFAULT_PASSES}
+        self.check_box = widgets.Checkbox(value=True, description="check every pass (ORT equivalence)", indent=False)
+        self.run_button = widgets.Button(description="Clean", button_style="primary")
+        self.pass_picker = widgets.Dropdown(options=[], description="show pass")
+        self.status = StatusArea()
+        self.waterfall = go.FigureWidget()
+        self.table = go.FigureWidget()
+        self.neighbourhood = go.FigureWidget()
+        self.result: CleanResult | None = None
+        self.run_button.on_click(lambda _: self.run())
+        self.pass_picker.observe(lambda change: self.select_pass(change["new"]), names="value")
+        self.widget = widgets.VBox([
+            widgets.HBox([self.model_picker, self.path_text]),
+            widgets.GridBox(list(self.pass_boxes.values()), layout=widgets.Layout(grid_template_columns="repeat(4, 240px)")),
+            widgets.HBox([self.check_box, self.run_button]),
+            self.status.widget,
+            self.waterfall,
+            self.table,
+            self.pass_picker,
+            self.neighbourhood,
+        ])
+
+    @property
+    def selected_passes(self) -> list[str]:
+        return [name for name, box in self.pass_boxes.items() if box.value]
+
+    def _source(self) -> tuple[Any, dict | None]:
+        if self.model_picker.value == _PATH_CHOICE:
+            return Path(self.path_text.value.strip()), None
+        from workbench.zoo import get_entry
+
+        entry = get_entry(self.model_picker.value)
+        return entry.onnx_path(), entry.input_profiles()
+
+    def run(self) -> CleanResult | None:
+        """Clean the chosen model with the ticked passes and redraw every figure; errors go to the status line."""
+        self.status.busy("cleaning…")
+        try:
+            source, profile = self._source()
+            self.result = clean_model(source, CleanOptions(passes=self.selected_passes, profile=profile, check=self.check_box.value))
+        except Exception as error:  # shown, not raised: a panel must survive bad input
+            self.status.error(error)
+            return None
+        result = self.result
+        rolled = ", ".join(r.name for r in result.rolled_back) or "none"
+        self.status.ok(f"{result.nodes_before} → {result.nodes_after} nodes in {result.seconds:.2f} s (checks {result.check_seconds:.2f} s); rolled back: {rolled}")
+        self._replace(self.waterfall, figures.node_waterfall_figure(result))
+        self._replace(self.table, figures.op_delta_table_figure(result))
+        changed = [r.name for r in result.passes if r.nodes_removed or r.nodes_added]
+        options = changed or [r.name for r in result.passes]
+        self.pass_picker.options = options
+        if self.pass_picker.value in options:
+            self.select_pass(self.pass_picker.value)
+        else:
+            self.pass_picker.value = options[0] if options else None  # triggers select_pass
+        return result
+
+    def select_pass(self, name: str | None) -> None:
+        if not name or self.result is None:
+            return
+        self._replace(self.neighbourhood, figures.neighbourhood_figure(self.result.report(name)))
+        self._replace(self.table, figures.op_delta_table_figure(self.result, name))
+
+    @staticmethod
+    def _replace(target: Any, figure: Any) -> None:
+        with target.batch_update():
+            target.data = []
+            target.add_traces(list(figure.data))
+            target.layout = figure.layout
