@@ -194,6 +194,8 @@ class LayerMap:
         from workbench.layers import engine_layers_from_document
 
         engine_layers = engine_layers_from_document(document)
+        if onnx_proto is None and "qdq_edges" not in document:
+            onnx_proto = _built_onnx_if_unchanged(document)
         if onnx_proto is not None:
             return cls.from_engine_layers(engine_layers, onnx_proto=onnx_proto, label=label)
         nodes = [(str(n["name"]), str(n.get("op_type", ""))) for n in document.get("onnx_nodes", [])]
@@ -319,6 +321,23 @@ def onnx_node_list(proto: Any) -> list[tuple[str, str]]:
     from workbench.autocast import onnx_node_name
 
     return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
+
+
+def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
+    """The ONNX a document was built from, when the document lacks node names / Q/DQ pairs (older builds) and
+    that file is still there, unchanged, and is what was built (no precision rewrite). None otherwise."""
+    build = document.get("build") or {}
+    path = build.get("onnx")
+    if not path or build.get("onnx_sha256") != build.get("built_onnx_sha256") or not Path(path).is_file():
+        return None
+    from workbench._io import sha256_file
+
+    if sha256_file(path) != build.get("onnx_sha256"):
+        return None
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    return proto if len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
 
 
 def _qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
