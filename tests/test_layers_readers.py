@@ -55,6 +55,23 @@ def test_rtx_qdq_capture_shows_int8_convolutions() -> None:
     assert engine.layers[-1].precision == "fp32"  # the float epilogue writing the output
 
 
+def test_rtx_multistream_capture_parses_signal_and_wait_layers() -> None:
+    engine = read_layers(FIXTURES / "rtx_det_fp16_multistream.log")
+    types = [layer.layer_type for layer in engine.layers]
+    assert len(engine.layers) == 125 and "unparsed" not in types
+    sync = [layer for layer in engine.layers if layer.layer_type in ("signal", "wait")]
+    assert len(sync) == 29 and {layer.stream_id for layer in sync} >= {0, 2, 3}
+    assert all(layer.precision == "none" and layer.onnx_nodes == () for layer in sync)
+    assert {layer.stream_id for layer in engine.layers if layer.layer_type == "correlation"} >= {0, 1}
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("rtx_*.log")))
+def test_no_rtx_fixture_line_is_left_unparsed(fixture: str) -> None:
+    engine = read_layers(FIXTURES / fixture)
+    assert engine.layers and all(layer.layer_type != "unparsed" for layer in engine.layers)
+    assert all(layer.precision in ("fp32", "fp16", "int8", "none") for layer in engine.layers)
+
+
 def test_trt10_json_bindings_format_datatype_and_all_separator_forms() -> None:
     engine = read_layers(FIXTURES / "trt10_resnet_block_fp16.json")
     assert engine.source_format == "tensorrt-10-inspector-json"

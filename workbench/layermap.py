@@ -132,6 +132,7 @@ class FusionStats:
     folded_nodes: int
     folded_compute_nodes: int
     nodes_in_several_layers: int
+    stream_sync_layers: int  # signal/wait layers of multi-stream engines (counted in engine_layers and inserted_layers)
     group_sizes: dict[int, int]  # ONNX nodes per layer -> how many layers
     largest_group: int
     by_precision: dict[str, int]
@@ -279,6 +280,7 @@ class LayerMap:
             folded_nodes=len(self.folded_nodes),
             folded_compute_nodes=sum(1 for node in compute if node.folded),
             nodes_in_several_layers=sum(1 for node in self.nodes if len(node.engine_layers) > 1),
+            stream_sync_layers=sum(1 for layer in self.layers if layer.layer_type.lower() in ("signal", "wait")),
             group_sizes=group_sizes,
             largest_group=max(group_sizes, default=0),
             by_precision=dict(sorted(by_precision.items())),

@@ -69,12 +69,14 @@ class LayerRecord:
 
     @property
     def precision(self) -> str:
-        """The lowest floating/int8 precision among the layer's inputs, constants and outputs ("fp32" if none)."""
-        found = {t.precision for t in (*self.inputs, *self.constants, *self.outputs)}
+        """The lowest floating/int8 precision among the layer's inputs, constants and outputs.
+
+        "none" for layers without tensors (stream signal/wait, shape calls)."""
+        found = {t.precision for t in (*self.inputs, *self.constants, *self.outputs) if t.datatype}
         for precision in _PRECISION_RANK:
             if precision in found:
                 return precision
-        return "fp32" if not found else sorted(found)[0]
+        return "none" if not found else sorted(found)[0]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -134,7 +136,9 @@ def onnx_nodes_from_metadata(metadata: str) -> tuple[str, ...]:
 
 _RTX_LAYER_LINE = re.compile(
     r"^Name: (?P<name>.*?), LayerType: (?P<type>.*?), Inputs: \[(?P<inputs>.*?)\], Constants: \[(?P<constants>.*?)\], "
-    r"Outputs: \[(?P<outputs>.*?)\], TacticName: (?P<tactic>.*?), StreamId: (?P<stream>-?\d+), Metadata: (?P<meta>.*)$"
+    r"Outputs: \[(?P<outputs>.*?)\], TacticName: (?P<tactic>.*?), StreamId: (?P<stream>-?\d+)"
+    # multi-stream engines add fields such as "EventId: 13" on their signal/wait layers
+    r"(?P<extra>(?:, [A-Za-z]+: [^,\[]*?)*), Metadata: (?P<meta>.*)$"
 )
 _RTX_TENSOR = re.compile(
     r"Name: (?P<name>.*?), Dimensions: \[(?P<dims>[^\]]*)\],.*?Datatype: (?P<dtype>[^,]*), Format: (?P<format>.*?)\s*$"

@@ -17,6 +17,7 @@ from workbench.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
 PRECISION_COLORS = {
     "fp32": "#1f77b4", "fp16": "#2ca02c", "bf16": "#17becf", "int8": "#d62728", "fp8": "#ff7f0e", "int4": "#8c564b",
     "fp4": "#e377c2", "int32": "#7f7f7f", "int64": "#7f7f7f", "bool": "#7f7f7f", "folded": "#d0d0d0",
+    "none": "#9e9e9e",  # layers without tensors: stream signal/wait, shape calls
 }
 OTHER_COLOR = "#bcbd22"
 INSERTED_SYMBOL = "diamond"
