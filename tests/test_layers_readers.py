@@ -61,7 +61,11 @@ def test_rtx_multistream_capture_parses_signal_and_wait_layers() -> None:
     assert len(engine.layers) == 125 and "unparsed" not in types
     sync = [layer for layer in engine.layers if layer.layer_type in ("signal", "wait")]
     assert len(sync) == 29 and {layer.stream_id for layer in sync} >= {0, 2, 3}
-    assert all(layer.precision == "none" and layer.onnx_nodes == () for layer in sync)
+    assert all(layer.inputs == layer.outputs == [] and layer.onnx_nodes == () for layer in sync)
+    from workbench.layermap import LayerMap
+
+    layer_map = LayerMap.from_engine_layers(engine)
+    assert layer_map.stats().stream_sync_layers == 29 and layer_map.stats().by_precision["none"] == 30
     assert {layer.stream_id for layer in engine.layers if layer.layer_type == "correlation"} >= {0, 1}
 
 
@@ -69,7 +73,7 @@ def test_rtx_multistream_capture_parses_signal_and_wait_layers() -> None:
 def test_no_rtx_fixture_line_is_left_unparsed(fixture: str) -> None:
     engine = read_layers(FIXTURES / fixture)
     assert engine.layers and all(layer.layer_type != "unparsed" for layer in engine.layers)
-    assert all(layer.precision in ("fp32", "fp16", "int8", "none") for layer in engine.layers)
+    assert all(layer.precision in ("fp32", "fp16", "int8") for layer in engine.layers)
 
 
 def test_trt10_json_bindings_format_datatype_and_all_separator_forms() -> None:

@@ -370,7 +370,7 @@ def _layer_entry(index: int, layer: LayerRecord) -> LayerEntry:
         index=index,
         name=layer.name,
         layer_type=layer.layer_type,
-        precision=layer.precision,
+        precision=layer.precision if datatypes else "none",  # signal/wait and shape-call layers carry no tensors
         tactic=layer.tactic,
         onnx_nodes=layer.onnx_nodes,
         datatypes=datatypes,
