@@ -66,7 +66,7 @@ def test_folded_nodes_and_inserted_layers_are_listed(builds: dict, name: str) ->
 def test_fp16_build_shows_half_layers_and_diffs_against_fp32(builds: dict, name: str) -> None:
     _, fp32 = builds[(name, "fp32")]
     _, fp16 = builds[(name, "fp16")]
-    assert set(fp32.stats().by_precision) == {"fp32"}
+    assert set(fp32.stats().by_precision) - {"none"} == {"fp32"}  # "none": tensor-less shape-call layers
     half = [layer for layer in fp16.layers if layer.precision == "fp16"]
     assert len(half) >= 0.8 * len(fp16.layers)
     assert any("fp16" in layer.input_datatypes for layer in half)
