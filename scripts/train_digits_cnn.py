@@ -94,7 +94,7 @@ def main() -> int:
     torch.onnx.export(
         model,
         (x_test[:1],),
-        buffer,
+        buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
         dynamo=False,
         opset_version=17,
         input_names=[INPUT_NAME],

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -17,19 +18,18 @@ import pytest
 from workbench.errors import WorkbenchError
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_CACHE = REPO / ".cache" / "zoo-tests"
 ALL_NAMES = ["digits-cnn", "ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0", "minilm"]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def zoo_cache() -> Path:
+def zoo_cache() -> Iterator[Path]:
+    """One cache for the run: tests/conftest.py points WORKBENCH_CACHE at <repo>/.cache/zoo; run alone, this module
+    uses <repo>/.cache/zoo-tests. Either way repeated runs reuse the torch exports."""
     previous = os.environ.get("WORKBENCH_CACHE")
-    os.environ["WORKBENCH_CACHE"] = str(TEST_CACHE)
-    yield TEST_CACHE
+    os.environ["WORKBENCH_CACHE"] = previous or str(REPO / ".cache" / "zoo-tests")
+    yield Path(os.environ["WORKBENCH_CACHE"])
     if previous is None:
         os.environ.pop("WORKBENCH_CACHE", None)
-    else:
-        os.environ["WORKBENCH_CACHE"] = previous
 
 
 def _entry(name: str):
@@ -47,13 +47,13 @@ def _digest(feed: dict[str, np.ndarray], row: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- registry
-def test_api_names_and_default() -> None:
+def test_api_names_and_default(zoo_cache: Path) -> None:
     from workbench.zoo import DEFAULT_MODEL, MetricResult, ZooEntry, cache_dir, list_entries
 
     assert [entry.name for entry in list_entries()] == ALL_NAMES
     assert DEFAULT_MODEL == "ocr-rec"
     assert not _entry(DEFAULT_MODEL).requires_torch
-    assert cache_dir() == TEST_CACHE
+    assert cache_dir() == zoo_cache
     for entry in list_entries():
         assert isinstance(entry, ZooEntry)
         assert entry.description and entry.task and entry.metric_name and entry.source and entry.license
@@ -93,10 +93,10 @@ def test_import_never_imports_torch_and_missing_torch_is_explained(tmp_path: Pat
 
 # ------------------------------------------------------------------------------------------ materialize
 @pytest.mark.parametrize("name", ALL_NAMES)
-def test_materializes_and_loads(name: str) -> None:
+def test_materializes_and_loads(name: str, zoo_cache: Path) -> None:
     entry = _entry(name)
     path = entry.onnx_path()
-    assert path.is_file() and path.parent == TEST_CACHE / "zoo" / name
+    assert path.is_file() and path.parent == zoo_cache / "zoo" / name
     assert entry.is_cached() and entry.onnx_path() == path
     model = entry.load()  # runs the ONNX checker
     assert model.node_count > 0

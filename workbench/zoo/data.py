@@ -24,7 +24,7 @@ def write_npz_batches(batches: Iterable[dict[str, np.ndarray]], folder: str | os
         target = folder / f"{prefix}_{number:05d}.npz"
         with atomic_path(target) as tmp:
             with open(tmp, "wb") as handle:
-                np.savez(handle, **{name: np.asarray(value) for name, value in feed.items()})
+                np.savez(handle, **{name: np.asarray(value) for name, value in feed.items()})  # type: ignore[arg-type]
         written.append(target)
     return written
 

@@ -117,7 +117,7 @@ def _digit_from_image(image: Any) -> np.ndarray:
         if array.ndim != 2:
             raise WorkbenchError(f"a digit image of shape {array.shape} cannot be preprocessed.", expected="a 2-D grayscale image")
         loaded = Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
-    resized = np.asarray(loaded.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR), dtype=np.float32) / 255.0
+    resized = np.asarray(loaded.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
     return ((resized - 0.5) / 0.5).astype(np.float32)[None]
 
 

@@ -73,7 +73,7 @@ def preprocess_photo(image: Any) -> np.ndarray:
         if array.ndim != 3 or array.shape[2] != 3:
             raise WorkbenchError(f"an image of shape {array.shape} cannot be preprocessed.", expected="an (H, W, 3) RGB uint8 image")
         image = Image.fromarray(array.astype(np.uint8))
-    resized = image.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
+    resized = image.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR)
     return ((np.asarray(resized, dtype=np.float32) / 255.0 - MEAN) / STD).transpose(2, 0, 1).copy()
 
 
@@ -91,7 +91,7 @@ def random_crop(rng: np.random.Generator) -> Any:
     x = int(rng.integers(0, width - crop_w + 1))
     y = int(rng.integers(0, height - crop_h + 1))
     crop = photo.crop((x, y, x + crop_w, y + crop_h))
-    return crop.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else crop
+    return crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else crop
 
 
 class EfficientNetLite0Entry(ZooEntry):
@@ -118,7 +118,7 @@ class EfficientNetLite0Entry(ZooEntry):
         torch.onnx.export(
             model,
             (example,),
-            buffer,
+            buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
             dynamo=False,
             opset_version=17,
             input_names=[INPUT_NAME],

@@ -130,7 +130,7 @@ class MiniLmEntry(ZooEntry):
         torch.onnx.export(
             wrapper,
             tuple(torch.from_numpy(example[name]) for name in INPUT_NAMES),
-            buffer,
+            buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
             dynamo=False,
             opset_version=17,
             input_names=list(INPUT_NAMES),

@@ -133,17 +133,17 @@ def render_page(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, list[
     for _ in range(int(rng.integers(3, 7))):
         font = _font(FONT_FILES[int(rng.integers(len(FONT_FILES)))], int(rng.integers(18, 38)))
         text = random_text(rng, max_words=4)
-        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+        left, top, right, bottom = (int(v) for v in draw.textbbox((0, 0), text, font=font))
         while right - left > DET_WIDTH - 24 and " " in text:
             text = text.rsplit(" ", 1)[0]
-            left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+            left, top, right, bottom = (int(v) for v in draw.textbbox((0, 0), text, font=font))
         if y + (bottom - top) > DET_HEIGHT - 8 or right - left > DET_WIDTH - 24:
             break
         x = int(rng.integers(12, DET_WIDTH - 12 - (right - left) + 1))
         origin = (x - left, y - top)
         draw.text(origin, text, font=font, fill=foreground)
-        box = draw.textbbox(origin, text, font=font)
-        boxes.append([int(v) for v in box])
+        box = [int(v) for v in draw.textbbox(origin, text, font=font)]
+        boxes.append(box)
         texts.append(text)
         # a gap of at least 60% of the line height keeps neighbouring lines apart, as on a real page
         y = box[3] + int((bottom - top) * rng.uniform(0.6, 1.6))
