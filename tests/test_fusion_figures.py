@@ -13,12 +13,12 @@ from workbench.layers import read_layers
 from workbench.viz import fusion_figures as ff
 
 FIXTURES = Path(__file__).parent / "fixtures" / "layers"
+sys.path.insert(0, str(FIXTURES))  # capture_rtx: the fixtures' model builders
 
 
 @pytest.fixture(scope="module")
 def cls_maps(tmp_path_factory: pytest.TempPathFactory) -> tuple[LayerMap, LayerMap]:
     """Layer maps of the captured FP32 and FP16 RTX builds of the PP-OCR classifier, linked to the real ONNX."""
-    sys.path.insert(0, str(FIXTURES))
     from capture_rtx import pinned_cls_model
 
     from workbench.autocast import apply_precision_plan
@@ -139,5 +139,13 @@ def test_cli_fusions_summary_and_html(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["fusions", str(FIXTURES / "rtx_qdq_int8.log"), "--html", str(tmp_path / "q.html")]) == 0
     out = capsys.readouterr().out
     assert "5 engine layers" in out and "int8" in out and (tmp_path / "q.html").stat().st_size > 1_000_000
+    assert "no ONNX given" in out  # nodes came from the layers' metadata
+    # TensorRT 11 inspector JSON of the same engine plus the ONNX that was built: Q/DQ audit and folded nodes
+    from capture_rtx import make_qdq_conv_model
+
+    onnx_path = make_qdq_conv_model(tmp_path / "qdq.onnx")
+    assert main(["fusions", str(FIXTURES / "trt11_qdq_int8.json"), "--onnx", str(onnx_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Q/DQ pairs  int8-kernel 4" in out and "folded away: 1 nodes" in out and "no ONNX given" not in out
     assert main(["fusions", str(tmp_path / "nothing.json")]) == 2
     assert "no such layer-records file" in capsys.readouterr().err

@@ -92,7 +92,11 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
         return [normalize_compute_capability(name) for name in real]
     if backend_name == "tensorrt_rtx":
         return [f"{major}.{minor}" for major, minor in RTX_RUNTIME_COMPUTE_CAPABILITIES]
-    return ["build-gpu"]
+    # full TensorRT builds for the GPU it builds on; exports normally run on the build machine
+    from workbench.backend import detect_gpu
+
+    gpu = detect_gpu()
+    return [".".join(str(part) for part in gpu.compute_capability)] if gpu.present and gpu.compute_capability else ["build-gpu"]
 
 
 # --- Triton ------------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ def _cli_fusions(args: argparse.Namespace) -> int:
         audit = layer_map.qdq_audit()
         print(f"{layer_map.label}: {stats.onnx_nodes} ONNX nodes ({stats.onnx_compute_nodes} compute) -> "
               f"{stats.engine_layers} engine layers ({stats.inserted_layers} inserted by TensorRT)")
+        if layer_map.onnx_order_inferred:
+            print("no ONNX given (--onnx): nodes are taken from the layers' metadata, so folded nodes are unknown")
         print(f"folded away: {stats.folded_nodes} nodes; largest fusion: {stats.largest_group} nodes; "
               f"nodes split over several layers: {stats.nodes_in_several_layers}")
         print("precision   " + ", ".join(f"{k} {v}" for k, v in stats.by_precision.items()))

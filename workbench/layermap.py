@@ -160,6 +160,8 @@ class LayerMap:
     # ONNX node names named by layers but absent from the ONNX node list (e.g. the ONNX was not given)
     unknown_nodes: tuple[str, ...] = ()
     qdq_edges: tuple[tuple[str, str, str, bool], ...] = field(default=(), repr=False)  # (Q, DQ, tensor, is_weight)
+    # True when no ONNX graph was given and the node list was taken from the layers' metadata
+    onnx_order_inferred: bool = False
 
     # --- construction ----------------------------------------------------------------------------------------
     @classmethod
@@ -183,11 +185,18 @@ class LayerMap:
                 by_node.setdefault(node, []).append(layer.name)
         nodes = []
         seen: set[str] = set()
-        for index, (name, op_type) in enumerate(onnx_nodes or ()):
+        inferred = onnx_nodes is None
+        if inferred:
+            # No graph given: the nodes are the ones the layers name, in order of first appearance. Folded nodes
+            # cannot be known then, and op types are left empty.
+            onnx_nodes = [(name, "") for name in by_node]
+        for index, (name, op_type) in enumerate(onnx_nodes):
             nodes.append(NodeEntry(index, name, op_type, tuple(by_node.get(name, ()))))
             seen.add(name)
         unknown = tuple(name for name in by_node if name not in seen)
-        return cls(layers, nodes, engine_layers.source_format, label, unknown, qdq_edges)
+        layer_map = cls(layers, nodes, engine_layers.source_format, label, unknown, qdq_edges)
+        layer_map.onnx_order_inferred = inferred
+        return layer_map
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any], *, onnx_proto: Any = None, label: str = "") -> "LayerMap":
@@ -308,6 +317,7 @@ class LayerMap:
         return {
             "label": self.label,
             "source_format": self.source_format,
+            "onnx_order_inferred": self.onnx_order_inferred,
             "stats": self.stats().to_json(),
             "engine_layers": [layer.to_json() for layer in self.layers],
             "onnx_nodes": [node.to_json() for node in self.nodes],
