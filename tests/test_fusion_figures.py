@@ -129,6 +129,12 @@ def test_panel_links_layer_and_node_selection(cls_maps) -> None:
     panel.descending.value = True
     assert panel.table.data[0].cells.values[4][0] == 6 and panel.table.data[0].cells.values[1][0] != first_before
     assert panel.diff_figure is not None and panel.widget.children[-1] is panel.diff_figure
+    # hiding folded nodes shrinks the node column and keeps the selected layer highlighted
+    panel.select_layer(fused.name)
+    panel.hide_folded.value = True
+    assert len(nodes.x) == len(fp16.nodes) - len(fp16.folded_nodes)
+    assert len(nodes.selectedpoints) == len(fused.onnx_nodes)
+    assert f"{len(fp16.nodes)} ONNX nodes" in panel.figure.layout.title.text
     bar = BuildProgressBar()
     bar("start", "Building engine", "", 0, 4)
     bar("step", "Building engine", "", 1, 4)

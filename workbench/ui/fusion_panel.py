@@ -31,6 +31,8 @@ class FusionPanel:
         self.sort_picker = widgets.Dropdown(options=list(figures.SORT_COLUMNS), value="index", description="sort by")
         self.descending = widgets.Checkbox(value=False, description="descending")
         self.details = widgets.HTML()
+        self.hide_folded = widgets.Checkbox(value=False, description="hide folded nodes")
+        self.max_items = max_items
         self.selected_layer: str = ""
         self.selected_node: str = ""
         self._trace(figures.NODES_TRACE).on_click(self._on_node_click)
@@ -38,6 +40,7 @@ class FusionPanel:
         self.layer_picker.observe(lambda change: self.select_layer(change["new"]), names="value")
         self.sort_picker.observe(lambda change: self._resort(), names="value")
         self.descending.observe(lambda change: self._resort(), names="value")
+        self.hide_folded.observe(lambda change: self._relayout(), names="value")
 
     # --- selection -------------------------------------------------------------------------------------------
     def _trace(self, name: str) -> Any:
@@ -100,6 +103,21 @@ class FusionPanel:
             item = self.view.items[points.point_inds[0]]
             self.select_node(item.members[0].name)
 
+    def _relayout(self) -> None:
+        """Recompute the node column (e.g. without folded nodes) and update the widget's traces in place."""
+        self.view = figures.side_by_side_layout(self.layer_map, max_items=self.max_items, hide_folded=self.hide_folded.value)
+        fresh = figures.side_by_side_figure(self.layer_map, layout=self.view)
+        with self.figure.batch_update():
+            for name in (figures.LINKS_TRACE, figures.NODES_TRACE, figures.LAYERS_TRACE):
+                new = next(trace for trace in fresh.data if trace.name == name)
+                self._trace(name).update(x=new.x, y=new.y, text=new.text, hovertext=new.hovertext,
+                                         customdata=new.customdata, marker=new.marker, selectedpoints=None)
+            self._trace(figures.HIGHLIGHT_TRACE).update(x=[], y=[])
+            self.figure.layout.title.text = fresh.layout.title.text
+            self.figure.layout.height = fresh.layout.height
+        if self.selected_layer:
+            self.select_layer(self.selected_layer)
+
     # --- table -----------------------------------------------------------------------------------------------
     def _resort(self) -> None:
         fresh = figures.layer_table_figure(self.layer_map, self.sort_picker.value, self.descending.value)
@@ -114,7 +132,7 @@ class FusionPanel:
     def widget(self) -> Any:
         import ipywidgets as widgets
 
-        children: list[Any] = [widgets.HBox([self.layer_picker, self.details]), self.figure,
+        children: list[Any] = [widgets.HBox([self.layer_picker, self.hide_folded]), self.details, self.figure,
                                widgets.HBox([self.sort_picker, self.descending]), self.table]
         if self.diff_figure is not None:
             children.append(self.diff_figure)
