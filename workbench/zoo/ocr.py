@@ -143,6 +143,10 @@ def render_page(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, list[
         origin = (x - left, y - top)
         draw.text(origin, text, font=font, fill=foreground)
         box = [int(v) for v in draw.textbbox(origin, text, font=font)]
+        # the ground-truth box spans the line's full height (cap height to descender), as line annotations
+        # do, so a short lowercase word like "sun" is not judged against its x-height alone
+        line_extent = draw.textbbox(origin, "Hg", font=font)
+        box[1], box[3] = min(box[1], int(line_extent[1])), max(box[3], int(line_extent[3]))
         boxes.append(box)
         texts.append(text)
         # a gap of at least 60% of the line height keeps neighbouring lines apart, as on a real page
