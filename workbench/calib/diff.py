@@ -28,6 +28,10 @@ SQNR_CAP_DB = 100.0  # identical tensors have infinite SQNR; cap so drops stay f
 CLIPPING_FRACTION = 1e-3
 IDEAL_RMSE_OVER_SCALE = 1.0 / math.sqrt(12.0)  # uniform rounding noise
 OUTLIER_SQNR_DB = 20.0
+# Pure data movement: the output holds the input's values rearranged, so its SQNR repeats its input's. Skipped unless
+# ``all_tensors=True``; exposing every such tensor as an ORT output costs time and memory for no new information.
+DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast", "Expand",
+                               "Tile", "Gather", "Slice", "Split", "DepthToSpace", "SpaceToDepth"})
 SKIP_OPS = frozenset({"Shape", "Constant", "ConstantOfShape", "Size", "NonZero", "QuantizeLinear", "DequantizeLinear",
                       "Range", "ArgMax", "ArgMin", "TopK", "Equal", "Less", "Greater", "Not", "And", "Or"})
 
@@ -140,8 +144,10 @@ class _Running:
         self.local_count += ref.size
 
 
-def _float_tensor_names(proto: Any) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
-    """Float node outputs in topological order with (node name, op, index)."""
+def _float_tensor_names(proto: Any, all_tensors: bool = False, always: set[str] | None = None
+                        ) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
+    """Float node outputs in topological order with (node name, op, index); ``always`` ones even after data movement."""
+    always = always or set()
     import onnx
 
     try:
@@ -154,6 +160,8 @@ def _float_tensor_names(proto: Any) -> tuple[list[str], dict[str, tuple[str, str
     owners: dict[str, tuple[str, str, int]] = {}
     for index, node in enumerate(proto.graph.node):
         if node.op_type in SKIP_OPS:
+            continue
+        if not all_tensors and node.op_type in DATA_MOVEMENT_OPS and not always.intersection(node.output):
             continue
         for output in node.output:
             if output and types.get(output, 1) in (1, 10, 11):  # float, float16, double (or unknown)
@@ -207,8 +215,14 @@ def _session(proto: Any, outputs: list[str]) -> Any:
 
 
 def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[dict[str, np.ndarray]], *,
-                limit: int | None = None, progress: bool = True) -> LayerDiff:
-    """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``."""
+                limit: int | None = None, progress: bool = True, all_tensors: bool = False,
+                micro_batch: int | None = 2, prepared: bool = False) -> LayerDiff:
+    """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``.
+
+    Every float tensor computed by a non-data-movement node is compared (``all_tensors=True``: every one).
+    Each batch is run ``micro_batch`` samples at a time: both models' intermediate tensors are alive at once, so
+    this bounds peak memory (running sums make the result identical to whole-batch runs).
+    """
     from onnx import numpy_helper
     from tqdm.auto import tqdm
 
@@ -217,16 +231,18 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     from workbench.calib.stats import check_feed
 
     start = time.perf_counter()
-    fp32_proto = prepare_model(getattr(fp32, "proto", fp32))
+    fp32_proto = getattr(fp32, "proto", fp32)
+    if not prepared:  # the Q/DQ model was made from the prepared model; compare like with like
+        fp32_proto = prepare_model(fp32_proto)
     quant_proto = getattr(quantized, "proto", quantized)
     if not any(n.op_type == "QuantizeLinear" for n in quant_proto.graph.node):
         raise WorkbenchError("the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model")
-    names, owners = _float_tensor_names(fp32_proto)
+    activation_scales, weights, consumer = _quantized_inputs(quant_proto)
+    names, owners = _float_tensor_names(fp32_proto, all_tensors, always=set(activation_scales))
     quant_outputs = {o for n in quant_proto.graph.node for o in n.output}
     compared = [n for n in names if n in quant_outputs]
     if not compared:
         raise WorkbenchError("no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model")
-    activation_scales, weights, consumer = _quantized_inputs(quant_proto)
     graph_inputs = [i.name for i in fp32_proto.graph.input if i.name not in {x.name for x in fp32_proto.graph.initializer}]
     local_only = [n for n in activation_scales if n not in owners]  # graph inputs that get Q/DQ
     fp32_names = compared + local_only
@@ -241,16 +257,18 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
                     unit="batch", disable=not progress, leave=False)
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
-        reference = dict(zip(fp32_names, ref_session.run(fp32_names, feed)))
-        test = dict(zip(compared, quant_session.run(compared, feed)))
-        for name in compared:
-            running[name].add_pair(reference[name], test[name])
-        for name, scale in activation_scales.items():
-            if name in reference:
-                running[name].add_local(reference[name], scale)
-            elif name in feed:
-                running[name].add_local(np.asarray(feed[name], dtype=np.float32), scale)
-        del reference, test
+        for part in _split(feed, micro_batch):
+            reference = dict(zip(fp32_names, ref_session.run(fp32_names, part)))
+            test = dict(zip(compared, quant_session.run(compared, part)))
+            for name in compared:
+                running[name].add_pair(reference[name], test[name])
+                del test[name]  # free as we go: peak memory stays near one micro-batch of both models
+            for name, scale in activation_scales.items():
+                if name in reference:
+                    running[name].add_local(reference[name], scale)
+                elif name in part:
+                    running[name].add_local(np.asarray(part[name], dtype=np.float32), scale)
+            del reference, test
         batches += 1
         first = next(iter(feed.values()))
         samples += int(first.shape[0]) if first.ndim else 1
@@ -279,12 +297,20 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
             row.sqnr_db_local = sqnr_db(r.local_signal, r.local_noise)
             row.clipped_fraction = r.clipped / count
             row.cause = _cause(row.sqnr_db_local, row.clipped_fraction, math.sqrt(r.local_noise / count) / scale)
-    # accumulated SQNR drop: inputs' worst accumulated SQNR minus this tensor's
+    # accumulated SQNR drop: inputs' worst accumulated SQNR minus this tensor's. Inputs made by skipped
+    # data-movement nodes (Reshape, Transpose, ...) stand for the tensor they rearrange.
+    alias: dict[str, str] = {}
+    for node in fp32_proto.graph.node:
+        if node.op_type in DATA_MOVEMENT_OPS and node.input:
+            for output in node.output:
+                if output not in by_name:
+                    alias[output] = alias.get(node.input[0], node.input[0])
     for row in rows:
         if row.kind != "activation" or row.sqnr_db_accumulated is None:
             continue
         node = fp32_nodes.get(row.node)
-        upstream = [by_name[i].sqnr_db_accumulated for i in (node.input if node is not None else [])
+        inputs = [alias.get(i, i) for i in (node.input if node is not None else [])]
+        upstream = [by_name[i].sqnr_db_accumulated for i in inputs
                     if i in by_name and by_name[i].sqnr_db_accumulated is not None]
         before = min(upstream) if upstream else SQNR_CAP_DB
         row.drop_db = float(before - row.sqnr_db_accumulated)
@@ -302,6 +328,15 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     if getattr(source, "is_random", False):
         notes.append(RANDOM_DATA_WARNING)
     return LayerDiff(rows, batches, samples, time.perf_counter() - start, warnings=notes)
+
+
+def _split(feed: dict[str, np.ndarray], size: int | None) -> list[dict[str, np.ndarray]]:
+    """Split a feed along the batch axis into pieces of ``size`` samples (whole feed if inputs disagree on it)."""
+    sizes = {np.asarray(v).shape[0] if np.asarray(v).ndim else None for v in feed.values()}
+    if not size or len(sizes) != 1 or None in sizes:
+        return [feed]
+    total = sizes.pop()
+    return [{k: np.asarray(v)[i : i + size] for k, v in feed.items()} for i in range(0, total, size)]
 
 
 def _cause(local_db: float, clipped_fraction: float, rmse_over_scale: float) -> str:

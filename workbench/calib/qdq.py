@@ -298,16 +298,17 @@ class QdqModel:
 
 
 def insert_qdq(proto: Any, amax: Mapping[str, float], plan: PrecisionPlan | None = None, *,
-               quantize_attention: bool = False) -> QdqModel:
+               quantize_attention: bool = False, prepared: bool = False) -> QdqModel:
     """Return a new model with Q/DQ pairs per the TensorRT rules; ``amax`` maps activation tensors to ranges.
 
     Weights get per-channel scales from their own values (float W -> Q -> DQ, quantized by TensorRT at build).
     FP16 entries of the plan are realised afterwards with :func:`workbench.autocast.apply_precision_plan`.
+    ``prepared=True`` says ``proto`` already went through :func:`prepare_model` (it is not modified either way).
     """
     import onnx_graphsurgeon as gs
 
     plan = plan or PrecisionPlan(default="int8")
-    prepared = prepare_model(proto)
+    prepared = proto if prepared else prepare_model(proto)
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in prepared.graph.node):
         raise WorkbenchError("the model already has Q/DQ nodes.", expected="an FP32 model (calibrate before quantizing, not after)")
     graph = gs.import_onnx(prepared)

@@ -102,6 +102,17 @@ class CalibrationSession:
         self.optimized_statistics = optimized_statistics
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, Any] = {}
+        self._prepared_proto: Any = None
+        self._int8_nodes: dict[str, list[str]] = {}
+
+    @property
+    def prepared(self) -> Any:
+        """The model after :func:`prepare_model` (weights as initializers, opset >= 13, named nodes), made once."""
+        if self._prepared_proto is None:
+            from workbench.calib.qdq import prepare_model
+
+            self._prepared_proto = prepare_model(self.model.proto)
+        return self._prepared_proto
 
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
@@ -124,30 +135,33 @@ class CalibrationSession:
     # ------------------------------------------------------------------ Q/DQ model
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
         ranges = ranges or self.ranges()
-        return insert_qdq(self.model.proto, ranges.amax, plan or PrecisionPlan(default="int8"))
+        return insert_qdq(self.prepared, ranges.amax, plan or PrecisionPlan(default="int8"), prepared=True)
 
     def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
         """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+        import json
+
         import onnx_graphsurgeon as gs
 
-        from workbench.calib.qdq import plan_placement, prepare_model
+        from workbench.calib.qdq import plan_placement
 
-        graph = gs.import_onnx(prepare_model(self.model.proto))
-        graph.toposort()
-        return plan_placement(graph, plan).int8_nodes
+        key = json.dumps((plan or PrecisionPlan(default="int8")).to_json(), sort_keys=True)
+        if key not in self._int8_nodes:
+            graph = gs.import_onnx(self.prepared)
+            graph.toposort()
+            self._int8_nodes[key] = plan_placement(graph, plan).int8_nodes
+        return list(self._int8_nodes[key])
 
     def quantizable_nodes(self) -> list[tuple[str, str]]:
         """(node name, op) of every Conv/ConvTranspose/Gemm/MatMul, for per-layer precision widgets."""
-        from workbench.calib.qdq import prepare_model
-
-        return [(n.name, n.op_type) for n in prepare_model(self.model.proto).graph.node if n.op_type in QUANTIZABLE_OPS]
+        return [(n.name, n.op_type) for n in self.prepared.graph.node if n.op_type in QUANTIZABLE_OPS]
 
     # ------------------------------------------------------------------ diff and metric
     def diff(self, quantized: QdqModel | Any, data: Any = None, *, max_batches: int | None = 4, with_metric: bool = False) -> LayerDiff:
         """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches)."""
         source = self.source if data is None else resolve_source(data, model=self.model, entry=self.entry)
-        result = diff_models(self.model, quantized.proto if isinstance(quantized, QdqModel) else quantized, source,
-                             limit=max_batches, progress=self.progress)
+        result = diff_models(self.prepared, quantized.proto if isinstance(quantized, QdqModel) else quantized, source,
+                             limit=max_batches, progress=self.progress, prepared=True)
         if with_metric and self.entry is not None:
             result.task_metric = self.evaluate(quantized).to_json()
         return result
@@ -168,13 +182,8 @@ class CalibrationSession:
 
         A node's own quantization (its input and weight Q/DQ) shows up as noise added at its output tensor.
         """
-        import onnx_graphsurgeon as gs
-
-        from workbench.calib.qdq import prepare_model
-
         nodes = self.int8_nodes(plan)
-        graph = gs.import_onnx(prepare_model(self.model.proto))
-        outputs = {n.name: [t.name for t in n.outputs] for n in graph.nodes}
+        outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
         by_tensor = {row.name: row for row in diff.tensors}
         scores = {}
         for node in nodes:
