@@ -35,7 +35,8 @@ def test_zoo_model_cleaned_end_to_end_and_still_equivalent(zoo, name, tmp_path):
     assert not result.rolled_back, [(r.name, r.failure) for r in result.rolled_back]
     assert result.nodes_after <= result.nodes_before
     checked = [r for r in result.passes if r.status == "accepted"]
-    assert checked and all(r.max_abs_diff is not None for r in checked)
+    assert all(r.max_abs_diff is not None for r in checked)
+    assert all(r.status in ("accepted", "unchanged", "report_only") for r in result.passes)
     assert all(r.max_abs_diff == 0.0 for r in checked if r.tolerance == "exact")
     # independent of the pipeline's own check: real samples through original and cleaned model agree
     original, cleaned = ort_session(onnx.load(source)), ort_session(onnx.load(tmp_path / "clean.onnx"))
@@ -43,6 +44,7 @@ def test_zoo_model_cleaned_end_to_end_and_still_equivalent(zoo, name, tmp_path):
     for ref, got in zip(original.run(None, feed), cleaned.run(None, feed)):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     if name != "digits-cnn":  # the PP-OCR graphs carry Constant nodes, BN and shape subgraphs
+        assert len(checked) >= 4
         assert result.nodes_after < 0.8 * result.nodes_before
         assert result.op_counts_after.get("Constant", 0) == 0
 

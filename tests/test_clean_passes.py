@@ -436,3 +436,29 @@ def test_register_pass_refuses_duplicate_names_and_unknown_passes():
         register_pass(CleanPass("cse", lambda g, c: None))
     with pytest.raises(WorkbenchError, match="unknown cleaning pass"):
         clean_model(_written_out_gelu(20), only(["no_such_pass"]))
+
+
+def test_merge_consecutive_transposes_unsqueezes_and_reshapes():
+    x = gs.Variable("x", F32, ["N", 3, 4])
+    t1, t2 = gs.Variable("t1", F32, ["N", 4, 3]), gs.Variable("t2", F32, ["N", 3, 4])
+    u1, u2 = gs.Variable("u1", F32, [1, "N", 3, 4]), gs.Variable("u2", F32, [1, "N", 1, 3, 4])
+    r1, y = gs.Variable("r1", F32, [-1]), gs.Variable("y", F32, ["N", 12])
+    i64 = lambda name, v: gs.Constant(name, np.array(v, np.int64))  # noqa: E731
+    nodes = [
+        gs.Node("Transpose", attrs={"perm": [0, 2, 1]}, inputs=[x], outputs=[t1]),
+        gs.Node("Transpose", attrs={"perm": [0, 2, 1]}, inputs=[t1], outputs=[t2]),  # cancels the first
+        gs.Node("Unsqueeze", inputs=[t2, i64("a1", [0])], outputs=[u1]),
+        gs.Node("Unsqueeze", inputs=[u1, i64("a2", [2])], outputs=[u2]),
+        gs.Node("Reshape", inputs=[u2, i64("flat", [-1])], outputs=[r1]),
+        gs.Node("Reshape", inputs=[r1, i64("two", [-1, 12])], outputs=[y]),
+    ]
+    model = export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y, u2]))
+
+    result = clean_model(model, only(["merge_consecutive"]))
+
+    report = result.report("merge_consecutive")
+    assert report.status == "accepted" and report.max_abs_diff == 0.0
+    assert ops(result.model) == ["Unsqueeze", "Reshape"]
+    unsqueeze = next(n for n in result.model.graph.node if n.op_type == "Unsqueeze")
+    axes = next(i for i in result.model.graph.initializer if i.name == unsqueeze.input[1])
+    assert onnx.numpy_helper.to_array(axes).tolist() == [0, 2]

@@ -24,6 +24,8 @@ from workbench.clean.graph_utils import (
     export_graph,
     import_graph,
     is_constant,
+    light_export,
+    constant_nbytes,
     is_static,
     np_dtype,
     producer,
@@ -112,7 +114,7 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 
     if context.shapes_fresh:
         return graph
-    model = export_graph(graph, context.template)
+    model, _ = light_export(graph, context.template)
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # a model ONNX cannot infer still cleans, with fewer shape facts
@@ -408,6 +410,14 @@ def _shape_elements(tensor: Any, memo: dict[int, list[_Element] | None], depth: 
     return result
 
 
+def _dim_element(dim: Any, source: Any, axis: int) -> _Element:
+    if isinstance(dim, (int, np.integer)) and dim >= 0:
+        return int(dim)
+    if isinstance(dim, str) and dim not in ("", "?"):
+        return ("sym", dim)  # ONNX: one dim_param name is one value throughout the graph
+    return ("dim", id(source), axis)
+
+
 def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Element] | None], depth: int) -> list[_Element] | None:
     op = node.op
     if op == "Shape":
@@ -420,10 +430,7 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
         end = node.attrs.get("end")
         start = max(0, start + rank if start < 0 else start)
         stop = rank if end is None else max(0, int(end) + (rank if int(end) < 0 else 0))
-        return [
-            int(shape[axis]) if isinstance(shape[axis], (int, np.integer)) and shape[axis] >= 0 else ("dim", id(source), axis)
-            for axis in range(start, min(stop, rank))
-        ]
+        return [_dim_element(shape[axis], source, axis) for axis in range(start, min(stop, rank))]
     if op in ("Cast", "Identity", "Unsqueeze", "Squeeze") or (op == "Reshape" and len(tensor_shape(tensor) or (0, 0)) <= 1):
         if op == "Cast" and _cast_target(node) not in _INT_TYPES + _FLOAT_TYPES:
             return None
@@ -465,12 +472,16 @@ def simplify_reshape(graph: Any, context: PassContext) -> Any:
         elements = _shape_elements(node.inputs[1], memo)
         if elements is None:
             continue
+        data_shape = tensor_shape(data) or ()
         target: list[int | None] = []
         for position, element in enumerate(elements):
             if isinstance(element, int):
                 target.append(element)
-            elif isinstance(element, tuple) and element[1] == id(data) and element[2] == position:
-                target.append(0)  # same dimension, same place: copy it
+            elif element is not None and (
+                (element[0] == "dim" and element[1] == id(data) and element[2] == position)
+                or (element[0] == "sym" and position < len(data_shape) and data_shape[position] == element[1])
+            ):
+                target.append(0)  # the data's own dimension at the same place: copy it
             else:
                 target.append(None)
         if target.count(None) + target.count(-1) > 1:
@@ -541,6 +552,81 @@ def remove_noops(graph: Any, context: PassContext) -> Any:
     return graph
 
 
+def _merge_pair(graph: Any, first: Any, second: Any, op: str, inputs: list[Any], attrs: dict[str, Any]) -> None:
+    """Replace first -> second by one node writing second's output."""
+    import onnx_graphsurgeon as gs
+
+    out = second.outputs[0]
+    for node in (first, second):
+        node.outputs.clear()
+        node.inputs.clear()
+    graph.nodes.append(gs.Node(op, name=second.name or out.name, attrs=attrs, inputs=inputs, outputs=[out]))
+
+
+def _unsqueeze_axes(node: Any, opset: int) -> list[int] | None:
+    if opset < 13:
+        return [int(a) for a in node.attrs.get("axes", [])] or None
+    return _constant_list(node.inputs[1]) if len(node.inputs) > 1 else None
+
+
+@cleaning_pass("merge_consecutive", "exact")
+def merge_consecutive(graph: Any, context: PassContext) -> Any:
+    """Merge Transpose->Transpose (dropping pairs that cancel), Unsqueeze->Unsqueeze and Reshape->Reshape."""
+    import onnx_graphsurgeon as gs
+
+    graph = refresh_shapes(graph, context)
+    opset = int(graph.opset)
+    changed = True
+    while changed:
+        changed = False
+        for second in list(graph.nodes):
+            if not second.inputs or not second.outputs or second.op not in ("Transpose", "Unsqueeze", "Reshape"):
+                continue
+            link = second.inputs[0]
+            first = producer(link)
+            if first is None or first.op != second.op or link in graph.outputs or len(link.outputs) != 1 or len(first.outputs) != 1:
+                continue
+            source = first.inputs[0]
+            if second.op == "Transpose":
+                p1, p2 = first.attrs.get("perm"), second.attrs.get("perm")
+                if p1 is None or p2 is None or len(p1) != len(p2):
+                    continue
+                perm = [int(p1[i]) for i in p2]
+                if perm == list(range(len(perm))):
+                    bypass_node(graph, second)
+                    bypass_node(graph, first)
+                else:
+                    _merge_pair(graph, first, second, "Transpose", [source], {"perm": perm})
+            elif second.op == "Unsqueeze":
+                a1, a2 = _unsqueeze_axes(first, opset), _unsqueeze_axes(second, opset)
+                shape = tensor_shape(source)
+                if a1 is None or a2 is None or shape is None:
+                    continue
+                rank = len(shape) + len(a1) + len(a2)
+                mid_rank = len(shape) + len(a1)
+                second_axes = sorted(a % rank for a in a2)
+                others = [i for i in range(rank) if i not in second_axes]
+                axes = sorted(second_axes + [others[a % mid_rank] for a in a1])
+                if opset < 13:
+                    _merge_pair(graph, first, second, "Unsqueeze", [source], {"axes": axes})
+                else:
+                    _merge_pair(graph, first, second, "Unsqueeze", [source, gs.Constant(f"{second.name or second.outputs[0].name}_axes", np.array(axes, np.int64))], {})
+            else:  # Reshape -> Reshape: the first shape only matters through the second's zeros (copy dims)
+                if int(first.attrs.get("allowzero", 0)) or int(second.attrs.get("allowzero", 0)):
+                    continue
+                target = _constant_list(second.inputs[1])
+                shape_op = producer(second.inputs[1])
+                if target is not None and 0 in target:
+                    continue
+                if target is None and (shape_op is None or shape_op.op != "Shape"):
+                    continue  # a computed shape might hold zeros that copy the intermediate's dimensions
+                second.inputs[0] = source
+                first.outputs.clear()
+                first.inputs.clear()
+            changed = True
+    return graph
+
+
 # ---------------------------------------------------------------------------------------------- CSE
 
 
@@ -560,7 +646,7 @@ def _attr_key(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-CSE_CONSTANT_LIMIT = 1 << 20  # bytes; constants up to this size are deduplicated by value
+CSE_CONSTANT_LIMIT = 4096  # bytes; small constants (shapes, axes, scalars) are deduplicated by value
 
 
 @cleaning_pass("cse", "exact")
@@ -569,11 +655,9 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
     canonical: dict[Any, Any] = {}
     for tensor in list(graph.tensors().values()):
-        if not is_constant(tensor) or id(tensor) in protected:
+        if not is_constant(tensor) or id(tensor) in protected or constant_nbytes(tensor) > CSE_CONSTANT_LIMIT:
             continue
         values = np.asarray(tensor.values)
-        if values.nbytes > CSE_CONSTANT_LIMIT:
-            continue
         key = (values.dtype.str, values.shape, values.tobytes())
         keep = canonical.setdefault(key, tensor)
         if keep is tensor:
@@ -692,6 +776,41 @@ def fuse_conv_affine(graph: Any, context: PassContext) -> None:
             follower = link.outputs[0]
             if follower.op in ("BatchNormalization", "Mul", "Add") and _fold_into_conv(graph, conv, follower):
                 changed = True
+
+
+@cleaning_pass("fuse_pad_conv", "numeric")
+def fuse_pad_conv(graph: Any, context: PassContext) -> None:
+    """Fold a zero constant-mode Pad on spatial dimensions into the following Conv's pads (neutral for
+    TensorRT, which merges Pad into Conv itself unless something sits between them)."""
+    for pad in list(graph.nodes):
+        if pad.op != "Pad" or not pad.outputs or pad.attrs.get("mode", "constant") not in ("constant", b"constant"):
+            continue
+        link = pad.outputs[0]
+        if link in graph.outputs or len(link.outputs) != 1:
+            continue
+        conv = link.outputs[0]
+        if conv.op != "Conv" or conv.inputs[0] is not link or conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+            continue
+        if len(pad.inputs) > 3 and not pad.inputs[3].is_empty():
+            continue  # explicit axes (opset 18): rare, left alone
+        pads = _constant_list(pad.inputs[1]) if len(pad.inputs) > 1 else [int(v) for v in pad.attrs.get("pads", [])]
+        value = pad.inputs[2] if len(pad.inputs) > 2 and not pad.inputs[2].is_empty() else None
+        if value is not None and _scalar(value) != 0.0:
+            continue
+        if "value" in pad.attrs and float(pad.attrs["value"]) != 0.0:
+            continue
+        if not pads or len(pads) % 2:
+            continue
+        rank = len(pads) // 2
+        begins, ends = pads[:rank], pads[rank:]
+        if any(begins[:2]) or any(ends[:2]) or any(p < 0 for p in pads):
+            continue
+        spatial = rank - 2
+        old = [int(v) for v in conv.attrs.get("pads", [0] * (2 * spatial))]
+        conv.attrs["pads"] = [old[i] + begins[2 + i] for i in range(spatial)] + [old[spatial + i] + ends[2 + i] for i in range(spatial)]
+        conv.inputs[0] = pad.inputs[0]
+        pad.outputs.clear()
+        pad.inputs.clear()
 
 
 # ---------------------------------------------------------------------------------------------- LayerNorm / GELU
@@ -872,8 +991,10 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "shape_cast_elision",
     "simplify_reshape",
     "remove_noops",
+    "merge_consecutive",
     "cse",
     "fuse_conv_affine",
+    "fuse_pad_conv",
     "fuse_layernorm",
     "fuse_gelu",
     "qdq_lint",

@@ -15,6 +15,7 @@ from workbench.clean.graph_utils import (
     apply_inferred_shapes,
     export_graph,
     import_graph,
+    light_export,
     model_bytes,
     node_names,
     node_skeleton,
@@ -87,13 +88,16 @@ def _apply_overrides(inputs: tuple[TensorSpec, ...], overrides: Mapping[str, Seq
 
 
 def _same_graph(a: Any, b: Any) -> bool:
+    """Same nodes, I/O and constants. ``b`` may be a full model and ``a`` a light one (weights as stubs): a
+    stub never equals a full tensor, so the first light export after the original always counts as a change
+    (harmless: it is checked)."""
     ga, gb = a.graph, b.graph
-    return (
-        list(ga.node) == list(gb.node)
-        and list(ga.input) == list(gb.input)
-        and list(ga.output) == list(gb.output)
-        and list(ga.initializer) == list(gb.initializer)
-    )
+    if list(ga.node) != list(gb.node) or list(ga.input) != list(gb.input) or list(ga.output) != list(gb.output):
+        return False
+    if len(ga.initializer) != len(gb.initializer):
+        return False
+    by_name = {init.name: init for init in gb.initializer}
+    return all(init.name in by_name and init == by_name[init.name] for init in ga.initializer)
 
 
 def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
@@ -134,18 +138,19 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     expected_io = (inputs, outputs)
 
     context = PassContext(template=original, input_shapes=overrides, fold_size_threshold=options.fold_size_threshold)
-    current = original  # the last accepted model
-    current_counts, current_bytes, current_names = op_counts(original), model_bytes(original), node_names(original)
-    # One graph lives across passes (importing costs more than most passes); a failed pass re-imports it.
+    # One gs graph lives across passes. Per pass only a light export (weights as stubs) is made, for counting and
+    # change detection; a full export only when the checks need the real model. A failed pass restores ``graph``
+    # from the last accepted full model (checks on) or from a copy taken before the pass (checks off).
     graph = import_graph(original)
+    accepted_full: Any = original  # last accepted model as a full ModelProto, or None when only the graph has it
+    current_light, current_stub_bytes = light_export(graph, original)  # compare like with like
+    current_counts, current_bytes, current_names = op_counts(original), model_bytes(original), node_names(original)
+    current_skeleton = node_skeleton(original)
     shapes_fresh = False
     reports: list[PassReport] = []
     pass_seconds = 0.0
-    current_skeleton = None
     for clean_pass in passes:
-        before = dict(nodes_before=len(current.graph.node), op_counts_before=current_counts, bytes_before=current_bytes)
-        if current_skeleton is None:
-            current_skeleton = node_skeleton(current)
+        before = dict(nodes_before=len(current_light.graph.node), op_counts_before=current_counts, bytes_before=current_bytes)
         unchanged = dict(nodes_after=before["nodes_before"], op_counts_after=current_counts, bytes_after=current_bytes)
         skip_reason = None
         if opset < clean_pass.min_opset:
@@ -157,19 +162,20 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             continue
         context.findings = []
         context.shapes_fresh = shapes_fresh
+        backup = graph.copy() if checker is None and clean_pass.tolerance != "report" else None
         start = time.perf_counter()
         try:
             returned = clean_pass.run(graph, context)
             graph = returned if returned is not None else graph
-            candidate = None
+            light = None
             if clean_pass.tolerance != "report":
                 prune_dead_nodes(graph)
                 graph.cleanup(remove_unused_graph_inputs=False).toposort()
-                candidate = export_graph(graph, original)
+                light, stub_bytes = light_export(graph, original)
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
-            graph, shapes_fresh = import_graph(current), False
+            graph, shapes_fresh = (backup if backup is not None else import_graph(accepted_full)), False
             seconds = time.perf_counter() - start
             pass_seconds += seconds
             message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
@@ -177,54 +183,59 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             continue
         seconds = time.perf_counter() - start
         pass_seconds += seconds
-        if candidate is None:
+        if light is None:
             reports.append(PassReport(clean_pass.name, "report_only", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance="report", findings=list(context.findings)))
             shapes_fresh = context.shapes_fresh
             continue
-        if _same_graph(candidate, current):
+        if _same_graph(light, current_light):
             reports.append(PassReport(clean_pass.name, "unchanged", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, findings=list(context.findings)))
             shapes_fresh = context.shapes_fresh
             continue
         is_override = clean_pass.name == "override_input_shapes"
         wanted_io = (overridden_inputs, outputs) if is_override else expected_io
-        status, diff, failure, check_time, inferred = "unchecked", None, None, 0.0, None
+        status, diff, failure, check_time, inferred, candidate = "unchecked", None, None, 0.0, None, None
         if checker is not None:
+            check_start = time.perf_counter()
+            candidate = export_graph(graph, original)
             outcome = checker.check(candidate, clean_pass.tolerance, wanted_io)
             status = "accepted" if outcome.ok else "rolled_back"
-            diff, failure, check_time, inferred = outcome.max_abs_diff, outcome.failure, outcome.seconds, outcome.inferred_model
+            diff, failure, inferred = outcome.max_abs_diff, outcome.failure, outcome.inferred_model
+            check_time = time.perf_counter() - check_start
             check_seconds += check_time
-        after_counts, after_bytes, after_names = op_counts(candidate), model_bytes(candidate), node_names(candidate)
+        after_counts, after_bytes, after_names = op_counts(light), model_bytes(light, stub_bytes), node_names(light)
         removed, added = _names_diff(current_names, after_names)
-        candidate_skeleton = node_skeleton(candidate)
-        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(candidate.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings), graph_before=current_skeleton, graph_after=candidate_skeleton))
+        light_skeleton = node_skeleton(light)
+        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(light.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings), graph_before=current_skeleton, graph_after=light_skeleton))
         if status == "rolled_back":
-            graph, shapes_fresh = import_graph(current), False
+            graph, shapes_fresh = import_graph(accepted_full), False
             continue
         if is_override:
             expected_io = wanted_io
-        current, current_skeleton = candidate, candidate_skeleton
+        accepted_full = candidate
+        current_light, current_stub_bytes, current_skeleton = light, stub_bytes, light_skeleton
         current_counts, current_bytes, current_names = after_counts, after_bytes, after_names
         shapes_fresh = False
         if inferred is not None:
             apply_inferred_shapes(graph, inferred)
             shapes_fresh = True
 
+    final = accepted_full if accepted_full is not None else export_graph(graph, original)
     return CleanResult(
         source=source,
         passes=reports,
         nodes_before=len(original.graph.node),
-        nodes_after=len(current.graph.node),
+        nodes_after=len(final.graph.node),
         bytes_before=model_bytes(original),
-        bytes_after=model_bytes(current),
+        bytes_after=model_bytes(final),
         op_counts_before=op_counts(original),
-        op_counts_after=op_counts(current),
+        op_counts_after=op_counts(final),
         seconds=time.perf_counter() - run_start,
         pass_seconds=pass_seconds,
         check_seconds=check_seconds,
         probe_shapes=[{name: list(shape) for name, shape in probe.items()} for probe in probe_shapes],
         baseline_issues=list(checker.baseline_issues) if checker else [],
         checks_enabled=options.check,
-        model=current,
+        model=final,
     )
 
 
