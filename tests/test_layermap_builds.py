@@ -114,3 +114,16 @@ def test_qdq_audit_finds_every_pair_inside_an_int8_kernel(qdq_build: tuple[Engin
     document = layer_map.to_json()
     assert document["stats"]["by_precision"]["int8"] >= 2
     assert "output_identity" in document["folded_nodes"]
+
+
+def test_real_transformer_collapses_by_name_scope(builds: dict) -> None:
+    from workbench.viz.fusion_figures import side_by_side_figure, side_by_side_layout
+
+    _, layer_map = builds[("minilm", "fp32")]
+    view = side_by_side_layout(layer_map, max_items=120)
+    assert view.collapsed_by.startswith("scope depth") and 10 <= len(view.items) <= 120
+    assert sum(len(item.members) for item in view.items) == len(layer_map.nodes)
+    assert any("/encoder/layer." in item.label for item in view.items if item.collapsed)
+    assert [m.index for item in view.items for m in item.members] == list(range(len(layer_map.nodes)))  # order kept
+    figure = side_by_side_figure(layer_map, layout=view)
+    assert len(next(t for t in figure.data if t.name == "ONNX nodes").x) == len(view.items)

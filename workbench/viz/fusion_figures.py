@@ -66,38 +66,41 @@ class SideBySide:
 
 
 def _scope_key(name: str, depth: int) -> str:
+    """The name scope of a node cut at ``depth`` (never deeper than the node's own scope); "" for unscoped names."""
     parts = [p for p in name.split("/") if p]
-    return "/".join(parts[:depth]) if len(parts) > depth else ""
+    if len(parts) <= 1:
+        return ""
+    return "/".join(parts[:min(depth, len(parts) - 1)])
 
 
 def _runs(nodes: Sequence[NodeEntry], key: Any) -> list[list[NodeEntry]]:
+    """Consecutive nodes with the same key form a run; nodes without a key (unscoped names such as an exporter's
+    ``Constant_163``) join the run before them instead of breaking it."""
     runs: list[list[NodeEntry]] = []
-    last: Any = object()
+    last: Any = None
     for node in nodes:
         k = key(node)
-        if runs and k == last and k != "":
+        if runs and (k == "" or k == last):
             runs[-1].append(node)
-        else:
-            runs.append([node])
+            continue
+        runs.append([node])
         last = k
     return runs
 
 
 def collapse_nodes(nodes: Sequence[NodeEntry], max_items: int) -> tuple[list[list[NodeEntry]], str]:
-    """Group consecutive nodes (topological order kept) into at most ``max_items`` groups, by name scope if the
-    names have scopes, else into runs of equal length."""
+    """Group consecutive nodes (topological order kept) into at most ``max_items`` groups: by ONNX name scope at the
+    depth that gives the most groups within the limit, or, for names without scopes, into runs of equal length."""
     if len(nodes) <= max_items:
         return [[node] for node in nodes], ""
-    best: list[list[NodeEntry]] | None = None
+    best: list[list[NodeEntry]] = []
     how = ""
-    for depth in range(1, 16):
+    deepest = max((len([p for p in node.name.split("/") if p]) for node in nodes), default=0)
+    for depth in range(1, deepest):
         runs = _runs(nodes, lambda n, d=depth: _scope_key(n.name, d))
-        if len(runs) > max_items:
-            break
-        best, how = runs, f"scope depth {depth}"
-        if all(len(run) == 1 for run in runs):
-            break
-    if best is None or len(best) < 2:
+        if len(best) < len(runs) <= max_items:
+            best, how = runs, f"scope depth {depth}"
+    if len(best) < 2:
         size = math.ceil(len(nodes) / max_items)
         return [list(nodes[i:i + size]) for i in range(0, len(nodes), size)], f"runs of {size} nodes"
     return best, how
@@ -127,7 +130,7 @@ def side_by_side_layout(layer_map: LayerMap, *, max_items: int = 400, hide_folde
 
 
 def _common_scope(names: Sequence[str]) -> str:
-    split = [[p for p in name.split("/") if p][:-1] for name in names]
+    split = [[p for p in name.split("/") if p][:-1] for name in names if "/" in name.strip("/")]
     common: list[str] = []
     for parts in zip(*split):
         if all(p == parts[0] for p in parts):
