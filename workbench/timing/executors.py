@@ -1,0 +1,177 @@
+"""The executor protocol the pipeline drives, and the CPU executor (ONNX Runtime on worker threads).
+
+An executor owns the model. For each lane it binds buffers once (``bind_lane``) and afterwards only enqueues
+work for one of the batch sizes it prepared (``LaneBinding.enqueue(size, stream)``). GPU executors expose device
+pointers so the pipeline can copy from its pinned host buffers; the CPU executor runs synchronously on the calling
+worker thread (``stream`` is None) and is labelled as such in every result.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """One input or output as the pipeline sees it: per-sample shape (batch dim excluded) and dtype."""
+
+    name: str
+    sample_shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def nbytes(self, batch: int) -> int:
+        return int(batch * int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize)
+
+
+class LaneBinding(Protocol):
+    """Buffers and prepared work of one lane. Device pointers are valid for the binding's lifetime."""
+
+    def input_pointers(self, size: int) -> list[int]: ...
+    def output_pointers(self, size: int) -> list[int]: ...
+    def enqueue(self, size: int, stream: Any) -> None: ...
+
+
+class Executor(Protocol):
+    name: str  # "cpu" | "torch" | "trt"
+    device: str  # "cpu" | "cuda"
+    inputs: list[TensorSlot]
+    outputs: list[TensorSlot]
+
+    def label(self) -> str: ...
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> LaneBinding: ...
+    def graph_status(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def random_feed(slots: Sequence[TensorSlot], batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic non-zero inputs (zeros can hide bugs and time differently); integers stay small (token ids)."""
+    rng = np.random.default_rng(seed)
+    feed: dict[str, np.ndarray] = {}
+    for slot in slots:
+        shape = (batch, *slot.sample_shape)
+        if np.issubdtype(slot.dtype, np.integer):
+            feed[slot.name] = rng.integers(1, 100, size=shape).astype(slot.dtype)
+        elif slot.dtype == np.bool_:
+            feed[slot.name] = np.ones(shape, dtype=np.bool_)
+        else:
+            feed[slot.name] = rng.standard_normal(shape).astype(slot.dtype)
+    return feed
+
+
+_ORT_DTYPES = {
+    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def parse_shape_overrides(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``name:1x3x224x224`` strings (CLI ``--shape``) into full shapes, batch dimension included."""
+    result: dict[str, tuple[int, ...]] = {}
+    for item in items or ():
+        name, sep, dims = item.rpartition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise WorkbenchError(f"--shape {item!r} is not understood.", expected="NAME:DxDxD, e.g. x:1x3x224x224")
+        result[name] = shape
+    return result
+
+
+class OrtCpuExecutor:
+    """ONNX Runtime CPU sessions, one per lane, each run on that lane's worker thread.
+
+    This is not a GPU pipeline: there are no copies and no streams, so H2D/D2H are zero and "compute" is the
+    ``session.run`` wall time on the worker. It exists so the notebook and CLI work on machines without a GPU.
+    """
+
+    name = "cpu"
+    device = "cpu"
+
+    def __init__(self, onnx_path: str | os.PathLike[str], shapes: dict[str, tuple[int, ...]] | None = None,
+                 intra_op_threads: int = 1, seed: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.onnx_path = Path(onnx_path)
+        if not self.onnx_path.is_file():
+            raise WorkbenchError(f"{self.onnx_path}: no such ONNX file.", expected="a path to a .onnx model or a zoo name")
+        self._ort = ort
+        self._intra = int(intra_op_threads)
+        self._seed = seed
+        probe = self._new_session()
+        shapes = dict(shapes or {})
+        self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in probe.get_inputs()]
+        self.outputs = [TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()]
+        self._sessions: dict[int, Any] = {0: probe}
+
+    def _new_session(self) -> Any:
+        options = self._ort.SessionOptions()
+        options.intra_op_num_threads = self._intra
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            return self._ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise WorkbenchError(f"{self.onnx_path}: ONNX Runtime could not load the model: {error}",
+                                 expected="a valid ONNX model") from error
+
+    def _slot(self, arg: Any, override: tuple[int, ...] | None) -> TensorSlot:
+        dtype = np.dtype(_ORT_DTYPES.get(arg.type, np.float32))
+        dims = list(arg.shape)
+        if override is not None:
+            if len(override) != len(dims):
+                raise WorkbenchError(f"input {arg.name!r}: shape {override} has {len(override)} dims, the model has "
+                                     f"{len(dims)} ({dims}).", expected=f"{len(dims)} dimensions")
+            return TensorSlot(arg.name, tuple(int(d) for d in override[1:]), dtype)
+        sample = []
+        for index, dim in enumerate(dims[1:], start=1):
+            if not isinstance(dim, int) or dim <= 0:
+                raise WorkbenchError(
+                    f"input {arg.name!r} has a symbolic dimension {dim!r} at position {index} ({dims}).",
+                    expected="a fixed size for every non-batch dimension",
+                    hint=f"pass --shape {arg.name}:" + "x".join(str(d if isinstance(d, int) and d > 0 else 'N')
+                                                               for d in dims),
+                )
+            sample.append(int(dim))
+        return TensorSlot(arg.name, tuple(sample), dtype)
+
+    def label(self) -> str:
+        return f"ONNX Runtime CPU ({self._intra} intra-op thread(s) per lane; host threads, no GPU)"
+
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any = None) -> "_OrtLane":
+        session = self._sessions.get(lane)
+        if session is None:
+            session = self._sessions[lane] = self._new_session()
+        feeds = {size: random_feed(self.inputs, size, seed=self._seed + lane) for size in batch_sizes}
+        return _OrtLane(session, feeds)
+
+    def graph_status(self) -> dict[str, Any]:
+        return {"requested": False, "active": False, "fallback_reason": "CUDA graphs do not apply to the CPU executor"}
+
+    def close(self) -> None:
+        self._sessions.clear()
+
+
+class _OrtLane:
+    def __init__(self, session: Any, feeds: dict[int, dict[str, np.ndarray]]) -> None:
+        self._session = session
+        self._feeds = feeds
+        self.last_outputs: list[np.ndarray] = []
+
+    def input_pointers(self, size: int) -> list[int]:
+        return [int(a.ctypes.data) for a in self._feeds[size].values()]
+
+    def output_pointers(self, size: int) -> list[int]:
+        return []
+
+    def enqueue(self, size: int, stream: Any = None) -> None:
+        # Synchronous: returns when the outputs exist.
+        self.last_outputs = self._session.run(None, self._feeds[size])

