@@ -302,3 +302,32 @@ def test_cli_list_fetch_eval_calib_data(capsys: pytest.CaptureFixture[str], tmp_
     expected = list(_entry("ocr-cls").calibration_batches(limit=20, batch_size=8))
     assert [b["x"].shape[0] for b in stored] == [8, 8, 4]
     assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(stored, expected))
+
+
+def test_stale_cache_is_rematerialized() -> None:
+    entry = _entry("ocr-cls")
+    path = entry.onnx_path()
+    manifest_path = path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["source_fingerprint"] = "rapidocr-onnxruntime==0.0.1"
+    manifest_path.write_text(json.dumps(manifest))
+    assert not entry.is_cached()
+    assert entry.onnx_path() == path and entry.is_cached()
+    assert json.loads(manifest_path.read_text())["source_fingerprint"] != "rapidocr-onnxruntime==0.0.1"
+
+
+def test_cli_bad_input_is_explained(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from workbench.cli import main
+
+    assert main(["zoo", "eval", "digits-cnn", "--limit", "0"]) == 2
+    assert "limit" in capsys.readouterr().err
+    assert main(["zoo", "eval", "digits-cnn", "--onnx", str(tmp_path / "missing.onnx")]) == 2
+    assert "missing.onnx" in capsys.readouterr().err
+    assert main(["zoo", "eval", "digits-cnn", "--onnx", str(_entry("ocr-cls").onnx_path())]) == 2
+    assert "lacks model input" in capsys.readouterr().err
+    assert main(["zoo", "fetch"]) == 2
+    assert "--all" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["zoo", "calib-data", "digits-cnn", str(blocker)]) == 2
+    assert "not a folder" in capsys.readouterr().err

@@ -154,7 +154,11 @@ class ZooEntry(ABC):
             manifest = json.loads(self._manifest_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return False
-        return manifest.get("recipe_version") == self.recipe_version
+        return manifest.get("recipe_version") == self.recipe_version and manifest.get("source_fingerprint", "") == self._source_fingerprint()
+
+    def _source_fingerprint(self) -> str:
+        """Identifies the upstream file or package the cached copy was made from; a change re-materializes."""
+        return ""
 
     def onnx_path(self) -> Path:
         """Materialize the model into the cache (once) and return the path of the ready-to-build ONNX file."""
@@ -174,6 +178,7 @@ class ZooEntry(ABC):
             "recipe_version": self.recipe_version,
             "source": self.source,
             "license": self.license,
+            "source_fingerprint": self._source_fingerprint(),
             "sha256": sha256_file(self._cached_onnx),
             "materialize_seconds": round(time.perf_counter() - started, 3),
             "notes": notes,

@@ -74,6 +74,11 @@ class DigitsCnnEntry(ZooEntry):
         shutil.copyfile(DIGITS_ONNX, target)
         return {"copied_from": str(DIGITS_ONNX)}
 
+    def _source_fingerprint(self) -> str:
+        from workbench._io import sha256_file
+
+        return sha256_file(DIGITS_ONNX) if DIGITS_ONNX.is_file() else "missing"
+
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
         images, labels, train_idx, test_idx = digits_dataset()
         if split == "evaluation":

@@ -225,6 +225,14 @@ class _OcrEntry(ZooEntry):
         shutil.copyfile(rapidocr_model(self.source_file), target)
         return {"copied_from": self.source_file}
 
+    def _source_fingerprint(self) -> str:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"rapidocr-onnxruntime=={version('rapidocr-onnxruntime')}"
+        except PackageNotFoundError:
+            return "rapidocr-onnxruntime missing"
+
 
 class OcrRecEntry(_OcrEntry):
     name = "ocr-rec"
