@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench.demo",
     "workbench.clean.cli",
     "workbench.fusions_cli",
+    "workbench.timing.cli",
 )
 
 
