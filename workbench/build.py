@@ -263,7 +263,7 @@ def build_engine(
             raise
         seconds = time.perf_counter() - started
         built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
-        graph_nodes = [(node.name, node.op_type) for node in built_model.proto.graph.node]
+        built_proto = built_model.proto
 
     layers_message = find_rtx_layers_message(msg for _, msg in messages)
     if layers_message is None:
@@ -277,10 +277,13 @@ def build_engine(
     layers_path = layers_path_for(engine_path)
     log_path = engine_path.with_name(engine_path.stem + ".build.log")
     write_bytes_atomic(engine_path, output.serialized_engine)
-    document = layers_document(engine_layers, graph_nodes)
+    document = layers_document(engine_layers, built_proto)
     document["build"] = {"backend": backend.name, "backend_version": backend.version, "onnx": str(model.path),
                          "onnx_sha256": model.sha256, "built_onnx_sha256": built_sha,
-                         "precision": (options.plan.label if options.plan else options.precision)}
+                         "precision": (options.plan.label if options.plan else options.precision),
+                         "compute_capabilities": list(options.compute_capabilities),
+                         "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
+                         "options": options.to_json()}
     write_json_atomic(layers_path, document)
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
     notes = [msg for sev, msg in messages if sev == 2]
@@ -305,7 +308,7 @@ def build_engine(
         profiles=profiles,
         options=options,
         engine_layers=engine_layers,
-        onnx_node_count=len(graph_nodes),
+        onnx_node_count=len(built_proto.graph.node),
         warnings=notes,
     )
 
