@@ -331,3 +331,23 @@ def test_cli_bad_input_is_explained(capsys: pytest.CaptureFixture[str], tmp_path
     blocker.write_text("x")
     assert main(["zoo", "calib-data", "digits-cnn", str(blocker)]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["ocr-rec", "ocr-cls", "ocr-det", "efficientnet-lite0"])
+def test_calibration_images_round_trip_through_preprocessing(name: str, tmp_path: Path) -> None:
+    from workbench.cli import main
+
+    assert main(["zoo", "calib-data", name, str(tmp_path), "--images", "--limit", "5"]) == 0
+    files = sorted(str(p) for p in tmp_path.glob("*.png"))
+    assert len(files) == 5
+    entry = _entry(name)
+    from_files = entry.preprocess_images(files)
+    expected = next(iter(entry.calibration_batches(limit=5, batch_size=5)))
+    assert set(from_files) == set(expected)
+    for key in expected:
+        assert np.array_equal(from_files[key], expected[key])
+
+
+def test_text_model_has_no_image_form(tmp_path: Path) -> None:
+    with pytest.raises(WorkbenchError, match="takes no images"):
+        _entry("minilm").write_calibration_images(tmp_path)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from workbench._io import atomic_path, sha256_file, write_json_atomic
+from workbench._io import atomic_path, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -238,6 +238,29 @@ class ZooEntry(ABC):
         """
         for feed, labels, _ in self._batches("evaluation", limit, batch_size):
             yield feed, self._collate_labels(labels)
+
+    def write_calibration_images(self, folder: str | os.PathLike[str], limit: int | None = None) -> list[Path]:
+        """Write the calibration samples as PNG files before preprocessing (the image form of a calibration folder).
+
+        Only entries whose input is an image have this form (``raw_image``); ``preprocess_images`` on the written
+        files gives back exactly the arrays of ``calibration_batches``.
+        """
+        import cv2
+
+        raw_image = getattr(self, "raw_image", None)
+        if raw_image is None:
+            raise WorkbenchError(f"zoo model {self.name!r} takes no images.", expected="its .npz batches instead (workbench zoo calib-data NAME FOLDER)")
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise WorkbenchError(f"{folder}: exists and is not a folder.", expected="a folder for calibration images")
+        total = self.split_sizes["calibration"] if limit is None else min(limit, self.split_sizes["calibration"])
+        written = []
+        for index in range(total):
+            ok, encoded = cv2.imencode(".png", raw_image("calibration", index))
+            if not ok:
+                raise WorkbenchError(f"{self.name}: could not encode calibration image {index} as PNG.")
+            written.append(write_bytes_atomic(folder / f"{self.name}_{index:05d}.png", encoded.tobytes()))
+        return written
 
     def _collate_labels(self, labels: list[Any]) -> Any:
         if all(label is None for label in labels):

@@ -42,6 +42,7 @@ def register(subparsers: Any) -> None:
     calib.add_argument("out", type=Path, metavar="FOLDER")
     calib.add_argument("--limit", type=int, default=None, help="at most N samples")
     calib.add_argument("--batch-size", type=int, default=8)
+    calib.add_argument("--images", action="store_true", help="write PNG images before preprocessing instead of .npz batches (image models)")
     calib.set_defaults(func=_calib_data_command)
 
 
@@ -104,6 +105,10 @@ def _calib_data_command(args: argparse.Namespace) -> int:
     from workbench.zoo.data import write_npz_batches
 
     entry = get_entry(args.name)
+    if args.images:
+        paths = entry.write_calibration_images(args.out, limit=args.limit)
+        print(f"wrote {len(paths)} image(s) for {entry.name} to {args.out}")
+        return 0
     paths = write_npz_batches(entry.calibration_batches(limit=args.limit, batch_size=args.batch_size), args.out)
     print(f"wrote {len(paths)} batch file(s) for {entry.name} to {args.out}")
     return 0

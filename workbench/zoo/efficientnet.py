@@ -133,6 +133,10 @@ class EfficientNetLite0Entry(ZooEntry):
             expected = model(torch.cat([example, example[:1]])).numpy()
         return {"max_abs_diff_vs_torch": _check_against_torch(target, {INPUT_NAME: np.concatenate([example.numpy(), example.numpy()[:1]])}, expected, 1e-3)}
 
+    def raw_image(self, split: str, index: int) -> np.ndarray:
+        """The sample's photo crop before preprocessing (BGR uint8, like the OCR entries)."""
+        return np.ascontiguousarray(np.asarray(random_crop(sample_rng(split, index, salt=4)))[:, :, ::-1])
+
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
         return {INPUT_NAME: preprocess_photo(random_crop(sample_rng(split, index, salt=4)))}, None
 

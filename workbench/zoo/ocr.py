@@ -253,6 +253,10 @@ class OcrRecEntry(_OcrEntry):
         metadata = {prop.key: prop.value for prop in proto.metadata_props}
         return ["blank", *metadata["character"].splitlines(), " "]
 
+    def raw_image(self, split: str, index: int) -> np.ndarray:
+        """The sample's text-line image before preprocessing (BGR uint8)."""
+        return render_line(sample_rng(split, index, salt=1))[0]
+
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
         line, text = render_line(sample_rng(split, index, salt=1))
         return {INPUT_NAME: resize_normalize(line, REC_HEIGHT, REC_WIDTH)}, text
@@ -321,13 +325,14 @@ class OcrClsEntry(_OcrEntry):
         onnx.save(proto, str(target))
         return {"copied_from": self.source_file, "input_shape_fix": {"before": before, "after": ["batch", 3, CLS_HEIGHT, CLS_WIDTH]}}
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
-        # even indices upright, odd ones rotated by 180 degrees: balanced labels in every prefix
+    def raw_image(self, split: str, index: int) -> np.ndarray:
+        """The sample's text-line image before preprocessing (BGR uint8): even indices upright, odd ones rotated
+        by 180 degrees, so every prefix has balanced labels."""
         line, _ = render_line(sample_rng(split, index, salt=2))
-        label = index % 2
-        if label:
-            line = np.ascontiguousarray(line[::-1, ::-1])
-        return {INPUT_NAME: resize_normalize(line, CLS_HEIGHT, CLS_WIDTH)}, label
+        return np.ascontiguousarray(line[::-1, ::-1]) if index % 2 else line
+
+    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+        return {INPUT_NAME: resize_normalize(self.raw_image(split, index), CLS_HEIGHT, CLS_WIDTH)}, index % 2
 
     def preprocess_images(self, images: Sequence[Any]) -> Feed:
         """Cropped text-line images (paths or BGR arrays) -> one feed, rapidocr's classifier preprocessing."""
@@ -352,6 +357,10 @@ class OcrDetEntry(_OcrEntry):
     profiles = {INPUT_NAME: ((1, 3, DET_HEIGHT, DET_WIDTH), (8, 3, DET_HEIGHT, DET_WIDTH), (16, 3, DET_HEIGHT, DET_WIDTH))}
     OUTPUT = "sigmoid_0.tmp_0"
     IOU_THRESHOLD = 0.5
+
+    def raw_image(self, split: str, index: int) -> np.ndarray:
+        """The sample's page before preprocessing (BGR uint8)."""
+        return render_page(sample_rng(split, index, salt=3))[0]
 
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
         page, boxes, _ = render_page(sample_rng(split, index, salt=3))
