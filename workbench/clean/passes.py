@@ -222,6 +222,31 @@ def _fold_shape_nodes(graph: Any) -> int:
     return folded
 
 
+_SHAPE_VALUE_OPS = frozenset({"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Add", "Sub", "Mul", "Div"})
+
+
+def _fold_known_shape_values(graph: Any) -> int:
+    """Replace small shape computations whose values are all known (static dims of partly dynamic tensors,
+    e.g. the head size in attention with a dynamic batch) by constants."""
+    memo: dict[int, list[Any] | None] = {}
+    folded = 0
+    for node in graph.nodes:
+        if node.op not in _SHAPE_VALUE_OPS or len(node.outputs) != 1 or node.outputs[0] in graph.outputs:
+            continue
+        out = node.outputs[0]
+        dtype, shape = np_dtype(out), tensor_shape(out)
+        if dtype is None or dtype.kind not in "iuf" or shape is None or len(shape) > 1 or not is_static(shape):
+            continue
+        elements = _shape_elements(out, memo)
+        if not elements or not all(isinstance(e, int) for e in elements) or len(elements) != (shape[0] if shape else 1):
+            continue
+        values = np.array(elements, dtype=dtype).reshape(shape)
+        out.to_constant(values)
+        out.inputs.clear()
+        folded += 1
+    return folded
+
+
 def _exclude_from_folding(node: Any) -> bool:
     return node.op in RANDOM_OPS or node.op in QDQ_OPS
 
@@ -239,14 +264,15 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
             graph = refresh_shapes(graph, context)
             before = len(graph.nodes)
             _fold_shape_nodes(graph)
+            _fold_known_shape_values(graph)
             graph.toposort()
-            graph.fold_constants(
-                fold_shapes=False,
-                partitioning="recursive",
-                error_ok=True,
-                size_threshold=context.fold_size_threshold,
-                should_exclude_node=_exclude_from_folding,
-            )
+            fold_options = dict(fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding)
+            try:
+                # one ONNX Runtime session for everything foldable: fast when nothing fails
+                graph.fold_constants(partitioning=None, error_ok=False, **fold_options)
+            except Exception:
+                # something in the constant subgraph cannot run: partition recursively around it
+                graph.fold_constants(partitioning="recursive", error_ok=True, **fold_options)
             prune_dead_nodes(graph)
             graph.cleanup(remove_unused_graph_inputs=False)
             context.shapes_fresh = False
@@ -435,6 +461,22 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
         if op == "Cast" and _cast_target(node) not in _INT_TYPES + _FLOAT_TYPES:
             return None
         return _shape_elements(node.inputs[0], memo, depth + 1)
+    if op in ("Add", "Sub", "Mul", "Div") and len(node.inputs) == 2:
+        left, right = (_shape_elements(inp, memo, depth + 1) for inp in node.inputs)
+        if left is None or right is None or (len(left) != len(right) and 1 not in (len(left), len(right))):
+            return None
+        size = max(len(left), len(right))
+        left, right = (side * size if len(side) == 1 else side for side in (left, right))
+        result: list[_Element] = []
+        for a, b in zip(left, right):
+            if not (isinstance(a, int) and isinstance(b, int)):
+                result.append(None)
+            elif op == "Div":
+                # only exact quotients: the same in integer and float arithmetic
+                result.append(a // b if b != 0 and a % b == 0 else None)
+            else:
+                result.append(a + b if op == "Add" else a - b if op == "Sub" else a * b)
+        return result
     if op == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
         parts = [_shape_elements(inp, memo, depth + 1) for inp in node.inputs]
         return None if any(part is None for part in parts) else [element for part in parts for element in part]
