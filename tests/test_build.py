@@ -30,7 +30,9 @@ def test_build_real_model_writes_engine_layers_and_log(rapidocr_models: Path, tm
     convs = {node.name for node in model.proto.graph.node if node.op_type == "Conv"}
     mapped = {name for layer in layers for name in layer["onnx_nodes"]}
     assert convs and convs <= mapped
-    assert all(layer["precision"] == "fp32" for layer in layers)
+    precisions = [layer["precision"] for layer in layers]
+    assert set(precisions) <= {"fp32", "none"}  # "none": layers without typed tensors (shape calls)
+    assert precisions.count("fp32") > 10
     assert document["io_tensors"][0]["profiles"][0]["max"] == [4, 3, 48, 320]
     assert "Layers:" in artifact.build_log_path.read_text()
     assert artifact.backend in ("tensorrt_rtx", "tensorrt")

@@ -73,7 +73,8 @@ def test_rtx_multistream_capture_parses_signal_and_wait_layers() -> None:
 def test_no_rtx_fixture_line_is_left_unparsed(fixture: str) -> None:
     engine = read_layers(FIXTURES / fixture)
     assert engine.layers and all(layer.layer_type != "unparsed" for layer in engine.layers)
-    assert all(layer.precision in ("fp32", "fp16", "int8") for layer in engine.layers)
+    assert all(layer.precision in ("fp32", "fp16", "int8", "none") for layer in engine.layers)
+    assert all(layer.precision != "none" or not (layer.inputs or layer.outputs) for layer in engine.layers)
 
 
 def test_trt10_json_bindings_format_datatype_and_all_separator_forms() -> None:

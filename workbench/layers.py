@@ -71,13 +71,12 @@ class LayerRecord:
     def precision(self) -> str:
         """The lowest floating/int8 precision among the layer's inputs, constants and outputs.
 
-        "fp32" for layers without typed tensors (stream signal/wait, shape calls) — the contract build.py's
-        summary relies on; :mod:`workbench.layermap` reports those as "none"."""
+        "none" for layers without typed tensors (stream signal/wait, shape calls), as in :mod:`workbench.layermap`."""
         found = {t.precision for t in (*self.inputs, *self.constants, *self.outputs) if t.datatype}
         for precision in _PRECISION_RANK:
             if precision in found:
                 return precision
-        return "fp32" if not found else sorted(found)[0]
+        return "none" if not found else sorted(found)[0]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
