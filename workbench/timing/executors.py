@@ -86,6 +86,16 @@ def parse_shape_overrides(items: Sequence[str] | None) -> dict[str, tuple[int, .
     return result
 
 
+def _full_shape(value: Any) -> tuple[int, ...]:
+    """A full shape, or the opt shape of a (min, opt, max) profile such as ZooEntry.input_profiles() returns."""
+    items = tuple(value)
+    if items and all(isinstance(v, (tuple, list)) for v in items):
+        if len(items) != 3:
+            raise WorkbenchError(f"shape profile {value!r} is not (min, opt, max).")
+        items = tuple(items[1])
+    return tuple(int(d) for d in items)
+
+
 class OrtCpuExecutor:
     """ONNX Runtime CPU sessions, one per lane, each run on that lane's worker thread.
 
@@ -96,7 +106,7 @@ class OrtCpuExecutor:
     name = "cpu"
     device = "cpu"
 
-    def __init__(self, onnx_path: str | os.PathLike[str], shapes: dict[str, tuple[int, ...]] | None = None,
+    def __init__(self, onnx_path: str | os.PathLike[str], shapes: dict[str, Any] | None = None,
                  intra_op_threads: int = 1, seed: int = 0) -> None:
         import onnxruntime as ort
 
@@ -107,7 +117,7 @@ class OrtCpuExecutor:
         self._intra = int(intra_op_threads)
         self._seed = seed
         probe = self._new_session()
-        shapes = dict(shapes or {})
+        shapes = {name: _full_shape(value) for name, value in (shapes or {}).items()}
         self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in probe.get_inputs()]
         self.outputs = [TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()]
         self._sessions: dict[int, Any] = {0: probe}

@@ -1,0 +1,66 @@
+"""Notebook 04 executes headless, and its panel reacts to its widgets (figures update in place)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipeline.ipynb"
+
+
+def _outputs_text(notebook: nbformat.NotebookNode) -> str:
+    parts = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                raise AssertionError(f"cell failed: {output['ename']}: {output['evalue']}")
+            parts.append(output.get("text", ""))
+            for value in output.get("data", {}).values():
+                parts.append(value if isinstance(value, str) else json.dumps(value))
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+def test_notebook_04_runs_headless_and_says_which_executor() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    text = _outputs_text(notebook)
+    from workbench.backend import detect_gpu
+
+    if not detect_gpu().present:
+        assert "runs the CPU executor" in text and "not GPU or TensorRT timings" in text
+    assert "'executor': 'cpu'" in text or "'executor': 'torch'" in text
+    assert "H200" in text  # the committed H200 timeline is drawn from bench/results
+
+
+def test_panel_widgets_drive_the_figures_in_place() -> None:
+    from workbench.ui.timing_panel import make_panel
+
+    panel, how = make_panel(cpu_model="digits-cnn", streams=1, window_s=0.08)
+    if "CPU executor" not in how:
+        pytest.skip("this test drives the CPU executor")
+    timeline, sweep = panel.timeline_figure, panel.sweep_figure
+    assert panel.run() is not None
+    rows_before = set(timeline.layout.yaxis.categoryarray)
+    assert rows_before == {"host enqueue", "stream 0"}
+
+    panel.streams.value = 3  # auto_run: the observer re-runs and redraws the same FigureWidget objects
+    assert panel.last is not None and panel.last.streams == 3
+    assert panel.timeline_figure is timeline
+    assert {"stream 0", "stream 1", "stream 2"} <= set(timeline.layout.yaxis.categoryarray)
+    assert len(sweep.data) == 1 and len(sweep.data[0].x) == 2  # two closed-loop points in one series
+
+    panel.load.value = "open"
+    panel.rate.value = 400.0
+    panel.dynamic_batching.value = True
+    assert panel.last.load == "open" and panel.last.dynamic_batching is not None
+    assert "host queue" in set(timeline.layout.yaxis.categoryarray)  # queue spans appear under open loop
+    assert len(sweep.data) >= 2  # a new series for the open-loop points
+    n_hist = len(panel.histogram_figure.data[0].x)
+    assert n_hist == len(panel.last.latencies_ms)
+    panel.sla_ms.value = 2.5
+    assert any(shape.y0 == 2.5 for shape in sweep.layout.shapes)

@@ -1,0 +1,121 @@
+"""Figures for pipeline timing: per-stream Gantt timeline, latency histogram, latency-throughput curve.
+
+Functions return plotly figures and never show them. The Gantt uses horizontal bars on a numeric millisecond axis
+(``go.Bar(orientation='h', base=start, x=duration)``); ``px.timeline`` would force a date axis.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+STAGE_COLORS = {"enqueue": "#7f7f7f", "queue": "#bcbd22", "h2d": "#1f77b4", "compute": "#2ca02c", "d2h": "#ff7f0e"}
+HOST_LANE = "host enqueue"
+QUEUE_LANE = "host queue"
+
+
+def _get(record: Any, key: str) -> Any:
+    return record[key] if isinstance(record, Mapping) else getattr(record, key)
+
+
+def timeline_spans(records: Iterable[Any], start_ms: float | None = None, window_ms: float | None = None
+                   ) -> dict[str, list[tuple[str, float, float]]]:
+    """Spans per stage as (lane label, start_ms, duration_ms), restricted to [start_ms, start_ms + window_ms)."""
+    spans: dict[str, list[tuple[str, float, float]]] = {k: [] for k in STAGE_COLORS}
+    lo = -math.inf if start_ms is None else start_ms
+    hi = math.inf if window_ms is None else lo + window_ms
+
+    def add(stage: str, lane: str, s: float, e: float) -> None:
+        if not (math.isnan(s) or math.isnan(e)) and e >= s and e > lo and s < hi:
+            spans[stage].append((lane, s, e - s))
+
+    for r in records:
+        lane = f"stream {_get(r, 'lane')}"
+        add("enqueue", HOST_LANE, _get(r, "dispatch_ms"), _get(r, "enqueue_end_ms"))
+        arrivals = _get(r, "arrivals_ms")
+        if arrivals and _get(r, "dispatch_ms") > min(arrivals):
+            add("queue", QUEUE_LANE, min(arrivals), _get(r, "dispatch_ms"))
+        add("h2d", lane, _get(r, "h2d_start_ms"), _get(r, "h2d_end_ms"))
+        add("compute", lane, _get(r, "h2d_end_ms"), _get(r, "compute_end_ms"))
+        add("d2h", lane, _get(r, "compute_end_ms"), _get(r, "d2h_end_ms"))
+    return spans
+
+
+def default_window(records: Sequence[Any], n_requests: int = 60) -> tuple[float, float]:
+    """A readable window: from the first measured dispatch, long enough to hold ~``n_requests`` requests."""
+    measured = [r for r in records if _get(r, "measured")] or list(records)
+    if not measured:
+        return 0.0, 1.0
+    start = _get(measured[0], "dispatch_ms")
+    ends = [_get(r, "d2h_end_ms") for r in measured[:n_requests]]
+    end = max((e for e in ends if not math.isnan(e)), default=start + 1.0)
+    return start, max(end - start, 1e-3)
+
+
+def gantt_figure(records: Sequence[Any], *, start_ms: float | None = None, window_ms: float | None = None,
+                 title: str = "Pipeline timeline") -> go.Figure:
+    """One row per stream (H2D / compute / D2H) plus host rows (enqueue, queue); x in ms since the run's t=0."""
+    if start_ms is None or window_ms is None:
+        start_ms, window_ms = default_window(records)
+    spans = timeline_spans(records, start_ms, window_ms)
+    lanes = sorted({lane for items in spans.values() for lane, _, _ in items if lane.startswith("stream")},
+                   key=lambda s: int(s.split()[1]))
+    order = [HOST_LANE] + ([QUEUE_LANE] if spans["queue"] else []) + lanes
+    figure = go.Figure()
+    for stage, items in spans.items():
+        if not items:
+            continue
+        figure.add_trace(go.Bar(
+            name=stage, orientation="h", y=[i[0] for i in items], base=[i[1] for i in items],
+            x=[i[2] for i in items], marker_color=STAGE_COLORS[stage], marker_line_width=0,
+            hovertemplate=f"{stage}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra>%{{y}}</extra>",
+        ))
+    figure.update_layout(
+        title=title, barmode="overlay", template="plotly_white", height=160 + 28 * len(order),
+        xaxis=dict(title="time since t0 (ms)", type="linear", range=[start_ms, start_ms + window_ms]),
+        yaxis=dict(categoryorder="array", categoryarray=list(reversed(order)), title=None),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom"), margin=dict(l=110, r=20, t=60, b=40),
+    )
+    return figure
+
+
+def latency_histogram(latencies_ms: Sequence[float], *, percentiles: Mapping[str, float] | None = None,
+                      title: str = "Request latency") -> go.Figure:
+    data = np.asarray(latencies_ms, dtype=float)
+    figure = go.Figure(go.Histogram(x=data, nbinsx=60, marker_color="#1f77b4", name="requests"))
+    for name, value in (percentiles or {}).items():
+        if value is not None and not math.isnan(value):
+            figure.add_vline(x=value, line_dash="dash", line_color="#d62728",
+                             annotation_text=f"{name} {value:.2f} ms", annotation_position="top")
+    figure.update_layout(title=title, template="plotly_white", xaxis_title="latency (ms)",
+                         yaxis_title="requests", height=320, bargap=0.02)
+    return figure
+
+
+def latency_throughput_figure(points: Sequence[Mapping[str, Any]], *, sla_ms: float | None = None,
+                              percentile: str = "p99", title: str = "Latency vs throughput") -> go.Figure:
+    """One curve per series (e.g. batch size or batching on/off); points need throughput_per_s, latency_ms, streams.
+
+    ``points`` are TimingResult.to_json() dicts (or anything with those keys) plus an optional "series" label.
+    """
+    figure = go.Figure()
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for p in points:
+        label = str(p.get("series") or f"batch {p.get('batch')}")
+        groups.setdefault(label, []).append(p)
+    for label, items in groups.items():
+        items = sorted(items, key=lambda p: p["throughput_per_s"])
+        figure.add_trace(go.Scatter(
+            x=[p["throughput_per_s"] for p in items], y=[p["latency_ms"][percentile] for p in items],
+            mode="lines+markers+text", name=label, text=[f"{p.get('streams')}s" for p in items],
+            textposition="top center",
+            hovertemplate="%{x:.0f}/s<br>" + percentile + " %{y:.2f} ms<br>%{text}<extra>" + label + "</extra>",
+        ))
+    if sla_ms is not None:
+        figure.add_hline(y=sla_ms, line_dash="dot", line_color="#d62728", annotation_text=f"SLA {sla_ms:g} ms",
+                         annotation_position="bottom right")
+    figure.update_layout(title=title, template="plotly_white", xaxis_title="throughput (samples/s)",
+                         yaxis_title=f"{percentile} latency (ms)", height=380)
+    return figure
