@@ -1,0 +1,58 @@
+"""Notebook 03 runs headless, and its calibration panel is driven through its widgets."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_int8_calibration.ipynb"
+
+
+def test_notebook_03_executes_headless() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    assert time.perf_counter() - start < 120
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs) >= 2  # histogram + SQNR chart
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "tensors from 16 samples" in text and "accumulated" in text and "lowest local SQNR" in text
+    assert "FP32" in text and "INT8 (max)" in text and "mixed (int8+fp32)" in text
+
+
+def test_calibration_panel_is_driven_by_its_widgets() -> None:
+    from workbench.ui.calib_panel import CalibrationPanel
+
+    panel = CalibrationPanel("ocr-cls", method="max", max_batches=1, eval_limit=16, worst_n=2)
+    assert panel.session is None and len(panel.sqnr.data) == 0 and len(panel.table.data) == 0  # constructor is idle
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    assert [row["variant"] for row in panel.metric_rows] == ["FP32", "INT8 (max)"]
+    first_curve = list(panel.sqnr.data[0].y)
+    assert len(first_curve) > 50 and list(panel.table.data[0].cells.values[0]) == ["FP32", "INT8 (max)"]
+
+    panel.method.value = "percentile"  # switching method: new ranges from the same histograms, redrawn
+    assert panel.status.kind == "ok", panel.status.text
+    assert panel.statistics is panel.session.statistics(1)  # no new statistics pass
+    assert panel.metric_rows[1]["variant"] == "INT8 (percentile)" and list(panel.sqnr.data[0].y) != first_curve
+
+    panel.tensor.value = panel.tensor.options[3]  # histogram of the chosen tensor with each method's threshold
+    assert panel.histogram.layout.title.text.startswith(panel.tensor.options[3])
+    assert {a.text.split()[0] for a in panel.histogram.layout.annotations} == {"max", "percentile", "entropy", "mse"}
+    panel.percentile.value = 99.9
+    assert "percentile 99.9" not in str(panel.histogram.layout.annotations)  # a new threshold, redrawn
+    assert panel.status.kind == "ok"
+
+    worst = panel.fall_back_worst()
+    assert len(worst) == 2 and all(panel.plan.precision_of(node) == "fp32" for node in worst)
+    assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp32)" and panel.metric_rows[-1]["fallback"] == 2
+    assert len(panel.table.data[0].cells.values[0]) == 3  # the table updated in place with the mixed row
+    assert any(trace.name == "worst layers" for trace in panel.sqnr.data)
+
+    node = panel.node.options[0]
+    panel.set_precision(node, "fp16")  # per-layer precision widget
+    assert panel.plan.precision_of(node) == "fp16" and panel.status.kind == "ok", panel.status.text
+    assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp16+fp32)"
