@@ -133,6 +133,8 @@ class ZooEntry(ABC):
     recipe_version: ClassVar[int] = 1
     split_sizes: ClassVar[dict[str, int]]
     profiles: ClassVar[dict[str, Profile]]
+    # the model output the metric reads (the only output is used when a rewrite renamed it)
+    metric_output: ClassVar[str]
 
     # ----------------------------------------------------------------------------------------- model
     @property
@@ -344,6 +346,7 @@ class ZooEntry(ABC):
             "metric": self.metric_name,
             "higher_is_better": self.higher_is_better,
             "requires_torch": self.requires_torch,
+            "metric_output": self.metric_output,
             "source": self.source,
             "license": self.license,
             "cached": self.is_cached(),

@@ -64,6 +64,7 @@ class DigitsCnnEntry(ZooEntry):
     license = "Apache-2.0 (model), BSD-3-Clause (data)"
     split_sizes = {"calibration": 512, "evaluation": TEST_SIZE}
     profiles = {INPUT_NAME: ((1, 1, IMAGE_SIZE, IMAGE_SIZE), (8, 1, IMAGE_SIZE, IMAGE_SIZE), (64, 1, IMAGE_SIZE, IMAGE_SIZE))}
+    metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
         if not DIGITS_ONNX.is_file():
@@ -99,7 +100,7 @@ class DigitsCnnEntry(ZooEntry):
         return {INPUT_NAME: np.stack([_digit_from_image(image) for image in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return list(_flat_rows(self._output(outputs, OUTPUT_NAME)).argmax(axis=1))
+        return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         return classification_metric(self.metric_name, predictions, labels)

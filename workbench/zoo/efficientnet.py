@@ -104,6 +104,7 @@ class EfficientNetLite0Entry(ZooEntry):
     license = "Apache-2.0"
     split_sizes = {"calibration": 64, "evaluation": 256}
     profiles = {INPUT_NAME: ((1, 3, IMAGE_SIZE, IMAGE_SIZE), (8, 3, IMAGE_SIZE, IMAGE_SIZE), (32, 3, IMAGE_SIZE, IMAGE_SIZE))}
+    metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
         import onnx
@@ -147,7 +148,7 @@ class EfficientNetLite0Entry(ZooEntry):
         return {INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return list(_flat_rows(self._output(outputs, OUTPUT_NAME)).argmax(axis=1))
+        return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         reference = self._reference()

@@ -104,6 +104,7 @@ class MiniLmEntry(ZooEntry):
     license = "Apache-2.0"
     split_sizes = {"calibration": 64, "evaluation": 256}
     profiles = {name: ((1, 16), (8, SEQUENCE_LENGTH), (32, 128)) for name in INPUT_NAMES}
+    metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -182,7 +183,7 @@ class MiniLmEntry(ZooEntry):
         return tokenize(texts)
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        hidden = self._output(outputs, OUTPUT_NAME)
+        hidden = self._output(outputs, self.metric_output)
         return list(mean_pool(hidden, feed["attention_mask"]).astype(np.float32))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:

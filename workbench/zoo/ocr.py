@@ -242,7 +242,7 @@ class OcrRecEntry(_OcrEntry):
     source_file = "ch_PP-OCRv4_rec_infer.onnx"
     split_sizes = {"calibration": 128, "evaluation": 300}
     profiles = {INPUT_NAME: ((1, 3, REC_HEIGHT, REC_WIDTH), (8, 3, REC_HEIGHT, REC_WIDTH), (32, 3, REC_HEIGHT, REC_WIDTH))}
-    OUTPUT = "softmax_11.tmp_0"
+    metric_output = OUTPUT = "softmax_11.tmp_0"
 
     @functools.cached_property
     def characters(self) -> list[str]:
@@ -278,7 +278,7 @@ class OcrRecEntry(_OcrEntry):
         return texts
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return self.decode(self._output(outputs, self.OUTPUT))
+        return self.decode(self._output(outputs, self.metric_output))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         exact = [pred.strip() == truth for pred, truth in zip(predictions, labels)]
@@ -302,7 +302,7 @@ class OcrClsEntry(_OcrEntry):
     source_file = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
     split_sizes = {"calibration": 128, "evaluation": 400}
     profiles = {INPUT_NAME: ((1, 3, CLS_HEIGHT, CLS_WIDTH), (8, 3, CLS_HEIGHT, CLS_WIDTH), (64, 3, CLS_HEIGHT, CLS_WIDTH))}
-    OUTPUT = "save_infer_model/scale_0.tmp_1"
+    metric_output = OUTPUT = "save_infer_model/scale_0.tmp_1"
 
     def _materialize(self, target: Path) -> dict[str, Any]:
         """Copy the classifier, fixing its input shape for TensorRT.
@@ -339,7 +339,7 @@ class OcrClsEntry(_OcrEntry):
         return {INPUT_NAME: np.stack([resize_normalize(_load_bgr(image), CLS_HEIGHT, CLS_WIDTH) for image in images])}
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        return list(self._output(outputs, self.OUTPUT).argmax(axis=1))
+        return list(self._output(outputs, self.metric_output).argmax(axis=1))
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         from workbench.zoo.digits import classification_metric
@@ -355,7 +355,7 @@ class OcrDetEntry(_OcrEntry):
     source_file = "ch_PP-OCRv4_det_infer.onnx"
     split_sizes = {"calibration": 32, "evaluation": 60}
     profiles = {INPUT_NAME: ((1, 3, DET_HEIGHT, DET_WIDTH), (8, 3, DET_HEIGHT, DET_WIDTH), (16, 3, DET_HEIGHT, DET_WIDTH))}
-    OUTPUT = "sigmoid_0.tmp_0"
+    metric_output = OUTPUT = "sigmoid_0.tmp_0"
     IOU_THRESHOLD = 0.5
 
     def raw_image(self, split: str, index: int) -> np.ndarray:
@@ -378,7 +378,7 @@ class OcrDetEntry(_OcrEntry):
         return DBPostProcess(thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, score_mode="fast", use_dilation=True)
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
-        maps = self._output(outputs, self.OUTPUT)
+        maps = self._output(outputs, self.metric_output)
         results = []
         for probability in maps:
             boxes, _ = self._postprocess(probability[None], probability.shape[-2:])
