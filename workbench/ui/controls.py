@@ -13,7 +13,7 @@ import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
 
-PRECISIONS = (("FP32", "fp32"), ("FP16", "fp16"), ("INT8 (calibrated, worst layers FP32)", "int8"))
+PRECISIONS = (("FP32", "fp32"), ("FP16", "fp16"), ("INT8 + FP32 fallback", "int8"))
 CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 _STYLE = {"description_width": "110px"}

@@ -1,0 +1,166 @@
+"""Real-browser test: JupyterLab on 127.0.0.1 with a token, Debian's Chromium driven by Playwright.
+
+Opens the quickstart notebook, runs all cells, moves the streams slider and the precision dropdown, checks that
+the panel's outputs updated, and saves screenshots under test-artifacts/ (copied to docs/img/ for the README).
+Skipped only where Chromium or the playwright package is missing (``make test`` installs both).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+DOCS_IMG = REPO / "docs" / "img"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def jupyter_lab(tmp_path: Path):
+    """A JupyterLab server on a copy of the quickstart notebook; yields (base url, token)."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    shutil.copy(REPO / "notebooks" / "00_quickstart.ipynb", root)
+    config = tmp_path / "jupyter-config" / "labconfig"
+    config.mkdir(parents=True)
+    # no news/update prompts: they would cover the panel in screenshots (and try to reach the network)
+    (config / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    # render every cell (no windowing), so the panel stays in the DOM while later cells run
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"))
+    log = open(tmp_path / "lab.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _panel_text(page) -> str:
+    return page.locator(".workbench-quickstart-panel").inner_text()
+
+
+def _wait_status(page, fragment: str, timeout_ms: int = 120_000) -> None:
+    page.wait_for_function(
+        "(text) => { const p = document.querySelector('.workbench-quickstart-panel');"
+        " return p !== null && p.innerText.includes(text); }", arg=fragment, timeout=timeout_ms)
+
+
+def _open_tab(page, title: str) -> None:
+    page.locator(".workbench-quickstart-panel .lm-TabBar-tab", has_text=title).first.click()
+
+
+def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')")
+    base, token = jupyter_lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    started = time.monotonic()
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            page = context.new_page()
+            page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+            page.wait_for_timeout(1000)
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+            page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+            page.wait_for_selector(".workbench-quickstart-panel", state="attached", timeout=150_000)
+            _wait_status(page, "done: 11 stages complete")
+            page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                                   ".some(e => e.innerText.includes('report: '))", timeout=120_000)
+            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            tracebacks = [text for text in errors.all_inner_texts() if "Traceback" in text or "Error" in text]
+            assert not tracebacks, tracebacks
+            panel = page.locator(".workbench-quickstart-panel")
+            panel.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)
+            assert "int8 engine" in _panel_text(page)
+            panel.screenshot(path=str(ARTIFACTS / "quickstart-panel.png"))
+
+            # streams slider: type into its readout, as a user would after dragging
+            _open_tab(page, "Timing")
+            page.wait_for_function("() => document.querySelector('.workbench-quickstart-panel').innerText"
+                                   ".includes('2 stream(s) x batch 8')", timeout=30_000)
+            slider = panel.locator(".widget-slider", has_text="streams")
+            readout = slider.locator(".widget-readout")
+            readout.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type("4")
+            page.keyboard.press("Enter")
+            _wait_status(page, "4 stream(s) x batch 8", 120_000)
+            _wait_status(page, "done: 11 stages complete")
+            assert "4 stream(s) x batch 8" in _panel_text(page)
+            panel.screenshot(path=str(ARTIFACTS / "quickstart-timing-4-streams.png"))
+
+            # precision dropdown: FP16 builds the FP16 engine and re-times it
+            panel.locator(".widget-dropdown", has_text="precision").locator("select").select_option(label="FP16")
+            _open_tab(page, "Stages")
+            _wait_status(page, "fp16 engine", 120_000)
+            _wait_status(page, "done: 11 stages complete")
+            _open_tab(page, "Task metric")
+            _wait_status(page, "\u25b6 fp16", 30_000)
+            _open_tab(page, "Fusion")
+            _wait_status(page, "fp16.engine", 30_000)
+            time.sleep(1.0)  # let plotly finish laying out before the screenshot
+            panel.screenshot(path=str(ARTIFACTS / "fusion-view.png"))
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "browser-test-failure.png"), full_page=True)
+            raise
+        finally:
+            context.close()
+    seconds = time.monotonic() - started
+    (ARTIFACTS / "browser-test-seconds.txt").write_text(f"{seconds:.1f}\n")
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    for name in ("quickstart-panel.png", "fusion-view.png"):
+        assert (ARTIFACTS / name).stat().st_size > 10_000
+        shutil.copy(ARTIFACTS / name, DOCS_IMG / name)
