@@ -27,6 +27,9 @@ $(DEV_STAMP): pyproject.toml $(RUNTIME_STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# tensorrt-stubs declares a dependency on full tensorrt, which cannot install here: take the stubs alone.
 	$(BIN)/python -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	# The browser test drives Debian's Chromium: install it where apt works (as root); on failure the test skips.
+	-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
 	touch $@
 
 clean-venv:
