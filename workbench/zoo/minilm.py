@@ -110,7 +110,11 @@ class MiniLmEntry(ZooEntry):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import onnx
         import torch
-        from transformers import AutoModel
+
+        try:
+            from transformers import AutoModel
+        except ImportError as error:
+            raise WorkbenchError(f"zoo model {self.name!r} is exported with transformers, which is not installed.", hint=DEV_EXTRA_HINT) from error
 
         # eager attention exports as plain MatMul/Softmax, which every TensorRT version parses
         bert = AutoModel.from_pretrained(str(model_folder()), attn_implementation="eager")

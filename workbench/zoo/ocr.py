@@ -114,7 +114,7 @@ def render_line(rng: np.random.Generator, max_ratio: float = REC_WIDTH / REC_HEI
         while len(text) > 1 and (font.getbbox(text)[2] - left + 2 * pad_x) / height > max_ratio:
             text = text[:-1]
         left, top, right, bottom = font.getbbox(text)
-        width = right - left + 2 * pad_x
+        width, height = right - left + 2 * pad_x, bottom - top + 2 * pad_y
     image = Image.new("RGB", (width, height), background)
     ImageDraw.Draw(image).text((pad_x - left, pad_y - top), text, font=font, fill=foreground)
     return np.ascontiguousarray(np.asarray(image)[:, :, ::-1]), text
