@@ -200,19 +200,50 @@ def verdicts(model_out: dict[str, Any]) -> dict[str, Any]:
 
 
 def probe(name: str) -> int:
-    """Why does lane scaling stop? Same model at 4/8/16 lanes: 4 events per request vs 2, vs the minimal loop."""
+    """Host cost vs hardware queues: run once per CUDA_DEVICE_MAX_CONNECTIONS value (set before launching)."""
+    from workbench.timing.lanes import request_hardware_queues
+
+    queues = request_hardware_queues()
     module, shape, desc = torch_module_for(name)
     ex = TorchExecutor(module, shape, dtype="float16", cuda_graph=True, description=desc)
     window = dict(warmup_s=0.3, window_s=0.3, min_windows=3, max_windows=4)
-    print("CUDA_DEVICE_MAX_CONNECTIONS", os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"))
-    for n in (4, 8, 16):
-        for stage_events in (True, False):
-            r = run_pipeline(ex, RunConfig(streams=n, depth=2, stage_events=stage_events, **window), model=name)
-            print(f"{name} lanes={n:2d} stage_events={stage_events!s:5s} thr={r.throughput_per_s:8.1f}/s "
-                  f"enq={r.enqueue_us_p50:5.1f}us p50={r.latency_ms['p50']:.3f}ms", flush=True)
-        print(f"{name} lanes={n:2d} minimal thr={minimal_loop(ex.module, shape, 1, n, 0.8)['throughput_per_s']:8.1f}/s",
-              flush=True)
+    sync = run_pipeline(ex, RunConfig(load="sync", **window), model=name)
+    print(f"queues={queues} {name} sync_graph thr={sync.throughput_per_s:8.1f}/s enq={sync.enqueue_us_p50:5.1f}us",
+          flush=True)
+    for n in (1, 4, 8, 16):
+        r = run_pipeline(ex, RunConfig(streams=n, depth=2, **window), model=name)
+        print(f"queues={queues} {name} lanes={n:2d} thr={r.throughput_per_s:8.1f}/s enq={r.enqueue_us_p50:5.1f}us "
+              f"p50={r.latency_ms['p50']:.3f}ms", flush=True)
     return 0
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The committed table: one row per run, grouped by model and batch, plus the verdicts against the targets."""
+    env = doc["environment"]
+    lines = [f"# Async pipeline on {env['gpu']} ({env['date_utc']})", "",
+             f"torch {env['torch']}, cuda.core {env.get('cuda_core')}, {env['precision']}, transfers "
+             f"{env['transfers']}, CUDA_DEVICE_MAX_CONNECTIONS={env.get('CUDA_DEVICE_MAX_CONNECTIONS', '8')}. "
+             "Produced by `bench/pipeline_gpu.py` in one process; JSON beside this file.", ""]
+    for m in doc["models"]:
+        lines += [f"## {m['model']}: {m['description']}", "",
+                  "| run | batch | streams | samples/s | p50 ms | p99 ms | enqueue p50 us | busy |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in m["runs"]:
+            lat = r.get("latency_ms") or {}
+            kind = r["kind"]
+            if r.get("dynamic_batching"):
+                kind += f" (max batch 8, delay {r['dynamic_batching']['max_queue_delay_ms']} ms)"
+            if r.get("rate_per_s"):
+                kind += f" @ {r['rate_per_s']:.0f} req/s"
+
+            def f(v: Any, fmt: str) -> str:
+                return "" if v is None or (isinstance(v, float) and v != v) else format(v, fmt)
+
+            lines.append(f"| {kind} | {r.get('batch', '')} | {r.get('streams', '')} | "
+                         f"{f(r['throughput_per_s'], '.0f')} | {f(lat.get('p50'), '.3f')} | {f(lat.get('p99'), '.3f')} | "
+                         f"{f(r.get('enqueue_us_p50'), '.1f')} | {f(r.get('busy_fraction'), '.2f')} |")
+        lines += ["", "Verdicts (batch 1):", "", "```json", json.dumps(m["verdicts"], indent=1), "```", ""]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -220,8 +251,12 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "pipeline_h200.json"))
     parser.add_argument("--models", default="resnet50,efficientnet-lite0")
     parser.add_argument("--quick", action="store_true", help="fewer lanes and windows (smoke test)")
-    parser.add_argument("--probe", action="store_true", help="lane-scaling probe only (events, connections)")
+    parser.add_argument("--probe", action="store_true", help="host cost vs hardware queues probe only")
+    parser.add_argument("--render", metavar="JSON", help="only render JSON (from an earlier run) as markdown")
     args = parser.parse_args()
+    if args.render:
+        print(render_markdown(json.loads(Path(args.render).read_text())))
+        return 0
     from workbench.timing.lanes import request_hardware_queues
 
     queues = request_hardware_queues()  # before the first CUDA call

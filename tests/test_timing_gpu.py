@@ -51,15 +51,18 @@ def test_graph_pipeline_outputs_match_eager_module_and_events_are_ordered() -> N
     assert result.littles_law["ok"], result.littles_law
 
 
-def test_pipeline_beats_synchronous_loop_on_small_kernels() -> None:
-    executor = TorchExecutor(small_cnn(), (3, 64, 64), dtype="float16", cuda_graph=True)
+def test_pipeline_beats_synchronous_loop_on_a_real_cnn() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    executor = TorchExecutor(torchvision.models.resnet18(weights=None), (3, 224, 224), dtype="float16")
     sync = run_pipeline(executor, RunConfig(load="sync", **FAST))
     piped = run_pipeline(executor, RunConfig(streams=4, depth=2, **FAST))
     limit = measure_compute_limit(executor, 1)
-    print(f"sync {sync.throughput_per_s:.0f}/s, 4 lanes {piped.throughput_per_s:.0f}/s, "
-          f"limit {limit['throughput_per_s']:.0f}/s, enqueue p50 {piped.enqueue_us_p50:.1f} us")
-    assert piped.throughput_per_s > 1.3 * sync.throughput_per_s
-    assert limit["throughput_per_s"] > piped.throughput_per_s * 0.5
+    print(f"resnet18 b1: sync {sync.throughput_per_s:.0f}/s (busy {sync.busy_fraction:.2f}), 4 lanes "
+          f"{piped.throughput_per_s:.0f}/s (busy {piped.busy_fraction:.2f}), one-stream limit "
+          f"{limit['throughput_per_s']:.0f}/s, enqueue p50 {piped.enqueue_us_p50:.1f} us")
+    # Batch-1 kernels use a fraction of the SMs and leave launch gaps; four lanes run them side by side.
+    assert piped.throughput_per_s > 1.5 * sync.throughput_per_s
+    assert piped.latency_ms["p50"] < 4 * sync.latency_ms["p50"]
 
 
 def test_open_loop_dynamic_batching_reports_queue_time_and_batches() -> None:

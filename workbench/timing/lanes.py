@@ -58,7 +58,8 @@ class PinnedBuffer:
         self.nbytes = max(int(nbytes), 1)
         self._buffer = LegacyPinnedMemoryResource().allocate(self.nbytes)
         self.pointer = int(self._buffer.handle)
-        self.array = np.frombuffer((ctypes.c_byte * self.nbytes).from_address(self.pointer), dtype=np.uint8)
+        self.array = np.frombuffer(memoryview((ctypes.c_byte * self.nbytes).from_address(self.pointer)).cast("B"),
+                                   dtype=np.uint8)
 
     def close(self) -> None:
         self._buffer.close()
