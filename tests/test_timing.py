@@ -298,3 +298,32 @@ def test_cli_time_bad_input_is_a_one_line_error(tmp_path: Path, capsys: pytest.C
     assert "--rate" in capsys.readouterr().err
     assert cli_main(["time", "resnet-9000", "--executor", "torch", "-o", str(tmp_path / "t.json")]) == 2
     assert not (tmp_path / "t.json").exists()
+
+
+# --- sweep, callbacks, timeouts --------------------------------------------------------------------------------
+
+class _LaneBudgetedCpuExecutor(OrtCpuExecutor):
+    """The CPU executor with a declared per-lane memory need, to exercise the sweep's memory guard."""
+
+    lane_bytes = 300 * 2**20
+
+    def estimate_new_lane_bytes(self, n_lanes: int, batch_sizes: list[int]) -> int:
+        return n_lanes * max(batch_sizes) * self.lane_bytes
+
+
+def test_sweep_runs_the_grid_and_skips_what_would_not_fit() -> None:
+    from workbench.timing import sweep
+
+    executor = _LaneBudgetedCpuExecutor(CLS_MODEL, shapes=CLS_SHAPE)
+    results, skipped = sweep(executor, RunConfig(**FAST), streams=(1, 2, 4), batches=(1, 2),
+                             free_bytes=lambda: 2 * 2**30)  # 2 GiB free: 0.9 * 2 GiB fits 6 lane-batches
+    assert [(r.streams, r.batch) for r in results] == [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)]
+    assert [(s["streams"], s["batch"]) for s in skipped] == [(4, 2)]
+    assert "2048 MiB free" in skipped[0]["reason"]
+
+
+def test_callbacks_fire_once_per_batch_and_timeouts_are_counted(cls_executor: OrtCpuExecutor) -> None:
+    seen: list[BatchRecord] = []
+    result = run_pipeline(cls_executor, RunConfig(streams=2, timeout_ms=1e-3, **FAST), on_complete=seen.append)
+    assert len(seen) == len(result.records) and all(not math.isnan(r.d2h_end_ms) for r in seen)
+    assert result.timeouts["late"] == result.n_requests  # every request takes longer than 1 us

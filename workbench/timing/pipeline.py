@@ -120,6 +120,8 @@ def run_pipeline(
             notes.append(f"{q} rests on {summary['n_requests']} samples (< {stats.min_samples_for(float(q[1:]))}); "
                          "its value is reported with a wide interval")
     little = summary["littles_law"]
+    if config.load == "closed":  # requests the closed loop keeps outstanding, for comparison with the measured L
+        little["configured_in_flight"] = lanes.n_lanes * lanes.depth
     if not little["ok"]:
         notes.append(f"Little's law check off by {little['relative_error']:.0%} (throughput x latency "
                      f"{little['predicted_in_flight']:.2f} vs {little['measured_in_flight']:.2f} in flight)")
@@ -310,14 +312,19 @@ def measure_compute_limit(executor: Executor, batch: int, iterations: int = 200,
 
 
 def sweep(executor: Executor, base: RunConfig, streams: Sequence[int], batches: Sequence[int], *, model: str = "",
-          memory_fraction: float = 0.9) -> tuple[list[TimingResult], list[dict[str, Any]]]:
-    """Run every streams x batch configuration; skip (and say why) those that would not fit in device memory."""
+          memory_fraction: float = 0.9, free_bytes: Callable[[], int] | None = None,
+          ) -> tuple[list[TimingResult], list[dict[str, Any]]]:
+    """Run every streams x batch configuration; skip (and say why) those that would not fit in device memory.
+
+    An executor that can estimate its per-lane memory (``estimate_new_lane_bytes``) is checked against the free
+    device memory (``free_bytes``, default: cuMemGetInfo) before each configuration.
+    """
     results: list[TimingResult] = []
     skipped: list[dict[str, Any]] = []
     for b in batches:
         for n in streams:
             config = RunConfig(**{**base.to_json(), "streams": int(n), "batch": int(b)})
-            fits, why = _fits_in_memory(executor, config, memory_fraction)
+            fits, why = _fits_in_memory(executor, config, memory_fraction, free_bytes)
             if not fits:
                 skipped.append({"streams": n, "batch": b, "reason": why})
                 continue
@@ -325,15 +332,21 @@ def sweep(executor: Executor, base: RunConfig, streams: Sequence[int], batches: 
     return results, skipped
 
 
-def _fits_in_memory(executor: Executor, config: RunConfig, fraction: float) -> tuple[bool, str]:
-    estimate = getattr(executor, "estimate_new_lane_bytes", None)
-    if executor.device != "cuda" or estimate is None:
-        return True, ""
-    need = int(estimate(config.streams, config.batch_sizes()))
+def _device_free_bytes() -> int:
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
     status, free, _total = driver.cuMemGetInfo()
-    if int(status) != 0:
+    return int(free) if int(status) == 0 else -1
+
+
+def _fits_in_memory(executor: Executor, config: RunConfig, fraction: float,
+                    free_bytes: Callable[[], int] | None = None) -> tuple[bool, str]:
+    estimate = getattr(executor, "estimate_new_lane_bytes", None)
+    if estimate is None:
+        return True, ""
+    need = int(estimate(config.streams, config.batch_sizes()))
+    free = (free_bytes or _device_free_bytes)()
+    if free < 0:
         return True, ""
     if need > fraction * free:
         return False, (f"needs ~{need / 2**20:.0f} MiB more device memory for {config.streams} lanes at batch "
