@@ -42,6 +42,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-delay-ms", type=float, default=0.5, help="dynamic batcher's max queue delay")
     p.add_argument("--timeout-ms", type=float, default=None, help="per-request timeout")
     p.add_argument("--no-cuda-graph", action="store_true", help="torch: run eager instead of CUDA graphs")
+    p.add_argument("--priorities", default=None, metavar="P,P,...",
+                   help="CUDA stream priority per lane, cycled; lower is higher priority (write --priorities=-1,0)")
+    p.add_argument("--spin-wait", action="store_true", help="busy-wait on completion events (faster wake-up)")
     p.add_argument("--no-baseline", action="store_true", help="skip the synchronous single-stream baseline")
     p.add_argument("--shape", action="append", default=None, metavar="NAME:DxD",
                    help="full input shape for symbolic dims (cpu), e.g. x:1x3x48x192; repeatable")
@@ -99,8 +102,16 @@ def run_cli(args: argparse.Namespace) -> int:
                              expected="--load open --rate R --dynamic-batching")
     executor, label = make_executor(args.model, args.executor, batch=args.batch, shapes=args.shape,
                                     cuda_graph=not args.no_cuda_graph)
+    priorities = None
+    if args.priorities:
+        try:
+            priorities = tuple(int(p) for p in args.priorities.split(","))
+        except ValueError as error:
+            raise WorkbenchError(f"--priorities {args.priorities!r} is not a list of integers.",
+                                 expected="e.g. --priorities=-1,0") from error
     common = dict(batch=args.batch, depth=args.depth, warmup_s=args.warmup, window_s=args.window,
-                  max_windows=args.max_windows, timeout_ms=args.timeout_ms)
+                  max_windows=args.max_windows, timeout_ms=args.timeout_ms, stream_priorities=priorities,
+                  spin_wait=args.spin_wait)
     runs = []
     try:
         baseline = None
