@@ -94,6 +94,12 @@ class FolderSource:
         if not self.folder.is_dir():
             raise WorkbenchError(f"{self.folder}: not a folder.", expected="a calibration folder with .npz batches or images")
         self.name = self.name or str(self.folder)
+        # calibration/README.md layout: <model>/batches/*.npz or <model>/images/*.png under the model folder
+        if not any(p.is_file() for p in self.folder.iterdir()):
+            for sub in ("batches", "images"):
+                if (self.folder / sub).is_dir() and any((self.folder / sub).iterdir()):
+                    self.folder = self.folder / sub
+                    break
         self.files = sorted(p for p in self.folder.iterdir() if p.suffix == ".npz")
         if not self.files:
             images = sorted(p for p in self.folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)

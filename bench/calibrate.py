@@ -1,0 +1,400 @@
+"""Benchmark: our INT8 calibration vs ONNX Runtime ``quantize_static`` (and ModelOpt ONNX PTQ when it installs),
+on the same zoo models and the same calibration data; our per-layer diff vs ORT ``qdq_loss_debug`` and Polygraphy
+``run --onnxrt --onnx-outputs mark all``.
+
+Every timed step runs in its own fresh Python process, so its peak RSS (``ru_maxrss``) is its own; a "baseline"
+worker that only imports and loads the data shows the floor every worker shares. Calibration data are generated
+once per model and saved as ``.npz`` so data generation is never timed. Task metrics use the zoo's labelled
+evaluation sets with ORT CPU, graph optimizations off (simulated Q/DQ, the project's reference).
+
+Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--quick]``.
+Writes ``bench/results/calibrate.json`` and ``bench/results/calibrate.md`` (the table it prints).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("WORKBENCH_CACHE", str(REPO / ".cache" / "zoo"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+RESULTS = REPO / "bench" / "results"
+MODELOPT_PATH = Path(os.environ.get("MODELOPT_TARGET", "/tmp/calibwk/modelopt_pkgs"))
+OPS = ["Conv", "ConvTranspose", "MatMul", "Gemm"]
+MODELS = ["digits-cnn", "ocr-cls", "ocr-rec", "efficientnet-lite0", "minilm"]
+OUR_METHODS = ("max", "percentile", "entropy", "mse")
+
+
+# --------------------------------------------------------------------------------------------- workers
+def _load_batches(folder: Path, repeat: int = 1) -> list[dict[str, np.ndarray]]:
+    files = sorted(folder.glob("*.npz"))
+    batches = []
+    for path in files:
+        with np.load(path) as archive:
+            batches.append({k: archive[k] for k in archive.files})
+    return batches * repeat
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker_baseline(args: dict[str, Any]) -> dict[str, Any]:
+    import onnxruntime  # noqa: F401  (the imports every worker pays)
+
+    from workbench.calib import stats  # noqa: F401
+
+    _load_batches(Path(args["data"]))
+    return {}
+
+
+def worker_ours(args: dict[str, Any]) -> dict[str, Any]:
+    from workbench.calib.data import IterableSource
+    from workbench.calib.stats import collect_statistics
+    from workbench.model import load_onnx
+
+    model = load_onnx(args["model"])
+    repeat = int(args.get("repeat", 1))
+    folder = Path(args["data"])
+
+    def stream():  # batches read from disk one at a time, repeated to grow the set without holding it
+        for _ in range(repeat):
+            for path in sorted(folder.glob("*.npz")):
+                with np.load(path) as archive:
+                    yield {k: archive[k] for k in archive.files}
+
+    start = time.perf_counter()
+    statistics = collect_statistics(model, IterableSource(stream, name="bench"), progress=False)
+    stats_seconds = time.perf_counter() - start
+    ranges, method_seconds = {}, {}
+    for method in OUR_METHODS:
+        t0 = time.perf_counter()
+        ranges[method] = statistics.ranges(method).amax
+        method_seconds[method] = time.perf_counter() - t0
+    return {"statistics_seconds": stats_seconds, "method_seconds": method_seconds,
+            "all_methods_seconds": stats_seconds + sum(method_seconds.values()),
+            "ranges": ranges, "tensors": len(statistics.histograms), "samples": statistics.num_samples}
+
+
+def worker_ort(args: dict[str, Any]) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    batches = _load_batches(Path(args["data"]))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+    if args.get("inputs_only"):
+        extra["OpTypesToExcludeOutputQuantization"] = OPS
+    if args["method"] == "Percentile":
+        extra["CalibPercentile"] = 99.999
+    start = time.perf_counter()
+    quantize_static(args["model"], args["output"], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=OPS,
+                    calibrate_method=getattr(CalibrationMethod, args["method"]), extra_options=extra)
+    return {"seconds": time.perf_counter() - start}
+
+
+def worker_modelopt(args: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(MODELOPT_PATH))
+    # our venv has tensorrt-stubs (a typing-only 'tensorrt' module); ModelOpt would take it for TensorRT
+    sys.modules["tensorrt"] = None  # type: ignore[assignment]
+    from modelopt.onnx.quantization import quantize  # type: ignore[import-not-found]
+
+    batches = _load_batches(Path(args["data"]))
+    data = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+    start = time.perf_counter()
+    quantize(args["model"], quantize_mode="int8", calibration_method=args["method"], calibration_data=data,
+             calibration_eps=["cpu"], output_path=args["output"], op_types_to_quantize=OPS, high_precision_dtype="fp32")
+    return {"seconds": time.perf_counter() - start}
+
+
+def worker_our_diff(args: dict[str, Any]) -> dict[str, Any]:
+    from workbench.calib.diff import diff_models
+    from workbench.model import load_onnx
+
+    batches = _load_batches(Path(args["data"]))
+    fp32, quant = load_onnx(args["model"]), load_onnx(args["quantized"], check=False)
+    start = time.perf_counter()
+    diff = diff_models(fp32, quant.proto, batches, progress=False)
+    return {"seconds": time.perf_counter() - start, "tensors": len(diff.tensors)}
+
+
+def worker_ort_debug(args: dict[str, Any]) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationDataReader
+    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_activation_error,
+                                                         create_activation_matching, modify_model_output_intermediate_tensors)
+
+    batches = _load_batches(Path(args["data"]))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    folder = Path(args["workdir"])
+    start = time.perf_counter()
+    modify_model_output_intermediate_tensors(args["model"], str(folder / "fp32_aug.onnx"))
+    modify_model_output_intermediate_tensors(args["quantized"], str(folder / "qdq_aug.onnx"))
+    fp32_acts = collect_activations(str(folder / "fp32_aug.onnx"), Reader())
+    qdq_acts = collect_activations(str(folder / "qdq_aug.onnx"), Reader())
+    matching = create_activation_matching(qdq_acts, fp32_acts)
+    errors = compute_activation_error(matching)
+    return {"seconds": time.perf_counter() - start, "tensors": len(errors)}
+
+
+WORKERS = {"baseline": worker_baseline, "ours": worker_ours, "ort": worker_ort, "modelopt": worker_modelopt,
+           "our_diff": worker_our_diff, "ort_debug": worker_ort_debug}
+
+
+def run_worker(kind: str, args: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; returns its result plus wall seconds and its own peak RSS."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(args)], capture_output=True,
+                              text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", "wall_seconds": time.perf_counter() - start}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": " | ".join(tail)[-400:], "wall_seconds": time.perf_counter() - start}
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["wall_seconds"] = time.perf_counter() - start
+    return result
+
+
+def _worker_main(kind: str, payload: str) -> None:
+    result = WORKERS[kind](json.loads(payload))
+    result["peak_rss_mb"] = _rss_mb()
+    print("RESULT " + json.dumps(result, default=float), flush=True)
+
+
+# --------------------------------------------------------------------------------------------- driver
+def metric_of(entry: Any, proto: Any, limit: int | None) -> float:
+    from workbench.calib.session import ort_predict
+
+    return float(entry.evaluate(ort_predict(proto), limit=limit).value)
+
+
+def run_polygraphy(model: Path, batches_file: Path, workdir: Path, timeout: float) -> dict[str, Any]:
+    """``polygraphy run M --onnxrt --onnx-outputs mark all`` on the same inputs (directory output mode)."""
+    start = time.perf_counter()
+    out = workdir / f"{model.stem}_outputs"
+    command = [str(Path(sys.executable).parent / "polygraphy"), "run", str(model), "--onnxrt", "--onnx-outputs", "mark", "all",
+               "--load-inputs", str(batches_file), "--save-outputs", str(out), "--silent"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"seconds": None, "error": f"timed out after {timeout:.0f} s"}
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        return {"seconds": seconds, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1][-300:]}
+    return {"seconds": seconds}
+
+
+def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from workbench.calib.qdq import insert_qdq, prepare_model
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    model = entry.load()
+    prepared = prepare_model(model.proto)  # Constant weights -> initializers, opset >= 13: given to every tool
+    import onnx
+
+    model_path = workdir / f"{name}.onnx"
+    onnx.save(prepared, str(model_path))
+    data = workdir / f"{name}_data"
+    data.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    for index, feed in enumerate(entry.calibration_batches(limit=args.samples, batch_size=8)):
+        np.savez(data / f"batch_{index:05d}.npz", **feed)
+    data_seconds = time.perf_counter() - t0
+    limit = args.eval_limit
+    report: dict[str, Any] = {"model": name, "metric": entry.metric_name, "calibration_samples": args.samples,
+                              "evaluation_samples": limit or entry.split_sizes["evaluation"],
+                              "data_generation_seconds_not_timed": data_seconds}
+    print(f"[{name}] data ready ({data_seconds:.1f} s); FP32 metric…", flush=True)
+    report["fp32"] = metric_of(entry, prepared, limit)
+    report["baseline_worker"] = run_worker("baseline", {"data": str(data)})
+
+    ours = run_worker("ours", {"model": str(model_path), "data": str(data)})
+    report["ours"] = {k: v for k, v in ours.items() if k != "ranges"}
+    if "ranges" in ours:
+        for method in OUR_METHODS:
+            quantized = insert_qdq(prepared, ours["ranges"][method], prepared=True)
+            report["ours"][f"metric_{method}"] = metric_of(entry, quantized.proto, limit)
+            if method == "percentile":
+                quantized.save(workdir / f"{name}.ours.qdq.onnx")
+            print(f"[{name}] ours {method}: {report['ours'][f'metric_{method}']:.4f}", flush=True)
+    if args.growth:
+        grown = run_worker("ours", {"model": str(model_path), "data": str(data), "repeat": 8})
+        report["ours_8x"] = {k: v for k, v in grown.items() if k != "ranges"}
+        if "ranges" in grown and "ranges" in ours:
+            # the same batches 8 times: identical histograms scaled, so max/percentile ranges must not move
+            report["ours_8x"]["max_ranges_equal"] = grown["ranges"]["max"] == ours["ranges"]["max"]
+
+    report["ort"] = {}
+    for method, inputs_only in (("MinMax", False), ("Entropy", False), ("Percentile", False), ("MinMax", True)):
+        key = method + (" inputs-only" if inputs_only else "")
+        output = workdir / f"{name}.ort.{method}{'.in' if inputs_only else ''}.onnx"
+        result = run_worker("ort", {"model": str(model_path), "data": str(data), "method": method, "output": str(output),
+                                    "inputs_only": inputs_only})
+        if "error" not in result:
+            result["metric"] = metric_of(entry, onnx.load(str(output)), limit)
+        report["ort"][key] = result
+        print(f"[{name}] ORT {key}: {result.get('metric')} {result.get('seconds')} s {result.get('peak_rss_mb')} MB {result.get('error', '')}", flush=True)
+
+    report["modelopt"] = {}
+    if args.modelopt_reason:
+        report["modelopt"] = {"skipped": args.modelopt_reason}
+    else:
+        for method in ("max", "entropy"):
+            output = workdir / f"{name}.modelopt.{method}.onnx"
+            result = run_worker("modelopt", {"model": str(model_path), "data": str(data), "method": method, "output": str(output)})
+            if "error" not in result and output.exists():
+                result["metric"] = metric_of(entry, onnx.load(str(output)), limit)
+            report["modelopt"][method] = result
+            print(f"[{name}] ModelOpt {method}: {result.get('metric')} {result.get('error', '')}", flush=True)
+
+    # per-layer diff on the same few samples: ours vs ORT qdq_loss_debug vs Polygraphy mark-all (both models)
+    quantized_path = workdir / f"{name}.ours.qdq.onnx"
+    diff_data = workdir / f"{name}_diffdata"
+    diff_data.mkdir(exist_ok=True)
+    batches = sorted(data.glob("*.npz"))[: max(1, args.diff_samples // 8)]
+    feeds = []
+    for path in batches:
+        (diff_data / path.name).write_bytes(path.read_bytes())
+        with np.load(path) as archive:
+            feeds.append({k: archive[k] for k in archive.files})
+    report["diff_samples"] = sum(int(next(iter(f.values())).shape[0]) for f in feeds)
+    report["our_diff"] = run_worker("our_diff", {"model": str(model_path), "quantized": str(quantized_path), "data": str(diff_data)})
+    debug_dir = workdir / f"{name}_ortdebug"
+    debug_dir.mkdir(exist_ok=True)
+    report["ort_debug"] = run_worker("ort_debug", {"model": str(model_path), "quantized": str(quantized_path),
+                                                   "data": str(diff_data), "workdir": str(debug_dir)}, timeout=args.peer_timeout)
+    if not args.skip_polygraphy:
+        from polygraphy.json import save_json
+
+        inputs_file = workdir / f"{name}_inputs.json"
+        save_json(feeds, str(inputs_file))
+        fp32_run = run_polygraphy(model_path, inputs_file, workdir, args.peer_timeout)
+        qdq_run = run_polygraphy(quantized_path, inputs_file, workdir, args.peer_timeout)
+        total = None if fp32_run.get("seconds") is None or qdq_run.get("seconds") is None else fp32_run["seconds"] + qdq_run["seconds"]
+        report["polygraphy_mark_all"] = {"fp32": fp32_run, "quantized": qdq_run, "seconds": total,
+                                         "note": "runs only: Polygraphy leaves the per-tensor comparison to a further step"}
+    print(f"[{name}] diff: ours {report['our_diff'].get('seconds')} s, ORT qdq_loss_debug {report['ort_debug'].get('seconds')} s, "
+          f"polygraphy {report.get('polygraphy_mark_all', {}).get('seconds')} s", flush=True)
+    return report
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    return format(value, spec)
+
+
+def table(reports: list[dict[str, Any]]) -> str:
+    lines = ["| model (metric) | FP32 | ours max / pct / entropy / mse | ORT MinMax / Entropy / Percentile | ORT MinMax inputs-only | ModelOpt max / entropy |",
+             "|---|---|---|---|---|---|"]
+    for r in reports:
+        o, ort_ = r["ours"], r["ort"]
+        mo = r.get("modelopt", {})
+        modelopt = mo.get("skipped", "skipped") if "skipped" in mo else " / ".join(_fmt(mo.get(m, {}).get("metric")) for m in ("max", "entropy"))
+        lines.append(f"| {r['model']} ({r['metric']}) | {_fmt(r['fp32'])} | "
+                     + " / ".join(_fmt(o.get(f"metric_{m}")) for m in OUR_METHODS) + " | "
+                     + " / ".join(_fmt(ort_.get(m, {}).get("metric")) for m in ("MinMax", "Entropy", "Percentile")) + " | "
+                     + _fmt(ort_.get("MinMax inputs-only", {}).get("metric")) + f" | {modelopt} |")
+    lines += ["", "| model | ours: statistics s (all 4 methods s) | ours peak RSS MB (8× data) | ORT MinMax s / MB | ORT Entropy s / MB | ORT Percentile s / MB | baseline worker MB |",
+              "|---|---|---|---|---|---|---|"]
+    for r in reports:
+        o, ort_ = r["ours"], r["ort"]
+        grown = r.get("ours_8x", {})
+        lines.append(f"| {r['model']} | {_fmt(o.get('statistics_seconds'), '.2f')} ({_fmt(o.get('all_methods_seconds'), '.2f')}) | "
+                     f"{_fmt(o.get('peak_rss_mb'), '.0f')} ({_fmt(grown.get('peak_rss_mb'), '.0f')}) | "
+                     + " | ".join(f"{_fmt(ort_.get(m, {}).get('seconds'), '.2f')} / {_fmt(ort_.get(m, {}).get('peak_rss_mb'), '.0f')}"
+                                  for m in ("MinMax", "Entropy", "Percentile"))
+                     + f" | {_fmt(r['baseline_worker'].get('peak_rss_mb'), '.0f')} |")
+    lines += ["", "| model | diff samples | ours diff s / MB | ORT qdq_loss_debug s / MB | Polygraphy mark-all (both models) s |", "|---|---|---|---|---|"]
+    for r in reports:
+        d, od = r["our_diff"], r["ort_debug"]
+        poly = r.get("polygraphy_mark_all", {})
+        lines.append(f"| {r['model']} | {r['diff_samples']} | {_fmt(d.get('seconds'), '.2f')} / {_fmt(d.get('peak_rss_mb'), '.0f')} | "
+                     f"{_fmt(od.get('seconds'), '.2f')} / {_fmt(od.get('peak_rss_mb'), '.0f')}{' ' + od['error'][:60] if 'error' in od else ''} | "
+                     f"{_fmt(poly.get('seconds'), '.2f')}{' ' + str(poly.get('fp32', {}).get('error', ''))[:60] if poly.get('fp32', {}).get('error') else ''} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--samples", type=int, default=64, help="calibration samples per model")
+    parser.add_argument("--eval-limit", type=int, default=None, help="evaluation samples (default: the whole set)")
+    parser.add_argument("--diff-samples", type=int, default=16)
+    parser.add_argument("--growth", action="store_true", help="also measure our statistics with the data repeated 8x")
+    parser.add_argument("--skip-polygraphy", action="store_true")
+    parser.add_argument("--peer-timeout", type=float, default=900)
+    parser.add_argument("--output", default=str(RESULTS / "calibrate.json"))
+    parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker_main(*args.worker)
+        return 0
+    args.modelopt_reason = _modelopt_reason()
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="calib-bench-") as folder:
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            reports.append(bench_model(name, args, Path(folder)))
+            _write(reports, args)
+    print(table(reports))
+    return 0
+
+
+def _modelopt_reason() -> str | None:
+    probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(MODELOPT_PATH)!r}); "
+                            "sys.modules['tensorrt'] = None; from modelopt.onnx.quantization import quantize"],
+                           capture_output=True, text=True)
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or ["import failed"])[-1]
+    return f"ModelOpt ONNX PTQ not importable ({last[:160]})"
+
+
+def _write(reports: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    from workbench._io import write_json_atomic, write_text_atomic
+
+    document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                "settings": {"calibration_samples": args.samples, "eval_limit": args.eval_limit, "diff_samples": args.diff_samples,
+                             "ort": "quantize_static QDQ, per_channel, ActivationSymmetric, WeightSymmetric, QuantizeBias=False, "
+                                    "op_types Conv/ConvTranspose/MatMul/Gemm; Percentile 99.999",
+                             "ours": "one streaming pass, 2048-bin |x| histograms; placement per TensorRT rules; no fallback",
+                             "metric_runtime": "ORT CPU, ORT_DISABLE_ALL"},
+                "modelopt": args.modelopt_reason or "measured",
+                "reports": reports}
+    write_json_atomic(args.output, document)
+    write_text_atomic(Path(args.output).with_suffix(".md"), table(reports) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
