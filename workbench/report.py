@@ -54,12 +54,10 @@ def diagnose(run: Any) -> list[Verdict]:
             f"latency of {latency:.2f} ms was {compute:.2f} ms compute ({share:.0%}), {waiting:.2f} ms waiting for a "
             f"free lane and {stages.get('h2d', 0.0) + stages.get('d2h', 0.0):.2f} ms copies."),
             {"busy_fraction": chosen.busy_fraction, "p50_latency_ms": latency, "compute_ms": compute, "wait_ms": waiting}))
-        if chosen.executor == "cpu":
-            enqueue_note = "host enqueue is not the limit on the CPU executor (work runs on the calling thread)"
-        else:
-            enqueue_note = (f"host enqueue {chosen.enqueue_us_p50:.0f} us vs compute {compute * 1e3:.0f} us: "
-                            + ("the host thread is the bottleneck" if chosen.enqueue_us_p50 > 0.8 * compute * 1e3
-                               else "the host keeps up"))
+        host_bound = chosen.enqueue_us_p50 > 0.8 * compute * 1e3
+        enqueue_note = (f"host enqueue took {chosen.enqueue_us_p50:.0f} us per request vs {compute * 1e3:.0f} us of "
+                        f"compute: the host thread {'is' if host_bound else 'is not'} the bottleneck"
+                        + (" (CPU executor: enqueue hands the request to a worker thread)" if chosen.executor == "cpu" else ""))
         verdicts.append(Verdict("host", enqueue_note[0].upper() + enqueue_note[1:] + ".",
                                 {"enqueue_us_p50": chosen.enqueue_us_p50, "compute_ms": compute}))
         one_stream = _find(results, 1, chosen.batch)

@@ -1,0 +1,154 @@
+"""The quickstart journey: flow stages, the panel's widgets, and both notebooks executed headless with nbclient.
+
+Everything runs for real: TensorRT-RTX builds the engines, ONNX Runtime measures the metrics and the CPU timing.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.flow import (
+    STAGE_NAMES,
+    QuickstartConfig,
+    QuickstartRun,
+    QuickstartSession,
+    StageUnavailable,
+    _need,
+    first_affected_stage,
+    run_stage,
+    timing_plan,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = dict(timing_window_s=0.1, calibration_samples=64, diff_samples=16)
+
+
+def test_config_rejects_bad_settings_with_readable_errors() -> None:
+    with pytest.raises(WorkbenchError, match="precision 'int4' is not offered.*fp32 / fp16 / int8"):
+        QuickstartConfig(precision="int4")
+    with pytest.raises(WorkbenchError, match="streams=0 is out of range.*1..16"):
+        QuickstartConfig(streams=0)
+    with pytest.raises(WorkbenchError, match="calibration method 'kl'"):
+        QuickstartConfig(calibration_method="kl")
+
+
+def test_stage_dependencies_and_missing_modules() -> None:
+    assert first_affected_stage({"streams"}) == "timing"
+    assert first_affected_stage({"precision"}) == "select"
+    assert first_affected_stage({"calibration_method", "batch"}) == "calibrate"
+    assert timing_plan(QuickstartConfig(streams=4, batch=8)) == [(4, 8), (1, 8), (4, 1), (1, 1)]
+    assert timing_plan(QuickstartConfig(streams=1, batch=1)) == [(1, 1)]
+    with pytest.raises(StageUnavailable, match="not available in this build: needs workbench.no_such_stage"):
+        _need("workbench.no_such_stage")
+    with pytest.raises(StageUnavailable, match="workbench.flow has no no_such_function"):
+        _need("workbench.flow", "no_such_function")
+    # a stage whose input stage never completed is skipped, and says which one it needed
+    run = QuickstartRun(QuickstartConfig())
+    result = run_stage(run, "fusion")
+    assert result.status == "skipped" and "build_fp32" in result.summary
+
+
+def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
+    session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **FAST))
+    run = session.run_all()
+    assert [run.stage(n).status for n in STAGE_NAMES] == ["done"] * len(STAGE_NAMES), \
+        {n: run.stage(n).summary for n in STAGE_NAMES if not run.stage(n).ok}
+    before = dict(run.stages)
+    session.update(streams=3)
+    for name in STAGE_NAMES[:STAGE_NAMES.index("timing")]:
+        assert run.stages[name] is before[name], name  # untouched
+    assert run.stages["timing"] is not before["timing"]
+    assert run.objects["timing_results"][0].streams == 3
+    assert run.stage("export").ok and (tmp_path / "export" / "manifest.json").is_file()
+    # INT8 engine really holds INT8 layers, and the fallen-back nodes are named in its plan
+    mixed = run.objects["mixed_artifact"].summary()["by_precision"]
+    assert mixed.get("int8", 0) > 0 and mixed.get("fp32", 0) > 0
+    assert len(run.objects["mixed_plan"].overrides) == session.config.fallback_layers
+
+
+def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> None:
+    from workbench.ui.quickstart_panel import QuickstartPanel
+
+    panel = QuickstartPanel(QuickstartConfig(out_dir=str(tmp_path), **FAST))
+    assert panel.refresh_count == 0 and not panel.session.run.stages  # nothing runs or displays on construction
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    timing_x = list(panel.timing_figure.data[0].x)
+    assert timing_x[0] == "2 stream(s) x batch 8"
+    timing_table = panel.timing_table.value
+
+    panel.streams.value = 5
+    assert panel.status.kind == "ok", panel.status.text
+    assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 8"
+    assert panel.timing_table.value != timing_table
+    assert panel.session.run.objects["timing_results"][0].streams == 5
+
+    metrics_table = panel.metrics_table.value
+    fusion_title = panel.fusion_figure.layout.title.text
+    assert "int8-mixed.engine" in fusion_title and "&#9654; int8-mixed" in metrics_table
+    panel.precision.value = "fp16"
+    assert panel.status.kind == "ok", panel.status.text
+    assert "&#9654; fp16" in panel.metrics_table.value and panel.metrics_table.value != metrics_table
+    assert "fp16.engine" in panel.fusion_figure.layout.title.text
+    assert panel.session.run.objects["chosen_artifact"].engine_path.name.endswith("fp16.engine")
+
+    panel.batch.value = 4
+    assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 4"
+
+    diff_before = [trace.y for trace in panel.diff_figure.data]
+    panel.calibration_method.value = "max"
+    assert panel.status.kind == "ok", panel.status.text
+    assert panel.session.run.objects["calib_ranges"].method == "max"
+    assert [trace.y for trace in panel.diff_figure.data] != diff_before  # other ranges, other per-layer errors
+
+    # a bad setting shows a readable message in the panel, not a traceback
+    panel.apply(streams=99)
+    assert panel.status.kind == "error"
+    assert panel.status.text == "Error: streams=99 is out of range. Expected: 1..16."
+    assert "Traceback" not in panel.status.widget.value
+
+
+def _execute(notebook: str, workdir: Path) -> list[str]:
+    import nbclient
+    import nbformat
+
+    shutil.copy(REPO / "notebooks" / notebook, workdir / notebook)
+    nb = nbformat.read(workdir / notebook, as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(workdir)}}).execute()
+    errors = [f"{out.ename}: {out.evalue}" for cell in nb.cells for out in cell.get("outputs", [])
+              if out.output_type == "error"]
+    assert not errors, errors
+    texts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                texts.append(out.text)
+            elif "data" in out:
+                texts.append(str(out["data"].get("text/plain", "")) + str(out["data"].get("text/html", "")))
+    return texts
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
+    from workbench.flow import STAGE_TITLES
+
+    text = "\n".join(_execute("00_quickstart.ipynb", tmp_path))
+    stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
+    for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed
+        assert stage_lines[STAGE_TITLES[name]].startswith("done"), stage_lines[STAGE_TITLES[name]]
+    report = tmp_path / "out" / "quickstart" / "report.html"
+    assert report.is_file() and report.stat().st_size > 1_000_000
+    assert (tmp_path / "out" / "quickstart" / "export" / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_export_notebook_executes_headless(tmp_path: Path) -> None:
+    text = "\n".join(_execute("05_export.ipynb", tmp_path))
+    assert "'precision': 'fp32'" in text and "'precision': 'fp16'" in text and "'precision': 'int8'" in text
+    assert "recommended:" in text
+    bundle = tmp_path / "out" / "export" / "export"
+    assert (bundle / "manifest.json").is_file() and (bundle / "model.engine").is_file()

@@ -1,0 +1,88 @@
+"""The main job: `workbench demo` runs the quickstart flow headless and writes a self-contained out/report.html."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.report import SECTION_IDS, diagnose
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from workbench.demo import run_demo
+
+    out = tmp_path_factory.mktemp("demo-out")
+    result = run_demo(None, out, timing_window_s=0.1)
+    result["out"] = out
+    return result
+
+
+def test_demo_writes_a_self_contained_report(demo: dict) -> None:
+    report = Path(demo["report"])
+    assert report == demo["out"] / "report.html"
+    html = report.read_text(encoding="utf-8")
+    # offline: plotly.js is inline, no script or stylesheet comes from the network
+    assert not re.search(r"<script[^>]+src=", html)
+    assert not re.search(r"<link[^>]+href=[\"']https?:", html)
+    assert "Plotly.newPlot" in html and len(html) > 3_000_000  # the bundled plotly.js is ~4.6 MB
+    for section in SECTION_IDS:
+        assert f'<section id="{section}">' in html, section
+    for heading in ("Cleaning waterfall", "Fusion view", "Per-layer diff", "Task-metric table", "Timing results",
+                    "Bottleneck diagnosis", "Exported bundle"):
+        assert f"<h2>{heading}</h2>" in html
+    for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"):
+        assert f'id="{figure}"' in html, figure
+    assert "no NVIDIA GPU" in html  # says plainly where numbers come from
+    stages = demo["run"]["stages"]
+    assert [s["status"] for s in stages] == ["done"] * len(stages), [(s["name"], s["summary"]) for s in stages]
+    assert (demo["out"] / "export" / "manifest.json").is_file()
+    assert (demo["out"] / "run.json").is_file()
+
+
+def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    run = run_quickstart(QuickstartConfig(out_dir=str(tmp_path), timing_window_s=0.1, calibration_samples=64,
+                                          diff_samples=16))
+    verdicts = {v.topic: v for v in diagnose(run)}
+    assert {"busy with", "more streams", "batching", "accuracy", "task metric", "fusion"} <= set(verdicts)
+    for verdict in verdicts.values():
+        assert re.search(r"\d", verdict.text), verdict.text
+        assert verdict.evidence
+    results = run.objects["timing_results"]
+    chosen = results[0]
+    one_stream = next(r for r in results if r.streams == 1 and r.batch == chosen.batch)
+    ratio = chosen.throughput_per_s / one_stream.throughput_per_s
+    assert verdicts["more streams"].evidence["ratio"] == pytest.approx(ratio)
+    assert f"({ratio:.2f}x)" in verdicts["more streams"].text
+    assert ("more streams help" in verdicts["more streams"].text) == (ratio >= 1.15)
+    worst = run.objects["layer_diff"].ranking(1)[0]
+    assert worst.node in verdicts["accuracy"].text and f"{worst.drop_db:.1f} dB" in verdicts["accuracy"].text
+    fp32 = next(row for row in run.objects["metrics"] if row.variant == "fp32")
+    assert f"FP32 {fp32.value:.4f}" in verdicts["task metric"].text
+
+
+def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
+    from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+    from workbench.report import render_report
+
+    session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), timing_window_s=0.1))
+    session._prepare()
+    run = session.run
+    for name in ("clean", "build_fp32", "fusion"):
+        from workbench.flow import run_stage
+
+        run_stage(run, name)
+    run.stages["layer_diff"] = StageResult("layer_diff", "Per-layer INT8 diff", "unavailable",
+                                           summary="not available in this build: needs workbench.calib.diff")
+    html = render_report(run)
+    assert "not available in this build: needs workbench.calib.diff" in html
+    assert 'id="fig-fusion"' in html and 'id="fig-layer-diff"' not in html
+
+
+def test_demo_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["demo", "--out", str(tmp_path), "--streams", "0"]) == 2
+    assert "streams=0 is out of range" in capsys.readouterr().err
