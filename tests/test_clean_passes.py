@@ -462,3 +462,57 @@ def test_merge_consecutive_transposes_unsqueezes_and_reshapes():
     unsqueeze = next(n for n in result.model.graph.node if n.op_type == "Unsqueeze")
     axes = next(i for i in result.model.graph.initializer if i.name == unsqueeze.input[1])
     assert onnx.numpy_helper.to_array(axes).tolist() == [0, 2]
+
+
+def test_fold_constants_folds_static_dims_of_a_dynamic_tensor():
+    # scale = 1 / sqrt(x.size(-1)) with a dynamic batch: the last dim is static, so the whole chain folds
+    x = gs.Variable("x", F32, ["N", 4, 8])
+    shape, d, df, root, y = (gs.Variable("shape", np.int64, [3]), gs.Variable("d", np.int64, []), gs.Variable("df", F32, []),
+                             gs.Variable("root", F32, []), gs.Variable("y", F32, ["N", 4, 8]))
+    nodes = [
+        gs.Node("Shape", inputs=[x], outputs=[shape]),
+        gs.Node("Gather", attrs={"axis": 0}, inputs=[shape, gs.Constant("last", np.array(2, np.int64))], outputs=[d]),
+        gs.Node("Cast", attrs={"to": onnx.TensorProto.FLOAT}, inputs=[d], outputs=[df]),
+        gs.Node("Sqrt", inputs=[df], outputs=[root]),
+        gs.Node("Div", inputs=[x, root], outputs=[y]),
+    ]
+    result = clean_model(export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y])), only(["fold_constants"]))
+    assert result.report("fold_constants").status == "accepted"
+    assert ops(result.model) == ["Div"]
+
+
+def test_fuse_pad_conv_merges_zero_padding_only():
+    rng = np.random.default_rng(2)
+    x = gs.Variable("x", F32, ["N", 2, 6, 6])
+    padded, y = gs.Variable("padded", F32, ["N", 2, 8, 8]), gs.Variable("y", F32, ["N", 3, 6, 6])
+    weight = gs.Constant("w", rng.standard_normal((3, 2, 3, 3)).astype(F32))
+
+    def model(value: float) -> onnx.ModelProto:
+        pad = gs.Node("Pad", inputs=[x, gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)), gs.Constant("v", np.array(value, F32))], outputs=[padded])
+        return export(gs.Graph(nodes=[pad, gs.Node("Conv", inputs=[padded, weight], outputs=[y])], inputs=[x], outputs=[y]))
+
+    fused = clean_model(model(0.0), only(["fuse_pad_conv"]))
+    assert fused.report("fuse_pad_conv").status == "accepted" and ops(fused.model) == ["Conv"]
+    conv = fused.model.graph.node[0]
+    assert [a.ints for a in conv.attribute if a.name == "pads"][0] == [1, 1, 1, 1]
+    kept = clean_model(model(1.0), only(["fuse_pad_conv"]))  # padding with ones is not a Conv pad
+    assert kept.report("fuse_pad_conv").status == "unchanged" and ops(kept.model) == ["Pad", "Conv"]
+
+
+def test_pass_raising_with_checks_off_restores_the_graph_of_the_kept_passes():
+    def half_done_then_raise(graph, context):
+        graph.nodes.clear()  # leaves the graph broken, then fails
+        raise ValueError("half done")
+
+    register_pass(CleanPass("test_half_done", half_done_then_raise, "exact"), replace=True)
+    x = gs.Variable("x", F32, ["N", 4])
+    a, y = gs.Variable("a", F32, ["N", 4]), gs.Variable("y", F32, ["N", 4])
+    nodes = [gs.Node("Identity", inputs=[x], outputs=[a]), gs.Node("Relu", inputs=[a], outputs=[y])]
+    model = export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
+
+    result = clean_model(model, only(["remove_noops", "test_half_done", "cse"], check=False))
+
+    assert [r.status for r in result.passes] == ["unchecked", "rolled_back", "unchanged"]
+    assert ops(result.model) == ["Relu"]  # remove_noops kept, the broken pass undone
+    feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])

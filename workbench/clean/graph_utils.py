@@ -37,29 +37,68 @@ def export_graph(graph: Any, template: Any) -> Any:
     return model
 
 
+def _has_subgraphs(graph: Any) -> bool:
+    import onnx_graphsurgeon as gs
+
+    return any(isinstance(value, gs.Graph) for node in graph.nodes for value in node.attrs.values())
+
+
 def prune_dead_nodes(graph: Any) -> int:
     """Drop nodes no graph output depends on, before graphsurgeon's cleanup (which formats every node it
     removes into a log string, arrays included: seconds on models with hundreds of Constant nodes)."""
-    import onnx_graphsurgeon as gs
-
-    if any(isinstance(value, gs.Graph) for node in graph.nodes for value in node.attrs.values()):
+    if _has_subgraphs(graph):
         return 0  # subgraphs read outer tensors implicitly: leave those graphs to graphsurgeon's cleanup
-    graph.toposort()
-    live_tensors = {id(tensor) for tensor in graph.outputs}
-    live_nodes: set[int] = set()
-    for node in reversed(graph.nodes):
-        if any(id(out) in live_tensors for out in node.outputs):
-            live_nodes.add(id(node))
-            live_tensors.update(id(inp) for inp in node.inputs)
-    kept = [node for node in graph.nodes if id(node) in live_nodes]
-    removed = len(graph.nodes) - len(kept)
+    producers = {id(out): node for node in graph.nodes for out in node.outputs}
+    live: set[int] = set()
+    stack = [producers[id(t)] for t in graph.outputs if id(t) in producers]
+    while stack:
+        node = stack.pop()
+        if id(node) in live:
+            continue
+        live.add(id(node))
+        stack.extend(producers[id(inp)] for inp in node.inputs if id(inp) in producers)
+    removed = len(graph.nodes) - len(live)
     if removed:
         for node in graph.nodes:
-            if id(node) not in live_nodes:
+            if id(node) not in live:
                 node.inputs.clear()
                 node.outputs.clear()
-        graph.nodes = kept
+        graph.nodes = [node for node in graph.nodes if id(node) in live]
     return removed
+
+
+def toposort(graph: Any) -> Any:
+    """Kahn's algorithm, keeping the current order where it is already valid (graphsurgeon's toposort is
+    recursive and takes ~50 ms on a 450-node graph; this one ~2 ms). Graphs with subgraphs use graphsurgeon's."""
+    import heapq
+
+    if _has_subgraphs(graph):
+        return graph.toposort()
+    nodes = list(graph.nodes)
+    index = {id(node): i for i, node in enumerate(nodes)}
+    producers = {id(out): node for node in nodes for out in node.outputs}
+    waiting = [0] * len(nodes)
+    consumers: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        sources = {index[id(producers[id(inp)])] for inp in node.inputs if id(inp) in producers}
+        sources.discard(i)
+        waiting[i] = len(sources)
+        for source in sources:
+            consumers[source].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for j in consumers[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(nodes):
+        return graph.toposort()  # a cycle: let graphsurgeon report it
+    graph.nodes = order
+    return graph
 
 
 def apply_inferred_shapes(graph: Any, inferred: Any) -> None:

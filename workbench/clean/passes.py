@@ -18,6 +18,7 @@ from workbench.clean.graph_utils import (
     QDQ_OPS,
     apply_inferred_shapes,
     prune_dead_nodes,
+    toposort,
     RANDOM_OPS,
     bypass_node,
     constant_values,
@@ -190,7 +191,7 @@ def constants_to_initializers(graph: Any, context: PassContext) -> None:
 def cleanup_toposort(graph: Any, context: PassContext) -> None:
     """Remove nodes and tensors nothing depends on; sort nodes topologically."""
     prune_dead_nodes(graph)
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    toposort(graph.cleanup(remove_unused_graph_inputs=False))
 
 
 # ---------------------------------------------------------------------------------------------- folding
@@ -265,7 +266,7 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
             before = len(graph.nodes)
             _fold_shape_nodes(graph)
             _fold_known_shape_values(graph)
-            graph.toposort()
+            toposort(graph)
             fold_options = dict(fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding)
             try:
                 # one ONNX Runtime session for everything foldable: fast when nothing fails

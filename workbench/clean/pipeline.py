@@ -22,6 +22,7 @@ from workbench.clean.graph_utils import (
     op_counts,
     opset_of,
     prune_dead_nodes,
+    toposort,
 )
 from workbench.clean.passes import DEFAULT_FOLD_SIZE_THRESHOLD, DEFAULT_PASSES, CleanPass, DimSpec, PassContext, get_pass
 from workbench.clean.report import CleanResult, PassReport
@@ -100,6 +101,40 @@ def _same_graph(a: Any, b: Any) -> bool:
     return all(init.name in by_name and init == by_name[init.name] for init in ga.initializer)
 
 
+@dataclass
+class _Snapshot:
+    """What the report needs about one state of the graph."""
+
+    light: Any  # light ModelProto (weights as stubs), for change detection
+    counts: dict[str, int]
+    bytes: int
+    names: list[str]
+    skeleton: Any  # node-only GraphProto for the before/after picture
+
+    @property
+    def nodes(self) -> int:
+        return len(self.light.graph.node)
+
+
+def _tidy(graph: Any) -> None:
+    prune_dead_nodes(graph)
+    graph.cleanup(remove_unused_graph_inputs=False)
+    toposort(graph)
+
+
+def _restore(accepted_full: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
+    """The graph as it was after the last kept pass. With checks on that model was exported; with checks off
+    (no full export per pass, to stay fast) the kept passes are replayed on the original: they are deterministic."""
+    if accepted_full is not None:
+        return import_graph(accepted_full)
+    graph = import_graph(original)
+    for clean_pass in replay:
+        context.shapes_fresh = False
+        graph = clean_pass.run(graph, context) or graph
+        _tidy(graph)
+    return graph
+
+
 def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[str]]:
     old, new = Counter(before), Counter(after)
     return sorted((old - new).elements()), sorted((new - old).elements())
@@ -142,82 +177,88 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     # change detection; a full export only when the checks need the real model. A failed pass restores ``graph``
     # from the last accepted full model (checks on) or from a copy taken before the pass (checks off).
     graph = import_graph(original)
-    accepted_full: Any = original  # last accepted model as a full ModelProto, or None when only the graph has it
-    current_light, current_stub_bytes = light_export(graph, original)  # compare like with like
-    current_counts, current_bytes, current_names = op_counts(original), model_bytes(original), node_names(original)
-    current_skeleton = node_skeleton(original)
+    accepted_full: Any = original  # last accepted model as a full ModelProto; None when only ``graph`` has it
+    light, stub_bytes = light_export(graph, original)  # compare light with light
+    current = _Snapshot(light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original))
     shapes_fresh = False
     reports: list[PassReport] = []
     pass_seconds = 0.0
+    replay: list[CleanPass] = []  # passes kept without a full export since the last one (checks off)
+
+    def report(clean_pass: CleanPass, status: str, *, after: _Snapshot | None = None, **extra: Any) -> None:
+        after = after or current
+        removed, added = _names_diff(current.names, after.names) if after is not current else ([], [])
+        extra.setdefault("tolerance", clean_pass.tolerance)
+        extra.setdefault("findings", list(context.findings))
+        reports.append(PassReport(
+            clean_pass.name, status, nodes_before=current.nodes, nodes_after=after.nodes,
+            op_counts_before=current.counts, op_counts_after=after.counts,
+            bytes_before=current.bytes, bytes_after=after.bytes, nodes_removed=removed, nodes_added=added,
+            graph_before=current.skeleton if after is not current else None,
+            graph_after=after.skeleton if after is not current else None, **extra,
+        ))
+
     for clean_pass in passes:
-        before = dict(nodes_before=len(current_light.graph.node), op_counts_before=current_counts, bytes_before=current_bytes)
-        unchanged = dict(nodes_after=before["nodes_before"], op_counts_after=current_counts, bytes_after=current_bytes)
-        skip_reason = None
-        if opset < clean_pass.min_opset:
-            skip_reason = f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}"
-        elif clean_pass.name == "override_input_shapes" and not overrides:
-            skip_reason = "skipped: no input shapes to override"
-        if skip_reason:
-            reports.append(PassReport(clean_pass.name, "unchanged", **before, **unchanged, seconds=0.0, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, failure=skip_reason))
-            continue
         context.findings = []
+        no_check: dict[str, Any] = {"check_seconds": 0.0, "max_abs_diff": None}
+        if opset < clean_pass.min_opset:
+            report(clean_pass, "unchanged", seconds=0.0, failure=f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}", **no_check)
+            continue
+        if clean_pass.name == "override_input_shapes" and not overrides:
+            report(clean_pass, "unchanged", seconds=0.0, failure="skipped: no input shapes to override", **no_check)
+            continue
         context.shapes_fresh = shapes_fresh
-        backup = graph.copy() if checker is None and clean_pass.tolerance != "report" else None
         start = time.perf_counter()
         try:
             returned = clean_pass.run(graph, context)
             graph = returned if returned is not None else graph
-            light = None
             if clean_pass.tolerance != "report":
-                prune_dead_nodes(graph)
-                graph.cleanup(remove_unused_graph_inputs=False).toposort()
+                _tidy(graph)
                 light, stub_bytes = light_export(graph, original)
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
-            graph, shapes_fresh = (backup if backup is not None else import_graph(accepted_full)), False
+            graph, shapes_fresh = _restore(accepted_full, original, replay, context), False
             seconds = time.perf_counter() - start
             pass_seconds += seconds
             message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-            reports.append(PassReport(clean_pass.name, "rolled_back", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, failure=f"the pass raised {type(error).__name__}: {message}"))
+            report(clean_pass, "rolled_back", seconds=seconds, failure=f"the pass raised {type(error).__name__}: {message}", **no_check)
             continue
         seconds = time.perf_counter() - start
         pass_seconds += seconds
-        if light is None:
-            reports.append(PassReport(clean_pass.name, "report_only", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance="report", findings=list(context.findings)))
+        if clean_pass.tolerance == "report":
+            report(clean_pass, "report_only", seconds=seconds, **no_check)
             shapes_fresh = context.shapes_fresh
             continue
-        if _same_graph(light, current_light):
-            reports.append(PassReport(clean_pass.name, "unchanged", **before, **unchanged, seconds=seconds, check_seconds=0.0, max_abs_diff=None, tolerance=clean_pass.tolerance, findings=list(context.findings)))
+        if _same_graph(light, current.light):
+            report(clean_pass, "unchanged", seconds=seconds, **no_check)
             shapes_fresh = context.shapes_fresh
             continue
         is_override = clean_pass.name == "override_input_shapes"
         wanted_io = (overridden_inputs, outputs) if is_override else expected_io
-        status, diff, failure, check_time, inferred, candidate = "unchecked", None, None, 0.0, None, None
-        if checker is not None:
-            check_start = time.perf_counter()
-            candidate = export_graph(graph, original)
-            outcome = checker.check(candidate, clean_pass.tolerance, wanted_io)
-            status = "accepted" if outcome.ok else "rolled_back"
-            diff, failure, inferred = outcome.max_abs_diff, outcome.failure, outcome.inferred_model
-            check_time = time.perf_counter() - check_start
-            check_seconds += check_time
-        after_counts, after_bytes, after_names = op_counts(light), model_bytes(light, stub_bytes), node_names(light)
-        removed, added = _names_diff(current_names, after_names)
-        light_skeleton = node_skeleton(light)
-        reports.append(PassReport(clean_pass.name, status, **before, nodes_after=len(light.graph.node), op_counts_after=after_counts, bytes_after=after_bytes, seconds=seconds, check_seconds=check_time, max_abs_diff=diff, nodes_removed=removed, nodes_added=added, tolerance=clean_pass.tolerance, failure=failure, findings=list(context.findings), graph_before=current_skeleton, graph_after=light_skeleton))
-        if status == "rolled_back":
+        after = _Snapshot(light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light))
+        if checker is None:
+            report(clean_pass, "unchecked", after=after, seconds=seconds, **no_check)
+            accepted_full, current, shapes_fresh = None, after, False
+            replay.append(clean_pass)
+            continue
+        check_start = time.perf_counter()
+        candidate = export_graph(graph, original)
+        outcome = checker.check(candidate, clean_pass.tolerance, wanted_io)
+        check_time = time.perf_counter() - check_start
+        check_seconds += check_time
+        status = "accepted" if outcome.ok else "rolled_back"
+        report(clean_pass, status, after=after, seconds=seconds, check_seconds=check_time, max_abs_diff=outcome.max_abs_diff, failure=outcome.failure)
+        if not outcome.ok:
             graph, shapes_fresh = import_graph(accepted_full), False
             continue
         if is_override:
             expected_io = wanted_io
-        accepted_full = candidate
-        current_light, current_stub_bytes, current_skeleton = light, stub_bytes, light_skeleton
-        current_counts, current_bytes, current_names = after_counts, after_bytes, after_names
-        shapes_fresh = False
-        if inferred is not None:
-            apply_inferred_shapes(graph, inferred)
-            shapes_fresh = True
+        accepted_full, current = candidate, after
+        replay.clear()
+        shapes_fresh = outcome.inferred_model is not None
+        if shapes_fresh:
+            apply_inferred_shapes(graph, outcome.inferred_model)
 
     final = accepted_full if accepted_full is not None else export_graph(graph, original)
     return CleanResult(
