@@ -65,12 +65,14 @@ def test_diff_metrics_match_a_direct_computation() -> None:
     from workbench.calib.stats import collect_statistics
 
     model = _conv_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"  # dynamic batch, so micro-batches can split
     rng = np.random.default_rng(7)
     feeds = [{"x": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
     ranges = collect_statistics(model, IterableSource(feeds[:1]), progress=False).ranges("percentile", percentile=99.0)
     quantized = insert_qdq(model, ranges.amax)
-    diff = diff_models(model, quantized.proto, feeds, progress=False)
+    diff = diff_models(model, quantized.proto, feeds, progress=False, micro_batch=1)
     whole = diff_models(model, quantized.proto, feeds, progress=False, micro_batch=None)
+    auto = diff_models(model, quantized.proto, feeds, progress=False)  # sized from the first sample
     # local SQNR and clipping of the graph input, computed by hand
     x = np.concatenate([f["x"] for f in feeds])
     scale = quantized.scales["x"]
@@ -90,8 +92,10 @@ def test_diff_metrics_match_a_direct_computation() -> None:
     assert out.cosine == pytest.approx((reference * test).sum() / np.sqrt((reference**2).sum() * (test**2).sum()), abs=1e-6)
     assert out.max_abs_err == pytest.approx(np.abs(reference - test).max(), rel=1e-5)
     # running sums make micro-batching invisible
-    for a, b in zip(diff.tensors, whole.tensors):
-        assert a.name == b.name and a.sqnr_db_accumulated == pytest.approx(b.sqnr_db_accumulated, abs=1e-4)
+    for a, b, c in zip(diff.tensors, whole.tensors, auto.tensors):
+        assert a.name == b.name == c.name
+        for field in ("sqnr_db_accumulated", "sqnr_db_local", "clipped_fraction", "max_abs_err"):
+            assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-4) == getattr(c, field)
     document = diff.to_json()
     assert {"name", "node", "sqnr_db_local", "sqnr_db_accumulated", "cosine", "max_abs_err", "clipped_fraction"} <= set(document["tensors"][0])
     # weights appear with their own per-channel local SQNR

@@ -216,12 +216,13 @@ def _session(proto: Any, outputs: list[str]) -> Any:
 
 def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[dict[str, np.ndarray]], *,
                 limit: int | None = None, progress: bool = True, all_tensors: bool = False,
-                micro_batch: int | None = 2, prepared: bool = False) -> LayerDiff:
+                micro_batch: int | None = 0, memory_budget_mb: float = 192.0, prepared: bool = False) -> LayerDiff:
     """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``.
 
     Every float tensor computed by a non-data-movement node is compared (``all_tensors=True``: every one).
     Each batch is run ``micro_batch`` samples at a time: both models' intermediate tensors are alive at once, so
-    this bounds peak memory (running sums make the result identical to whole-batch runs).
+    this bounds peak memory (running sums make the result identical to whole-batch runs). ``micro_batch=0`` sizes
+    it from the first sample so that both models' exposed tensors fit ``memory_budget_mb``; ``None`` = whole batches.
     """
     from onnx import numpy_helper
     from tqdm.auto import tqdm
@@ -249,6 +250,8 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     ref_session = _session(fp32_proto, fp32_names)
     quant_session = _session(quant_proto, compared)
     input_names = [i.name for i in ref_session.get_inputs()]
+    if any(not i.shape or isinstance(i.shape[0], int) for i in ref_session.get_inputs()):
+        micro_batch = None  # a fixed batch dimension cannot be split
     running = {name: _Running() for name in fp32_names}
     if not isinstance(source, CalibrationSource):
         source = IterableSource(list(source))
@@ -257,9 +260,16 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
                     unit="batch", disable=not progress, leave=False)
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
-        for part in _split(feed, micro_batch):
+        pending = _split(feed, 1 if micro_batch == 0 else micro_batch)
+        while pending:
+            part = pending.pop(0)
             reference = dict(zip(fp32_names, ref_session.run(fp32_names, part)))
             test = dict(zip(compared, quant_session.run(compared, part)))
+            if micro_batch == 0:  # first sample measured: size the micro-batches to the memory budget
+                per_sample = sum(v.nbytes for v in reference.values()) + sum(v.nbytes for v in test.values())
+                micro_batch = max(1, int(memory_budget_mb * 2**20 // max(per_sample, 1)))
+                rest = {k: np.concatenate([p[k] for p in pending]) for k in part} if pending else None
+                pending = _split(rest, micro_batch) if rest is not None else []
             for name in compared:
                 running[name].add_pair(reference[name], test[name])
                 del test[name]  # free as we go: peak memory stays near one micro-batch of both models
