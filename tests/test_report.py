@@ -60,7 +60,7 @@ def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     assert f"({ratio:.2f}x)" in verdicts["more streams"].text
     assert ("more streams help" in verdicts["more streams"].text) == (ratio >= 1.15)
     worst = run.objects["layer_diff"].ranking(1)[0]
-    assert worst.node in verdicts["accuracy"].text and f"{worst.drop_db:.1f} dB" in verdicts["accuracy"].text
+    assert worst.node in verdicts["accuracy"].text and f"{worst.noise_added:.2g} relative noise" in verdicts["accuracy"].text
     fp32 = next(row for row in run.objects["metrics"] if row.variant == "fp32")
     assert f"FP32 {fp32.value:.4f}" in verdicts["task metric"].text
 

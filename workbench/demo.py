@@ -20,7 +20,9 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     from workbench.flow import QuickstartConfig, QuickstartSession
     from workbench.report import diagnose, write_report
 
-    config = QuickstartConfig(out_dir=str(out_dir), **({"model": model_name} if model_name else {}), **settings)
+    if model_name:
+        settings["model"] = model_name
+    config = QuickstartConfig(out_dir=str(out_dir), **settings)
     print(f"quickstart  model {config.model}, precision {config.precision}, calibration {config.calibration_method}, "
           f"{config.streams} stream(s) x batch {config.batch}, output {config.out_dir}/", flush=True)
     def show(result: Any, index: int, total: int) -> None:
@@ -45,11 +47,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method")
     parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
     parser.add_argument("--batch", type=int, help="samples per request")
+    parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
+    parser.add_argument("--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)")
     parser.set_defaults(func=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
     settings = {key: value for key, value in {"precision": args.precision, "calibration_method": args.calibration_method,
-                                              "streams": args.streams, "batch": args.batch}.items() if value is not None}
+                                              "streams": args.streams, "batch": args.batch,
+                                              "calibration_samples": args.calibration_samples,
+                                              "evaluation_samples": args.eval_samples}.items() if value is not None}
     run_demo(args.model, args.out, **settings)
     return 0

@@ -43,7 +43,7 @@ STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 STAGE_NAMES = tuple(name for name, _, _ in STAGES)
 STAGE_TITLES = {name: title for name, title, _ in STAGES}
 
-ProgressFn = Callable[[str, int, int, str], None]  # (stage, index, total, message) before each stage
+ProgressFn = Callable[[str, int, int, str], object]  # (stage, index, total, message) before each stage
 ResultFn = Callable[["StageResult", int, int], None]  # (result, index, total) after each stage
 
 
@@ -298,7 +298,8 @@ def stage_layer_diff(run: QuickstartRun) -> StageResult:
     worst = diff.ranking(1)
     summary = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
     if worst:
-        summary += f"; largest SQNR drop {worst[0].drop_db:.1f} dB at {worst[0].node}"
+        summary += (f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
+                    f"{worst[0].drop_db:.1f} dB drop)")
     if ranked:
         summary += f"; INT8 nodes worst first: {', '.join(ranked[:3])}"
     return StageResult("layer_diff", "", "done", summary=summary,
@@ -435,15 +436,17 @@ def _executor_for(run: QuickstartRun) -> tuple[Any, str]:
         if can_run:
             try:
                 make = _need("workbench.timing.trt_executor", "TrtExecutor")
-                return make(run.objects["chosen_artifact"].engine_path), f"GPU executor on {gpu.name}"
-            except StageUnavailable as missing:
+                return make(run.objects["chosen_artifact"].engine_path), f"TensorRT GPU executor on {gpu.name}"
+            except (StageUnavailable, WorkbenchError) as missing:
                 why = str(missing)
         reason = f"GPU {gpu.name} present but the engine cannot run on it ({why}); timing the ONNX model on CPU instead"
     else:
         reason = "no NVIDIA GPU here: timing the chosen ONNX variant with ONNX Runtime CPU (not TensorRT numbers)"
     from workbench.timing.executors import OrtCpuExecutor
 
-    return OrtCpuExecutor(onnx_path), reason
+    # the zoo's optimization-profile shapes pin dims the ONNX leaves symbolic (e.g. OCR's image height and width)
+    shapes = {name: tuple(opt) for name, (_low, opt, _high) in run.objects["entry"].input_profiles().items()}
+    return OrtCpuExecutor(onnx_path, shapes=shapes), reason
 
 
 def stage_timing(run: QuickstartRun) -> StageResult:

@@ -88,9 +88,15 @@ def diagnose(run: Any) -> list[Verdict]:
     if diff is not None:
         worst = diff.ranking(3)
         if worst:
-            parts = [f"{row.node} ({row.drop_db:.1f} dB drop, {row.cause or 'accumulated error'})" for row in worst]
-            verdicts.append(Verdict("accuracy", "INT8 error enters most at " + "; ".join(parts) + ".",
-                                    {f"drop_db_{i}": float(row.drop_db or 0.0) for i, row in enumerate(worst)}))
+            parts = [f"{row.node} (adds {row.noise_added:.2g} relative noise power, accumulated SQNR "
+                     f"{row.sqnr_db_accumulated:.1f} dB, {row.drop_db:.1f} dB drop)" for row in worst]
+            text = "INT8 error enters most at " + "; ".join(parts) + "."
+            ranked = objects.get("int8_ranking") or []
+            plan = objects.get("mixed_plan")
+            if ranked and plan is not None:
+                text += f" Worst INT8 layers, kept FP32 in the mixed engine: {', '.join(plan.overrides) or 'none'}."
+            verdicts.append(Verdict("accuracy", text,
+                                    {f"noise_added_{i}": float(row.noise_added or 0.0) for i, row in enumerate(worst)}))
     rows = {row.variant: row for row in objects.get("metrics") or []}
     if "fp32" in rows and ("int8-all" in rows or "int8-mixed" in rows):
         fp32 = rows["fp32"]
