@@ -162,3 +162,20 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
 def test_cli_entry_point_runs_as_a_process(tmp_path) -> None:
     result = subprocess.run([sys.executable, "-m", "workbench", "calibrate", "--help"], capture_output=True, text=True, check=True)
     assert "--fallback-worst" in result.stdout and "--keep" in result.stdout
+
+
+def test_image_folder_uses_the_zoo_preprocessing(tmp_path) -> None:
+    from workbench.calib.data import FolderSource, resolve_source
+    from workbench.zoo import get_entry
+
+    entry = get_entry("ocr-cls")
+    entry.write_calibration_images(tmp_path / "ocr-cls" / "images", limit=12)
+    source = resolve_source(str(tmp_path / "ocr-cls"), entry=entry, batch_size=8)  # calibration/README.md layout
+    assert isinstance(source, FolderSource) and source.kind == "images" and len(source) == 2
+    ours = list(source.batches())
+    expected = list(entry.calibration_batches(limit=12, batch_size=8))
+    assert [b["x"].shape[0] for b in ours] == [8, 4]
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a["x"], b["x"], atol=1e-6)
+    with pytest.raises(Exception, match="no preprocessing"):
+        resolve_source(str(tmp_path / "ocr-cls" / "images"))  # images without a zoo model
