@@ -164,3 +164,41 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
     for name in ("quickstart-panel.png", "fusion-view.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000
         shutil.copy(ARTIFACTS / name, DOCS_IMG / name)
+
+
+def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
+    """out/report.html draws every chart from a file:// URL with all network requests refused."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')")
+    from workbench.flow import QuickstartConfig, run_quickstart
+    from workbench.report import write_report
+
+    run = run_quickstart(QuickstartConfig(out_dir=str(tmp_path / "out"), timing_window_s=0.1, calibration_samples=64,
+                                          diff_samples=16))
+    report = write_report(run, tmp_path / "out" / "report.html")
+    ARTIFACTS.mkdir(exist_ok=True)
+    refused: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1200, "height": 900}, offline=True)
+        try:
+            def refuse(route) -> None:
+                if not route.request.url.startswith("file://"):
+                    refused.append(route.request.url)
+                    route.abort()
+                else:
+                    route.continue_()
+
+            context.route("**/*", refuse)
+            page = context.new_page()
+            page.goto(report.as_uri())
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
+                                   timeout=30_000)
+            drawn = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(e => e.id)")
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            context.close()
+    assert {"fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"} <= set(drawn), drawn
+    assert refused == [], refused

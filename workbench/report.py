@@ -128,7 +128,7 @@ h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;mar
 table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem} td,th{border:1px solid #ddd;padding:.3rem .55rem;text-align:left;vertical-align:top}
 th{background:#f5f5f5} .status-done{color:#2a7a2a} .status-failed{color:#b00} .status-unavailable,.status-skipped{color:#a66d00}
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5rem .8rem;margin:.6rem 0} .muted{color:#666;font-size:.9rem}
-code{background:#f3f3f3;padding:0 .25rem;border-radius:3px}
+code{background:#f3f3f3;padding:0 .25rem;border-radius:3px;overflow-wrap:anywhere} pre{white-space:pre-wrap}
 """
 
 
@@ -273,7 +273,11 @@ def render_report(run: Any) -> str:
     parts.append(_section("diagnosis", "Bottleneck diagnosis", content))
 
     if run.stage("export").ok:
-        content = f"<p>{_esc(run.stage('export').summary)}</p><pre>{_esc(run.stage('export').data)}</pre>"
+        data = run.stage("export").data
+        content = (f"<p>Bundle <code>{_esc(data.get('bundle', ''))}</code> ({_esc(cfg.precision)} engine):</p><ul>"
+                   + "".join(f"<li><code>{_esc(name)}</code></li>" for name in data.get("files", []))
+                   + "</ul><p class='muted'>manifest.json records: " + _esc(", ".join(data.get("manifest_keys", [])))
+                   + "</p>")
     else:
         content = _stage_note(run, "export")
     parts.append(_section("export", "Exported bundle", content))
