@@ -310,25 +310,26 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     # accumulated SQNR drop: inputs' worst accumulated SQNR minus this tensor's. Inputs made by skipped
     # data-movement nodes (Reshape, Transpose, ...) stand for the tensor they rearrange.
     alias: dict[str, str] = {}
-    for node in fp32_proto.graph.node:
-        if node.op_type in DATA_MOVEMENT_OPS and node.input:
-            for output in node.output:
+    for proto_node in fp32_proto.graph.node:
+        if proto_node.op_type in DATA_MOVEMENT_OPS and proto_node.input:
+            for output in proto_node.output:
                 if output not in by_name:
-                    alias[output] = alias.get(node.input[0], node.input[0])
+                    alias[output] = alias.get(proto_node.input[0], proto_node.input[0])
     for row in rows:
         if row.kind != "activation" or row.sqnr_db_accumulated is None:
             continue
-        node = fp32_nodes.get(row.node)
-        inputs = [alias.get(i, i) for i in (node.input if node is not None else [])]
-        upstream = [by_name[i].sqnr_db_accumulated for i in inputs
+        producer = fp32_nodes.get(row.node)
+        inputs = [alias.get(i, i) for i in (producer.input if producer is not None else [])]
+        upstream = [float(by_name[i].sqnr_db_accumulated or 0.0) for i in inputs
                     if i in by_name and by_name[i].sqnr_db_accumulated is not None]
         before = min(upstream) if upstream else SQNR_CAP_DB
-        row.drop_db = float(before - row.sqnr_db_accumulated)
-        row.noise_added = float(10.0 ** (-row.sqnr_db_accumulated / 10.0) - 10.0 ** (-before / 10.0))
-    for name, (values, scale, axis) in weights.items():
+        accumulated = float(row.sqnr_db_accumulated)
+        row.drop_db = before - accumulated
+        row.noise_added = float(10.0 ** (-accumulated / 10.0) - 10.0 ** (-before / 10.0))
+    for name, (values, weight_scale, axis) in weights.items():
         from workbench.calib.methods import fake_quantize
 
-        quantized_values = fake_quantize(values, scale, axis)
+        quantized_values = fake_quantize(values, weight_scale, axis)
         err = (values - quantized_values).astype(np.float64).ravel()
         signal = float(values.astype(np.float64).ravel() @ values.astype(np.float64).ravel())
         rows.append(TensorDiff(name, consumer.get(name, ""), "weight", node_index.get(consumer.get(name, ""), -1), "weight",
@@ -345,7 +346,7 @@ def _split(feed: dict[str, np.ndarray], size: int | None) -> list[dict[str, np.n
     sizes = {np.asarray(v).shape[0] if np.asarray(v).ndim else None for v in feed.values()}
     if not size or len(sizes) != 1 or None in sizes:
         return [feed]
-    total = sizes.pop()
+    total = int(sizes.pop() or 0)
     return [{k: np.asarray(v)[i : i + size] for k, v in feed.items()} for i in range(0, total, size)]
 
 

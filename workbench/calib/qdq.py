@@ -195,7 +195,7 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
             # both branches end in a Conv (projection shortcut): the branch whose Conv comes later in
             # topological order is the main path; the other (earlier) one is the skip.
             order = {n.name: i for i, n in enumerate(graph.nodes)}
-            skip_index = 0 if order[convs[0].name] < order[convs[1].name] else 1
+            skip_index = 0 if order[convs[0].name] < order[convs[1].name] else 1  # type: ignore[union-attr]
         else:
             skip_index = 0 if convs[0] is None else 1
         skip = node.inputs[skip_index]
@@ -308,10 +308,10 @@ def insert_qdq(proto: Any, amax: Mapping[str, float], plan: PrecisionPlan | None
     import onnx_graphsurgeon as gs
 
     plan = plan or PrecisionPlan(default="int8")
-    prepared = proto if prepared else prepare_model(proto)
-    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in prepared.graph.node):
+    base = proto if prepared else prepare_model(proto)
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in base.graph.node):
         raise WorkbenchError("the model already has Q/DQ nodes.", expected="an FP32 model (calibrate before quantizing, not after)")
-    graph = gs.import_onnx(prepared)
+    graph = gs.import_onnx(base)
     graph.toposort()
     placement = plan_placement(graph, plan, quantize_attention=quantize_attention)
     missing = [name for name in placement.activations if name not in amax]
@@ -342,9 +342,9 @@ def insert_qdq(proto: Any, amax: Mapping[str, float], plan: PrecisionPlan | None
     import onnx_graphsurgeon
 
     out = onnx_graphsurgeon.export_onnx(graph)
-    out.ir_version = prepared.ir_version
+    out.ir_version = base.ir_version
     del out.opset_import[:]
-    out.opset_import.extend(prepared.opset_import)
+    out.opset_import.extend(base.opset_import)
     result = QdqModel(out, placement, plan, scales)
     fp16 = [name for name, p in plan.overrides.items() if p == "fp16"] + ([] if plan.default != "fp16" else ["*"])
     if fp16:

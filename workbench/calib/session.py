@@ -170,7 +170,7 @@ class CalibrationSession:
         """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
         if self.entry is None:
             raise WorkbenchError("no task metric: the session was not made from a zoo model.", expected="CalibrationSession(..., entry=get_entry(name))")
-        proto = self.model.proto if model is None else getattr(model, "proto", model)
+        proto: Any = self.model.proto if model is None else getattr(model, "proto", model)
         key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
         if key not in self._metric_cache:
             self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)

@@ -102,7 +102,7 @@ class CalibrationPanel:
             n = self.worst_n.value if n is None else n
             ranked = [node for node in self.session.rank_int8_nodes(self.diff, self.plan) if self.plan.precision_of(node) == "int8"]
             self.worst = ranked[:n]
-            self.plan = self.plan.with_overrides({node: self.fallback_precision for node in self.worst})
+            self.plan = self.plan.with_overrides({node: self.fallback_precision for node in self.worst})  # type: ignore[misc]
             self._requantize()
             self._show_node_precision()
             self.status.ok(f"fell back to {self.fallback_precision}: {', '.join(self.worst)}")
