@@ -116,12 +116,14 @@ def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]
 
 
 def ort_session(model: Any) -> Any:
+    """An ONNX Runtime CPU session with graph optimizations off, from a ModelProto or its serialized bytes."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 
 def compare_outputs(reference: np.ndarray, actual: np.ndarray, tolerance: str) -> tuple[bool, float, str | None]:
@@ -218,7 +220,9 @@ class EquivalenceChecker:
         # full_check's strict inference, plus data propagation for shape tensors
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
 
-    def check(self, candidate: Any, tolerance: str, expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None) -> CheckOutcome:
+    def check(self, candidate: Any, tolerance: str, expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None, light: Any = None) -> CheckOutcome:
+        """Run every check on ``candidate``. ``light`` (the same graph with weights as data-free stubs) lets
+        shape inference skip serializing the weights; the checker and ORT share one serialization."""
         start = time.perf_counter()
 
         def fail(why: str, diff: float | None = None, inferred: Any = None) -> CheckOutcome:
@@ -234,19 +238,20 @@ class EquivalenceChecker:
             return fail(f"Q/DQ node count changed from {self.qdq_count} to {_op_count(candidate, QDQ_OPS)}")
         if _op_count(candidate, RANDOM_OPS) != self.random_count:
             return fail(f"random-op count changed from {self.random_count} to {_op_count(candidate, RANDOM_OPS)}")
+        data = candidate.SerializeToString()
         if self.run_checker:
             try:
-                self._checker(candidate)
+                self._checker(data)
             except Exception as error:
                 return fail(f"onnx.checker: {_first_line(error)}")
         inferred = None
         if self.run_shape_inference:
             try:
-                inferred = self._strict_inference(candidate)
+                inferred = self._strict_inference(light if light is not None else candidate)
             except Exception as error:
                 return fail(f"strict shape inference: {_first_line(error)}")
         try:
-            session = ort_session(candidate)
+            session = ort_session(data)
         except Exception as error:
             return fail(f"ONNX Runtime cannot load it: {_first_line(error)}", inferred=inferred)
         worst = 0.0

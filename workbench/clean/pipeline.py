@@ -244,7 +244,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             continue
         check_start = time.perf_counter()
         candidate = export_graph(graph, original)
-        outcome = checker.check(candidate, clean_pass.tolerance, wanted_io)
+        outcome = checker.check(candidate, clean_pass.tolerance, wanted_io, light=light)
         check_time = time.perf_counter() - check_start
         check_seconds += check_time
         status = "accepted" if outcome.ok else "rolled_back"
