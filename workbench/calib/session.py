@@ -103,7 +103,7 @@ class CalibrationSession:
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, Any] = {}
         self._prepared_proto: Any = None
-        self._int8_nodes: dict[str, list[str]] = {}
+        self._int8_nodes: dict[str, Any] = {}
 
     @property
     def prepared(self) -> Any:
@@ -137,8 +137,8 @@ class CalibrationSession:
         ranges = ranges or self.ranges()
         return insert_qdq(self.prepared, ranges.amax, plan or PrecisionPlan(default="int8"), prepared=True)
 
-    def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
-        """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+    def placement(self, plan: PrecisionPlan | None = None) -> Any:
+        """The Q/DQ placement a plan gives on this model (cached per plan)."""
         import json
 
         import onnx_graphsurgeon as gs
@@ -149,8 +149,12 @@ class CalibrationSession:
         if key not in self._int8_nodes:
             graph = gs.import_onnx(self.prepared)
             graph.toposort()
-            self._int8_nodes[key] = plan_placement(graph, plan).int8_nodes
-        return list(self._int8_nodes[key])
+            self._int8_nodes[key] = plan_placement(graph, plan)
+        return self._int8_nodes[key]
+
+    def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
+        """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+        return list(self.placement(plan).int8_nodes)
 
     def quantizable_nodes(self) -> list[tuple[str, str]]:
         """(node name, op) of every Conv/ConvTranspose/Gemm/MatMul, for per-layer precision widgets."""
@@ -178,18 +182,31 @@ class CalibrationSession:
 
     # ------------------------------------------------------------------ fallback
     def rank_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> list[str]:
-        """INT8 nodes ordered worst first: by the relative noise power added at each node's output.
+        """Fallback candidates, worst first: INT8 nodes and residual Adds whose skip input is quantized.
 
-        A node's own quantization (its input and weight Q/DQ) shows up as noise added at its output tensor.
+        A node's score is the relative noise power its own quantization causes: the local noise (10^(-SQNR/10)) of
+        each quantized input it reads (activations and weights), plus the noise added at its output over its
+        inputs (capped at 0 dB). Local terms keep the ranking meaningful when accumulated SQNR is ruined upstream.
         """
-        nodes = self.int8_nodes(plan)
+        placement = self.placement(plan)
+        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
         outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
         by_tensor = {row.name: row for row in diff.tensors}
+        reads: dict[str, list[str]] = {}
+        for tensor, consumers in placement.activations.items():
+            for consumer in consumers:
+                reads.setdefault(consumer, []).append(tensor)
+        for tensor, weight in placement.weights.items():
+            for consumer in weight.consumers:
+                reads.setdefault(consumer, []).append(tensor)
         scores = {}
-        for node in nodes:
-            rows = [by_tensor[t] for t in outputs.get(node, []) if t in by_tensor and by_tensor[t].noise_added is not None]
-            scores[node] = max((r.noise_added or 0.0) for r in rows) if rows else 0.0
-        return sorted(nodes, key=lambda n: -scores[n])
+        for node in candidates:
+            local = sum(10.0 ** (-(by_tensor[t].sqnr_db_local or 0.0) / 10.0) for t in reads.get(node, [])
+                        if t in by_tensor and by_tensor[t].sqnr_db_local is not None)
+            added = [by_tensor[t].noise_added or 0.0 for t in outputs.get(node, []) if t in by_tensor and by_tensor[t].noise_added is not None]
+            # added noise is capped at 1 (0 dB): past that the signal is gone upstream and the term only says so
+            scores[node] = local + min(1.0, max(0.0, max(added, default=0.0)))
+        return sorted(candidates, key=lambda n: -scores[n])
 
     def fallback_plan(self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None) -> PrecisionPlan:
         if precision == "int8":
@@ -257,7 +274,8 @@ class CalibrationSession:
         best = steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
         return FallbackSearchResult(
             target=target, metric_name=self.entry.metric_name, precision=precision, nodes=best.nodes, metric=best.metric,
-            met=found is not None, int8_nodes_total=len(ranked), int8_nodes_kept=len(ranked) - len(best.nodes),
+            met=found is not None, int8_nodes_total=len(self.int8_nodes()),
+            int8_nodes_kept=len(self.int8_nodes(self.fallback_plan(best.nodes, precision))),
             steps=sorted(steps.values(), key=lambda s: s.fallback_count), seconds=time.perf_counter() - start,
             plan=self.fallback_plan(best.nodes, precision),
         )
