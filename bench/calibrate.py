@@ -48,6 +48,14 @@ def _load_batches(folder: Path, repeat: int = 1) -> list[dict[str, np.ndarray]]:
 
 
 def _rss_mb() -> float:
+    """Peak resident memory of this process's own address space (VmHWM).
+
+    Not ``ru_maxrss``: Linux carries the parent's peak over fork+exec into the child's ru_maxrss, so every worker
+    would report at least the driver's size.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
