@@ -23,7 +23,7 @@ from workbench.flow import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = dict(timing_window_s=0.1, calibration_samples=64, diff_samples=16)
+FAST = dict(model="digits-cnn", timing_window_s=0.1, calibration_samples=64, diff_samples=16)
 
 
 def test_config_rejects_bad_settings_with_readable_errors() -> None:

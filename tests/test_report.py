@@ -15,7 +15,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from workbench.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo-out")
-    result = run_demo(None, out, timing_window_s=0.1)
+    # digits-cnn keeps this fast; the default model's whole journey runs in the quickstart notebook tests
+    result = run_demo("digits-cnn", out, timing_window_s=0.1)
     result["out"] = out
     return result
 
@@ -45,7 +46,7 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
 def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     from workbench.flow import QuickstartConfig, run_quickstart
 
-    run = run_quickstart(QuickstartConfig(out_dir=str(tmp_path), timing_window_s=0.1, calibration_samples=64,
+    run = run_quickstart(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1, calibration_samples=64,
                                           diff_samples=16))
     verdicts = {v.topic: v for v in diagnose(run)}
     assert {"busy with", "more streams", "batching", "accuracy", "task metric", "fusion"} <= set(verdicts)
@@ -69,7 +70,7 @@ def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
     from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
     from workbench.report import render_report
 
-    session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), timing_window_s=0.1))
+    session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1))
     session._prepare()
     run = session.run
     for name in ("clean", "build_fp32", "fusion"):

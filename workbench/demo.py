@@ -41,7 +41,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="the main job: the quickstart flow on built-in defaults, writes out/report.html")
-    parser.add_argument("--model", help="zoo model name (default: digits-cnn, the fastest)")
+    parser.add_argument("--model", help="zoo model name (default: ocr-cls, ~25 s on 2 cores)")
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
     parser.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="engine to time and export (default int8)")
     parser.add_argument("--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method")
