@@ -332,13 +332,40 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def baseline_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Checks the original model itself fails (e.g. a PyTorch export that is not really dynamic)."""
+    notes = []
+    for row in rows:
+        for issue in row["tools"].get("ours", {}).get("baseline_issues", []):
+            notes.append(f"- {row['model']}: {issue[:240]}")
+    return notes
+
+
+def render_markdown(document: dict[str, Any]) -> str:
+    rows = document["rows"]
+    text = (f"# Graph cleaning benchmark ({document['date']}, {document['machine']})\n\n"
+            f"Versions: {document['versions']}\n\n{document['method']}\n\n{table(rows)}\n\nTargets:\n" + "\n".join(targets(rows)) + "\n")
+    notes = baseline_notes(rows)
+    if notes:
+        text += "\nBaseline issues (the original model fails these; the probe shape is dropped for every tool):\n" + "\n".join(notes) + "\n"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(ZOO_MODELS + TORCH_MODELS))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-build", action="store_true", help="skip the TensorRT-RTX builds of our cleaned models")
     parser.add_argument("--out", default=str(RESULTS / "clean.json"))
+    parser.add_argument("--render-only", action="store_true", help="rewrite the .md table from an existing JSON")
     args = parser.parse_args(argv)
+    from workbench._io import write_json_atomic, write_text_atomic
+
+    if args.render_only:
+        document = json.loads(Path(args.out).read_text())
+        write_text_atomic(Path(args.out).with_suffix(".md"), render_markdown(document))
+        print(render_markdown(document))
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import onnxruntime
     import onnxsim
@@ -366,12 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     out = Path(args.out)
-    from workbench._io import write_json_atomic, write_text_atomic
-
     write_json_atomic(out, document)
-    markdown = table(rows) + "\n\nTargets:\n" + "\n".join(targets(rows)) + "\n"
-    write_text_atomic(out.with_suffix(".md"), f"# Graph cleaning benchmark ({document['date']}, {document['machine']})\n\n"
-                      f"Versions: {document['versions']}\n\n{document['method']}\n\n{markdown}")
+    markdown = render_markdown(document)
+    write_text_atomic(out.with_suffix(".md"), markdown)
     print(markdown)
     return 0
 
