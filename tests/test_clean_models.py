@@ -105,3 +105,14 @@ def test_model_with_external_data_is_cleaned(zoo, tmp_path):
     result = clean_model(path, CleanOptions(passes=["constants_to_initializers", "cleanup_toposort"], profile={"x": [(1, 3, 48, 192)] * 3}))
     assert result.report("constants_to_initializers").status == "accepted"
     assert not result.rolled_back
+
+
+def test_cli_shape_override_and_no_check(zoo, tmp_path):
+    out, report = tmp_path / "pinned.onnx", tmp_path / "r.json"
+    code = main(["clean", str(zoo("ocr-cls").onnx_path()), "-o", str(out), "--report", str(report), "--no-check",
+                 "--shape", "x:1,3,48,192", "--passes", "override_input_shapes,constants_to_initializers,fold_constants"])
+    assert code == 0
+    passes = json.loads(report.read_text())["passes"]
+    assert [p["status"] for p in passes] == ["unchecked"] * 3
+    dims = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 3, 48, 192]
