@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import numpy as np
 
@@ -266,8 +266,13 @@ def tensor_shape(tensor: Any) -> tuple | None:
     return tuple(shape) if shape is not None else None
 
 
-def is_static(shape: Iterable | None) -> bool:
+def is_static(shape: Iterable | None) -> TypeGuard[tuple[Any, ...]]:
     return shape is not None and all(isinstance(dim, (int, np.integer)) and dim >= 0 for dim in shape)
+
+
+def dtype_name(tensor: Any) -> str | None:
+    dtype = np_dtype(tensor)
+    return None if dtype is None else dtype.name
 
 
 def np_dtype(tensor: Any) -> np.dtype | None:

@@ -16,21 +16,20 @@ import numpy as np
 
 from workbench.clean.graph_utils import (
     QDQ_OPS,
-    apply_inferred_shapes,
-    prune_dead_nodes,
-    toposort,
     RANDOM_OPS,
+    apply_inferred_shapes,
     bypass_node,
-    constant_values,
-    export_graph,
-    import_graph,
-    is_constant,
-    light_export,
     constant_nbytes,
+    constant_values,
+    dtype_name,
+    is_constant,
     is_static,
+    light_export,
     np_dtype,
     producer,
+    prune_dead_nodes,
     tensor_shape,
+    toposort,
 )
 from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
@@ -356,7 +355,7 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
         # Pattern 1: Cast(int->float) -> Cast(float->same int)
         if node.op == "Cast" and _cast_target(node) in _INT_TYPES:
             source = int_source(node.inputs[0])
-            if source is not None and np_dtype(source).name == _cast_target(node):
+            if source is not None and dtype_name(source) == _cast_target(node):
                 bypass_node(graph, node)
             continue
         # Pattern 2: Cast(int->float) -> arithmetic with integral float constants -> Cast(float->same int)
@@ -380,7 +379,7 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
                 replacements.append(values.astype(target))
                 continue
             source = int_source(inp)
-            if source is None or np_dtype(source).name != target:
+            if source is None or dtype_name(source) != target:
                 break
             replacements.append(source)
         else:
@@ -480,7 +479,7 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
         return result
     if op == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
         parts = [_shape_elements(inp, memo, depth + 1) for inp in node.inputs]
-        return None if any(part is None for part in parts) else [element for part in parts for element in part]
+        return None if any(part is None for part in parts) else [element for part in parts if part is not None for element in part]
     if op == "Gather" and int(node.attrs.get("axis", 0)) == 0:
         data = _shape_elements(node.inputs[0], memo, depth + 1)
         indices = constant_values(node.inputs[1])
@@ -715,7 +714,7 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
         if node.op in RANDOM_OPS or not node.outputs or any(id(out) in protected for out in node.outputs):
             continue
         try:
-            key = (
+            node_key = (
                 node.op,
                 node.domain,
                 tuple(id(inp) for inp in node.inputs),
@@ -724,7 +723,7 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
             )
         except TypeError:
             continue
-        first = seen.setdefault(key, node)
+        first = seen.setdefault(node_key, node)
         if first is node:
             continue
         for dup_out, keep_out in zip(node.outputs, first.outputs):
@@ -772,7 +771,7 @@ def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
         params = [constant_values(t) for t in follower.inputs[1:]]
         if any(p is None or p.size != channels for p in params):
             return False
-        gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
         scale = gamma / np.sqrt(var + float(follower.attrs.get("epsilon", 1e-5)))
         shift = beta - mean * scale
     else:
@@ -928,7 +927,8 @@ def fuse_layernorm(graph: Any, context: PassContext) -> Any:
         if epsilon is None or sqrt is None or divide.inputs[1] is not sqrt.outputs[0] or len(sqrt.outputs[0].outputs) != 1:
             continue
         dtype = np_dtype(x)
-        channels = tensor_shape(x)[-1] if tensor_shape(x) else None
+        x_shape = tensor_shape(x)
+        channels = x_shape[-1] if x_shape else None
         if dtype is None or dtype.kind != "f":
             continue
         out = divide.outputs[0]
@@ -1005,7 +1005,7 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
         else:
             # (x * 0.5) * (1 + erf)
             half = producer(other) if other is not None else None
-            if half is None or half.op != "Mul" or len(other.outputs) != 1 or x not in half.inputs or _scalar(_other_input(half, x)) != 0.5:
+            if other is None or half is None or half.op != "Mul" or len(other.outputs) != 1 or x not in half.inputs or _scalar(_other_input(half, x)) != 0.5:
                 continue
             removed.append(half)
             out = mul1.outputs[0]

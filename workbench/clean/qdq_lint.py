@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.clean.graph_utils import constant_values, import_graph, is_constant, producer
+from workbench.clean.graph_utils import constant_values, import_graph, producer
 from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
 
@@ -112,4 +112,4 @@ def count_qdq(model: Any) -> int:
     return sum(1 for node in model.graph.node if node.op_type in ("QuantizeLinear", "DequantizeLinear"))
 
 
-__all__ = ["lint_qdq", "count_qdq", "is_constant"]
+__all__ = ["lint_qdq", "count_qdq"]

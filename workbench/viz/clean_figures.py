@@ -69,7 +69,7 @@ def op_delta_rows(result: CleanResult, pass_name: str | None = None) -> list[tup
 
 def op_delta_table_figure(result: CleanResult, pass_name: str | None = None) -> go.Figure:
     rows = op_delta_rows(result, pass_name)
-    columns = list(zip(*rows)) if rows else [[], [], [], []]
+    columns: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [(), (), (), ()]
     colors = [["#e6f4e6" if delta < 0 else "#f8e0e0" for delta in columns[3]]] * 4
     figure = go.Figure(
         go.Table(
