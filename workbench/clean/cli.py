@@ -97,6 +97,10 @@ def run_clean(args: argparse.Namespace) -> int:
     if args.fold_size_threshold is not None:
         options.fold_size_threshold = args.fold_size_threshold
     result = clean_file(model_path, args.output, options)
+    for issue in result.baseline_issues:
+        print(f"note: {issue}")
+    if result.probe_shapes:
+        print("outputs compared at: " + "; ".join(", ".join(f"{k}={v}" for k, v in probe.items()) for probe in result.probe_shapes))
     for report in result.passes:
         diff = "-" if report.max_abs_diff is None else f"{report.max_abs_diff:.3g}"
         note = f"  ({report.failure})" if report.failure else ""
