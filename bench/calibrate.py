@@ -7,8 +7,18 @@ worker that only imports and loads the data shows the floor every worker shares.
 once per model and saved as ``.npz`` so data generation is never timed. Task metrics use the zoo's labelled
 evaluation sets with ORT CPU, graph optimizations off (simulated Q/DQ, the project's reference).
 
-Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--quick]``.
-Writes ``bench/results/calibrate.json`` and ``bench/results/calibrate.md`` (the table it prints).
+Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--growth]`` (writes
+``bench/results/calibrate.json`` and ``calibrate.md``) and ``... --fallback`` (the automatic fallback search per
+model; writes ``calibrate_fallback.json`` / ``.md``).
+
+ModelOpt: ``nvidia-modelopt[onnx]`` pins onnx~=1.21 and onnxruntime-gpu~=1.24 on Linux, which would replace the
+project's onnx/onnxruntime, so it is not a project dependency. The benchmark imports it from a side folder
+(``$MODELOPT_TARGET``, default /tmp/calibwk/modelopt_pkgs) made with::
+
+    pip install --target $MODELOPT_TARGET --no-deps nvidia-modelopt==0.47.0 nvidia-ml-py omegaconf \
+        antlr4-python3-runtime==4.9.3 pulp cppimport lief onnxconverter-common==1.16.0 onnxscript onnx_ir mako
+
+and runs it on the CPU with our onnx 1.23 / onnxruntime 1.32; when that import fails the columns say why.
 """
 from __future__ import annotations
 

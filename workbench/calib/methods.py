@@ -100,12 +100,14 @@ def amax_entropy(hist: TensorHistogram, *, levels: int = ENTROPY_LEVELS) -> floa
     return float(min(candidates[best] * hist.width, hist.amax))
 
 
-def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: int = 4, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Mean squared fake-quantization error of the histogram for each candidate amax (bin edges from ``start_bin``).
+def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: int = 4, chunk: int = 64,
+               candidate_bins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Mean squared fake-quantization error of the histogram for candidate amax values (bin edges).
 
     Each bin's mass is spread over ``samples_per_bin`` evenly spaced points inside the bin rather than put on its
     centre: when one outlier stretches the range, the data sit in a few wide bins and centre-only estimates (as in
-    pytorch-quantization) mistake the bin grid for the quantization grid.
+    pytorch-quantization) mistake the bin grid for the quantization grid. ``candidate_bins`` (upper-edge indices)
+    defaults to every edge from ``start_bin``.
     """
     counts = _used_bins(hist)
     offsets = (np.arange(samples_per_bin, dtype=np.float64) + 0.5) / samples_per_bin
@@ -113,8 +115,10 @@ def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: in
     weights = np.repeat(counts / samples_per_bin, samples_per_bin)
     keep = weights > 0
     points, weights = points[keep], weights[keep]
-    first = min(start_bin, max(counts.size - 1, 1))
-    candidate_amax = np.arange(first, counts.size + 1, dtype=np.float64) * hist.width
+    if candidate_bins is None:
+        first = min(start_bin, max(counts.size - 1, 1))
+        candidate_bins = np.arange(first, counts.size + 1)
+    candidate_amax = np.asarray(candidate_bins, dtype=np.float64) * hist.width
     errors = np.empty(candidate_amax.size, dtype=np.float64)
     total = weights.sum()
     for start in range(0, candidate_amax.size, chunk):
@@ -124,11 +128,23 @@ def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: in
     return candidate_amax, errors
 
 
-def amax_mse(hist: TensorHistogram) -> float:
-    """Candidate amax (a bin edge) with the smallest mean squared fake-quantization error."""
+def amax_mse(hist: TensorHistogram, *, start_bin: int = 8, coarse: int = 256) -> float:
+    """Candidate amax (a bin edge) with the smallest mean squared fake-quantization error.
+
+    Coarse-to-fine: about ``coarse`` evenly spaced edges first, then every edge within one coarse step of the best
+    (the error curve is smooth at that scale); ~7x fewer evaluations than trying all 2048 edges.
+    """
     if hist.width == 0.0 or hist.count == 0:
         return hist.amax
-    candidates, errors = mse_errors(hist)
+    used = _used_bins(hist).size
+    first = min(start_bin, max(used - 1, 1))
+    step = max(1, -(-(used - first) // coarse))
+    grid = np.unique(np.concatenate([np.arange(first, used + 1, step), [used]]))
+    candidates, errors = mse_errors(hist, candidate_bins=grid)
+    best = int(round(candidates[int(np.argmin(errors))] / hist.width))
+    if step > 1:
+        fine = np.arange(max(first, best - step), min(used, best + step) + 1)
+        candidates, errors = mse_errors(hist, candidate_bins=fine)
     return float(min(candidates[int(np.argmin(errors))], hist.amax))
 
 
