@@ -91,6 +91,16 @@ def _wait_status(page, fragment: str, timeout_ms: int = 120_000) -> None:
         " return p !== null && p.innerText.includes(text); }", arg=fragment, timeout=timeout_ms)
 
 
+def _screenshot(page, path: Path) -> None:
+    """The panel from its top edge down to the bottom of the window (tall figures scroll inside the notebook)."""
+    panel = page.locator(".workbench-quickstart-panel")
+    panel.evaluate("element => element.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)
+    box = panel.bounding_box()
+    height = min(box["height"], page.viewport_size["height"] - box["y"] - 30)  # minus JupyterLab's status bar
+    page.screenshot(path=str(path), clip={"x": box["x"], "y": box["y"], "width": box["width"], "height": height})
+
+
 def _open_tab(page, title: str) -> None:
     page.locator(".workbench-quickstart-panel .lm-TabBar-tab", has_text=title).first.click()
 
@@ -133,7 +143,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             panel.scroll_into_view_if_needed()
             page.wait_for_timeout(500)
             assert "int8 engine" in _panel_text(page)
-            panel.screenshot(path=str(ARTIFACTS / "quickstart-panel.png"))
+            _screenshot(page, ARTIFACTS / "quickstart-panel.png")
 
             # streams slider: type into its readout, as a user would after dragging
             _open_tab(page, "Timing")
@@ -148,7 +158,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             _wait_status(page, "4 stream(s) x batch 8", 120_000)
             _wait_status(page, "done: 11 stages complete")
             assert "4 stream(s) x batch 8" in _panel_text(page)
-            panel.screenshot(path=str(ARTIFACTS / "quickstart-timing-4-streams.png"))
+            _screenshot(page, ARTIFACTS / "quickstart-timing-4-streams.png")
 
             # precision dropdown: FP16 builds the FP16 engine and re-times it
             panel.locator(".widget-dropdown", has_text="precision").locator("select").select_option(label="FP16")
@@ -159,8 +169,17 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             _wait_status(page, "\u25b6 fp16", 30_000)
             _open_tab(page, "Fusion")
             _wait_status(page, "fp16.engine", 30_000)
+            _screenshot(page, ARTIFACTS / "fusion-view-ocr-cls.png")
+
+            # model picker: the small digits CNN re-runs every stage; its fusion view is small enough to read whole
+            panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="digits-cnn")
+            _open_tab(page, "Stages")
+            _wait_status(page, "digits-cnn.fp16.engine", 150_000)
+            _wait_status(page, "done: 11 stages complete")
+            _open_tab(page, "Fusion")
+            _wait_status(page, "digits-cnn.fp16.engine", 30_000)
             time.sleep(1.0)  # let plotly finish laying out before the screenshot
-            panel.screenshot(path=str(ARTIFACTS / "fusion-view.png"))
+            _screenshot(page, ARTIFACTS / "fusion-view.png")
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "browser-test-failure.png"), full_page=True)
             raise

@@ -240,9 +240,10 @@ def render_report(run: Any) -> str:
         plan = objects.get("mixed_plan")
         diff = objects["layer_diff"]
         content = _figure_html(figures.layer_diff_figure(diff, list(plan.overrides) if plan else []), "fig-layer-diff")
-        worst = [[row.node, row.name, f"{row.drop_db:.1f}", f"{row.sqnr_db_accumulated:.1f}", row.cause or ""]
-                 for row in diff.ranking(5)]
-        content += _table(["node", "tensor", "SQNR drop dB", "accumulated SQNR dB", "cause"], worst)
+        worst = [[row.node, row.name, f"{row.noise_added:.3g}", f"{row.drop_db:.1f}", f"{row.sqnr_db_accumulated:.1f}",
+                  row.cause or ""] for row in diff.ranking(5)]
+        content += ("<p>Tensors where INT8 adds the most relative noise power (worst first):</p>"
+                    + _table(["node", "tensor", "noise added", "SQNR drop dB", "accumulated SQNR dB", "cause"], worst))
     else:
         content = _stage_note(run, "layer_diff")
     parts.append(_section("layer-diff", "Per-layer diff", content))
