@@ -152,3 +152,27 @@ def test_export_notebook_executes_headless(tmp_path: Path) -> None:
     assert "recommended:" in text
     bundle = tmp_path / "out" / "export" / "export"
     assert (bundle / "manifest.json").is_file() and (bundle / "model.engine").is_file()
+
+
+def test_shared_controls() -> None:
+    from workbench.ui import controls
+
+    assert (controls.streams_slider().min, controls.streams_slider().max) == (1, 16)
+    assert controls.precision_dropdown("fp16").value == "fp16"
+    assert controls.calibration_method_dropdown("mse").value == "mse"
+    assert controls.model_picker("ocr-cls").value == "ocr-cls"
+    assert controls.batch_dropdown(4, options=(1, 4)).options == (1, 4)
+    status = controls.StatusArea()
+    status.error(WorkbenchError("x.onnx: no such file.", expected="an ONNX path"))
+    assert status.kind == "error" and status.text == "Error: x.onnx: no such file. Expected: an ONNX path."
+    try:
+        {}["missing"]
+    except KeyError as error:
+        status.error(error)
+    assert status.text.startswith("Unexpected error KeyError: 'missing' (at test_quickstart.py:")
+    progress = controls.ProgressAdapter()
+    progress("calibrate", 3, 11, "Calibrate INT8 ranges")  # a flow stage
+    assert (progress.bar.value, progress.bar.max, progress.label.value) == (3, 11, "Calibrate INT8 ranges")
+    assert progress("start", "Building engine", "", 0, 4) is True  # a TensorRT builder phase
+    progress("step", "Building engine", "", 1, 0)
+    assert (progress.bar.value, progress.bar.max) == (2, 4)
