@@ -288,7 +288,7 @@ def render_report(run: Any) -> str:
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>trt-workbench report: {_esc(cfg.model)}</title><style>{_CSS}</style>"
         f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-        f"<h1>trt-workbench report: {_esc(cfg.model)}</h1><p class='muted'>generated {stamp} by <code>workbench demo</code>; "
+        f"<h1>trt-workbench report: {_esc(cfg.model)}</h1><p class='muted'>generated {stamp} by trt-workbench (<code>workbench demo</code> or the quickstart notebook); "
         "self-contained (plotly.js inline), opens offline.</p>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
 
