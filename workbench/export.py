@@ -262,6 +262,7 @@ def export_bundle(
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
+    staging.chmod(0o755)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
     try:
         shutil.copyfile(engine_path, staging / ENGINE_FILE)
         shutil.copyfile(layers_path, staging / LAYERS_FILE)
