@@ -226,7 +226,9 @@ def run_polygraphy(model: Path, batches_file: Path, workdir: Path, timeout: floa
         return {"seconds": None, "error": f"timed out after {timeout:.0f} s"}
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        return {"seconds": seconds, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1][-300:]}
+        lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+        reason = lines[-1][-300:] if lines else ("killed (out of memory?)" if proc.returncode < 0 else "no output")
+        return {"seconds": None, "error": f"exit {proc.returncode}: {reason}", "seconds_until_failure": seconds}
     return {"seconds": seconds}
 
 
