@@ -126,10 +126,18 @@ class _Running:
         if ref.shape != out.shape:
             return
         err = ref - out
-        self.signal += float(np.dot(ref, ref))
-        self.noise += float(np.dot(err, err))
-        self.dot += float(np.dot(ref, out))
-        self.other += float(np.dot(out, out))
+        sums = (np.dot(ref, ref), np.dot(err, err), np.dot(ref, out), np.dot(out, out))
+        if not all(np.isfinite(v) for v in sums):
+            # huge (e.g. additive attention masks near float32 max) or infinite values: exact sums in float64 over
+            # the elements finite in both models
+            finite = np.isfinite(ref) & np.isfinite(out)
+            ref, out = ref[finite].astype(np.float64), out[finite].astype(np.float64)
+            err = ref - out
+            sums = (np.dot(ref, ref), np.dot(err, err), np.dot(ref, out), np.dot(out, out))
+        self.signal += float(sums[0])
+        self.noise += float(sums[1])
+        self.dot += float(sums[2])
+        self.other += float(sums[3])
         if err.size:
             self.max_abs = max(self.max_abs, float(np.abs(err).max()))
         self.count += ref.size
@@ -139,8 +147,13 @@ class _Running:
         q = np.rint(ref / np.float32(scale))
         self.clipped += int(((q > 127) | (q < -128)).sum())
         err = ref - np.clip(q, -128, 127) * np.float32(scale)
-        self.local_noise += float(np.dot(err, err))
-        self.local_signal += float(np.dot(ref, ref))
+        noise, signal = np.dot(err, err), np.dot(ref, ref)
+        if not (np.isfinite(noise) and np.isfinite(signal)):
+            finite = np.isfinite(ref) & np.isfinite(err)
+            noise = np.dot(err[finite].astype(np.float64), err[finite].astype(np.float64))
+            signal = np.dot(ref[finite].astype(np.float64), ref[finite].astype(np.float64))
+        self.local_noise += float(noise)
+        self.local_signal += float(signal)
         self.local_count += ref.size
 
 

@@ -104,6 +104,7 @@ class CalibrationSession:
         self._metric_cache: dict[str, Any] = {}
         self._prepared_proto: Any = None
         self._int8_nodes: dict[str, Any] = {}
+        self.last_sensitivity: dict[str, float] = {}
 
     @property
     def prepared(self) -> Any:
@@ -208,6 +209,56 @@ class CalibrationSession:
             scores[node] = local + min(1.0, max(0.0, max(added, default=0.0)))
         return sorted(candidates, key=lambda n: -scores[n])
 
+    def rank_by_sensitivity(self, quantized: QdqModel, *, max_batches: int = 1, plan: PrecisionPlan | None = None) -> list[str]:
+        """Fallback candidates ranked leave-one-out: the model-output noise removed by putting each one alone back in FP32.
+
+        For every candidate (INT8 node, or residual Add with a quantized skip), a copy of the Q/DQ model has that
+        node read its inputs straight from the FP32 tensors (its Q/DQ bypassed); the model outputs on a few batches
+        are compared with FP32. Costs one ORT session per candidate, no re-calibration; it sees interactions the
+        per-layer diff cannot (e.g. a layer whose error the network later amplifies).
+        """
+        import onnx
+
+        placement = quantized.placement
+        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+        feeds = list(self.source.batches(max_batches))
+        if not feeds:
+            raise WorkbenchError("no data for the sensitivity ranking.", expected="a calibration source with batches")
+        reference_predict = ort_predict(self.prepared)
+        references = [reference_predict(feed) for feed in feeds]
+
+        def output_noise(proto: Any) -> float:
+            predict = ort_predict(proto)
+            signal = noise = 0.0
+            for feed, reference in zip(feeds, references):
+                outputs = predict(feed)
+                for name, expected in reference.items():
+                    if expected.dtype.kind != "f" or name not in outputs:
+                        continue
+                    ref = expected.astype(np.float64).ravel()
+                    err = ref - np.asarray(outputs[name], dtype=np.float64).ravel()
+                    signal += float(ref @ ref)
+                    noise += float(err @ err)
+            return noise / signal if signal > 0 else 0.0
+
+        proto = quantized.proto
+        q_source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
+        dq_source = {n.output[0]: q_source[n.input[0]] for n in proto.graph.node
+                     if n.op_type == "DequantizeLinear" and n.input[0] in q_source}
+        base = output_noise(proto)
+        scores: dict[str, float] = {}
+        for candidate in candidates:
+            variant = onnx.ModelProto()
+            variant.CopyFrom(proto)
+            for node in variant.graph.node:
+                if node.name == candidate:
+                    for index, name in enumerate(node.input):
+                        if name in dq_source:
+                            node.input[index] = dq_source[name]
+            scores[candidate] = base - output_noise(variant)
+        self.last_sensitivity = scores
+        return sorted(candidates, key=lambda n: -scores[n])
+
     def fallback_plan(self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None) -> PrecisionPlan:
         if precision == "int8":
             raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
@@ -225,19 +276,26 @@ class CalibrationSession:
         return new_plan, self.quantize(ranges, new_plan)
 
     def search_fallback(self, target: float, *, ranges: CalibrationRanges | None = None, precision: Precision = "fp32",
-                        limit: int | None = None, diff: LayerDiff | None = None) -> FallbackSearchResult:
+                        limit: int | None = None, diff: LayerDiff | None = None,
+                        ranking: str = "sensitivity") -> FallbackSearchResult:
         """Smallest prefix of the worst-first ranking whose fallback meets ``target`` on the task metric.
 
-        Exponential then binary search over the prefix length (the metric is close to monotone in it), so the
-        search costs O(log n) evaluations; statistics are reused throughout.
+        ``ranking``: "sensitivity" (leave-one-out on the model outputs, :meth:`rank_by_sensitivity`) or "diff" (the
+        per-layer diff, :meth:`rank_int8_nodes`; cheaper). Exponential then binary search over the prefix length
+        (the metric is close to monotone in it), so the search costs O(log n) task evaluations; statistics are
+        reused throughout.
         """
+        if ranking not in ("sensitivity", "diff"):
+            raise WorkbenchError(f"unknown fallback ranking {ranking!r}.", expected="sensitivity or diff")
         if self.entry is None:
             raise WorkbenchError("the fallback search needs a task metric.", expected="a session made from a zoo model")
         start = time.perf_counter()
         ranges = ranges or self.ranges()
         full = self.quantize(ranges)
-        diff = diff or self.diff(full)
-        ranked = self.rank_int8_nodes(diff)
+        if ranking == "sensitivity":
+            ranked = self.rank_by_sensitivity(full)
+        else:
+            ranked = self.rank_int8_nodes(diff or self.diff(full))
         higher = bool(self.entry.higher_is_better)
         steps: dict[int, FallbackStep] = {}
 
