@@ -400,7 +400,7 @@ def fallback_main(args: argparse.Namespace) -> int:
         target = amount if kind == "target" else round(fp32 - amount, 6)
         ranges = statistics.ranges(best_method)
         diff = session.diff(session.quantize(ranges), max_batches=2)
-        result = session.search_fallback(target, ranges=ranges, diff=diff, limit=args.eval_limit)
+        result = session.search_fallback(target, ranges=ranges, diff=diff, limit=args.eval_limit, ranking=args.ranking)
         ops = dict(session.quantizable_nodes())
         op_type = "MatMul" if name == "minilm" else "Conv"
         total_ops = sum(1 for o in ops.values() if o == op_type)
@@ -408,21 +408,21 @@ def fallback_main(args: argparse.Namespace) -> int:
         report = {"model": name, "metric": entry.metric_name, "fp32": fp32, "int8_by_method": per_method,
                   "method": best_method, "int8": best_value, "target": target, "search": result.to_json(),
                   "mixed": result.metric, "met": result.met, f"{op_type}_total": total_ops, f"{op_type}_int8_kept": len(kept),
-                  "kept_fraction": len(kept) / max(total_ops, 1), "seconds": time.perf_counter() - start,
+                  "kept_fraction": len(kept) / max(total_ops, 1), "seconds": time.perf_counter() - start, "ranking": args.ranking,
                   "evaluation_samples": args.eval_limit or entry.split_sizes["evaluation"], "calibration_samples": args.samples}
         reports.append(report)
         print(f"[{name}] FP32 {fp32:.4f} INT8({best_method}) {best_value:.4f} -> mixed {result.metric:.4f} (target {target:.4f}, "
               f"{'met' if result.met else 'NOT met'}), {len(result.nodes)} fallback, {op_type} INT8 {len(kept)}/{total_ops}", flush=True)
-        write_json_atomic(RESULTS / "calibrate_fallback.json", {"reports": reports})
-    lines = ["| model (metric) | FP32 | INT8 max / pct / entropy / mse | method | mixed (fallback search) | target | fallback nodes | INT8 kept |",
-             "|---|---|---|---|---|---|---|---|"]
+        write_json_atomic(args.fallback_output, {"reports": reports})
+    lines = ["| model (metric) | FP32 | INT8 max / pct / entropy / mse | method | mixed (fallback search) | target | fallback nodes | INT8 kept | ranking |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         op_type = "MatMul" if r["model"] == "minilm" else "Conv"
         lines.append(f"| {r['model']} ({r['metric']}) | {r['fp32']:.4f} | " + " / ".join(f"{r['int8_by_method'][m]:.4f}" for m in OUR_METHODS)
                      + f" | {r['method']} | {r['mixed']:.4f} ({'met' if r['met'] else 'NOT met'}) | {r['target']:.4f} | "
-                     f"{len(r['search']['nodes'])} | {r[op_type + '_int8_kept']}/{r[op_type + '_total']} {op_type} ({100 * r['kept_fraction']:.0f} %) |")
+                     f"{len(r['search']['nodes'])} | {r[op_type + '_int8_kept']}/{r[op_type + '_total']} {op_type} ({100 * r['kept_fraction']:.0f} %) | {r['ranking']} |")
     text = "\n".join(lines)
-    write_text_atomic(RESULTS / "calibrate_fallback.md", text + "\n")
+    write_text_atomic(Path(args.fallback_output).with_suffix(".md"), text + "\n")
     print(text)
     return 0
 
@@ -438,6 +438,8 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=900)
     parser.add_argument("--output", default=str(RESULTS / "calibrate.json"))
     parser.add_argument("--fallback", action="store_true", help="run the automatic fallback search per model instead")
+    parser.add_argument("--ranking", default="sensitivity", choices=("sensitivity", "diff"), help="fallback candidate ranking")
+    parser.add_argument("--fallback-output", default=str(RESULTS / "calibrate_fallback.json"))
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
