@@ -119,7 +119,7 @@ def test_fallback_of_the_worst_layers_improves_ocr_rec(rec) -> None:
     assert mixed_metric > int8_metric + 0.05
     # the automatic search finds a prefix meeting a target between INT8 and FP32
     target = round(int8_metric + 0.6 * (fp32_metric - int8_metric), 4)
-    result = session.search_fallback(target, ranges=ranges, diff=diff, limit=48)
+    result = session.search_fallback(target, ranges=ranges, diff=diff, limit=48, ranking="diff")
     assert result.met and result.metric >= target
     assert 0 < len(result.nodes) < len(ranked)
     assert result.int8_nodes_kept == len(int8_nodes) - len(set(result.nodes) & set(int8_nodes))
@@ -182,3 +182,36 @@ def test_image_folder_uses_the_zoo_preprocessing(tmp_path) -> None:
         np.testing.assert_allclose(a["x"], b["x"], atol=1e-6)
     with pytest.raises(Exception, match="no preprocessing"):
         resolve_source(str(tmp_path / "ocr-cls" / "images"))  # images without a zoo model
+
+
+def test_sensitivity_ranking_bypasses_one_node_at_a_time(tmp_path) -> None:
+    import onnx
+    from test_calib_core import _conv_model
+
+    from workbench.model import load_onnx
+
+    model = _conv_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    onnx.save(model, str(tmp_path / "conv.onnx"))
+    rng = np.random.default_rng(11)
+    feeds = [{"x": rng.normal(0, 1, (4, 3, 8, 8)).astype(np.float32)} for _ in range(2)]
+    session = CalibrationSession(load_onnx(tmp_path / "conv.onnx", check=False), data=feeds, progress=False)
+    ranges = session.ranges("percentile", percentile=95.0)  # tight ranges: every layer clips a little
+    quantized = session.quantize(ranges)
+    ranked = session.rank_by_sensitivity(quantized, max_batches=2)
+    assert set(ranked) == {"conv1", "conv2", "conv3", "conv4", "residual"}
+    scores = session.last_sensitivity
+    assert scores[ranked[0]] >= scores[ranked[-1]] and scores[ranked[0]] > 0
+    # the score is what falling back that node alone removes from the output noise
+    def output_noise(proto) -> float:
+        from workbench.calib.session import ort_predict
+
+        reference, test = ort_predict(session.prepared), ort_predict(proto)
+        num = den = 0.0
+        for feed in feeds:
+            r, t = reference(feed)["c4"].astype(np.float64), test(feed)["c4"].astype(np.float64)
+            num, den = num + ((r - t) ** 2).sum(), den + (r**2).sum()
+        return num / den
+
+    alone = session.quantize(ranges, session.fallback_plan([ranked[0]]))
+    assert output_noise(quantized.proto) - output_noise(alone.proto) == pytest.approx(scores[ranked[0]], rel=0.05)
