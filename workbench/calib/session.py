@@ -200,6 +200,12 @@ class CalibrationSession:
         for tensor, weight in placement.weights.items():
             for consumer in weight.consumers:
                 reads.setdefault(consumer, []).append(tensor)
+        # a Conv behind a zero Pad reads the Pad's quantized input (the Q/DQ was moved before the Pad)
+        inputs_of = {n.name: list(n.input) for n in self.prepared.graph.node}
+        for node in candidates:
+            for name in inputs_of.get(node, []):
+                if name in placement.moved_before_pad:
+                    reads.setdefault(node, []).append(placement.moved_before_pad[name])
         scores = {}
         for node in candidates:
             local = sum(10.0 ** (-(by_tensor[t].sqnr_db_local or 0.0) / 10.0) for t in reads.get(node, [])
@@ -245,13 +251,19 @@ class CalibrationSession:
         q_source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
         dq_source = {n.output[0]: q_source[n.input[0]] for n in proto.graph.node
                      if n.op_type == "DequantizeLinear" and n.input[0] in q_source}
+        pad_of = {n.output[0]: n.name for n in proto.graph.node
+                  if n.op_type == "Pad" and n.output and n.output[0] in placement.moved_before_pad}
         base = output_noise(proto)
         scores: dict[str, float] = {}
         for candidate in candidates:
             variant = onnx.ModelProto()
             variant.CopyFrom(proto)
-            for node in variant.graph.node:
+            bypass = {candidate}
+            for node in variant.graph.node:  # a Conv behind a zero Pad: its Q/DQ sits on the Pad's input
                 if node.name == candidate:
+                    bypass.update(pad_of[name] for name in node.input if name in pad_of)
+            for node in variant.graph.node:
+                if node.name in bypass:
                     for index, name in enumerate(node.input):
                         if name in dq_source:
                             node.input[index] = dq_source[name]
