@@ -126,7 +126,8 @@ class _Running:
         if ref.shape != out.shape:
             return
         err = ref - out
-        sums = (np.dot(ref, ref), np.dot(err, err), np.dot(ref, out), np.dot(out, out))
+        with np.errstate(over="ignore", invalid="ignore"):  # handled just below
+            sums = (np.dot(ref, ref), np.dot(err, err), np.dot(ref, out), np.dot(out, out))
         if not all(np.isfinite(v) for v in sums):
             # huge (e.g. additive attention masks near float32 max) or infinite values: exact sums in float64 over
             # the elements finite in both models
@@ -147,7 +148,8 @@ class _Running:
         q = np.rint(ref / np.float32(scale))
         self.clipped += int(((q > 127) | (q < -128)).sum())
         err = ref - np.clip(q, -128, 127) * np.float32(scale)
-        noise, signal = np.dot(err, err), np.dot(ref, ref)
+        with np.errstate(over="ignore", invalid="ignore"):  # handled just below
+            noise, signal = np.dot(err, err), np.dot(ref, ref)
         if not (np.isfinite(noise) and np.isfinite(signal)):
             finite = np.isfinite(ref) & np.isfinite(err)
             noise = np.dot(err[finite].astype(np.float64), err[finite].astype(np.float64))
