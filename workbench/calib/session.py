@@ -304,10 +304,7 @@ class CalibrationSession:
         start = time.perf_counter()
         ranges = ranges or self.ranges()
         full = self.quantize(ranges)
-        if ranking == "sensitivity":
-            ranked = self.rank_by_sensitivity(full)
-        else:
-            ranked = self.rank_int8_nodes(diff or self.diff(full))
+        ranked: list[str] = []
         higher = bool(self.entry.higher_is_better)
         steps: dict[int, FallbackStep] = {}
 
@@ -323,7 +320,8 @@ class CalibrationSession:
 
         found: int | None = 0 if evaluate(0).meets_target else None
         low, high = 0, None
-        if found is None:
+        if found is None:  # rank only when some fallback is needed
+            ranked = self.rank_by_sensitivity(full) if ranking == "sensitivity" else self.rank_int8_nodes(diff or self.diff(full))
             k = 1
             while k < len(ranked):
                 if evaluate(k).meets_target:
