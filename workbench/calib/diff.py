@@ -214,19 +214,10 @@ def _quantized_inputs(quant_proto: Any) -> tuple[dict[str, float], dict[str, tup
 
 
 def _session(proto: Any, outputs: list[str]) -> Any:
-    import onnx
-    import onnxruntime as ort
+    from workbench.ort import cpu_session
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    existing = {o.name for o in model.graph.output}
-    for name in outputs:
-        if name not in existing:
-            model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # simulated Q/DQ, the reference
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    # optimizations off: Q/DQ runs as simulated quantization, the reference
+    return cpu_session(proto, extra_outputs=outputs, what="a model for the per-layer diff")
 
 
 def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[dict[str, np.ndarray]], *,
@@ -239,7 +230,6 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     this bounds peak memory (running sums make the result identical to whole-batch runs). ``micro_batch=0`` sizes
     it from the first sample so that both models' exposed tensors fit ``memory_budget_mb``; ``None`` = whole batches.
     """
-    from onnx import numpy_helper
     from tqdm.auto import tqdm
 
     from workbench.calib.data import IterableSource
@@ -259,7 +249,6 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     compared = [n for n in names if n in quant_outputs]
     if not compared:
         raise WorkbenchError("no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model")
-    graph_inputs = [i.name for i in fp32_proto.graph.input if i.name not in {x.name for x in fp32_proto.graph.initializer}]
     local_only = [n for n in activation_scales if n not in owners]  # graph inputs that get Q/DQ
     fp32_names = compared + local_only
     ref_session = _session(fp32_proto, fp32_names)

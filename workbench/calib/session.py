@@ -23,22 +23,9 @@ from workbench.precision import Precision, PrecisionPlan
 
 def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """``predict(feed)`` for an in-memory model with ORT CPU, optimizations off (simulated Q/DQ, the reference)."""
-    import onnxruntime as ort
+    from workbench.ort import cpu_predict
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # ORT's own exception classes
-        raise WorkbenchError(f"ONNX Runtime cannot load the rewritten model ({error}).", expected="a valid ONNX model") from error
-    names = [o.name for o in session.get_outputs()]
-    inputs = [i.name for i in session.get_inputs()]
-
-    def predict(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(names, session.run(names, {n: feed[n] for n in inputs})))
-
-    return predict
+    return cpu_predict(proto, what="the rewritten model")
 
 
 @dataclass

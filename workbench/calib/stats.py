@@ -183,23 +183,9 @@ def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
 
 
 def _session(proto: Any, outputs: Iterable[str], *, optimized: bool) -> Any:
-    import onnx
-    import onnxruntime as ort
+    from workbench.ort import cpu_session
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    existing = {o.name for o in model.graph.output}
-    for name in outputs:
-        if name not in existing:
-            model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # ORT raises its own exception classes
-        raise WorkbenchError(f"ONNX Runtime cannot load the model for calibration ({error}).", expected="a valid FP32 ONNX model") from error
+    return cpu_session(proto, extra_outputs=outputs, optimized=optimized, what="the FP32 model for calibration")
 
 
 def check_feed(feed: Mapping[str, np.ndarray], input_names: list[str], batch_index: int) -> dict[str, np.ndarray]:

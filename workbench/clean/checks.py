@@ -117,13 +117,9 @@ def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]
 
 def ort_session(model: Any) -> Any:
     """An ONNX Runtime CPU session with graph optimizations off, from a ModelProto or its serialized bytes."""
-    import onnxruntime as ort
+    from workbench.ort import cpu_session
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return cpu_session(model, what="the cleaned model")
 
 
 def compare_outputs(reference: np.ndarray, actual: np.ndarray, tolerance: str) -> tuple[bool, float, str | None]:

@@ -92,30 +92,9 @@ def make_ort_predict(path: str | os.PathLike[str], *, disable_optimizations: boo
     ``disable_optimizations=True`` (ORT_DISABLE_ALL) is the project's numeric reference: Q/DQ nodes then run as
     deterministic simulated quantization instead of CPU-dependent integer kernels.
     """
-    import onnxruntime as ort
+    from workbench.ort import cpu_predict
 
-    path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"{path}: no such ONNX file.", expected="a path to an existing .onnx file")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if disable_optimizations:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
-        raise WorkbenchError(f"{path}: ONNX Runtime cannot load the model ({error}).", expected="a valid ONNX model") from error
-    output_names = [output.name for output in session.get_outputs()]
-    input_names = {inp.name for inp in session.get_inputs()}
-
-    def predict(feed: Feed) -> Outputs:
-        missing = input_names - set(feed)
-        if missing:
-            raise WorkbenchError(f"{path}: the feed lacks model input(s) {sorted(missing)}.", expected=f"inputs {sorted(input_names)}")
-        values = session.run(output_names, {name: feed[name] for name in input_names})
-        return dict(zip(output_names, values))
-
-    return predict
+    return cpu_predict(Path(path), optimized=not disable_optimizations, what=str(path))
 
 
 class ZooEntry(ABC):

@@ -1,0 +1,94 @@
+"""ONNX Runtime on CPU, the project's numeric reference, in one place.
+
+With graph optimizations off (``ORT_DISABLE_ALL``, the default here) ONNX Runtime runs Q/DQ models as
+deterministic simulated quantization in float, matching TensorRT's round-half-even and clamp; with optimizations
+on it switches to integer kernels whose accuracy depends on the CPU. Every numeric comparison in the workbench
+(cleaning checks, calibration statistics, per-layer diffs, task metrics) builds its session here.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+
+Feed = dict[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+PredictFn = Callable[[Feed], Outputs]
+
+
+def cpu_session(
+    model: Any,
+    *,
+    extra_outputs: Iterable[str] = (),
+    optimized: bool = False,
+    what: str = "the model",
+) -> Any:
+    """An ``onnxruntime.InferenceSession`` on CPU for a ModelProto, its serialized bytes or a file path.
+
+    ``extra_outputs`` exposes intermediate tensors as graph outputs (on a copy; the caller's model is untouched).
+    A model ONNX Runtime cannot load raises WorkbenchError naming ``what``.
+    """
+    import onnxruntime as ort
+
+    source: Any
+    extra = [name for name in extra_outputs]
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise WorkbenchError(f"{path}: no such ONNX file.", expected="a path to an existing .onnx file")
+        source = str(path)
+        if extra:
+            import onnx
+
+            source = onnx.load(str(path))
+    else:
+        source = model
+    if extra:
+        source = _with_outputs(source, extra)
+    if not isinstance(source, (str, bytes)):
+        source = source.SerializeToString()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception classes (Fail, InvalidGraph, ...)
+        raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
+
+
+def _with_outputs(model: Any, names: list[str]) -> Any:
+    import onnx
+
+    if isinstance(model, bytes):
+        model = onnx.load_from_string(model)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    existing = {output.name for output in copy.graph.output}
+    for name in names:
+        if name not in existing:
+            copy.graph.output.append(onnx.ValueInfoProto(name=name))
+    return copy
+
+
+def session_predict(session: Any, *, what: str = "the model") -> PredictFn:
+    """``predict(feed) -> {output name: array}`` over a session; a feed missing an input is a WorkbenchError."""
+    output_names = [output.name for output in session.get_outputs()]
+    input_names = [inp.name for inp in session.get_inputs()]
+
+    def predict(feed: Feed) -> Outputs:
+        missing = [name for name in input_names if name not in feed]
+        if missing:
+            raise WorkbenchError(f"{what}: the feed lacks model input(s) {missing}.", expected=f"inputs {input_names}")
+        return dict(zip(output_names, session.run(output_names, {name: feed[name] for name in input_names})))
+
+    return predict
+
+
+def cpu_predict(model: Any, *, optimized: bool = False, what: str = "the model") -> PredictFn:
+    """``predict(feed)`` for a ModelProto, bytes or path, with ONNX Runtime CPU (optimizations off by default)."""
+    return session_predict(cpu_session(model, optimized=optimized, what=what), what=what)
