@@ -1,24 +1,18 @@
 """Notebook 03 runs headless, and its calibration panel is driven through its widgets."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+from notebook_runner import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_int8_calibration.ipynb"
 
 
 def test_notebook_03_executes_headless() -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    start = time.perf_counter()
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    assert time.perf_counter() - start < 120
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs) >= 2  # histogram + SQNR chart
-    text = "".join(o.get("text", "") for o in outputs)
+    run = execute_notebook(NOTEBOOK.name)
+    assert run.seconds < 120
+    assert run.count("application/vnd.plotly.v1+json") >= 2  # histogram + SQNR chart
+    text = run.stream_text
     assert "tensors from 16 samples" in text and "accumulated" in text and "lowest local SQNR" in text
     assert "FP32" in text and "INT8 (max)" in text and "mixed (int8+fp32)" in text
 

@@ -1,25 +1,19 @@
 """Notebook 01 runs headless, and its panel is driven: changing passes or the chosen pass changes the figures."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
-import pytest
-from nbclient import NotebookClient
+from notebook_runner import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "01_clean_graph.ipynb"
 
 
 def test_notebook_01_executes_headless():
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    start = time.perf_counter()
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    assert time.perf_counter() - start < 120
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
-    text = "".join(o.get("text", "") for o in outputs)
+    run = execute_notebook(NOTEBOOK.name)
+    assert run.seconds < 120
+    assert run.count("application/vnd.plotly.v1+json") >= 1
+    outputs = run.outputs
+    text = run.stream_text
     assert "fuse_conv_affine" in text and "accepted" in text
     assert "rolled_back" in str([o.get("data", {}).get("text/plain", "") for o in outputs])  # the demo pass was caught
 

@@ -1,11 +1,9 @@
 """notebooks/02_fusions.ipynb runs headless (nbclient, kernel python3 from .venv) and its widgets drive the views."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+from notebook_runner import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb"
 
@@ -33,14 +31,8 @@ print("DRIVEN", len(explorer.maps))
 
 
 def test_notebook_02_executes_and_its_panel_is_driven(tmp_path: Path) -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    notebook.cells.append(nbformat.v4.new_code_cell(DRIVE))
-    started = time.perf_counter()
-    NotebookClient(notebook, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    seconds = time.perf_counter() - started
-    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    run = execute_notebook(NOTEBOOK.name, workdir=tmp_path, extra_cells=[DRIVE])
+    seconds, outputs, text = run.seconds, run.outputs, run.stream_text
     assert "digits-cnn.fp16:" in text and "DRIVEN 2" in text
     widget_views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     plotly_figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]

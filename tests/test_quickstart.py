@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from notebook_runner import execute_notebook
 from workbench.errors import WorkbenchError
 from workbench.flow import (
     STAGE_NAMES,
@@ -112,24 +113,8 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
 
 
 def _execute(notebook: str, workdir: Path) -> list[str]:
-    import nbclient
-    import nbformat
-
     shutil.copy(REPO / "notebooks" / notebook, workdir / notebook)
-    nb = nbformat.read(workdir / notebook, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(workdir)}}).execute()
-    errors = [f"{out.ename}: {out.evalue}" for cell in nb.cells for out in cell.get("outputs", [])
-              if out.output_type == "error"]
-    assert not errors, errors
-    texts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                texts.append(out.text)
-            elif "data" in out:
-                texts.append(str(out["data"].get("text/plain", "")) + str(out["data"].get("text/html", "")))
-    return texts
+    return [execute_notebook(notebook, workdir=workdir).text]
 
 
 @pytest.mark.slow

@@ -1,34 +1,18 @@
 """Notebook 04 executes headless, and its panel reacts to its widgets (figures update in place)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from notebook_runner import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipeline.ipynb"
 
 
-def _outputs_text(notebook: nbformat.NotebookNode) -> str:
-    parts = []
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                raise AssertionError(f"cell failed: {output['ename']}: {output['evalue']}")
-            parts.append(output.get("text", ""))
-            for value in output.get("data", {}).values():
-                parts.append(value if isinstance(value, str) else json.dumps(value))
-    return "\n".join(parts)
-
-
 @pytest.mark.slow
 def test_notebook_04_runs_headless_and_says_which_executor() -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    text = _outputs_text(notebook)
+    text = execute_notebook(NOTEBOOK.name).text
     from workbench.backend import detect_gpu
 
     if not detect_gpu().present:

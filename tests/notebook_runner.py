@@ -1,0 +1,55 @@
+"""Execute a notebook headless with nbclient (kernel python3 from .venv) and collect what it printed and showed."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@dataclass
+class ExecutedNotebook:
+    notebook: Any
+    outputs: list[Any]
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        """Streams, plain-text/HTML results and (JSON-dumped) rich data, joined."""
+        parts = []
+        for output in self.outputs:
+            parts.append(output.get("text", ""))
+            for value in output.get("data", {}).values():
+                parts.append(value if isinstance(value, str) else json.dumps(value))
+        return "\n".join(parts)
+
+    @property
+    def stream_text(self) -> str:
+        return "".join(o.get("text", "") for o in self.outputs if o.get("output_type") == "stream")
+
+    def count(self, mime: str) -> int:
+        return sum(mime in o.get("data", {}) for o in self.outputs)
+
+
+def execute_notebook(name: str, *, workdir: Path | None = None, extra_cells: Sequence[str] = ()) -> ExecutedNotebook:
+    """Run ``notebooks/<name>`` (plus ``extra_cells`` appended in memory) in ``workdir`` (default: notebooks/).
+
+    Fails the test with the cell's error if any cell raised.
+    """
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for source in extra_cells:
+        notebook.cells.append(nbformat.v4.new_code_cell(source))
+    started = time.perf_counter()
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(workdir or NOTEBOOKS)}}).execute()
+    seconds = time.perf_counter() - started
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]
+    assert not errors, f"{name}: cells failed: {errors}"
+    return ExecutedNotebook(notebook, outputs, seconds)
