@@ -218,11 +218,11 @@ def outputs_match(checker: EquivalenceChecker, candidate: onnx.ModelProto | None
 
 
 def build_with_rtx(path: Path, profile: dict, workdir: Path) -> dict[str, Any]:
-    from workbench.build import BuildOptions, build_engine
+    from workbench.build import BuildOptions, engine_from_onnx
 
     start = time.perf_counter()
     try:
-        artifact = build_engine(path, workdir / f"{path.stem}.engine", BuildOptions(shapes={k: tuple(tuple(s) for s in v) for k, v in profile.items()}, progress=False))
+        artifact = engine_from_onnx(path, workdir / f"{path.stem}.engine", BuildOptions(shapes={k: tuple(tuple(s) for s in v) for k, v in profile.items()}, progress=False))
     except Exception as error:
         return {"ok": False, "seconds": time.perf_counter() - start, "error": str(error).splitlines()[0][:300]}
     return {"ok": True, "seconds": artifact.build_seconds, "layers": artifact.layer_count, "backend": f"{artifact.backend} {artifact.backend_version}"}

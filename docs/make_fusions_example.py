@@ -13,7 +13,7 @@ from pathlib import Path
 
 from workbench._io import sha256_bytes
 from workbench.autocast import apply_precision_plan
-from workbench.build import BuildOptions, build_engine
+from workbench.build import BuildOptions, engine_from_onnx
 from workbench.layermap import LayerMap
 from workbench.precision import PrecisionPlan
 from workbench.viz.fusion_figures import fusions_html
@@ -28,7 +28,7 @@ def main() -> None:
     maps = {}
     with tempfile.TemporaryDirectory() as tmp:
         for precision in ("fp32", "fp16"):
-            artifact = build_engine(model, Path(tmp) / f"ocr-cls.{precision}.engine",
+            artifact = engine_from_onnx(model, Path(tmp) / f"ocr-cls.{precision}.engine",
                                     BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress=False))
             proto = model.proto if precision == "fp32" else apply_precision_plan(model, PrecisionPlan("fp16")).proto
             assert sha256_bytes(proto.SerializeToString()) == artifact.built_onnx_sha256 or precision == "fp32"

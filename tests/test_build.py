@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, build_engine, layers_path_for, parse_shapes_arg, profiles_for
+from workbench.build import BuildOptions, engine_from_onnx, layers_path_for, parse_shapes_arg, profiles_for
 from workbench.errors import WorkbenchError
 from workbench.model import load_onnx
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_build_real_model_writes_engine_layers_and_log(rapidocr_models: Path, tmp_path: Path) -> None:
     model = load_onnx(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx")
     engine_path = tmp_path / "rec.engine"
-    artifact = build_engine(model, engine_path, BuildOptions(shapes={"x": ((1, 3, 48, 320), (2, 3, 48, 320), (4, 3, 48, 320))},
+    artifact = engine_from_onnx(model, engine_path, BuildOptions(shapes={"x": ((1, 3, 48, 320), (2, 3, 48, 320), (4, 3, 48, 320))},
                                                              progress=False, workspace_bytes=256 << 20))
     assert engine_path.stat().st_size == artifact.engine_bytes > 1_000_000
     assert artifact.layers_path == tmp_path / "rec.layers.json"
@@ -43,7 +43,7 @@ def test_timing_cache_saved_where_supported_and_said_otherwise(rapidocr_models: 
 
     cache = tmp_path / "timing.cache"
     options = BuildOptions(shapes={"x": ((1, 3, 48, 320),) * 3}, progress=False, timing_cache_path=str(cache))
-    artifact = build_engine(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", tmp_path / "a.engine", options)
+    artifact = engine_from_onnx(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", tmp_path / "a.engine", options)
     if supports_timing_cache(get_backend()):
         assert cache.stat().st_size > 0
     else:  # TensorRT-RTX: timing-cache calls are documented no-ops
@@ -58,7 +58,7 @@ def test_progress_callback_sees_builder_phases(rapidocr_models: Path, tmp_path: 
         events.append((kind, phase, parent))
         return True
 
-    build_engine(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", tmp_path / "p.engine",
+    engine_from_onnx(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", tmp_path / "p.engine",
                  BuildOptions(shapes={"x": ((1, 3, 48, 320),) * 3}, progress_callback=on_progress))
     top_level = [phase for kind, phase, parent in events if kind == "start" and not parent]
     assert "Building engine" in top_level
@@ -98,7 +98,7 @@ def test_bad_input_is_a_workbench_error_naming_the_file(problem: str, rapidocr_m
     elif problem == "directory":
         path.mkdir()
     with pytest.raises(WorkbenchError) as info:
-        build_engine(path, tmp_path / "out.engine", BuildOptions(progress=False))
+        engine_from_onnx(path, tmp_path / "out.engine", BuildOptions(progress=False))
     assert str(path) in str(info.value)
     assert not (tmp_path / "out.engine").exists()
 
@@ -109,7 +109,7 @@ def test_failed_build_keeps_the_previous_engine(rapidocr_models: Path, tmp_path:
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"\x08\x07garbage")
     with pytest.raises(WorkbenchError):
-        build_engine(broken, engine, BuildOptions(progress=False))
+        engine_from_onnx(broken, engine, BuildOptions(progress=False))
     assert engine.read_bytes() == b"previous engine"
 
 

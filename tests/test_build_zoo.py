@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, build_engine
+from workbench.build import BuildOptions, engine_from_onnx
 from workbench.zoo import entry_names, get_entry
 
 
@@ -15,7 +15,7 @@ def test_zoo_model_builds_with_layer_records(name: str, tmp_path: Path) -> None:
     entry = get_entry(name)
     model = entry.load()
     profiles = entry.input_profiles()
-    artifact = build_engine(model, tmp_path / f"{name}.engine", BuildOptions(shapes=dict(profiles), progress=False))
+    artifact = engine_from_onnx(model, tmp_path / f"{name}.engine", BuildOptions(shapes=dict(profiles), progress=False))
     assert artifact.engine_path.stat().st_size > 10_000
     document = json.loads(artifact.layers_path.read_text())
     assert len(document["engine_layers"]) == artifact.layer_count > 0

@@ -33,14 +33,14 @@ def rec():
 
 
 def test_qdq_model_passes_lint_and_builds_with_int8_convolutions(digits, tmp_path) -> None:
-    from workbench.build import BuildOptions, build_engine
+    from workbench.build import BuildOptions, engine_from_onnx
     from workbench.clean.qdq_lint import lint_qdq
 
     entry, session = digits
     quantized = session.quantize(session.ranges("entropy"))
     assert lint_qdq(quantized.proto) == []
     path = quantized.save(tmp_path / "digits.qdq.onnx")
-    artifact = build_engine(path, tmp_path / "digits.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
+    artifact = engine_from_onnx(path, tmp_path / "digits.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
     int8_conv_layers = [layer for layer in artifact.engine_layers.layers
                         if any(node in {"/0/Conv", "/3/Conv", "/6/Conv", "/9/Conv", "/12/Conv"} for node in layer.onnx_nodes)
                         and any(t.datatype == "Int8" for t in layer.inputs)]

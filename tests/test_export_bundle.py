@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from workbench.backend import GpuInfo, get_backend
-from workbench.build import BuildOptions, EngineArtifact, build_engine
+from workbench.build import BuildOptions, EngineArtifact, engine_from_onnx
 from workbench.cli import main
 from workbench.errors import EngineCannotRun, WorkbenchError
 from workbench.export import (
@@ -27,7 +27,7 @@ from workbench.zoo import get_entry
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> EngineArtifact:
     entry = get_entry("digits-cnn")
     out = tmp_path_factory.mktemp("export")
-    return build_engine(entry.load(), out / "digits.engine",
+    return engine_from_onnx(entry.load(), out / "digits.engine",
                         BuildOptions(shapes=dict(entry.input_profiles()), precision="fp16", progress=False))
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, EngineArtifact, build_engine
+from workbench.build import BuildOptions, EngineArtifact, engine_from_onnx
 from workbench.layermap import HEAVY_OPS, LayerMap, diff_layer_maps, myelin_group, myelin_op_tokens
 from workbench.model import load_onnx
 from workbench.zoo import get_entry
@@ -25,7 +25,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tu
         for precision in ("fp32", "fp16"):
             if name == "minilm" and precision == "fp16":
                 continue  # the FP16 path is covered by the CNNs; keep the suite's build time down
-            artifact = build_engine(model, out / f"{name}.{precision}.engine",
+            artifact = engine_from_onnx(model, out / f"{name}.{precision}.engine",
                                     BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress=False))
             result[(name, precision)] = (artifact, LayerMap.load(artifact.layers_path))
     return result
@@ -93,7 +93,7 @@ def qdq_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[EngineArtifact,
 
     out = tmp_path_factory.mktemp("qdq")
     model = load_onnx(make_qdq_conv_model(out / "qdq.onnx"))
-    artifact = build_engine(model, out / "qdq.engine", BuildOptions(precision="int8", progress=False))
+    artifact = engine_from_onnx(model, out / "qdq.engine", BuildOptions(precision="int8", progress=False))
     return artifact, LayerMap.from_engine_layers(artifact.engine_layers, onnx_proto=model.proto, label="qdq")
 
 

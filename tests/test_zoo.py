@@ -122,7 +122,7 @@ def _flatten(value):
 
 
 def test_cls_input_dims_fixed_for_tensorrt(tmp_path: Path) -> None:
-    from workbench.build import BuildOptions, build_engine
+    from workbench.build import BuildOptions, engine_from_onnx
     from workbench.zoo.ocr import rapidocr_model
 
     entry = _entry("ocr-cls")
@@ -134,9 +134,9 @@ def test_cls_input_dims_fixed_for_tensorrt(tmp_path: Path) -> None:
     assert [d.dim_param for d in original.graph.input[0].type.tensor_type.shape.dim][2:] == ["?", "?"]
     # the unfixed file cannot be built (TensorRT ties equally named dims); the cached copy builds
     with pytest.raises(WorkbenchError, match="different constant values|contradictory"):
-        build_engine(rapidocr_model(entry.source_file), tmp_path / "raw.engine",
+        engine_from_onnx(rapidocr_model(entry.source_file), tmp_path / "raw.engine",
                      BuildOptions(shapes=entry.input_profiles(), progress=False))
-    artifact = build_engine(entry.onnx_path(), tmp_path / "cls.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
+    artifact = engine_from_onnx(entry.onnx_path(), tmp_path / "cls.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
     assert artifact.engine_path.is_file() and artifact.layer_count > 0
 
 

@@ -216,7 +216,7 @@ class _TqdmProgress:
         return True
 
 
-def build_engine(
+def engine_from_onnx(
     model: OnnxModel | str | os.PathLike[str],
     engine_path: str | os.PathLike[str],
     options: BuildOptions | None = None,
@@ -380,7 +380,7 @@ def _cli_build(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         backend=args.backend,
     )
-    artifact = build_engine(model, output, options)
+    artifact = engine_from_onnx(model, output, options)
     if args.json:
         print(json.dumps(artifact.to_json(), indent=2))
     else:

@@ -206,7 +206,7 @@ def export_bundle(
     triton: TritonOptions | None = None,
     overwrite: bool = False,
 ) -> Bundle:
-    """Write a bundle for ``engine`` (an EngineArtifact from ``build_engine``, or an engine path whose
+    """Write a bundle for ``engine`` (an EngineArtifact from ``engine_from_onnx``, or an engine path whose
     ``.layers.json`` lies beside it). Optional extras are recorded in the manifest when given."""
     from workbench.layermap import LayerMap
 

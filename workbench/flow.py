@@ -221,9 +221,9 @@ def _model_for_build(run: QuickstartRun) -> Any:
 
 
 def stage_build_fp32(run: QuickstartRun) -> StageResult:
-    from workbench.build import build_engine
+    from workbench.build import engine_from_onnx
 
-    artifact = build_engine(_model_for_build(run), _variant_paths(run)["fp32_engine"], _build_options(run))
+    artifact = engine_from_onnx(_model_for_build(run), _variant_paths(run)["fp32_engine"], _build_options(run))
     run.objects["fp32_artifact"] = artifact
     summary = artifact.summary()
     return StageResult("build_fp32", "", "done", summary=(
@@ -325,11 +325,11 @@ def stage_fallback(run: QuickstartRun) -> StageResult:
 
 
 def stage_build_mixed(run: QuickstartRun) -> StageResult:
-    from workbench.build import build_engine
+    from workbench.build import engine_from_onnx
     from workbench.model import load_onnx
 
     paths = _variant_paths(run)
-    artifact = build_engine(load_onnx(paths["mixed_onnx"]), paths["mixed_engine"], _build_options(run, precision="int8"))
+    artifact = engine_from_onnx(load_onnx(paths["mixed_onnx"]), paths["mixed_engine"], _build_options(run, precision="int8"))
     run.objects["mixed_artifact"] = artifact
     summary = artifact.summary()
     by_precision = ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items()))
@@ -389,7 +389,7 @@ def _fp16_onnx(run: QuickstartRun) -> Path:
 
 
 def stage_select(run: QuickstartRun) -> StageResult:
-    from workbench.build import build_engine
+    from workbench.build import engine_from_onnx
 
     paths = _variant_paths(run)
     precision = run.config.precision
@@ -399,7 +399,7 @@ def stage_select(run: QuickstartRun) -> StageResult:
         onnx_path = _fp16_onnx(run)
         artifact = run.objects.get("fp16_artifact")
         if artifact is None or artifact.onnx_sha256 != _model_for_build(run).sha256:
-            artifact = build_engine(_model_for_build(run), paths["fp16_engine"], _build_options(run, precision="fp16"))
+            artifact = engine_from_onnx(_model_for_build(run), paths["fp16_engine"], _build_options(run, precision="fp16"))
             run.objects["fp16_artifact"] = artifact
     else:
         if "mixed_artifact" not in run.objects:

@@ -216,12 +216,12 @@ class FusionExplorer:
         if key not in self.maps:
             from pathlib import Path
 
-            from workbench.build import BuildOptions, build_engine
+            from workbench.build import BuildOptions, engine_from_onnx
             from workbench.zoo import get_entry
 
             entry = get_entry(model)
             options = BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress_callback=self.progress)
-            artifact = build_engine(entry.load(), Path(self.out_dir) / f"{model}.{precision}.engine", options)
+            artifact = engine_from_onnx(entry.load(), Path(self.out_dir) / f"{model}.{precision}.engine", options)
             self.build_seconds[key] = artifact.build_seconds
             self.maps[key] = LayerMap.load(artifact.layers_path)
         return self.maps[key]
