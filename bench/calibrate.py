@@ -106,17 +106,24 @@ def worker_ours(args: dict[str, Any]) -> dict[str, Any]:
             "ranges": ranges, "tensors": len(statistics.histograms), "samples": statistics.num_samples}
 
 
-def worker_ort(args: dict[str, Any]) -> dict[str, Any]:
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+def _batch_reader(batches: list[dict[str, np.ndarray]]) -> Any:
+    """ONNX Runtime's CalibrationDataReader over in-memory batches (a fresh one for each pass)."""
+    from onnxruntime.quantization import CalibrationDataReader
 
-    batches = _load_batches(Path(args["data"]))
-
-    class Reader(CalibrationDataReader):
+    class BatchReader(CalibrationDataReader):
         def __init__(self) -> None:
             self.items = iter(batches)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.items, None)
+
+    return BatchReader()
+
+
+def worker_ort(args: dict[str, Any]) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    batches = _load_batches(Path(args["data"]))
 
     extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
     if args.get("inputs_only"):
@@ -124,7 +131,7 @@ def worker_ort(args: dict[str, Any]) -> dict[str, Any]:
     if args["method"] == "Percentile":
         extra["CalibPercentile"] = 99.999
     start = time.perf_counter()
-    quantize_static(args["model"], args["output"], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(args["model"], args["output"], _batch_reader(batches), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=OPS,
                     calibrate_method=getattr(CalibrationMethod, args["method"]), extra_options=extra)
     return {"seconds": time.perf_counter() - start}
@@ -156,25 +163,17 @@ def worker_our_diff(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_ort_debug(args: dict[str, Any]) -> dict[str, Any]:
-    from onnxruntime.quantization import CalibrationDataReader
     from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_activation_error,
                                                          create_activation_matching, modify_model_output_intermediate_tensors)
 
     batches = _load_batches(Path(args["data"]))
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter(batches)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.items, None)
-
     folder = Path(args["workdir"])
     start = time.perf_counter()
     modify_model_output_intermediate_tensors(args["model"], str(folder / "fp32_aug.onnx"))
     modify_model_output_intermediate_tensors(args["quantized"], str(folder / "qdq_aug.onnx"))
-    fp32_acts = collect_activations(str(folder / "fp32_aug.onnx"), Reader())
-    qdq_acts = collect_activations(str(folder / "qdq_aug.onnx"), Reader())
+    fp32_acts = collect_activations(str(folder / "fp32_aug.onnx"), _batch_reader(batches))
+    qdq_acts = collect_activations(str(folder / "qdq_aug.onnx"), _batch_reader(batches))
     matching = create_activation_matching(qdq_acts, fp32_acts)
     errors = compute_activation_error(matching)
     return {"seconds": time.perf_counter() - start, "tensors": len(errors)}

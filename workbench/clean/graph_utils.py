@@ -224,6 +224,14 @@ def single_consumer(tensor: Any) -> Any | None:
     return tensor.outputs[0] if len(tensor.outputs) == 1 else None
 
 
+def redirect_consumers(old: Any, new: Any) -> None:
+    """Make every node that reads tensor ``old`` read tensor ``new`` instead (graph outputs are not touched)."""
+    for consumer in list(old.outputs):
+        for index, tensor in enumerate(consumer.inputs):
+            if tensor is old:
+                consumer.inputs[index] = new
+
+
 def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
     """Remove a single-output pass-through node by wiring its input straight to its consumers.
 
@@ -252,10 +260,7 @@ def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
         node.outputs.clear()
         node.inputs.clear()
         return True
-    for consumer in list(out.outputs):
-        for index, tensor in enumerate(consumer.inputs):
-            if tensor is out:
-                consumer.inputs[index] = source
+    redirect_consumers(out, source)
     node.outputs.clear()
     node.inputs.clear()
     return True

@@ -28,6 +28,7 @@ from workbench.clean.graph_utils import (
     np_dtype,
     producer,
     prune_dead_nodes,
+    redirect_consumers,
     tensor_shape,
     toposort,
 )
@@ -704,10 +705,7 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
         keep = canonical.setdefault(key, tensor)
         if keep is tensor:
             continue
-        for consumer in list(tensor.outputs):
-            for index, inp in enumerate(consumer.inputs):
-                if inp is tensor:
-                    consumer.inputs[index] = keep
+        redirect_consumers(tensor, keep)
 
     seen: dict[Any, Any] = {}
     for node in graph.nodes:
@@ -727,10 +725,7 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
         if first is node:
             continue
         for dup_out, keep_out in zip(node.outputs, first.outputs):
-            for consumer in list(dup_out.outputs):
-                for index, inp in enumerate(consumer.inputs):
-                    if inp is dup_out:
-                        consumer.inputs[index] = keep_out
+            redirect_consumers(dup_out, keep_out)
         node.outputs.clear()
         node.inputs.clear()
 
