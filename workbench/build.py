@@ -337,12 +337,10 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
 
 def resolve_model_arg(value: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
     """A CLI MODEL argument: a path to .onnx, or a zoo name (whose input profiles come with it)."""
-    if not os.path.exists(value) and not value.endswith(".onnx"):
-        from workbench.zoo import get_entry
+    from workbench.zoo import resolve_model
 
-        entry = get_entry(value)
-        return entry.load(), dict(entry.input_profiles())
-    return load_onnx(value), {}
+    path, entry = resolve_model(value)
+    return load_onnx(path), dict(entry.input_profiles()) if entry else {}
 
 
 def register(subparsers: Any) -> None:

@@ -53,18 +53,10 @@ def register(subparsers: Any) -> None:
 def resolve_model(value: str) -> tuple[Any, Any]:
     """(OnnxModel, zoo entry or None) for a path or a zoo name."""
     from workbench.model import load_onnx
+    from workbench.zoo import resolve_model as resolve_path_or_zoo_name
 
-    path = Path(value)
-    if path.exists() or value.endswith(".onnx"):
-        return load_onnx(path), None
-    from workbench.zoo import get_entry
-
-    try:
-        entry = get_entry(value)
-    except WorkbenchError as error:
-        raise WorkbenchError(f"{value!r} is neither an ONNX file nor a zoo model name.",
-                             expected=f"a path to a .onnx file or {error.expected}") from error
-    return entry.load(), entry
+    path, entry = resolve_path_or_zoo_name(value)
+    return load_onnx(path), entry
 
 
 def _say(text: str) -> None:

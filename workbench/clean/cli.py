@@ -57,15 +57,12 @@ def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
 
 
 def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
-    path = Path(spec)
-    if path.exists() or spec.endswith(".onnx") or "/" in spec:
-        return path, None
-    from workbench.zoo import entry_names, get_entry
+    from workbench.zoo import resolve_model
 
-    if spec not in entry_names():
-        raise WorkbenchError(f"{spec}: no such file and not a zoo model name.", expected=f"a path to an .onnx file or one of {', '.join(entry_names())}")
-    entry = get_entry(spec)
-    return entry.onnx_path(), {name: list(levels) for name, levels in entry.input_profiles().items()}
+    path, entry = resolve_model(spec)
+    if entry is None:
+        return path, None
+    return path, {name: list(levels) for name, levels in entry.input_profiles().items()}
 
 
 def run_clean(args: argparse.Namespace) -> int:

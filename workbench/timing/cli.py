@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
@@ -63,16 +61,13 @@ def make_executor(model: str, executor: str, *, batch: int = 1, shapes: list[str
 
     if executor == "cpu":
         overrides: dict[str, Any] = parse_shape_overrides(shapes)
-        path = Path(model)
-        if not path.is_file():
-            if model.endswith(".onnx") or os.sep in model:
-                raise WorkbenchError(f"{model}: no such ONNX file.", expected="an existing .onnx path or a zoo name")
-            from workbench.zoo import get_entry
+        from workbench.zoo import resolve_model
 
-            entry = get_entry(model)
-            path = entry.onnx_path()
-            if not overrides:
-                overrides = dict(entry.input_profiles())
+        path, entry = resolve_model(model)
+        if entry is None and not path.is_file():
+            raise WorkbenchError(f"{model}: no such ONNX file.", expected="an existing .onnx path or a zoo name")
+        if entry is not None and not overrides:
+            overrides = dict(entry.input_profiles())
         return OrtCpuExecutor(path, shapes=overrides), model
     if executor == "torch":
         from workbench.timing.torch_executor import TorchExecutor, torch_module_for

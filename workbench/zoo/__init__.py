@@ -10,6 +10,9 @@ ONNX on first use (``requires_torch``).
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from workbench.errors import WorkbenchError
 from workbench.zoo.base import MetricResult, ZooEntry, cache_dir, make_ort_predict
 
@@ -45,6 +48,22 @@ def get_entry(name: str) -> ZooEntry:
     return _instances[name]
 
 
+def resolve_model(spec: str) -> tuple[Path, ZooEntry | None]:
+    """A command line's MODEL argument: an ONNX path, or a zoo name (materialized; its entry comes with it).
+
+    ``spec`` is a path when it exists, ends in ``.onnx`` or contains a path separator; otherwise it must be a zoo
+    name. A path is returned as given (callers load it and report a missing file themselves).
+    """
+    path = Path(spec)
+    if path.exists() or spec.endswith(".onnx") or "/" in spec or os.sep in spec:
+        return path, None
+    if spec not in _ENTRY_CLASSES:
+        raise WorkbenchError(f"{spec}: no such file and not a zoo model name.",
+                             expected="a path to an .onnx file or one of " + ", ".join(_ENTRY_CLASSES))
+    entry = get_entry(spec)
+    return entry.onnx_path(), entry
+
+
 def list_entries() -> list[ZooEntry]:
     """Every zoo entry, in a fixed order (small and torch-free first)."""
     return [get_entry(name) for name in _ENTRY_CLASSES]
@@ -59,4 +78,5 @@ __all__ = [
     "get_entry",
     "list_entries",
     "make_ort_predict",
+    "resolve_model",
 ]
