@@ -170,25 +170,17 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
 
 
 def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str]:
-    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan."""
-    plan = options.plan
-    if plan is None and options.precision == "fp16":
-        plan = PrecisionPlan(default="fp16")
-    if plan is None or (plan.default == "fp32" and not plan.overrides):
+    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan.
+
+    TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
+    refuses INT8 on a graph without Q/DQ nodes (workbench.autocast owns both rules).
+    """
+    from workbench.autocast import apply_precision_plan
+
+    plan = options.plan or PrecisionPlan(default=options.precision)  # type: ignore[arg-type]
+    if plan.default == "fp32" and not plan.overrides:
         return model.path, model.sha256
-    if plan.default == "int8" or "int8" in plan.overrides.values():
-        has_qdq = any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.proto.graph.node)
-        if not has_qdq:
-            raise WorkbenchError(
-                f"{model.path}: the precision plan asks for INT8 but the model has no QuantizeLinear/DequantizeLinear nodes.",
-                expected="a Q/DQ model from `workbench calibrate` (TensorRT 10/11 builds INT8 only from explicit Q/DQ)",
-            )
-    try:
-        from workbench.autocast import apply_precision_plan
-    except ImportError as error:  # pragma: no cover - present in every release; guards partial checkouts
-        raise WorkbenchError("FP16 builds need workbench.autocast, which is missing from this installation.") from error
-    rewritten = apply_precision_plan(model, plan)
-    proto = getattr(rewritten, "proto", rewritten)
+    proto = apply_precision_plan(model, plan).proto
     out = workdir / (model.path.stem + f".{plan.label}.onnx")
     data = proto.SerializeToString()
     out.write_bytes(data)
