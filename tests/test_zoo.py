@@ -51,7 +51,7 @@ def test_api_names_and_default(zoo_cache: Path) -> None:
     from workbench.zoo import DEFAULT_MODEL, MetricResult, ZooEntry, cache_dir, list_entries
 
     assert [entry.name for entry in list_entries()] == ALL_NAMES
-    assert DEFAULT_MODEL == "ocr-rec"
+    assert DEFAULT_MODEL == "ocr-cls"
     assert not _entry(DEFAULT_MODEL).requires_torch
     assert cache_dir() == zoo_cache
     for entry in list_entries():
@@ -280,7 +280,7 @@ def test_cli_list_fetch_eval_calib_data(capsys: pytest.CaptureFixture[str], tmp_
     listing = capsys.readouterr().out
     for name in ALL_NAMES:
         assert name in listing
-    assert "needs torch" in listing and "ocr-rec (default)" in listing
+    assert "needs torch" in listing and "ocr-cls (default)" in listing
 
     assert main(["zoo", "fetch", "digits-cnn", "ocr-cls"]) == 0
     fetched = capsys.readouterr().out

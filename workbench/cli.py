@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as error:
         print(f"workbench {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"workbench {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from workbench.errors import WorkbenchError
+from workbench.zoo import DEFAULT_MODEL
 
-# PP-OCR's text-direction classifier: the whole journey takes ~25 s on 2 CPU cores, and INT8 visibly costs accuracy
-# (the per-layer diff finds the culprits, the FP32 fallback repairs it). digits-cnn is faster but INT8 costs it nothing.
-DEFAULT_QUICKSTART_MODEL = "ocr-cls"
+DEFAULT_QUICKSTART_MODEL = DEFAULT_MODEL  # one default for the main job and the zoo (reasons in workbench.zoo)
 PRECISION_CHOICES = ("fp32", "fp16", "int8")  # int8 = the calibrated engine with its worst layers back in FP32
 CALIBRATION_METHODS = ("entropy", "percentile", "mse", "max")
 STATUSES = ("done", "unavailable", "skipped", "failed")
