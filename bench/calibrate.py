@@ -20,6 +20,7 @@ project's onnx/onnxruntime, so it is not a project dependency. The benchmark imp
 
 and runs it on the CPU with our onnx 1.23 / onnxruntime 1.32; when that import fails the columns say why.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,9 +102,14 @@ def worker_ours(args: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         ranges[method] = statistics.ranges(method).amax
         method_seconds[method] = time.perf_counter() - t0
-    return {"statistics_seconds": stats_seconds, "method_seconds": method_seconds,
-            "all_methods_seconds": stats_seconds + sum(method_seconds.values()),
-            "ranges": ranges, "tensors": len(statistics.histograms), "samples": statistics.num_samples}
+    return {
+        "statistics_seconds": stats_seconds,
+        "method_seconds": method_seconds,
+        "all_methods_seconds": stats_seconds + sum(method_seconds.values()),
+        "ranges": ranges,
+        "tensors": len(statistics.histograms),
+        "samples": statistics.num_samples,
+    }
 
 
 def _batch_reader(batches: list[dict[str, np.ndarray]]) -> Any:
@@ -131,9 +137,18 @@ def worker_ort(args: dict[str, Any]) -> dict[str, Any]:
     if args["method"] == "Percentile":
         extra["CalibPercentile"] = 99.999
     start = time.perf_counter()
-    quantize_static(args["model"], args["output"], _batch_reader(batches), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=OPS,
-                    calibrate_method=getattr(CalibrationMethod, args["method"]), extra_options=extra)
+    quantize_static(
+        args["model"],
+        args["output"],
+        _batch_reader(batches),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=OPS,
+        calibrate_method=getattr(CalibrationMethod, args["method"]),
+        extra_options=extra,
+    )
     return {"seconds": time.perf_counter() - start}
 
 
@@ -146,8 +161,16 @@ def worker_modelopt(args: dict[str, Any]) -> dict[str, Any]:
     batches = _load_batches(Path(args["data"]))
     data = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
     start = time.perf_counter()
-    quantize(args["model"], quantize_mode="int8", calibration_method=args["method"], calibration_data=data,
-             calibration_eps=["cpu"], output_path=args["output"], op_types_to_quantize=OPS, high_precision_dtype="fp32")
+    quantize(
+        args["model"],
+        quantize_mode="int8",
+        calibration_method=args["method"],
+        calibration_data=data,
+        calibration_eps=["cpu"],
+        output_path=args["output"],
+        op_types_to_quantize=OPS,
+        high_precision_dtype="fp32",
+    )
     return {"seconds": time.perf_counter() - start}
 
 
@@ -163,8 +186,12 @@ def worker_our_diff(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_ort_debug(args: dict[str, Any]) -> dict[str, Any]:
-    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_activation_error,
-                                                         create_activation_matching, modify_model_output_intermediate_tensors)
+    from onnxruntime.quantization.qdq_loss_debug import (
+        collect_activations,
+        compute_activation_error,
+        create_activation_matching,
+        modify_model_output_intermediate_tensors,
+    )
 
     batches = _load_batches(Path(args["data"]))
 
@@ -179,23 +206,34 @@ def worker_ort_debug(args: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - start, "tensors": len(errors)}
 
 
-WORKERS = {"baseline": worker_baseline, "ours": worker_ours, "ort": worker_ort, "modelopt": worker_modelopt,
-           "our_diff": worker_our_diff, "ort_debug": worker_ort_debug}
+WORKERS = {
+    "baseline": worker_baseline,
+    "ours": worker_ours,
+    "ort": worker_ort,
+    "modelopt": worker_modelopt,
+    "our_diff": worker_our_diff,
+    "ort_debug": worker_ort_debug,
+}
 
 
 def run_worker(kind: str, args: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter; returns its result plus wall seconds and its own peak RSS."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, __file__, "--worker", kind, json.dumps(args)], capture_output=True,
-                              text=True, timeout=timeout, cwd=REPO)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", kind, json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "wall_seconds": time.perf_counter() - start}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"error": " | ".join(tail)[-400:], "wall_seconds": time.perf_counter() - start}
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     result["wall_seconds"] = time.perf_counter() - start
     return result
 
@@ -217,8 +255,20 @@ def run_polygraphy(model: Path, batches_file: Path, workdir: Path, timeout: floa
     """``polygraphy run M --onnxrt --onnx-outputs mark all`` on the same inputs (directory output mode)."""
     start = time.perf_counter()
     out = workdir / f"{model.stem}_outputs"
-    command = [str(Path(sys.executable).parent / "polygraphy"), "run", str(model), "--onnxrt", "--onnx-outputs", "mark", "all",
-               "--load-inputs", str(batches_file), "--save-outputs", str(out), "--silent"]
+    command = [
+        str(Path(sys.executable).parent / "polygraphy"),
+        "run",
+        str(model),
+        "--onnxrt",
+        "--onnx-outputs",
+        "mark",
+        "all",
+        "--load-inputs",
+        str(batches_file),
+        "--save-outputs",
+        str(out),
+        "--silent",
+    ]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -232,7 +282,8 @@ def run_polygraphy(model: Path, batches_file: Path, workdir: Path, timeout: floa
 
 
 def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    from workbench.calib.qdq import insert_qdq, prepare_model
+    from workbench.calib.qdq import insert_qdq
+    from workbench.precision.qdq_rules import prepare_model
     from workbench.zoo import get_entry
 
     entry = get_entry(name)
@@ -249,9 +300,13 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         np.savez(data / f"batch_{index:05d}.npz", **feed)
     data_seconds = time.perf_counter() - t0
     limit = args.eval_limit
-    report: dict[str, Any] = {"model": name, "metric": entry.metric_name, "calibration_samples": args.samples,
-                              "evaluation_samples": limit or entry.split_sizes["evaluation"],
-                              "data_generation_seconds_not_timed": data_seconds}
+    report: dict[str, Any] = {
+        "model": name,
+        "metric": entry.metric_name,
+        "calibration_samples": args.samples,
+        "evaluation_samples": limit or entry.split_sizes["evaluation"],
+        "data_generation_seconds_not_timed": data_seconds,
+    }
     print(f"[{name}] data ready ({data_seconds:.1f} s); FP32 metric…", flush=True)
     report["fp32"] = metric_of(entry, prepared, limit)
     report["baseline_worker"] = run_worker("baseline", {"data": str(data)})
@@ -276,12 +331,23 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     for method, inputs_only in (("MinMax", False), ("Entropy", False), ("Percentile", False), ("MinMax", True)):
         key = method + (" inputs-only" if inputs_only else "")
         output = workdir / f"{name}.ort.{method}{'.in' if inputs_only else ''}.onnx"
-        result = run_worker("ort", {"model": str(model_path), "data": str(data), "method": method, "output": str(output),
-                                    "inputs_only": inputs_only})
+        result = run_worker(
+            "ort",
+            {
+                "model": str(model_path),
+                "data": str(data),
+                "method": method,
+                "output": str(output),
+                "inputs_only": inputs_only,
+            },
+        )
         if "error" not in result:
             result["metric"] = metric_of(entry, onnx.load(str(output)), limit)
         report["ort"][key] = result
-        print(f"[{name}] ORT {key}: {result.get('metric')} {result.get('seconds')} s {result.get('peak_rss_mb')} MB {result.get('error', '')}", flush=True)
+        print(
+            f"[{name}] ORT {key}: {result.get('metric')} {result.get('seconds')} s {result.get('peak_rss_mb')} MB {result.get('error', '')}",
+            flush=True,
+        )
 
     report["modelopt"] = {}
     if args.modelopt_reason:
@@ -289,7 +355,9 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     else:
         for method in ("max", "entropy"):
             output = workdir / f"{name}.modelopt.{method}.onnx"
-            result = run_worker("modelopt", {"model": str(model_path), "data": str(data), "method": method, "output": str(output)})
+            result = run_worker(
+                "modelopt", {"model": str(model_path), "data": str(data), "method": method, "output": str(output)}
+            )
             if "error" not in result and output.exists():
                 result["metric"] = metric_of(entry, onnx.load(str(output)), limit)
             report["modelopt"][method] = result
@@ -306,11 +374,16 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         with np.load(path) as archive:
             feeds.append({k: archive[k] for k in archive.files})
     report["diff_samples"] = sum(int(next(iter(f.values())).shape[0]) for f in feeds)
-    report["our_diff"] = run_worker("our_diff", {"model": str(model_path), "quantized": str(quantized_path), "data": str(diff_data)})
+    report["our_diff"] = run_worker(
+        "our_diff", {"model": str(model_path), "quantized": str(quantized_path), "data": str(diff_data)}
+    )
     debug_dir = workdir / f"{name}_ortdebug"
     debug_dir.mkdir(exist_ok=True)
-    report["ort_debug"] = run_worker("ort_debug", {"model": str(model_path), "quantized": str(quantized_path),
-                                                   "data": str(diff_data), "workdir": str(debug_dir)}, timeout=args.peer_timeout)
+    report["ort_debug"] = run_worker(
+        "ort_debug",
+        {"model": str(model_path), "quantized": str(quantized_path), "data": str(diff_data), "workdir": str(debug_dir)},
+        timeout=args.peer_timeout,
+    )
     if not args.skip_polygraphy:
         from polygraphy.json import save_json
 
@@ -318,11 +391,22 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         save_json(feeds, str(inputs_file))
         fp32_run = run_polygraphy(model_path, inputs_file, workdir, args.peer_timeout)
         qdq_run = run_polygraphy(quantized_path, inputs_file, workdir, args.peer_timeout)
-        total = None if fp32_run.get("seconds") is None or qdq_run.get("seconds") is None else fp32_run["seconds"] + qdq_run["seconds"]
-        report["polygraphy_mark_all"] = {"fp32": fp32_run, "quantized": qdq_run, "seconds": total,
-                                         "note": "runs only: Polygraphy leaves the per-tensor comparison to a further step"}
-    print(f"[{name}] diff: ours {report['our_diff'].get('seconds')} s, ORT qdq_loss_debug {report['ort_debug'].get('seconds')} s, "
-          f"polygraphy {report.get('polygraphy_mark_all', {}).get('seconds')} s", flush=True)
+        total = (
+            None
+            if fp32_run.get("seconds") is None or qdq_run.get("seconds") is None
+            else fp32_run["seconds"] + qdq_run["seconds"]
+        )
+        report["polygraphy_mark_all"] = {
+            "fp32": fp32_run,
+            "quantized": qdq_run,
+            "seconds": total,
+            "note": "runs only: Polygraphy leaves the per-tensor comparison to a further step",
+        }
+    print(
+        f"[{name}] diff: ours {report['our_diff'].get('seconds')} s, ORT qdq_loss_debug {report['ort_debug'].get('seconds')} s, "
+        f"polygraphy {report.get('polygraphy_mark_all', {}).get('seconds')} s",
+        flush=True,
+    )
     return report
 
 
@@ -335,33 +419,57 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
 
 
 def table(reports: list[dict[str, Any]]) -> str:
-    lines = ["| model (metric) | FP32 | ours max / pct / entropy / mse | ORT MinMax / Entropy / Percentile | ORT MinMax inputs-only | ModelOpt max / entropy |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| model (metric) | FP32 | ours max / pct / entropy / mse | ORT MinMax / Entropy / Percentile | ORT MinMax inputs-only | ModelOpt max / entropy |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in reports:
         o, ort_ = r["ours"], r["ort"]
         mo = r.get("modelopt", {})
-        modelopt = mo.get("skipped", "skipped") if "skipped" in mo else " / ".join(_fmt(mo.get(m, {}).get("metric")) for m in ("max", "entropy"))
-        lines.append(f"| {r['model']} ({r['metric']}) | {_fmt(r['fp32'])} | "
-                     + " / ".join(_fmt(o.get(f"metric_{m}")) for m in OUR_METHODS) + " | "
-                     + " / ".join(_fmt(ort_.get(m, {}).get("metric")) for m in ("MinMax", "Entropy", "Percentile")) + " | "
-                     + _fmt(ort_.get("MinMax inputs-only", {}).get("metric")) + f" | {modelopt} |")
-    lines += ["", "| model | ours: statistics s (all 4 methods s) | ours peak RSS MB (8× data) | ORT MinMax s / MB | ORT Entropy s / MB | ORT Percentile s / MB | baseline worker MB |",
-              "|---|---|---|---|---|---|---|"]
+        modelopt = (
+            mo.get("skipped", "skipped")
+            if "skipped" in mo
+            else " / ".join(_fmt(mo.get(m, {}).get("metric")) for m in ("max", "entropy"))
+        )
+        lines.append(
+            f"| {r['model']} ({r['metric']}) | {_fmt(r['fp32'])} | "
+            + " / ".join(_fmt(o.get(f"metric_{m}")) for m in OUR_METHODS)
+            + " | "
+            + " / ".join(_fmt(ort_.get(m, {}).get("metric")) for m in ("MinMax", "Entropy", "Percentile"))
+            + " | "
+            + _fmt(ort_.get("MinMax inputs-only", {}).get("metric"))
+            + f" | {modelopt} |"
+        )
+    lines += [
+        "",
+        "| model | ours: statistics s (all 4 methods s) | ours peak RSS MB (8× data) | ORT MinMax s / MB | ORT Entropy s / MB | ORT Percentile s / MB | baseline worker MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in reports:
         o, ort_ = r["ours"], r["ort"]
         grown = r.get("ours_8x", {})
-        lines.append(f"| {r['model']} | {_fmt(o.get('statistics_seconds'), '.2f')} ({_fmt(o.get('all_methods_seconds'), '.2f')}) | "
-                     f"{_fmt(o.get('peak_rss_mb'), '.0f')} ({_fmt(grown.get('peak_rss_mb'), '.0f')}) | "
-                     + " | ".join(f"{_fmt(ort_.get(m, {}).get('seconds'), '.2f')} / {_fmt(ort_.get(m, {}).get('peak_rss_mb'), '.0f')}"
-                                  for m in ("MinMax", "Entropy", "Percentile"))
-                     + f" | {_fmt(r['baseline_worker'].get('peak_rss_mb'), '.0f')} |")
-    lines += ["", "| model | diff samples | ours diff s / MB | ORT qdq_loss_debug s / MB | Polygraphy mark-all (both models) s |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['model']} | {_fmt(o.get('statistics_seconds'), '.2f')} ({_fmt(o.get('all_methods_seconds'), '.2f')}) | "
+            f"{_fmt(o.get('peak_rss_mb'), '.0f')} ({_fmt(grown.get('peak_rss_mb'), '.0f')}) | "
+            + " | ".join(
+                f"{_fmt(ort_.get(m, {}).get('seconds'), '.2f')} / {_fmt(ort_.get(m, {}).get('peak_rss_mb'), '.0f')}"
+                for m in ("MinMax", "Entropy", "Percentile")
+            )
+            + f" | {_fmt(r['baseline_worker'].get('peak_rss_mb'), '.0f')} |"
+        )
+    lines += [
+        "",
+        "| model | diff samples | ours diff s / MB | ORT qdq_loss_debug s / MB | Polygraphy mark-all (both models) s |",
+        "|---|---|---|---|---|",
+    ]
     for r in reports:
         d, od = r["our_diff"], r["ort_debug"]
         poly = r.get("polygraphy_mark_all", {})
-        lines.append(f"| {r['model']} | {r['diff_samples']} | {_fmt(d.get('seconds'), '.2f')} / {_fmt(d.get('peak_rss_mb'), '.0f')} | "
-                     f"{_fmt(od.get('seconds'), '.2f')} / {_fmt(od.get('peak_rss_mb'), '.0f')}{' ' + od['error'][:60] if 'error' in od else ''} | "
-                     f"{_fmt(poly.get('seconds'), '.2f')}{' ' + str(poly.get('fp32', {}).get('error', ''))[:60] if poly.get('fp32', {}).get('error') else ''} |")
+        lines.append(
+            f"| {r['model']} | {r['diff_samples']} | {_fmt(d.get('seconds'), '.2f')} / {_fmt(d.get('peak_rss_mb'), '.0f')} | "
+            f"{_fmt(od.get('seconds'), '.2f')} / {_fmt(od.get('peak_rss_mb'), '.0f')}{' ' + od['error'][:60] if 'error' in od else ''} | "
+            f"{_fmt(poly.get('seconds'), '.2f')}{' ' + str(poly.get('fp32', {}).get('error', ''))[:60] if poly.get('fp32', {}).get('error') else ''} |"
+        )
     return "\n".join(lines)
 
 
@@ -404,22 +512,44 @@ def fallback_main(args: argparse.Namespace) -> int:
         op_type = "MatMul" if name == "minilm" else "Conv"
         total_ops = sum(1 for o in ops.values() if o == op_type)
         kept = [n for n in session.int8_nodes(result.plan) if ops.get(n) == op_type]
-        report = {"model": name, "metric": entry.metric_name, "fp32": fp32, "int8_by_method": per_method,
-                  "method": best_method, "int8": best_value, "target": target, "search": result.to_json(),
-                  "mixed": result.metric, "met": result.met, f"{op_type}_total": total_ops, f"{op_type}_int8_kept": len(kept),
-                  "kept_fraction": len(kept) / max(total_ops, 1), "seconds": time.perf_counter() - start, "ranking": args.ranking,
-                  "evaluation_samples": args.eval_limit or entry.split_sizes["evaluation"], "calibration_samples": args.samples}
+        report = {
+            "model": name,
+            "metric": entry.metric_name,
+            "fp32": fp32,
+            "int8_by_method": per_method,
+            "method": best_method,
+            "int8": best_value,
+            "target": target,
+            "search": result.to_json(),
+            "mixed": result.metric,
+            "met": result.met,
+            f"{op_type}_total": total_ops,
+            f"{op_type}_int8_kept": len(kept),
+            "kept_fraction": len(kept) / max(total_ops, 1),
+            "seconds": time.perf_counter() - start,
+            "ranking": args.ranking,
+            "evaluation_samples": args.eval_limit or entry.split_sizes["evaluation"],
+            "calibration_samples": args.samples,
+        }
         reports.append(report)
-        print(f"[{name}] FP32 {fp32:.4f} INT8({best_method}) {best_value:.4f} -> mixed {result.metric:.4f} (target {target:.4f}, "
-              f"{'met' if result.met else 'NOT met'}), {len(result.nodes)} fallback, {op_type} INT8 {len(kept)}/{total_ops}", flush=True)
+        print(
+            f"[{name}] FP32 {fp32:.4f} INT8({best_method}) {best_value:.4f} -> mixed {result.metric:.4f} (target {target:.4f}, "
+            f"{'met' if result.met else 'NOT met'}), {len(result.nodes)} fallback, {op_type} INT8 {len(kept)}/{total_ops}",
+            flush=True,
+        )
         write_json_atomic(args.fallback_output, {"reports": reports})
-    lines = ["| model (metric) | FP32 | INT8 max / pct / entropy / mse | method | mixed (fallback search) | target | fallback nodes | INT8 kept | ranking |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model (metric) | FP32 | INT8 max / pct / entropy / mse | method | mixed (fallback search) | target | fallback nodes | INT8 kept | ranking |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in reports:
         op_type = "MatMul" if r["model"] == "minilm" else "Conv"
-        lines.append(f"| {r['model']} ({r['metric']}) | {r['fp32']:.4f} | " + " / ".join(f"{r['int8_by_method'][m]:.4f}" for m in OUR_METHODS)
-                     + f" | {r['method']} | {r['mixed']:.4f} ({'met' if r['met'] else 'NOT met'}) | {r['target']:.4f} | "
-                     f"{len(r['search']['nodes'])} | {r[op_type + '_int8_kept']}/{r[op_type + '_total']} {op_type} ({100 * r['kept_fraction']:.0f} %) | {r['ranking']} |")
+        lines.append(
+            f"| {r['model']} ({r['metric']}) | {r['fp32']:.4f} | "
+            + " / ".join(f"{r['int8_by_method'][m]:.4f}" for m in OUR_METHODS)
+            + f" | {r['method']} | {r['mixed']:.4f} ({'met' if r['met'] else 'NOT met'}) | {r['target']:.4f} | "
+            f"{len(r['search']['nodes'])} | {r[op_type + '_int8_kept']}/{r[op_type + '_total']} {op_type} ({100 * r['kept_fraction']:.0f} %) | {r['ranking']} |"
+        )
     text = "\n".join(lines)
     write_text_atomic(Path(args.fallback_output).with_suffix(".md"), text + "\n")
     print(text)
@@ -437,7 +567,9 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=900)
     parser.add_argument("--output", default=str(RESULTS / "calibrate.json"))
     parser.add_argument("--fallback", action="store_true", help="run the automatic fallback search per model instead")
-    parser.add_argument("--ranking", default="sensitivity", choices=("sensitivity", "diff"), help="fallback candidate ranking")
+    parser.add_argument(
+        "--ranking", default="sensitivity", choices=("sensitivity", "diff"), help="fallback candidate ranking"
+    )
     parser.add_argument("--fallback-output", default=str(RESULTS / "calibrate_fallback.json"))
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -457,9 +589,16 @@ def main() -> int:
 
 
 def _modelopt_reason() -> str | None:
-    probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(MODELOPT_PATH)!r}); "
-                            "sys.modules['tensorrt'] = None; from modelopt.onnx.quantization import quantize"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(MODELOPT_PATH)!r}); "
+            "sys.modules['tensorrt'] = None; from modelopt.onnx.quantization import quantize",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode == 0:
         return None
     last = (probe.stderr.strip().splitlines() or ["import failed"])[-1]
@@ -469,14 +608,20 @@ def _modelopt_reason() -> str | None:
 def _write(reports: list[dict[str, Any]], args: argparse.Namespace) -> None:
     from workbench._io import write_json_atomic, write_text_atomic
 
-    document = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                "settings": {"calibration_samples": args.samples, "eval_limit": args.eval_limit, "diff_samples": args.diff_samples,
-                             "ort": "quantize_static QDQ, per_channel, ActivationSymmetric, WeightSymmetric, QuantizeBias=False, "
-                                    "op_types Conv/ConvTranspose/MatMul/Gemm; Percentile 99.999",
-                             "ours": "one streaming pass, 2048-bin |x| histograms; placement per TensorRT rules; no fallback",
-                             "metric_runtime": "ORT CPU, ORT_DISABLE_ALL"},
-                "modelopt": args.modelopt_reason or "measured",
-                "reports": reports}
+    document = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "settings": {
+            "calibration_samples": args.samples,
+            "eval_limit": args.eval_limit,
+            "diff_samples": args.diff_samples,
+            "ort": "quantize_static QDQ, per_channel, ActivationSymmetric, WeightSymmetric, QuantizeBias=False, "
+            "op_types Conv/ConvTranspose/MatMul/Gemm; Percentile 99.999",
+            "ours": "one streaming pass, 2048-bin |x| histograms; placement per TensorRT rules; no fallback",
+            "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
+        },
+        "modelopt": args.modelopt_reason or "measured",
+        "reports": reports,
+    }
     write_json_atomic(args.output, document)
     write_text_atomic(Path(args.output).with_suffix(".md"), table(reports) + "\n")
 

@@ -12,6 +12,7 @@ Timing: in-process, on an in-memory ModelProto, best of ``--repeats`` runs, impo
 runs as its CLI (``polygraphy surgeon sanitize --fold-constants``), so its seconds include process start-up.
 Writes bench/results/clean.json and bench/results/clean.md and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,11 +36,23 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 from workbench.clean import CleanOptions, clean_model  # noqa: E402
-from workbench.clean.checks import EquivalenceChecker, cap_batch, compare_outputs, io_specs, ort_session, probe_shapes_from_profile  # noqa: E402
+from workbench.clean.checks import (
+    EquivalenceChecker,
+    cap_batch,
+    compare_outputs,
+    io_specs,
+    ort_session,
+    probe_shapes_from_profile,
+)  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ZOO_MODELS = ("digits-cnn", "ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0", "minilm")
-TORCH_MODELS = ("torch-cnn-view", "torch-transformer-handln-op17", "torch-transformer-handln-op20", "torch-nn-transformer")
+TORCH_MODELS = (
+    "torch-cnn-view",
+    "torch-transformer-handln-op17",
+    "torch-transformer-handln-op20",
+    "torch-nn-transformer",
+)
 
 
 # ------------------------------------------------------------------------------------------------ torch exports
@@ -119,7 +133,13 @@ def _torch_modules() -> dict[str, tuple[Any, tuple, dict, int, dict]]:
     tokens = torch.randn(2, 16, 64)
     token_axes = {"x": {0: "batch", 1: "sequence"}, "y": {0: "batch", 1: "sequence"}}
     return {
-        "torch-cnn-view": (CnnView(), (torch.randn(2, 3, 32, 32),), {"x": {0: "batch"}, "y": {0: "batch"}}, 13, image_profile),
+        "torch-cnn-view": (
+            CnnView(),
+            (torch.randn(2, 3, 32, 32),),
+            {"x": {0: "batch"}, "y": {0: "batch"}},
+            13,
+            image_profile,
+        ),
         "torch-transformer-handln-op17": (HandTransformer(), (tokens,), token_axes, 17, token_profile),
         "torch-transformer-handln-op20": (HandTransformer(), (tokens,), token_axes, 20, token_profile),
         "torch-nn-transformer": (encoder, (tokens,), token_axes, 17, token_profile),
@@ -134,8 +154,16 @@ def export_torch_model(name: str, folder: Path) -> tuple[Path, dict]:
     torch.backends.mha.set_fastpath_enabled(False)  # the fused encoder kernel has no ONNX export
     path = folder / f"{name}.onnx"
     with torch.no_grad():
-        torch.onnx.export(module, args, str(path), input_names=["x"], output_names=["y"], dynamic_axes=axes,
-                          opset_version=opset, dynamo=False)
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+        )
     return path, profile
 
 
@@ -160,7 +188,13 @@ def run_ours(model: onnx.ModelProto, profile: dict, repeats: int) -> dict[str, A
         "seconds_with_checks": checked_seconds,
         "nodes_without_checks": fast.nodes_after,
         "rolled_back": [(r.name, r.failure) for r in checked.rolled_back],
-        "passes": [{k: r.to_json()[k] for k in ("name", "status", "nodes_before", "nodes_after", "max_abs_diff", "seconds", "check_seconds")} for r in checked.passes],
+        "passes": [
+            {
+                k: r.to_json()[k]
+                for k in ("name", "status", "nodes_before", "nodes_after", "max_abs_diff", "seconds", "check_seconds")
+            }
+            for r in checked.passes
+        ],
         "baseline_issues": checked.baseline_issues,
     }
 
@@ -183,15 +217,21 @@ def run_polygraphy(path: Path, workdir: Path) -> dict[str, Any]:
     out = workdir / f"{path.stem}.polygraphy.onnx"
     polygraphy = Path(sys.executable).parent / "polygraphy"
     start = time.perf_counter()
-    completed = subprocess.run([str(polygraphy), "surgeon", "sanitize", str(path), "--fold-constants", "-o", str(out)],
-                               capture_output=True, text=True, timeout=600)
+    completed = subprocess.run(
+        [str(polygraphy), "surgeon", "sanitize", str(path), "--fold-constants", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     seconds = time.perf_counter() - start
     if completed.returncode != 0:
         return {"model": None, "seconds": seconds, "error": completed.stderr.strip().splitlines()[-1:]}
     return {"model": onnx.load(out), "seconds": seconds}
 
 
-def outputs_match(checker: EquivalenceChecker, candidate: onnx.ModelProto | None) -> tuple[bool, float | None, str | None]:
+def outputs_match(
+    checker: EquivalenceChecker, candidate: onnx.ModelProto | None
+) -> tuple[bool, float | None, str | None]:
     """The tool's model against the original's reference outputs (by position: some tools rename outputs)."""
     if candidate is None:
         return False, None, "no model"
@@ -218,14 +258,23 @@ def outputs_match(checker: EquivalenceChecker, candidate: onnx.ModelProto | None
 
 
 def build_with_rtx(path: Path, profile: dict, workdir: Path) -> dict[str, Any]:
-    from workbench.build import BuildOptions, engine_from_onnx
+    from workbench.engine.build import BuildOptions, engine_from_onnx
 
     start = time.perf_counter()
     try:
-        artifact = engine_from_onnx(path, workdir / f"{path.stem}.engine", BuildOptions(shapes={k: tuple(tuple(s) for s in v) for k, v in profile.items()}, progress=False))
+        artifact = engine_from_onnx(
+            path,
+            workdir / f"{path.stem}.engine",
+            BuildOptions(shapes={k: tuple(tuple(s) for s in v) for k, v in profile.items()}, progress=False),
+        )
     except Exception as error:
         return {"ok": False, "seconds": time.perf_counter() - start, "error": str(error).splitlines()[0][:300]}
-    return {"ok": True, "seconds": artifact.build_seconds, "layers": artifact.layer_count, "backend": f"{artifact.backend} {artifact.backend_version}"}
+    return {
+        "ok": True,
+        "seconds": artifact.build_seconds,
+        "layers": artifact.layer_count,
+        "backend": f"{artifact.backend} {artifact.backend_version}",
+    }
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -255,9 +304,14 @@ def bench_model(name: str, path: Path, profile: dict, workdir: Path, repeats: in
     inputs, _ = io_specs(model)
     probes = cap_batch(probe_shapes_from_profile(inputs, profile), inputs, 2)
     checker = EquivalenceChecker(model, probes)
-    row: dict[str, Any] = {"model": name, "nodes_before": len(model.graph.node), "bytes_before": path.stat().st_size,
-                           "opset": next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0),
-                           "probe_shapes": checker.probe_shapes, "tools": {}}
+    row: dict[str, Any] = {
+        "model": name,
+        "nodes_before": len(model.graph.node),
+        "bytes_before": path.stat().st_size,
+        "opset": next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0),
+        "probe_shapes": checker.probe_shapes,
+        "tools": {},
+    }
     runs = {
         "ours": lambda: run_ours(model, profile, repeats),
         "onnxslim": lambda: run_onnxslim(model, repeats),
@@ -268,7 +322,9 @@ def bench_model(name: str, path: Path, profile: dict, workdir: Path, repeats: in
         try:
             result = run()
         except Exception as error:  # a peer tool crashing on a model is a result, not a benchmark failure
-            row["tools"][tool] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"}
+            row["tools"][tool] = {
+                "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+            }
             continue
         cleaned = result.pop("model")
         match, diff, why = outputs_match(checker, cleaned)
@@ -291,15 +347,28 @@ def _fmt(value: Any, spec: str = "") -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = ("| model | nodes before | ours | onnxslim | onnxsim | polygraphy | ours s (no checks) | ours s (checks) "
-              "| onnxslim s | onnxsim s | polygraphy s (CLI) | ours / slim / sim / poly bytes | outputs match (ours/slim/sim/poly) | TRT-RTX build (ours) |")
+    header = (
+        "| model | nodes before | ours | onnxslim | onnxsim | polygraphy | ours s (no checks) | ours s (checks) "
+        "| onnxslim s | onnxsim s | polygraphy s (CLI) | ours / slim / sim / poly bytes | outputs match (ours/slim/sim/poly) | TRT-RTX build (ours) |"
+    )
     lines = [header, "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
     for row in rows:
         t = row["tools"]
-        get = lambda tool, key, spec="": _fmt(t.get(tool, {}).get(key), spec)  # noqa: E731
-        match = "/".join("yes" if t.get(tool, {}).get("outputs_match") else "NO" for tool in ("ours", "onnxslim", "onnxsim", "polygraphy"))
+        get = lambda tool, key, spec="", t=t: _fmt(t.get(tool, {}).get(key), spec)  # noqa: E731
+        match = "/".join(
+            "yes" if t.get(tool, {}).get("outputs_match") else "NO"
+            for tool in ("ours", "onnxslim", "onnxsim", "polygraphy")
+        )
         build = t.get("ours", {}).get("tensorrt_build")
-        build_text = "-" if build is None else (f"ok, {build['layers']} layers, {build['seconds']:.1f} s" if build["ok"] else f"FAILED: {build['error']}")
+        build_text = (
+            "-"
+            if build is None
+            else (
+                f"ok, {build['layers']} layers, {build['seconds']:.1f} s"
+                if build["ok"]
+                else f"FAILED: {build['error']}"
+            )
+        )
         lines.append(
             f"| {row['model']} | {row['nodes_before']} | **{get('ours', 'nodes')}** | {get('onnxslim', 'nodes')} | {get('onnxsim', 'nodes')} "
             f"| {get('polygraphy', 'nodes')} | {get('ours', 'seconds', '.2f')} | {get('ours', 'seconds_with_checks', '.2f')} "
@@ -315,16 +384,24 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         t = row["tools"]
         ours = t.get("ours", {})
-        peers = [t[k]["nodes"] for k in ("onnxslim", "onnxsim") if "nodes" in t.get(k, {}) and t[k].get("outputs_match")]
+        peers = [
+            t[k]["nodes"] for k in ("onnxslim", "onnxsim") if "nodes" in t.get(k, {}) and t[k].get("outputs_match")
+        ]
         best = min(peers) if peers else None
         slim_s = t.get("onnxslim", {}).get("seconds")
         checks = []
         if best is not None and "nodes" in ours:
             checks.append(f"nodes {ours['nodes']} vs best peer {best}: {'met' if ours['nodes'] <= best else 'MISSED'}")
         if slim_s and "seconds" in ours:
-            checks.append(f"time {ours['seconds']:.2f} s vs onnxslim {slim_s:.2f} s: {'met' if ours['seconds'] <= slim_s else 'MISSED'}")
-            checks.append(f"with checks {ours['seconds_with_checks']:.2f} s vs 3x onnxslim {3 * slim_s:.2f} s: {'met' if ours['seconds_with_checks'] <= 3 * slim_s else 'MISSED'}")
-        checks.append("equivalence " + ("met" if ours.get("outputs_match") and not ours.get("rolled_back") else "MISSED"))
+            checks.append(
+                f"time {ours['seconds']:.2f} s vs onnxslim {slim_s:.2f} s: {'met' if ours['seconds'] <= slim_s else 'MISSED'}"
+            )
+            checks.append(
+                f"with checks {ours['seconds_with_checks']:.2f} s vs 3x onnxslim {3 * slim_s:.2f} s: {'met' if ours['seconds_with_checks'] <= 3 * slim_s else 'MISSED'}"
+            )
+        checks.append(
+            "equivalence " + ("met" if ours.get("outputs_match") and not ours.get("rolled_back") else "MISSED")
+        )
         build = ours.get("tensorrt_build")
         if build is not None:
             checks.append("TRT-RTX build " + ("met" if build["ok"] else "MISSED"))
@@ -343,11 +420,19 @@ def baseline_notes(rows: list[dict[str, Any]]) -> list[str]:
 
 def render_markdown(document: dict[str, Any]) -> str:
     rows = document["rows"]
-    text = (f"# Graph cleaning benchmark ({document['date']}, {document['machine']})\n\n"
-            f"Versions: {document['versions']}\n\n{document['method']}\n\n{table(rows)}\n\nTargets:\n" + "\n".join(targets(rows)) + "\n")
+    text = (
+        f"# Graph cleaning benchmark ({document['date']}, {document['machine']})\n\n"
+        f"Versions: {document['versions']}\n\n{document['method']}\n\n{table(rows)}\n\nTargets:\n"
+        + "\n".join(targets(rows))
+        + "\n"
+    )
     notes = baseline_notes(rows)
     if notes:
-        text += "\nBaseline issues (the original model fails these; the probe shape is dropped for every tool):\n" + "\n".join(notes) + "\n"
+        text += (
+            "\nBaseline issues (the original model fails these; the probe shape is dropped for every tool):\n"
+            + "\n".join(notes)
+            + "\n"
+        )
     return text
 
 
@@ -387,8 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "onnxslim": onnxslim.__version__,
-                     "onnxsim": onnxsim.__version__, "polygraphy": polygraphy.__version__},
+        "versions": {
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "onnxslim": onnxslim.__version__,
+            "onnxsim": onnxsim.__version__,
+            "polygraphy": polygraphy.__version__,
+        },
         "method": __doc__.strip().split("\n\n", 2)[2],
         "rows": rows,
     }

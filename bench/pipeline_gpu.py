@@ -11,6 +11,7 @@ One script, one process, all figures from one run, FP16, batch 1 and 8, per mode
   * a minimal hand-written PyTorch loop (one CUDA graph per lane, pinned memory, one host thread, torch streams and
     events, no records, no statistics) at the same lane counts: the "within 5 %" reference for our machinery.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ from workbench.timing.torch_executor import TorchExecutor, torch_module_for  # n
 LANES = (1, 2, 4, 8, 16)
 
 
-def minimal_loop(module: Any, sample_shape: tuple[int, ...], batch: int, lanes: int, seconds: float,
-                 depth: int = 2) -> dict[str, Any]:
+def minimal_loop(
+    module: Any, sample_shape: tuple[int, ...], batch: int, lanes: int, seconds: float, depth: int = 2
+) -> dict[str, Any]:
     """The reference: the simplest correct multi-lane loop we know how to write in PyTorch.
 
     Same shape of work as the pipeline (``depth`` requests in flight per lane, pinned copies both ways, a graph
@@ -90,17 +92,50 @@ def minimal_loop(module: Any, sample_shape: tuple[int, ...], batch: int, lanes: 
         n += 1
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {"kind": "minimal_loop", "streams": lanes, "batch": batch, "depth": depth, "requests": n,
-            "throughput_per_s": n * batch / elapsed, "elapsed_s": elapsed}
+    return {
+        "kind": "minimal_loop",
+        "streams": lanes,
+        "batch": batch,
+        "depth": depth,
+        "requests": n,
+        "throughput_per_s": n * batch / elapsed,
+        "elapsed_s": elapsed,
+    }
 
 
 def short(result: Any) -> dict[str, Any]:
     d = result.to_json()
-    keep = ("executor", "executor_label", "model", "streams", "depth", "batch", "load", "cuda_graph",
-            "dynamic_batching", "rate_per_s", "throughput_per_s", "requests_per_s", "latency_ms", "latency_ci_ms",
-            "latency_reliable", "stages_ms", "enqueue_us_p50", "busy_fraction", "compute_overlap", "n_requests",
-            "n_batches", "window_throughputs", "stable", "span_ms", "littles_law", "timeouts",
-            "mean_padded_fraction", "clocks", "notes")
+    keep = (
+        "executor",
+        "executor_label",
+        "model",
+        "streams",
+        "depth",
+        "batch",
+        "load",
+        "cuda_graph",
+        "dynamic_batching",
+        "rate_per_s",
+        "throughput_per_s",
+        "requests_per_s",
+        "latency_ms",
+        "latency_ci_ms",
+        "latency_reliable",
+        "stages_ms",
+        "enqueue_us_p50",
+        "busy_fraction",
+        "compute_overlap",
+        "n_requests",
+        "n_batches",
+        "window_throughputs",
+        "stable",
+        "span_ms",
+        "littles_law",
+        "timeouts",
+        "mean_padded_fraction",
+        "clocks",
+        "notes",
+    )
     return {k: d[k] for k in keep}
 
 
@@ -120,10 +155,12 @@ def bench_model(name: str, quick: bool, log: list[str]) -> dict[str, Any]:
         lat = value.get("latency_ms") or {}
         if value.get("dynamic_batching"):
             kind = f"{kind}@{value['dynamic_batching']['max_queue_delay_ms']}ms"
-        line = (f"{name:18s} {kind:18s} b={value.get('batch', '')!s:2s} s={value.get('streams', '')!s:2s} "
-                f"thr={value['throughput_per_s']:9.1f}/s  p50={lat.get('p50', float('nan')):7.3f} "
-                f"p99={lat.get('p99', float('nan')):7.3f} ms  enq={value.get('enqueue_us_p50', float('nan')):6.1f} us "
-                f"busy={value.get('busy_fraction', float('nan')):.2f}")
+        line = (
+            f"{name:18s} {kind:18s} b={value.get('batch', '')!s:2s} s={value.get('streams', '')!s:2s} "
+            f"thr={value['throughput_per_s']:9.1f}/s  p50={lat.get('p50', float('nan')):7.3f} "
+            f"p99={lat.get('p99', float('nan')):7.3f} ms  enq={value.get('enqueue_us_p50', float('nan')):6.1f} us "
+            f"busy={value.get('busy_fraction', float('nan')):.2f}"
+        )
         print(line, flush=True)
         log.append(line)
 
@@ -147,8 +184,17 @@ def bench_model(name: str, quick: bool, log: list[str]) -> dict[str, Any]:
     out["open_loop_rate_per_s"] = rate
     for delay_ms in (0.5, 2.0):
         for n in lanes:
-            cfg = RunConfig(streams=n, batch=1, depth=2, load="open", rate_per_s=rate, dynamic_batching=True,
-                            max_batch=8, max_queue_delay_ms=delay_ms, **window)
+            cfg = RunConfig(
+                streams=n,
+                batch=1,
+                depth=2,
+                load="open",
+                rate_per_s=rate,
+                dynamic_batching=True,
+                max_batch=8,
+                max_queue_delay_ms=delay_ms,
+                **window,
+            )
             result = run_pipeline(graph_ex, cfg, model=name)
             record("open_batched", short(result))
             if n == 4 and delay_ms == 0.5:
@@ -182,20 +228,25 @@ def verdicts(model_out: dict[str, Any]) -> dict[str, Any]:
         "best_minimal_b1": {"streams": ref["streams"], "throughput_per_s": ref["throughput_per_s"]},
         "pipeline_over_minimal": ours["throughput_per_s"] / ref["throughput_per_s"],
         "target_within_5pct": ours["throughput_per_s"] >= 0.95 * ref["throughput_per_s"],
-        "best_pipeline_spin_b1": ({"streams": best_spin["streams"], "throughput_per_s": best_spin["throughput_per_s"]}
-                                  if best_spin else None),
+        "best_pipeline_spin_b1": (
+            {"streams": best_spin["streams"], "throughput_per_s": best_spin["throughput_per_s"]} if best_spin else None
+        ),
         "over_sync_graph": ours["throughput_per_s"] / sync_graph,
         "target_3x_sync_graph": ours["throughput_per_s"] >= 3 * sync_graph,
         "over_sync_eager": ours["throughput_per_s"] / sync_eager,
         "target_10x_sync_eager": ours["throughput_per_s"] >= 10 * sync_eager,
         "enqueue_us_p50": ours["enqueue_us_p50"],
         "target_enqueue_30us": ours["enqueue_us_p50"] <= 30,
-        "batched_open_loop": {"streams": batched["streams"], "throughput_per_s": batched["throughput_per_s"],
-                              "max_queue_delay_ms": batched["dynamic_batching"]["max_queue_delay_ms"],
-                              "p99_ms": batched["latency_ms"]["p99"]},
+        "batched_open_loop": {
+            "streams": batched["streams"],
+            "throughput_per_s": batched["throughput_per_s"],
+            "max_queue_delay_ms": batched["dynamic_batching"]["max_queue_delay_ms"],
+            "p99_ms": batched["latency_ms"]["p99"],
+        },
         "batched_over_b8_single": batched["throughput_per_s"] / b8_single["throughput_per_s"],
-        "target_batched_0.8x_p99_5ms": (batched["throughput_per_s"] >= 0.8 * b8_single["throughput_per_s"]
-                                        and batched["latency_ms"]["p99"] < 5.0),
+        "target_batched_0.8x_p99_5ms": (
+            batched["throughput_per_s"] >= 0.8 * b8_single["throughput_per_s"] and batched["latency_ms"]["p99"] < 5.0
+        ),
     }
 
 
@@ -208,34 +259,59 @@ def probe(name: str) -> int:
     ex = TorchExecutor(module, shape, dtype="float16", cuda_graph=True, description=desc)
     window = dict(warmup_s=0.3, window_s=0.3, min_windows=3, max_windows=4)
     sync = run_pipeline(ex, RunConfig(load="sync", **window), model=name)
-    print(f"queues={queues} {name} sync_graph thr={sync.throughput_per_s:8.1f}/s enq={sync.enqueue_us_p50:5.1f}us",
-          flush=True)
+    print(
+        f"queues={queues} {name} sync_graph thr={sync.throughput_per_s:8.1f}/s enq={sync.enqueue_us_p50:5.1f}us",
+        flush=True,
+    )
     for n in (1, 4, 8, 16):
         r = run_pipeline(ex, RunConfig(streams=n, depth=2, **window), model=name)
-        print(f"queues={queues} {name} lanes={n:2d} thr={r.throughput_per_s:8.1f}/s enq={r.enqueue_us_p50:5.1f}us "
-              f"p50={r.latency_ms['p50']:.3f}ms", flush=True)
+        print(
+            f"queues={queues} {name} lanes={n:2d} thr={r.throughput_per_s:8.1f}/s enq={r.enqueue_us_p50:5.1f}us "
+            f"p50={r.latency_ms['p50']:.3f}ms",
+            flush=True,
+        )
     if os.environ.get("PROBE_BATCHER"):  # the 16-lane batcher run whose warm-up backlog spoiled p99 once
         b8 = run_pipeline(ex, RunConfig(streams=1, batch=8, **window), model=name)
         rate = 0.85 * b8.throughput_per_s
-        r = run_pipeline(ex, RunConfig(streams=16, load="open", rate_per_s=rate, dynamic_batching=True, max_batch=8,
-                                       max_queue_delay_ms=0.5, **window), model=name)
-        print(f"queues={queues} {name} open_batched@0.5ms lanes=16 rate={rate:.0f} thr={r.throughput_per_s:.1f}/s "
-              f"p50={r.latency_ms['p50']:.3f} p99={r.latency_ms['p99']:.3f}ms windows={r.window_throughputs}",
-              flush=True)
+        r = run_pipeline(
+            ex,
+            RunConfig(
+                streams=16,
+                load="open",
+                rate_per_s=rate,
+                dynamic_batching=True,
+                max_batch=8,
+                max_queue_delay_ms=0.5,
+                **window,
+            ),
+            model=name,
+        )
+        print(
+            f"queues={queues} {name} open_batched@0.5ms lanes=16 rate={rate:.0f} thr={r.throughput_per_s:.1f}/s "
+            f"p50={r.latency_ms['p50']:.3f} p99={r.latency_ms['p99']:.3f}ms windows={r.window_throughputs}",
+            flush=True,
+        )
     return 0
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The committed table: one row per run, grouped by model and batch, plus the verdicts against the targets."""
     env = doc["environment"]
-    lines = [f"# Async pipeline on {env['gpu']} ({env['date_utc']})", "",
-             f"torch {env['torch']}, cuda.core {env.get('cuda_core')}, {env['precision']}, transfers "
-             f"{env['transfers']}, CUDA_DEVICE_MAX_CONNECTIONS={env.get('CUDA_DEVICE_MAX_CONNECTIONS', '8')}. "
-             "Produced by `bench/pipeline_gpu.py` in one process; JSON beside this file.", ""]
+    lines = [
+        f"# Async pipeline on {env['gpu']} ({env['date_utc']})",
+        "",
+        f"torch {env['torch']}, cuda.core {env.get('cuda_core')}, {env['precision']}, transfers "
+        f"{env['transfers']}, CUDA_DEVICE_MAX_CONNECTIONS={env.get('CUDA_DEVICE_MAX_CONNECTIONS', '8')}. "
+        "Produced by `bench/pipeline_gpu.py` in one process; JSON beside this file.",
+        "",
+    ]
     for m in doc["models"]:
-        lines += [f"## {m['model']}: {m['description']}", "",
-                  "| run | batch | streams | samples/s | p50 ms | p99 ms | enqueue p50 us | busy |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"## {m['model']}: {m['description']}",
+            "",
+            "| run | batch | streams | samples/s | p50 ms | p99 ms | enqueue p50 us | busy |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in m["runs"]:
             lat = r.get("latency_ms") or {}
             kind = r["kind"]
@@ -247,9 +323,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
             def f(v: Any, fmt: str) -> str:
                 return "" if v is None or (isinstance(v, float) and v != v) else format(v, fmt)
 
-            lines.append(f"| {kind} | {r.get('batch', '')} | {r.get('streams', '')} | "
-                         f"{f(r['throughput_per_s'], '.0f')} | {f(lat.get('p50'), '.3f')} | {f(lat.get('p99'), '.3f')} | "
-                         f"{f(r.get('enqueue_us_p50'), '.1f')} | {f(r.get('busy_fraction'), '.2f')} |")
+            lines.append(
+                f"| {kind} | {r.get('batch', '')} | {r.get('streams', '')} | "
+                f"{f(r['throughput_per_s'], '.0f')} | {f(lat.get('p50'), '.3f')} | {f(lat.get('p99'), '.3f')} | "
+                f"{f(r.get('enqueue_us_p50'), '.1f')} | {f(r.get('busy_fraction'), '.2f')} |"
+            )
         lines += ["", "Verdicts (batch 1):", "", "```json", json.dumps(m["verdicts"], indent=1), "```", ""]
     return "\n".join(lines)
 
@@ -271,10 +349,16 @@ def main() -> int:
     import torch
 
     torch.backends.cudnn.benchmark = True
-    env = {"date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
-           "precision": "float16", "transfers": "included (pinned host <-> device, every request)",
-           "cuda_graphs": "one per lane and batch size", "CUDA_DEVICE_MAX_CONNECTIONS": queues}
+    env = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "precision": "float16",
+        "transfers": "included (pinned host <-> device, every request)",
+        "cuda_graphs": "one per lane and batch size",
+        "CUDA_DEVICE_MAX_CONNECTIONS": queues,
+    }
     try:
         import cuda.core
 

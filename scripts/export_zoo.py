@@ -5,6 +5,7 @@
 With ``--cache`` pointing at an empty folder the materialization times are those of a first run (the torch exports
 of efficientnet-lite0 and minilm included). Metrics are measured with ONNX Runtime CPU, optimizations off.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ Deterministic: fixed seed, deterministic algorithms, one CPU thread. Takes ~20-4
 
     .venv/bin/python scripts/train_digits_cnn.py [--epochs 30] [--out workbench/zoo/assets/digits_cnn.onnx]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,10 @@ def build_model():  # type: ignore[no-untyped-def]
     torch.manual_seed(SEED)
     return nn.Sequential(
         *block(1, 16, 1),
-        *block(16, 32, 2),   # 16x16
+        *block(16, 32, 2),  # 16x16
         *block(32, 32, 1),
-        *block(32, 64, 2),   # 8x8
-        *block(64, 64, 2),   # 4x4
+        *block(32, 64, 2),  # 8x8
+        *block(64, 64, 2),  # 4x4
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(64, 10),
@@ -51,8 +52,8 @@ def main() -> int:
     parser.add_argument("--reference-out", type=Path, default=DIGITS_REFERENCE)
     args = parser.parse_args()
 
-    import torch
     import onnx
+    import torch
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -88,13 +89,25 @@ def main() -> int:
     with torch.no_grad():
         test_logits = model(x_test)
     accuracy = float((test_logits.argmax(1) == y_test).float().mean())
-    print(f"trained in {time.perf_counter() - started:.1f} s; held-out test top-1 (torch) = {accuracy:.4f} on {len(y_test)} images")
+    print(
+        f"trained in {time.perf_counter() - started:.1f} s; held-out test top-1 (torch) = {accuracy:.4f} on {len(y_test)} images"
+    )
 
-    proto = export_to_onnx(model, (x_test[:1],), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                           dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-                           producer="trt-workbench scripts/train_digits_cnn.py")
+    proto = export_to_onnx(
+        model,
+        (x_test[:1],),
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        producer="trt-workbench scripts/train_digits_cnn.py",
+    )
     proto.doc_string = "digits-cnn: sklearn digits 32x32, input [N,1,32,32] in [-1,1], output logits [N,10]"
-    for key, value in {"seed": str(SEED), "epochs": str(args.epochs), "test_top1_torch": f"{accuracy:.6f}", "test_images": str(len(y_test))}.items():
+    for key, value in {
+        "seed": str(SEED),
+        "epochs": str(args.epochs),
+        "test_top1_torch": f"{accuracy:.6f}",
+        "test_images": str(len(y_test)),
+    }.items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.checker.check_model(proto)

@@ -1,4 +1,5 @@
 """Shared test set-up: one zoo cache for the whole run, GPU tests skipped where no NVIDIA GPU is present."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not any(item.get_closest_marker("gpu") for item in items):
         return
-    from workbench.backend import detect_gpu
+    from workbench.engine.backend import detect_gpu
 
     gpu = detect_gpu()
     if gpu.present:

@@ -1,11 +1,13 @@
 """Execute a notebook headless with nbclient (kernel python3 from .venv) and collect what it printed and showed."""
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -46,8 +48,9 @@ def execute_notebook(name: str, *, workdir: Path | None = None, extra_cells: Seq
     for source in extra_cells:
         notebook.cells.append(nbformat.v4.new_code_cell(source))
     started = time.perf_counter()
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(workdir or NOTEBOOKS)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir or NOTEBOOKS)}}
+    ).execute()
     seconds = time.perf_counter() - started
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
     errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o.get("output_type") == "error"]

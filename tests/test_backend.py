@@ -1,4 +1,5 @@
 """Backend resolution, forcing, and a mypy check of every direct TensorRT call against tensorrt-stubs (TRT 10.13)."""
+
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.backend import BACKEND_ENV, available_backends, get_backend
+from workbench.engine.backend import BACKEND_ENV, available_backends, get_backend
 from workbench.errors import BackendUnavailable, WorkbenchError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,8 +79,14 @@ def _sanitized_stubs(target: Path) -> Path:
 
 def _mypy(paths: list[str], stubs: Path) -> subprocess.CompletedProcess[str]:
     env = {"MYPYPATH": str(stubs), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--config-file", str(REPO / "pyproject.toml"), *paths],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--config-file", str(REPO / "pyproject.toml"), *paths],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")

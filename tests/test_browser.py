@@ -5,6 +5,7 @@ the panel's outputs updated, and saves screenshots under test-artifacts/ (copied
 WORKBENCH_UPDATE_DOCS_IMG=1).
 Skipped only where Chromium or the playwright package is missing (``make test`` installs both).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 DOCS_IMG = REPO / "docs" / "img"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 pytestmark = pytest.mark.slow
 
@@ -45,21 +53,39 @@ def jupyter_lab(tmp_path: Path):
     config = tmp_path / "jupyter-config" / "labconfig"
     config.mkdir(parents=True)
     # no news/update prompts: they would cover the panel in screenshots (and try to reach the network)
-    (config / "page_config.json").write_text(json.dumps(
-        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    (config / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
     # render every cell (no windowing), so the panel stays in the DOM while later cells run
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"))
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
+    )
     log = open(tmp_path / "lab.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -89,7 +115,10 @@ def _panel_text(page) -> str:
 def _wait_status(page, fragment: str, timeout_ms: int = 120_000) -> None:
     page.wait_for_function(
         "(text) => { const p = document.querySelector('.workbench-quickstart-panel');"
-        " return p !== null && p.innerText.includes(text); }", arg=fragment, timeout=timeout_ms)
+        " return p !== null && p.innerText.includes(text); }",
+        arg=fragment,
+        timeout=timeout_ms,
+    )
 
 
 def _screenshot(page, path: Path) -> None:
@@ -109,34 +138,49 @@ def _open_tab(page, title: str) -> None:
 def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')"
+    )
     base, token = jupyter_lab
     ARTIFACTS.mkdir(exist_ok=True)
     started = time.monotonic()
     with sync_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000})
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
         try:
             page = context.new_page()
             page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
             page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
-            page.wait_for_function("() => document.querySelector('.jp-StatusBar-Widget') !== null && "
-                                   "document.body.innerText.includes('| Idle')", timeout=90_000)
+            page.wait_for_function(
+                "() => document.querySelector('.jp-StatusBar-Widget') !== null && "
+                "document.body.innerText.includes('| Idle')",
+                timeout=90_000,
+            )
             for attempt in range(3):  # a Run All sent while the kernel connection settles can be dropped: retry
                 page.click(".lm-MenuBar-itemLabel:text-is('Run')")
                 page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
                 try:
-                    page.wait_for_function("() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
-                                           ".some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))", timeout=20_000)
+                    page.wait_for_function(
+                        "() => [...document.querySelectorAll('.jp-InputArea-prompt')]"
+                        ".some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))",
+                        timeout=20_000,
+                    )
                     break
                 except sync_api.TimeoutError:
                     if attempt == 2:
                         raise
             page.wait_for_selector(".workbench-quickstart-panel", state="attached", timeout=150_000)
             _wait_status(page, "done: 11 stages complete")
-            page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                                   ".some(e => e.innerText.includes('report: '))", timeout=120_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.innerText.includes('report: '))",
+                timeout=120_000,
+            )
             errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
             tracebacks = [text for text in errors.all_inner_texts() if "Traceback" in text or "Error" in text]
             assert not tracebacks, tracebacks
@@ -148,8 +192,11 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
 
             # streams slider: type into its readout, as a user would after dragging
             _open_tab(page, "Timing")
-            page.wait_for_function("() => document.querySelector('.workbench-quickstart-panel').innerText"
-                                   ".includes('2 stream(s) x batch 8')", timeout=30_000)
+            page.wait_for_function(
+                "() => document.querySelector('.workbench-quickstart-panel').innerText"
+                ".includes('2 stream(s) x batch 8')",
+                timeout=30_000,
+            )
             slider = panel.locator(".widget-slider", has_text="streams")
             readout = slider.locator(".widget-readout")
             readout.click()
@@ -202,20 +249,35 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
     """out/report.html draws every chart from a file:// URL with all network requests refused."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="python package playwright missing (pip install -e '.[dev]')"
+    )
     from workbench.flow import QuickstartConfig, run_quickstart
     from workbench.report import write_report
 
-    run = run_quickstart(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path / "out"), timing_window_s=0.1, calibration_samples=64,
-                                          diff_samples=16))
+    run = run_quickstart(
+        QuickstartConfig(
+            model="digits-cnn",
+            out_dir=str(tmp_path / "out"),
+            timing_window_s=0.1,
+            calibration_samples=64,
+            diff_samples=16,
+        )
+    )
     report = write_report(run, tmp_path / "out" / "report.html")
     ARTIFACTS.mkdir(exist_ok=True)
     refused: list[str] = []
     with sync_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1200, "height": 900}, offline=True)
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1200, "height": 900},
+            offline=True,
+        )
         try:
+
             def refuse(route) -> None:
                 if not route.request.url.startswith("file://"):
                     refused.append(route.request.url)
@@ -226,8 +288,9 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             context.route("**/*", refuse)
             page = context.new_page()
             page.goto(report.as_uri())
-            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
-                                   timeout=30_000)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5", timeout=30_000
+            )
             drawn = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(e => e.id)")
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
         finally:

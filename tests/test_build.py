@@ -1,4 +1,5 @@
 """Real engine builds with the TensorRT backend available here (TensorRT-RTX on a CPU-only machine)."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, engine_from_onnx, layers_path_for, parse_shapes_arg, profiles_for
+from workbench.engine.build import BuildOptions, engine_from_onnx, layers_path_for, parse_shapes_arg, profiles_for
 from workbench.errors import WorkbenchError
 from workbench.model import load_onnx
 
@@ -18,8 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 def test_build_real_model_writes_engine_layers_and_log(rapidocr_models: Path, tmp_path: Path) -> None:
     model = load_onnx(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx")
     engine_path = tmp_path / "rec.engine"
-    artifact = engine_from_onnx(model, engine_path, BuildOptions(shapes={"x": ((1, 3, 48, 320), (2, 3, 48, 320), (4, 3, 48, 320))},
-                                                             progress=False, workspace_bytes=256 << 20))
+    artifact = engine_from_onnx(
+        model,
+        engine_path,
+        BuildOptions(
+            shapes={"x": ((1, 3, 48, 320), (2, 3, 48, 320), (4, 3, 48, 320))}, progress=False, workspace_bytes=256 << 20
+        ),
+    )
     assert engine_path.stat().st_size == artifact.engine_bytes > 1_000_000
     assert artifact.layers_path == tmp_path / "rec.layers.json"
     document = json.loads(artifact.layers_path.read_text())
@@ -39,7 +45,7 @@ def test_build_real_model_writes_engine_layers_and_log(rapidocr_models: Path, tm
 
 
 def test_timing_cache_saved_where_supported_and_said_otherwise(rapidocr_models: Path, tmp_path: Path) -> None:
-    from workbench.backend import get_backend, supports_timing_cache
+    from workbench.engine.backend import get_backend, supports_timing_cache
 
     cache = tmp_path / "timing.cache"
     options = BuildOptions(shapes={"x": ((1, 3, 48, 320),) * 3}, progress=False, timing_cache_path=str(cache))
@@ -58,8 +64,11 @@ def test_progress_callback_sees_builder_phases(rapidocr_models: Path, tmp_path: 
         events.append((kind, phase, parent))
         return True
 
-    engine_from_onnx(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx", tmp_path / "p.engine",
-                 BuildOptions(shapes={"x": ((1, 3, 48, 320),) * 3}, progress_callback=on_progress))
+    engine_from_onnx(
+        rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx",
+        tmp_path / "p.engine",
+        BuildOptions(shapes={"x": ((1, 3, 48, 320),) * 3}, progress_callback=on_progress),
+    )
     top_level = [phase for kind, phase, parent in events if kind == "start" and not parent]
     assert "Building engine" in top_level
     assert any(kind == "finish" for kind, _, _ in events)
@@ -114,7 +123,9 @@ def test_failed_build_keeps_the_previous_engine(rapidocr_models: Path, tmp_path:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 @pytest.mark.parametrize("problem", ["truncated", "not-onnx", "missing"])
@@ -132,8 +143,16 @@ def test_cli_bad_input_exits_nonzero_without_traceback(problem: str, rapidocr_mo
 
 
 def test_cli_build_prints_summary(rapidocr_models: Path, tmp_path: Path) -> None:
-    result = _cli("build", str(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx"), "-o", str(tmp_path / "rec.engine"),
-                  "--shapes", "x:1x3x48x320", "--no-progress", cwd=tmp_path)
+    result = _cli(
+        "build",
+        str(rapidocr_models / "ch_PP-OCRv4_rec_infer.onnx"),
+        "-o",
+        str(tmp_path / "rec.engine"),
+        "--shapes",
+        "x:1x3x48x320",
+        "--no-progress",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "engine layers" in result.stdout and "rec.layers.json" in result.stdout
     assert (tmp_path / "rec.layers.json").exists()

@@ -1,4 +1,5 @@
 """Every built-in zoo model builds into a real engine (TensorRT-RTX on this CPU-only machine) with its layer JSON."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, engine_from_onnx
+from workbench.engine.build import BuildOptions, engine_from_onnx
 from workbench.zoo import entry_names, get_entry
 
 

@@ -1,4 +1,5 @@
 """Calibration core on synthetic data with known answers: histograms, range methods, Q/DQ rules, caches."""
+
 from __future__ import annotations
 
 import struct
@@ -12,12 +13,21 @@ import pytest
 
 from workbench.calib.data import IterableSource, RandomSource
 from workbench.calib.histogram import NUM_BINS, TensorHistogram
-from workbench.calib.methods import (amax_entropy, amax_max, amax_mse, amax_percentile, entropy_divergences, fake_quantize,
-                                     per_channel_amax, scale_from_amax)
-from workbench.calib.qdq import activation_tensors, insert_qdq
+from workbench.calib.methods import (
+    amax_entropy,
+    amax_max,
+    amax_mse,
+    amax_percentile,
+    entropy_divergences,
+    fake_quantize,
+    per_channel_amax,
+    scale_from_amax,
+)
+from workbench.calib.qdq import insert_qdq
 from workbench.calib.stats import CalibrationRanges, collect_statistics, load_tensorrt_cache
 from workbench.errors import WorkbenchError
 from workbench.precision import PrecisionPlan
+from workbench.precision.qdq_rules import activation_tensors
 
 
 def _hist(*batches: np.ndarray) -> TensorHistogram:
@@ -129,7 +139,9 @@ def _reference_entropy(counts: np.ndarray, width: float, levels: int = 128) -> t
 @pytest.mark.parametrize("seed", [0, 1])
 def test_entropy_matches_plain_reference(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    values = np.concatenate([np.maximum(rng.normal(0.2, 1.0, 50_000), 0), rng.laplace(0, 0.3, 20_000), [9.0]]).astype(np.float32)
+    values = np.concatenate([np.maximum(rng.normal(0.2, 1.0, 50_000), 0), rng.laplace(0, 0.3, 20_000), [9.0]]).astype(
+        np.float32
+    )
     hist = _hist(values)
     counts = hist.total_counts
     used = counts[: int(np.flatnonzero(counts)[-1]) + 1]
@@ -166,8 +178,9 @@ def _conv_model() -> onnx.ModelProto:
     w2 = gs.Constant("w2", rng.normal(0, 1, (4, 4, 3, 3)).astype(np.float32))
     w3 = gs.Constant("w3", rng.normal(0, 1, (2, 8, 1, 1)).astype(np.float32))
     w4 = gs.Constant("w4", rng.normal(0, 1, (2, 2, 3, 3)).astype(np.float32))
-    c1, r1, c2, add, pool, cat, c3, padded, c4 = (gs.Variable(n, np.float32) for n in
-                                                   ("c1", "r1", "c2", "add", "pool", "cat", "c3", "padded", "c4"))
+    c1, r1, c2, add, pool, cat, c3, padded, c4 = (
+        gs.Variable(n, np.float32) for n in ("c1", "r1", "c2", "add", "pool", "cat", "c3", "padded", "c4")
+    )
     pads = gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], dtype=np.int64))
     nodes = [
         gs.Node("Conv", "conv1", {"pads": [1, 1, 1, 1]}, [x, w1], [c1]),
@@ -191,7 +204,9 @@ def _attention_model() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     x = gs.Variable("x", np.float32, (1, 4, 16))
     wq, wk, wv = (gs.Constant(n, rng.normal(0, 1, (16, 16)).astype(np.float32)) for n in ("wq", "wk", "wv"))
-    q, k, v, kt, scores, probs, ctx, ln = (gs.Variable(n, np.float32) for n in ("q", "k", "v", "kt", "scores", "probs", "ctx", "ln"))
+    q, k, v, kt, scores, probs, ctx, ln = (
+        gs.Variable(n, np.float32) for n in ("q", "k", "v", "kt", "scores", "probs", "ctx", "ln")
+    )
     scale = gs.Constant("ln_scale", np.ones(16, np.float32))
     bias = gs.Constant("ln_bias", np.zeros(16, np.float32))
     nodes = [
@@ -271,7 +286,11 @@ def test_concat_inputs_share_one_scale() -> None:
     graph = gs.import_onnx(model)
     tensors = graph.tensors()
     extra_out = gs.Variable("c5", np.float32)
-    graph.nodes.append(gs.Node("Conv", "conv5", {}, [tensors["pool"], gs.Constant("w5", np.ones((1, 4, 1, 1), np.float32))], [extra_out]))
+    graph.nodes.append(
+        gs.Node(
+            "Conv", "conv5", {}, [tensors["pool"], gs.Constant("w5", np.ones((1, 4, 1, 1), np.float32))], [extra_out]
+        )
+    )
     graph.outputs.append(extra_out)
     model = gs.export_onnx(graph.cleanup().toposort())
     needed = activation_tensors(model)
@@ -290,7 +309,9 @@ def test_attention_core_and_layernorm_are_not_quantized_and_plan_is_respected() 
     assert facts["qk"] == {} and facts["pv"] == {} and facts["ln"] == {}
     assert "attention" in result.placement.excluded["qk"]
     assert facts["proj_q"][1]["axis"] == 1 and facts["proj_q"][1]["scale"].shape == (16,)  # MatMul weight: per column
-    kept = insert_qdq(model, {name: 1.0 for name in activation_tensors(model)}, PrecisionPlan("int8", {"proj_v": "fp32"}))
+    kept = insert_qdq(
+        model, {name: 1.0 for name in activation_tensors(model)}, PrecisionPlan("int8", {"proj_v": "fp32"})
+    )
     kept_facts = _qdq_facts(kept.proto)
     assert kept_facts["proj_v"] == {} and kept_facts["proj_k"] != {}
     assert kept.placement.excluded["proj_v"] == "plan says fp32"
@@ -315,14 +336,17 @@ def test_fp16_fallback_uses_autocast() -> None:
     assert "conv3" in result.fp16_nodes
     assert any(n.op_type == "Cast" for n in result.proto.graph.node)
     assert _qdq_facts(result.proto).get("conv3", {}) == {} or all(
-        item["source"] is None for item in _qdq_facts(result.proto)["conv3"].values())
+        item["source"] is None for item in _qdq_facts(result.proto)["conv3"].values()
+    )
 
 
 # ----------------------------------------------------------------------------- caches and data
 def test_cache_round_trip_and_method_switch(tmp_path) -> None:
     model = _conv_model()
     rng = np.random.default_rng(4)
-    stats = collect_statistics(model, IterableSource([{"x": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)}]), progress=False)
+    stats = collect_statistics(
+        model, IterableSource([{"x": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)}]), progress=False
+    )
     ranges = stats.ranges("entropy")
     path = ranges.save(tmp_path / "model.calib.json")
     loaded = CalibrationRanges.load(path, model_sha256=ranges.model_sha256)
@@ -332,7 +356,7 @@ def test_cache_round_trip_and_method_switch(tmp_path) -> None:
     assert loaded.statistics.ranges("mse").amax == pytest.approx(stats.ranges("mse").amax)  # no data re-read
     with pytest.raises(WorkbenchError, match="different model"):
         CalibrationRanges.load(path, model_sha256="0" * 64)
-    (tmp_path / "bad.json").write_text("{\"x\": 1}")
+    (tmp_path / "bad.json").write_text('{"x": 1}')
     with pytest.raises(WorkbenchError, match="not a workbench calibration cache"):
         CalibrationRanges.load(tmp_path / "bad.json")
 
@@ -357,7 +381,9 @@ def test_random_data_is_flagged_and_bad_feeds_are_explained() -> None:
 
     model = _conv_model()
     with pytest.warns(UserWarning, match="RANDOM"):
-        stats = collect_statistics(model, RandomSource([TensorSpec("x", "float32", (2, 3, 8, 8))], num_batches=2), progress=False)
+        stats = collect_statistics(
+            model, RandomSource([TensorSpec("x", "float32", (2, 3, 8, 8))], num_batches=2), progress=False
+        )
     assert stats.random_data and any("RANDOM" in w for w in stats.ranges("max").warnings)
     with pytest.raises(WorkbenchError, match="lacks model input"):
         collect_statistics(model, IterableSource([{"y": np.zeros((2, 3, 8, 8), np.float32)}]), progress=False)

@@ -1,4 +1,5 @@
 """Calibration on real zoo models: TensorRT-RTX builds Int8 convolutions, diffs are right, fallback helps, CLI works."""
+
 from __future__ import annotations
 
 import json
@@ -33,17 +34,22 @@ def rec():
 
 
 def test_qdq_model_passes_lint_and_builds_with_int8_convolutions(digits, tmp_path) -> None:
-    from workbench.build import BuildOptions, engine_from_onnx
     from workbench.clean.qdq_lint import lint_qdq
+    from workbench.engine.build import BuildOptions, engine_from_onnx
 
     entry, session = digits
     quantized = session.quantize(session.ranges("entropy"))
     assert lint_qdq(quantized.proto) == []
     path = quantized.save(tmp_path / "digits.qdq.onnx")
-    artifact = engine_from_onnx(path, tmp_path / "digits.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
-    int8_conv_layers = [layer for layer in artifact.engine_layers.layers
-                        if any(node in {"/0/Conv", "/3/Conv", "/6/Conv", "/9/Conv", "/12/Conv"} for node in layer.onnx_nodes)
-                        and any(t.datatype == "Int8" for t in layer.inputs)]
+    artifact = engine_from_onnx(
+        path, tmp_path / "digits.engine", BuildOptions(shapes=entry.input_profiles(), progress=False)
+    )
+    int8_conv_layers = [
+        layer
+        for layer in artifact.engine_layers.layers
+        if any(node in {"/0/Conv", "/3/Conv", "/6/Conv", "/9/Conv", "/12/Conv"} for node in layer.onnx_nodes)
+        and any(t.datatype == "Int8" for t in layer.inputs)
+    ]
     convs_covered = {node for layer in int8_conv_layers for node in layer.onnx_nodes if node.endswith("/Conv")}
     assert convs_covered == {"/0/Conv", "/3/Conv", "/6/Conv", "/9/Conv", "/12/Conv"}
     assert artifact.engine_path.stat().st_size > 0
@@ -78,18 +84,28 @@ def test_diff_metrics_match_a_direct_computation() -> None:
     scale = quantized.scales["x"]
     err = x - fake_quantize(x, scale)
     row = diff.row("x")
-    assert row.sqnr_db_local == pytest.approx(10 * np.log10((x.astype(np.float64) ** 2).sum() / (err.astype(np.float64) ** 2).sum()), abs=1e-3)
+    assert row.sqnr_db_local == pytest.approx(
+        10 * np.log10((x.astype(np.float64) ** 2).sum() / (err.astype(np.float64) ** 2).sum()), abs=1e-3
+    )
     steps = np.rint(x / np.float32(scale))
     assert row.clipped_fraction == pytest.approx(float(((steps > 127) | (steps < -128)).mean()))  # int8 holds -128..127
     assert row.cause in ("range too tight (clipping)", "ok")
     # accumulated SQNR, cosine and max abs error of the output, from two plain ORT runs
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    reference = np.concatenate([ort.InferenceSession(model.SerializeToString(), options).run(None, f)[0] for f in feeds]).astype(np.float64)
-    test = np.concatenate([ort.InferenceSession(quantized.proto.SerializeToString(), options).run(None, f)[0] for f in feeds]).astype(np.float64)
+    reference = np.concatenate(
+        [ort.InferenceSession(model.SerializeToString(), options).run(None, f)[0] for f in feeds]
+    ).astype(np.float64)
+    test = np.concatenate(
+        [ort.InferenceSession(quantized.proto.SerializeToString(), options).run(None, f)[0] for f in feeds]
+    ).astype(np.float64)
     out = diff.row("c4")
-    assert out.sqnr_db_accumulated == pytest.approx(10 * np.log10((reference**2).sum() / ((reference - test) ** 2).sum()), abs=1e-3)
-    assert out.cosine == pytest.approx((reference * test).sum() / np.sqrt((reference**2).sum() * (test**2).sum()), abs=1e-6)
+    assert out.sqnr_db_accumulated == pytest.approx(
+        10 * np.log10((reference**2).sum() / ((reference - test) ** 2).sum()), abs=1e-3
+    )
+    assert out.cosine == pytest.approx(
+        (reference * test).sum() / np.sqrt((reference**2).sum() * (test**2).sum()), abs=1e-6
+    )
     assert out.max_abs_err == pytest.approx(np.abs(reference - test).max(), rel=1e-5)
     # running sums make micro-batching invisible
     for a, b, c in zip(diff.tensors, whole.tensors, auto.tensors):
@@ -97,7 +113,9 @@ def test_diff_metrics_match_a_direct_computation() -> None:
         for field in ("sqnr_db_accumulated", "sqnr_db_local", "clipped_fraction", "max_abs_err"):
             assert getattr(a, field) == pytest.approx(getattr(b, field), abs=1e-4) == getattr(c, field)
     document = diff.to_json()
-    assert {"name", "node", "sqnr_db_local", "sqnr_db_accumulated", "cosine", "max_abs_err", "clipped_fraction"} <= set(document["tensors"][0])
+    assert {"name", "node", "sqnr_db_local", "sqnr_db_accumulated", "cosine", "max_abs_err", "clipped_fraction"} <= set(
+        document["tensors"][0]
+    )
     # weights appear with their own per-channel local SQNR
     assert any(r.kind == "weight" and r.sqnr_db_local > 30 for r in diff.tensors)
 
@@ -134,8 +152,24 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
         np.savez(data / f"batch_{index:03d}.npz", **feed)
     model = str(entry.onnx_path())
     out, cache, diff_path = tmp_path / "q.onnx", tmp_path / "digits.calib.json", tmp_path / "diff.json"
-    assert cli_main(["calibrate", model, "--data", str(data), "--method", "entropy", "-o", str(out), "--cache", str(cache),
-                     "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "calibrate",
+                model,
+                "--data",
+                str(data),
+                "--method",
+                "entropy",
+                "-o",
+                str(out),
+                "--cache",
+                str(cache),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "statistics:" in printed and "4 batches / 32 samples" in printed and out.is_file()
     cached = json.loads(cache.read_text())
@@ -143,8 +177,24 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
     assert all(v["amax"] > 0 and v["histogram_digest"] for v in cached["tensors"].values())
     # second run: method switched from the cached histograms, no data read, one layer kept in FP32
     out2 = tmp_path / "q2.onnx"
-    assert cli_main(["calibrate", model, "--method", "mse", "-o", str(out2), "--cache", str(cache), "--keep", "/0/Conv",
-                     "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "calibrate",
+                model,
+                "--method",
+                "mse",
+                "-o",
+                str(out2),
+                "--cache",
+                str(cache),
+                "--keep",
+                "/0/Conv",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "no data read" in printed and "4 INT8 nodes" not in printed and "5 INT8 nodes" in printed
     assert cli_main(["diff", model, str(out2), "--data", str(data), "-o", str(diff_path), "--no-progress"]) == 0
@@ -153,7 +203,23 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
     assert "/0/Conv_output_0" in names and "image" not in names  # /0/Conv kept in FP32: its input has no Q/DQ
     assert document["task_metric"] is None and document["num_samples"] == 32
     # a zoo name gets the labelled task metric
-    assert cli_main(["diff", "digits-cnn", str(out2), "--data", "zoo", "--max-batches", "1", "-o", str(diff_path), "--no-progress"]) == 0
+    assert (
+        cli_main(
+            [
+                "diff",
+                "digits-cnn",
+                str(out2),
+                "--data",
+                "zoo",
+                "--max-batches",
+                "1",
+                "-o",
+                str(diff_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads(diff_path.read_text())["task_metric"]["name"] == entry.metric_name
     # user errors: one line, exit 2
     assert cli_main(["calibrate", model, "-o", str(out)]) == 2
@@ -163,7 +229,9 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
 
 
 def test_cli_entry_point_runs_as_a_process(tmp_path) -> None:
-    result = subprocess.run([sys.executable, "-m", "workbench", "calibrate", "--help"], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench", "calibrate", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--fallback-worst" in result.stdout and "--keep" in result.stdout
 
 
@@ -202,6 +270,7 @@ def test_sensitivity_ranking_bypasses_one_node_at_a_time(tmp_path) -> None:
     assert set(ranked) == {"conv1", "conv2", "conv3", "conv4", "residual"}
     scores = session.last_sensitivity
     assert scores[ranked[0]] >= scores[ranked[-1]] and scores[ranked[0]] > 0
+
     # the score is what falling back that node alone removes from the output noise
     def output_noise(proto) -> float:
         from workbench.calib.session import ort_predict

@@ -1,4 +1,5 @@
 """Notebook 03 runs headless, and its calibration panel is driven through its widgets."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Real zoo models cleaned end to end with the equivalence checks, the CLI, and bad input."""
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,18 @@ def test_cli_clean_writes_model_and_report(zoo, tmp_path, capsys):
     source = zoo("ocr-cls").onnx_path()
     out, report = tmp_path / "out.onnx", tmp_path / "report.json"
 
-    code = main(["clean", str(source), "-o", str(out), "--report", str(report), "--profile", "x:1x3x48x192/2x3x48x192/2x3x48x192"])
+    code = main(
+        [
+            "clean",
+            str(source),
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+            "--profile",
+            "x:1x3x48x192/2x3x48x192/2x3x48x192",
+        ]
+    )
 
     assert code == 0
     data = json.loads(report.read_text())
@@ -66,7 +78,9 @@ def test_cli_clean_writes_model_and_report(zoo, tmp_path, capsys):
 
 def test_cli_accepts_zoo_name_and_pass_selection(tmp_path):
     out, report = tmp_path / "out.onnx", tmp_path / "r.json"
-    assert main(["clean", "digits-cnn", "-o", str(out), "--report", str(report), "--passes", "cleanup_toposort,cse"]) == 0
+    assert (
+        main(["clean", "digits-cnn", "-o", str(out), "--report", str(report), "--passes", "cleanup_toposort,cse"]) == 0
+    )
     assert [p["name"] for p in json.loads(report.read_text())["passes"]] == ["cleanup_toposort", "cse"]
 
 
@@ -101,16 +115,39 @@ def test_bad_input_gives_workbench_error_and_leaves_files_alone(zoo, tmp_path, c
 def test_model_with_external_data_is_cleaned(zoo, tmp_path):
     model = onnx.load(zoo("ocr-cls").onnx_path())
     path = tmp_path / "external.onnx"
-    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="external.onnx.data", size_threshold=0)
-    result = clean_model(path, CleanOptions(passes=["constants_to_initializers", "cleanup_toposort"], profile={"x": [(1, 3, 48, 192)] * 3}))
+    onnx.save_model(
+        model,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="external.onnx.data",
+        size_threshold=0,
+    )
+    result = clean_model(
+        path,
+        CleanOptions(passes=["constants_to_initializers", "cleanup_toposort"], profile={"x": [(1, 3, 48, 192)] * 3}),
+    )
     assert result.report("constants_to_initializers").status == "accepted"
     assert not result.rolled_back
 
 
 def test_cli_shape_override_and_no_check(zoo, tmp_path):
     out, report = tmp_path / "pinned.onnx", tmp_path / "r.json"
-    code = main(["clean", str(zoo("ocr-cls").onnx_path()), "-o", str(out), "--report", str(report), "--no-check",
-                 "--shape", "x:1,3,48,192", "--passes", "override_input_shapes,constants_to_initializers,fold_constants"])
+    code = main(
+        [
+            "clean",
+            str(zoo("ocr-cls").onnx_path()),
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+            "--no-check",
+            "--shape",
+            "x:1,3,48,192",
+            "--passes",
+            "override_input_shapes,constants_to_initializers,fold_constants",
+        ]
+    )
     assert code == 0
     passes = json.loads(report.read_text())["passes"]
     assert [p["status"] for p in passes] == ["unchecked"] * 3

@@ -1,4 +1,5 @@
 """Notebook 01 runs headless, and its panel is driven: changing passes or the chosen pass changes the figures."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Each cleaning pass on small graphs built with onnx-graphsurgeon, run through the real pipeline (real ORT
 equivalence checks), with positive and negative cases."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -86,7 +87,11 @@ def test_fold_constants_keeps_qdq_and_folds_static_shapes():
     weight = gs.Constant("w", np.ones((2, 2, 1, 1), F32))
     scale, zero = gs.Constant("s", np.array(0.1, F32)), gs.Constant("zp", np.array(0, np.int8))
     q, dq = gs.Variable("wq", np.int8, [2, 2, 1, 1]), gs.Variable("wdq", F32, [2, 2, 1, 1])
-    conv_out, shape, y = gs.Variable("conv", F32, [1, 2, 3, 4]), gs.Variable("shape", np.int64, [4]), gs.Variable("y", F32, [1, 2, 3, 4])
+    conv_out, shape, y = (
+        gs.Variable("conv", F32, [1, 2, 3, 4]),
+        gs.Variable("shape", np.int64, [4]),
+        gs.Variable("y", F32, [1, 2, 3, 4]),
+    )
     nodes = [
         gs.Node("QuantizeLinear", inputs=[weight, scale, zero], outputs=[q]),
         gs.Node("DequantizeLinear", inputs=[q, scale, zero], outputs=[dq]),
@@ -110,8 +115,12 @@ def _shape_cast_model(factor: float) -> onnx.ModelProto:
     """y = reshape(x, [int(float(N) * factor), -1]) with x: [N, 4]"""
     x = gs.Variable("x", F32, ["N", 4])
     shape, n, nf, scaled, n_int, n_vec, target = (
-        gs.Variable("shape", np.int64, [2]), gs.Variable("n", np.int64, []), gs.Variable("nf", F32, []),
-        gs.Variable("scaled", F32, []), gs.Variable("n_int", np.int64, []), gs.Variable("n_vec", np.int64, [1]),
+        gs.Variable("shape", np.int64, [2]),
+        gs.Variable("n", np.int64, []),
+        gs.Variable("nf", F32, []),
+        gs.Variable("scaled", F32, []),
+        gs.Variable("n_int", np.int64, []),
+        gs.Variable("n_vec", np.int64, [1]),
         gs.Variable("target", np.int64, [2]),
     )
     y = gs.Variable("y", F32, ["M", 4])
@@ -122,7 +131,9 @@ def _shape_cast_model(factor: float) -> onnx.ModelProto:
         gs.Node("Mul", inputs=[nf, gs.Constant("factor", np.array(factor, F32))], outputs=[scaled]),
         gs.Node("Cast", attrs={"to": onnx.TensorProto.INT64}, inputs=[scaled], outputs=[n_int]),
         gs.Node("Unsqueeze", inputs=[n_int, gs.Constant("axes", np.array([0], np.int64))], outputs=[n_vec]),
-        gs.Node("Concat", attrs={"axis": 0}, inputs=[n_vec, gs.Constant("rest", np.array([-1], np.int64))], outputs=[target]),
+        gs.Node(
+            "Concat", attrs={"axis": 0}, inputs=[n_vec, gs.Constant("rest", np.array([-1], np.int64))], outputs=[target]
+        ),
         gs.Node("Reshape", inputs=[x, target], outputs=[y]),
     ]
     return export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
@@ -149,13 +160,20 @@ def test_shape_cast_elision_keeps_fractional_arithmetic_in_float():
 def test_simplify_reshape_turns_view_n_minus_one_into_constant_shape():
     # x.view(x.size(0), -1) as PyTorch exports it, with a dynamic batch
     x = gs.Variable("x", F32, ["N", 2, 3])
-    shape, n, n_vec, target, y = (gs.Variable("shape", np.int64, [3]), gs.Variable("n", np.int64, []),
-                                  gs.Variable("n_vec", np.int64, [1]), gs.Variable("target", np.int64, [2]), gs.Variable("y", F32, ["N", 6]))
+    shape, n, n_vec, target, y = (
+        gs.Variable("shape", np.int64, [3]),
+        gs.Variable("n", np.int64, []),
+        gs.Variable("n_vec", np.int64, [1]),
+        gs.Variable("target", np.int64, [2]),
+        gs.Variable("y", F32, ["N", 6]),
+    )
     nodes = [
         gs.Node("Shape", inputs=[x], outputs=[shape]),
         gs.Node("Gather", attrs={"axis": 0}, inputs=[shape, gs.Constant("zero", np.array(0, np.int64))], outputs=[n]),
         gs.Node("Unsqueeze", inputs=[n, gs.Constant("axes", np.array([0], np.int64))], outputs=[n_vec]),
-        gs.Node("Concat", attrs={"axis": 0}, inputs=[n_vec, gs.Constant("rest", np.array([-1], np.int64))], outputs=[target]),
+        gs.Node(
+            "Concat", attrs={"axis": 0}, inputs=[n_vec, gs.Constant("rest", np.array([-1], np.int64))], outputs=[target]
+        ),
         gs.Node("Reshape", inputs=[x, target], outputs=[y]),
     ]
     model = export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
@@ -204,12 +222,35 @@ def test_remove_noops_keeps_real_work():
     a, b, y = gs.Variable("a", F32, [3, 2]), gs.Variable("b", F32, [3, 2]), gs.Variable("y", F32, [3, 1])
     nodes = [
         gs.Node("Transpose", attrs={"perm": [1, 0]}, inputs=[x], outputs=[a]),
-        gs.Node("Cast", attrs={"to": onnx.TensorProto.FLOAT16}, inputs=[a], outputs=[gs.Variable("h", np.float16, [3, 2])]),
+        gs.Node(
+            "Cast", attrs={"to": onnx.TensorProto.FLOAT16}, inputs=[a], outputs=[gs.Variable("h", np.float16, [3, 2])]
+        ),
     ]
     nodes.append(gs.Node("Cast", attrs={"to": onnx.TensorProto.FLOAT}, inputs=[nodes[-1].outputs[0]], outputs=[b]))
     # a reversing slice keeps the shape but not the values
-    nodes.append(gs.Node("Slice", inputs=[b, *(gs.Constant(n, np.array(v, np.int64)) for n, v in (("st", [-1]), ("en", [-3]), ("ax", [1]), ("sp", [-1])))], outputs=[gs.Variable("rev", F32, [3, 2])]))
-    nodes.append(gs.Node("Slice", inputs=[nodes[-1].outputs[0], *(gs.Constant(n, np.array(v, np.int64)) for n, v in (("st2", [0]), ("en2", [1]), ("ax2", [1])))], outputs=[y]))
+    nodes.append(
+        gs.Node(
+            "Slice",
+            inputs=[
+                b,
+                *(
+                    gs.Constant(n, np.array(v, np.int64))
+                    for n, v in (("st", [-1]), ("en", [-3]), ("ax", [1]), ("sp", [-1]))
+                ),
+            ],
+            outputs=[gs.Variable("rev", F32, [3, 2])],
+        )
+    )
+    nodes.append(
+        gs.Node(
+            "Slice",
+            inputs=[
+                nodes[-1].outputs[0],
+                *(gs.Constant(n, np.array(v, np.int64)) for n, v in (("st2", [0]), ("en2", [1]), ("ax2", [1]))),
+            ],
+            outputs=[y],
+        )
+    )
     model = export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
 
     result = clean_model(model, only(["remove_noops"]))
@@ -346,7 +387,14 @@ def test_override_input_shapes_pins_and_names_dimensions():
     y = gs.Variable("y", F32, ["?", 3, "?", "?"])
     model = export(gs.Graph(nodes=[gs.Node("Relu", inputs=[x], outputs=[y])], inputs=[x], outputs=[y]))
 
-    result = clean_model(model, only(["override_input_shapes"], input_shapes={"x": [1, None, "height", "width"]}, profile={"x": [(1, 3, 8, 16)] * 3}))
+    result = clean_model(
+        model,
+        only(
+            ["override_input_shapes"],
+            input_shapes={"x": [1, None, "height", "width"]},
+            profile={"x": [(1, 3, 8, 16)] * 3},
+        ),
+    )
 
     assert result.report("override_input_shapes").status == "accepted"
     dims = result.model.graph.input[0].type.tensor_type.shape.dim
@@ -366,7 +414,11 @@ def _qdq_model(zero_point_dtype, zero_point_value: int, axis: int, pad: bool) ->
     nodes = []
     if pad:
         padded = gs.Variable("padded", F32, [1, 2, 6, 6])
-        nodes.append(gs.Node("Pad", inputs=[x, gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], outputs=[padded]))
+        nodes.append(
+            gs.Node(
+                "Pad", inputs=[x, gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], outputs=[padded]
+            )
+        )
         source = padded
     xq, xdq = gs.Variable("xq", zero_point_dtype, None), gs.Variable("xdq", F32, None)
     zp = gs.Constant("zp", np.array(zero_point_value, zero_point_dtype))
@@ -377,7 +429,14 @@ def _qdq_model(zero_point_dtype, zero_point_value: int, axis: int, pad: bool) ->
     wq = gs.Constant("wq", np.ones((3, 2, 3, 3), np.int8))
     wdq = gs.Variable("wdq", F32, [3, 2, 3, 3])
     scales = np.full(3 if axis == 0 else 2, 0.01, F32)
-    nodes.append(gs.Node("DequantizeLinear", attrs={"axis": axis}, inputs=[wq, gs.Constant("sw", scales), gs.Constant("zw", np.zeros(scales.shape, np.int8))], outputs=[wdq]))
+    nodes.append(
+        gs.Node(
+            "DequantizeLinear",
+            attrs={"axis": axis},
+            inputs=[wq, gs.Constant("sw", scales), gs.Constant("zw", np.zeros(scales.shape, np.int8))],
+            outputs=[wdq],
+        )
+    )
     y = gs.Variable("y", F32, [1, 3, "h", "w"])
     nodes.append(gs.Node("Conv", inputs=[xdq, wdq], outputs=[y]))
     return export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
@@ -467,8 +526,13 @@ def test_merge_consecutive_transposes_unsqueezes_and_reshapes():
 def test_fold_constants_folds_static_dims_of_a_dynamic_tensor():
     # scale = 1 / sqrt(x.size(-1)) with a dynamic batch: the last dim is static, so the whole chain folds
     x = gs.Variable("x", F32, ["N", 4, 8])
-    shape, d, df, root, y = (gs.Variable("shape", np.int64, [3]), gs.Variable("d", np.int64, []), gs.Variable("df", F32, []),
-                             gs.Variable("root", F32, []), gs.Variable("y", F32, ["N", 4, 8]))
+    shape, d, df, root, y = (
+        gs.Variable("shape", np.int64, [3]),
+        gs.Variable("d", np.int64, []),
+        gs.Variable("df", F32, []),
+        gs.Variable("root", F32, []),
+        gs.Variable("y", F32, ["N", 4, 8]),
+    )
     nodes = [
         gs.Node("Shape", inputs=[x], outputs=[shape]),
         gs.Node("Gather", attrs={"axis": 0}, inputs=[shape, gs.Constant("last", np.array(2, np.int64))], outputs=[d]),
@@ -488,8 +552,18 @@ def test_fuse_pad_conv_merges_zero_padding_only():
     weight = gs.Constant("w", rng.standard_normal((3, 2, 3, 3)).astype(F32))
 
     def model(value: float) -> onnx.ModelProto:
-        pad = gs.Node("Pad", inputs=[x, gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)), gs.Constant("v", np.array(value, F32))], outputs=[padded])
-        return export(gs.Graph(nodes=[pad, gs.Node("Conv", inputs=[padded, weight], outputs=[y])], inputs=[x], outputs=[y]))
+        pad = gs.Node(
+            "Pad",
+            inputs=[
+                x,
+                gs.Constant("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+                gs.Constant("v", np.array(value, F32)),
+            ],
+            outputs=[padded],
+        )
+        return export(
+            gs.Graph(nodes=[pad, gs.Node("Conv", inputs=[padded, weight], outputs=[y])], inputs=[x], outputs=[y])
+        )
 
     fused = clean_model(model(0.0), only(["fuse_pad_conv"]))
     assert fused.report("fuse_pad_conv").status == "accepted" and ops(fused.model) == ["Conv"]

@@ -1,15 +1,18 @@
 """`workbench doctor` reports the backend and, on a machine without a usable GPU, why no engine can run."""
+
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 
-from workbench.backend import detect_gpu, get_backend
+from workbench.engine.backend import detect_gpu, get_backend
 
 
 def test_doctor_json_reports_backend_and_why_engines_cannot_run() -> None:
-    result = subprocess.run([sys.executable, "-m", "workbench", "doctor", "--json"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench", "doctor", "--json"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     backend = get_backend()

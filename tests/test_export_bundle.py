@@ -1,4 +1,5 @@
 """Export bundles from a real build: round trip, version / compute-capability refusal, Triton config validation."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.backend import GpuInfo, get_backend
-from workbench.build import BuildOptions, EngineArtifact, engine_from_onnx
 from workbench.cli import main
+from workbench.engine.backend import GpuInfo, get_backend
+from workbench.engine.build import BuildOptions, EngineArtifact, engine_from_onnx
 from workbench.errors import EngineCannotRun, WorkbenchError
 from workbench.export import (
     TritonOptions,
@@ -27,16 +28,24 @@ from workbench.zoo import get_entry
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> EngineArtifact:
     entry = get_entry("digits-cnn")
     out = tmp_path_factory.mktemp("export")
-    return engine_from_onnx(entry.load(), out / "digits.engine",
-                        BuildOptions(shapes=dict(entry.input_profiles()), precision="fp16", progress=False))
+    return engine_from_onnx(
+        entry.load(),
+        out / "digits.engine",
+        BuildOptions(shapes=dict(entry.input_profiles()), precision="fp16", progress=False),
+    )
 
 
 def test_bundle_round_trip_with_triton_and_extras(artifact: EngineArtifact, tmp_path: Path) -> None:
     cache = tmp_path / "calib.cache"
     cache.write_bytes(b"TRT-1.7-EntropyCalibration2\nimage: 3c010a14\n")
-    bundle = export_bundle(artifact, tmp_path / "bundle", calibration_cache=cache,
-                           accuracy={"metric": "top1", "value": 0.97}, timing={"p50_ms": 0.12},
-                           triton=TritonOptions(model_name="digits", instance_count=2))
+    bundle = export_bundle(
+        artifact,
+        tmp_path / "bundle",
+        calibration_cache=cache,
+        accuracy={"metric": "top1", "value": 0.97},
+        timing={"p50_ms": 0.12},
+        triton=TritonOptions(model_name="digits", instance_count=2),
+    )
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest == bundle.manifest
     assert manifest["onnx"]["sha256"] == artifact.onnx_sha256
@@ -49,7 +58,7 @@ def test_bundle_round_trip_with_triton_and_extras(artifact: EngineArtifact, tmp_
     assert manifest["layer_map"]["stats"]["engine_layers"] == artifact.layer_count
     assert bundle.engine_path.read_bytes() == artifact.engine_path.read_bytes()
     again = read_bundle(tmp_path / "bundle")
-    assert [l.name for l in again.layer_map.layers] == [l.name for l in artifact.engine_layers.layers]
+    assert [lyr.name for lyr in again.layer_map.layers] == [lyr.name for lyr in artifact.engine_layers.layers]
     # Triton repository: plan + config parsed back with Triton's ModelConfig schema
     plan = tmp_path / "bundle" / "triton" / "digits" / "1" / "model.plan"
     assert plan.read_bytes() == artifact.engine_path.read_bytes()
@@ -75,7 +84,11 @@ def test_tampered_engine_and_mismatches_are_refused(artifact: EngineArtifact, tm
     manifest = dict(bundle.manifest)
     manifest["backend"] = {"name": artifact.backend, "version": "1.6.0.0"}
     (bundle_dir / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(WorkbenchError, match=r"built by tensorrt_rtx 1\.6\.0\.0.*this machine has tensorrt_rtx " + get_backend().version.replace(".", r"\.")):
+    with pytest.raises(
+        WorkbenchError,
+        match=r"built by tensorrt_rtx 1\.6\.0\.0.*this machine has tensorrt_rtx "
+        + get_backend().version.replace(".", r"\."),
+    ):
         load_engine(bundle_dir)
     # compute capability: an H200 (9.0) is not among TensorRT-RTX's targets
     bundle = export_bundle(artifact, bundle_dir, overwrite=True)
@@ -89,22 +102,38 @@ def test_tampered_engine_and_mismatches_are_refused(artifact: EngineArtifact, tm
         read_bundle(bundle_dir)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('name: "m"\nplatform: "tensorrt_plan"\nbogus_field: 1', "no field named"),
-    ('name: "m"\nplatform: "tensorrt_plan"\nmax_batch_size: 0\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
-     'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]\ndynamic_batching {}', "dynamic_batching needs max_batch_size"),
-    ('name: "m"\nplatform: "onnxruntime_onnx"\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
-     'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]', "is not TensorRT"),
-    ('name: "m"\nplatform: "tensorrt_plan"\ninput [{name: "x" dims: [3]}]\noutput [{name: "y" data_type: TYPE_FP32 dims: [0]}]',
-     "TYPE_INVALID"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('name: "m"\nplatform: "tensorrt_plan"\nbogus_field: 1', "no field named"),
+        (
+            'name: "m"\nplatform: "tensorrt_plan"\nmax_batch_size: 0\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
+            'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]\ndynamic_batching {}',
+            "dynamic_batching needs max_batch_size",
+        ),
+        (
+            'name: "m"\nplatform: "onnxruntime_onnx"\ninput [{name: "x" data_type: TYPE_FP32 dims: [3]}]\n'
+            'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]',
+            "is not TensorRT",
+        ),
+        (
+            'name: "m"\nplatform: "tensorrt_plan"\ninput [{name: "x" dims: [3]}]\noutput [{name: "y" data_type: TYPE_FP32 dims: [0]}]',
+            "TYPE_INVALID",
+        ),
+    ],
+)
 def test_triton_config_validation_rejects_bad_configs(text: str, problem: str) -> None:
     with pytest.raises(WorkbenchError, match=problem):
         validate_triton_config(text)
 
 
 def test_compute_capability_names() -> None:
-    assert normalize_compute_capability("SM86") == normalize_compute_capability("8.6") == normalize_compute_capability("sm_86") == "8.6"
+    assert (
+        normalize_compute_capability("SM86")
+        == normalize_compute_capability("8.6")
+        == normalize_compute_capability("sm_86")
+        == "8.6"
+    )
     assert normalize_compute_capability("SM120") == "12.0"
     with pytest.raises(WorkbenchError):
         normalize_compute_capability("ampere")
@@ -116,7 +145,22 @@ def test_cli_export_and_errors(artifact: EngineArtifact, tmp_path: Path, capsys:
     shutil.copyfile(artifact.layers_path, tmp_path / "m.layers.json")
     timing = tmp_path / "timing.json"
     timing.write_text('{"p50_ms": 0.2}')
-    assert main(["export", str(engine), "-o", str(tmp_path / "out"), "--triton", "--max-batch", "16", "--timing", str(timing)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(engine),
+                "-o",
+                str(tmp_path / "out"),
+                "--triton",
+                "--max-batch",
+                "16",
+                "--timing",
+                str(timing),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "validated with Triton's ModelConfig schema" in printed
     assert "max_batch_size: 16" in (tmp_path / "out" / "triton" / "model" / "config.pbtxt").read_text()

@@ -1,4 +1,5 @@
 """FP16 AutoCast rewrite: real models through ONNX Runtime (reference path) and the documented keep-FP32 rules."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,10 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from workbench.autocast import FP16_MAX, apply_precision_plan
 from workbench.errors import WorkbenchError
 from workbench.model import load_onnx
 from workbench.precision import PrecisionPlan
+from workbench.precision.autocast import FP16_MAX, apply_precision_plan
 from workbench.zoo import get_entry
 
 
@@ -35,7 +36,9 @@ def test_fp16_rewrite_of_ocr_cls_keeps_input_and_matches_fp32(tmp_path: Path) ->
     conv_weights = {init.name: init.data_type for init in rewritten.proto.graph.initializer}
     assert TensorProto.FLOAT16 in conv_weights.values()
     # graph I/O keep their FP32 types, so callers feed and read float32 as before
-    assert [spec.dtype for spec in rewritten.inputs] == ["float32"] and [spec.dtype for spec in rewritten.outputs] == ["float32"]
+    assert [spec.dtype for spec in rewritten.inputs] == ["float32"] and [spec.dtype for spec in rewritten.outputs] == [
+        "float32"
+    ]
     x = np.random.default_rng(0).random((2, 3, 48, 192), dtype=np.float32)
     (reference,) = _run(model.path, {"x": x})
     (half,) = _run(rewritten.path, {"x": x})

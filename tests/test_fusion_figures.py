@@ -1,4 +1,5 @@
 """Fusion figures and the notebook panel, built headless and checked for content (traces, counts), not pixels."""
+
 from __future__ import annotations
 
 import re
@@ -8,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import main
-from workbench.layermap import LayerEntry, LayerMap, NodeEntry, diff_layer_maps
-from workbench.layers import read_layers
-from workbench.viz import fusion_figures as ff
+from workbench.engine.layermap import LayerEntry, LayerMap, NodeEntry, diff_layer_maps
+from workbench.engine.records import read_layers
+from workbench.viz import engine as ff
 
 FIXTURES = Path(__file__).parent / "fixtures" / "layers"
 sys.path.insert(0, str(FIXTURES))  # capture_rtx: the fixtures' model builders
@@ -21,15 +22,19 @@ def cls_maps(tmp_path_factory: pytest.TempPathFactory) -> tuple[LayerMap, LayerM
     """Layer maps of the captured FP32 and FP16 RTX builds of the PP-OCR classifier, linked to the real ONNX."""
     from capture_rtx import pinned_cls_model
 
-    from workbench.autocast import apply_precision_plan
     from workbench.model import load_onnx
     from workbench.precision import PrecisionPlan
+    from workbench.precision.autocast import apply_precision_plan
 
     out = tmp_path_factory.mktemp("figures")
     model = load_onnx(pinned_cls_model(out / "cls.onnx"))
     fp16 = apply_precision_plan(model, PrecisionPlan("fp16")).proto
-    return (LayerMap.from_engine_layers(read_layers(FIXTURES / "rtx_cls_fp32.log"), onnx_proto=model.proto, label="cls fp32"),
-            LayerMap.from_engine_layers(read_layers(FIXTURES / "rtx_cls_fp16.log"), onnx_proto=fp16, label="cls fp16"))
+    return (
+        LayerMap.from_engine_layers(
+            read_layers(FIXTURES / "rtx_cls_fp32.log"), onnx_proto=model.proto, label="cls fp32"
+        ),
+        LayerMap.from_engine_layers(read_layers(FIXTURES / "rtx_cls_fp16.log"), onnx_proto=fp16, label="cls fp16"),
+    )
 
 
 def _trace(fig, name):
@@ -56,10 +61,28 @@ def test_side_by_side_has_one_marker_per_node_and_layer_and_every_link(cls_maps)
 
 
 def test_thousand_node_model_collapses_by_name_scope() -> None:
-    nodes = [NodeEntry(i, f"/encoder/layer.{i // 100}/block{(i // 10) % 10}/op{i}", "MatMul" if i % 10 == 0 else "Add",
-                       (f"layer{i // 10}",)) for i in range(1200)]
-    layers = [LayerEntry(j, f"layer{j}", "gemm", "fp16", "", tuple(n.name for n in nodes[j * 10:(j + 1) * 10]), ("fp16",), ("fp16",))
-              for j in range(120)]
+    nodes = [
+        NodeEntry(
+            i,
+            f"/encoder/layer.{i // 100}/block{(i // 10) % 10}/op{i}",
+            "MatMul" if i % 10 == 0 else "Add",
+            (f"layer{i // 10}",),
+        )
+        for i in range(1200)
+    ]
+    layers = [
+        LayerEntry(
+            j,
+            f"layer{j}",
+            "gemm",
+            "fp16",
+            "",
+            tuple(n.name for n in nodes[j * 10 : (j + 1) * 10]),
+            ("fp16",),
+            ("fp16",),
+        )
+        for j in range(120)
+    ]
     layer_map = LayerMap(layers, nodes, "synthetic", "big")
     view = ff.side_by_side_layout(layer_map, max_items=400)
     assert view.collapsed_by == "scope depth 3" and len(view.items) == 120
@@ -107,7 +130,7 @@ def test_fusions_html_is_self_contained(cls_maps, tmp_path: Path) -> None:
 
 
 def test_panel_links_layer_and_node_selection(cls_maps) -> None:
-    from workbench.ui.fusion_panel import BuildProgressBar, FusionPanel
+    from workbench.ui.engine_panel import BuildProgressBar, FusionPanel
 
     fp32, fp16 = cls_maps
     panel = FusionPanel(fp16, compare_with=fp32)

@@ -1,4 +1,5 @@
 """notebooks/02_fusions.ipynb runs headless (nbclient, kernel python3 from .venv) and its widgets drive the views."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,8 @@ from notebook_runner import execute_notebook
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb"
 
 # Appended to the notebook in memory: drives the widgets of the objects the notebook created.
-DRIVE = '''
-from workbench.viz import fusion_figures as ff
+DRIVE = """
+from workbench.viz import engine as ff
 nodes = panel._trace(ff.NODES_TRACE)
 assert nodes.selectedpoints is None
 layer = max(panel.layer_map.layers, key=lambda l: len(l.onnx_nodes))
@@ -27,7 +28,7 @@ assert explorer.panel is not panel and explorer.panel.layer_map.label.endswith("
 assert explorer.panel.compare_with.label.endswith(".fp16")
 assert explorer.progress.events > 0
 print("DRIVEN", len(explorer.maps))
-'''
+"""
 
 
 def test_notebook_02_executes_and_its_panel_is_driven(tmp_path: Path) -> None:

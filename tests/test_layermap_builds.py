@@ -1,4 +1,5 @@
 """Layer maps of real TensorRT-RTX builds (CPU-only ahead-of-time builds): zoo models in FP32 and FP16, and a Q/DQ model."""
+
 from __future__ import annotations
 
 import sys
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.build import BuildOptions, EngineArtifact, engine_from_onnx
-from workbench.layermap import HEAVY_OPS, LayerMap, diff_layer_maps, myelin_group, myelin_op_tokens
+from workbench.engine.build import BuildOptions, EngineArtifact, engine_from_onnx
+from workbench.engine.layermap import HEAVY_OPS, LayerMap, diff_layer_maps, myelin_group, myelin_op_tokens
 from workbench.model import load_onnx
 from workbench.zoo import get_entry
 
@@ -25,8 +26,11 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tu
         for precision in ("fp32", "fp16"):
             if name == "minilm" and precision == "fp16":
                 continue  # the FP16 path is covered by the CNNs; keep the suite's build time down
-            artifact = engine_from_onnx(model, out / f"{name}.{precision}.engine",
-                                    BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress=False))
+            artifact = engine_from_onnx(
+                model,
+                out / f"{name}.{precision}.engine",
+                BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress=False),
+            )
             result[(name, precision)] = (artifact, LayerMap.load(artifact.layers_path))
     return result
 
@@ -75,7 +79,11 @@ def test_fp16_build_shows_half_layers_and_diffs_against_fp32(builds: dict, name:
     assert len(diff.precision_changes) >= len(half) // 2
     assert all(a.precision == "fp32" and b.precision != "fp32" for a, b in diff.precision_changes)
     same = diff_layer_maps(fp32, fp32)
-    assert same.gained == [] and same.lost == [] and len(same.common) == len({frozenset(l.onnx_nodes) for l in fp32.layers if l.onnx_nodes})
+    assert (
+        same.gained == []
+        and same.lost == []
+        and len(same.common) == len({frozenset(lyr.onnx_nodes) for lyr in fp32.layers if lyr.onnx_nodes})
+    )
 
 
 def test_myelin_names_are_decoded(builds: dict) -> None:
@@ -102,7 +110,8 @@ def test_qdq_model_convolutions_are_int8(qdq_build: tuple[EngineArtifact, LayerM
     for conv in ("conv0", "conv1"):
         kernels = [layer_map.layer(name) for name in layer_map.layers_of(conv)]
         assert any(layer.is_int8_kernel and layer.precision == "int8" for layer in kernels), [
-            (layer.name, layer.layer_type, layer.input_datatypes) for layer in kernels]
+            (layer.name, layer.layer_type, layer.input_datatypes) for layer in kernels
+        ]
 
 
 def test_qdq_audit_finds_every_pair_inside_an_int8_kernel(qdq_build: tuple[EngineArtifact, LayerMap]) -> None:
@@ -117,7 +126,7 @@ def test_qdq_audit_finds_every_pair_inside_an_int8_kernel(qdq_build: tuple[Engin
 
 
 def test_real_transformer_collapses_by_name_scope(builds: dict) -> None:
-    from workbench.viz.fusion_figures import side_by_side_figure, side_by_side_layout
+    from workbench.viz.engine import side_by_side_figure, side_by_side_layout
 
     _, layer_map = builds[("minilm", "fp32")]
     view = side_by_side_layout(layer_map, max_items=120)

@@ -1,4 +1,5 @@
 """Layer-record readers against the golden fixtures (RTX logs captured from real builds; TRT <=10/11 JSON from the docs)."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.errors import WorkbenchError
-from workbench.layers import (
+from workbench.engine.records import (
     datatype_from_format_string,
     engine_layers_from_document,
     layers_document,
@@ -15,6 +15,7 @@ from workbench.layers import (
     read_inspector_json,
     read_layers,
 )
+from workbench.errors import WorkbenchError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "layers"
 
@@ -62,7 +63,7 @@ def test_rtx_multistream_capture_parses_signal_and_wait_layers() -> None:
     sync = [layer for layer in engine.layers if layer.layer_type in ("signal", "wait")]
     assert len(sync) == 29 and {layer.stream_id for layer in sync} >= {0, 2, 3}
     assert all(layer.inputs == layer.outputs == [] and layer.onnx_nodes == () for layer in sync)
-    from workbench.layermap import LayerMap
+    from workbench.engine.layermap import LayerMap
 
     layer_map = LayerMap.from_engine_layers(engine)
     assert layer_map.stats().stream_sync_layers == 29 and layer_map.stats().by_precision["none"] == 30
@@ -86,12 +87,21 @@ def test_trt10_json_bindings_format_datatype_and_all_separator_forms() -> None:
     assert reformat.inputs[0].datatype == "Float" and reformat.outputs[0].datatype == "Half"
     assert by_name["/conv1/Conv + /relu/Relu"].onnx_nodes == ("/conv1/Conv", "/relu/Relu")  # \x1f
     assert by_name["/layer1/layer1.0/conv1/Conv + /layer1/layer1.0/relu/Relu"].onnx_nodes == (
-        "/layer1/layer1.0/conv1/Conv", "/layer1/layer1.0/relu/Relu")  # \x1e (TensorRT 8.6)
+        "/layer1/layer1.0/conv1/Conv",
+        "/layer1/layer1.0/relu/Relu",
+    )  # \x1e (TensorRT 8.6)
     residual = by_name["/layer1/layer1.0/conv2/Conv + /layer1/layer1.0/Add + /layer1/layer1.0/relu_1/Relu"]
-    assert residual.onnx_nodes == ("/layer1/layer1.0/conv2/Conv", "/layer1/layer1.0/Add", "/layer1/layer1.0/relu_1/Relu")
+    assert residual.onnx_nodes == (
+        "/layer1/layer1.0/conv2/Conv",
+        "/layer1/layer1.0/Add",
+        "/layer1/layer1.0/relu_1/Relu",
+    )
     assert residual.precision == "fp16" and residual.layer_type == "CaskConvolution"
     assert residual.tactic.startswith("sm80_xmma_fprop_implicit_gemm_f16f16")
-    assert [(io.name, io.io_mode, io.datatype) for io in engine.io_tensors] == [("input", "Input", "Float"), ("output", "Output", "Float")]
+    assert [(io.name, io.io_mode, io.datatype) for io in engine.io_tensors] == [
+        ("input", "Input", "Float"),
+        ("output", "Output", "Float"),
+    ]
 
 
 def test_trt10_two_profile_engine_keeps_one_profile() -> None:
@@ -109,20 +119,24 @@ def test_trt11_json_agrees_with_the_rtx_log_of_the_same_engine() -> None:
     json_engine = read_layers(FIXTURES / "trt11_qdq_int8.json")
     log_engine = read_layers(FIXTURES / "rtx_qdq_int8.log")
     assert json_engine.source_format == "tensorrt-11-inspector-json"
-    assert [(l.name, l.layer_type, l.onnx_nodes, l.precision, l.tactic) for l in json_engine.layers] == \
-        [(l.name, l.layer_type, l.onnx_nodes, l.precision, l.tactic) for l in log_engine.layers]
+    assert [(lyr.name, lyr.layer_type, lyr.onnx_nodes, lyr.precision, lyr.tactic) for lyr in json_engine.layers] == [
+        (lyr.name, lyr.layer_type, lyr.onnx_nodes, lyr.precision, lyr.tactic) for lyr in log_engine.layers
+    ]
     assert [c.datatype for c in json_engine.layers[1].constants] == ["Int8", "Float", "Float"]
     assert json_engine.io_tensors[0].profiles[0]["opt"] == [1, 3, 32, 32]
 
 
-@pytest.mark.parametrize("metadata, expected", [
-    ("[ONNX Layer: a]\x1f[ONNX Layer: b]", ("a", "b")),
-    ("[ONNX Layer: a]\x1e[ONNX Layer: b]", ("a", "b")),
-    ("[ONNX Layer: a][ONNX Layer: b][ONNX Layer: a]", ("a", "b")),
-    ("[ONNX Layer: /enc/MatMul | /enc/attention]\x1f[ONNX Layer: /enc/Add | /enc]", ("/enc/MatMul", "/enc/Add")),
-    ("", ()),
-    ("a\x1fb", ("a", "b")),
-])
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [
+        ("[ONNX Layer: a]\x1f[ONNX Layer: b]", ("a", "b")),
+        ("[ONNX Layer: a]\x1e[ONNX Layer: b]", ("a", "b")),
+        ("[ONNX Layer: a][ONNX Layer: b][ONNX Layer: a]", ("a", "b")),
+        ("[ONNX Layer: /enc/MatMul | /enc/attention]\x1f[ONNX Layer: /enc/Add | /enc]", ("/enc/MatMul", "/enc/Add")),
+        ("", ()),
+        ("a\x1fb", ("a", "b")),
+    ],
+)
 def test_metadata_forms(metadata: str, expected: tuple[str, ...]) -> None:
     assert onnx_nodes_from_metadata(metadata) == expected
 
@@ -157,7 +171,9 @@ def test_document_round_trip_keeps_names_precisions_and_qdq_edges(tmp_path: Path
     assert {"name", "op_type", "engine_layers"} <= set(document["onnx_nodes"][0])
     assert len(document["qdq_edges"]) == 4
     again = engine_layers_from_document(document)
-    assert [(l.name, l.precision, l.onnx_nodes) for l in again.layers] == [(l.name, l.precision, l.onnx_nodes) for l in engine.layers]
+    assert [(lyr.name, lyr.precision, lyr.onnx_nodes) for lyr in again.layers] == [
+        (lyr.name, lyr.precision, lyr.onnx_nodes) for lyr in engine.layers
+    ]
     assert read_layers(document).layers[1].onnx_nodes == engine.layers[1].onnx_nodes
 
 

@@ -2,14 +2,15 @@
 
 Everything runs for real: TensorRT-RTX builds the engines, ONNX Runtime measures the metrics and the CPU timing.
 """
+
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
 import pytest
-
 from notebook_runner import execute_notebook
+
 from workbench.errors import WorkbenchError
 from workbench.flow import (
     STAGE_NAMES,
@@ -55,11 +56,12 @@ def test_stage_dependencies_and_missing_modules() -> None:
 def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **FAST))
     run = session.run_all()
-    assert [run.stage(n).status for n in STAGE_NAMES] == ["done"] * len(STAGE_NAMES), \
-        {n: run.stage(n).summary for n in STAGE_NAMES if not run.stage(n).ok}
+    assert [run.stage(n).status for n in STAGE_NAMES] == ["done"] * len(STAGE_NAMES), {
+        n: run.stage(n).summary for n in STAGE_NAMES if not run.stage(n).ok
+    }
     before = dict(run.stages)
     session.update(streams=3)
-    for name in STAGE_NAMES[:STAGE_NAMES.index("timing")]:
+    for name in STAGE_NAMES[: STAGE_NAMES.index("timing")]:
         assert run.stages[name] is before[name], name  # untouched
     assert run.stages["timing"] is not before["timing"]
     assert run.objects["timing_results"][0].streams == 3

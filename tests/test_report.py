@@ -1,4 +1,5 @@
 """The main job: `workbench demo` runs the quickstart flow headless and writes a self-contained out/report.html."""
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,15 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
     assert "Plotly.newPlot" in html and len(html) > 3_000_000  # the bundled plotly.js is ~4.6 MB
     for section in SECTION_IDS:
         assert f'<section id="{section}">' in html, section
-    for heading in ("Cleaning waterfall", "Fusion view", "Per-layer diff", "Task-metric table", "Timing results",
-                    "Bottleneck diagnosis", "Exported bundle"):
+    for heading in (
+        "Cleaning waterfall",
+        "Fusion view",
+        "Per-layer diff",
+        "Task-metric table",
+        "Timing results",
+        "Bottleneck diagnosis",
+        "Exported bundle",
+    ):
         assert f"<h2>{heading}</h2>" in html
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"):
         assert f'id="{figure}"' in html, figure
@@ -46,8 +54,11 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
 def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     from workbench.flow import QuickstartConfig, run_quickstart
 
-    run = run_quickstart(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1, calibration_samples=64,
-                                          diff_samples=16))
+    run = run_quickstart(
+        QuickstartConfig(
+            model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1, calibration_samples=64, diff_samples=16
+        )
+    )
     verdicts = {v.topic: v for v in diagnose(run)}
     assert {"busy with", "more streams", "batching", "accuracy", "task metric", "fusion"} <= set(verdicts)
     for verdict in verdicts.values():
@@ -61,7 +72,10 @@ def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     assert f"({ratio:.2f}x)" in verdicts["more streams"].text
     assert ("more streams help" in verdicts["more streams"].text) == (ratio >= 1.15)
     worst = run.objects["layer_diff"].ranking(1)[0]
-    assert worst.node in verdicts["accuracy"].text and f"{worst.noise_added:.2g} relative noise" in verdicts["accuracy"].text
+    assert (
+        worst.node in verdicts["accuracy"].text
+        and f"{worst.noise_added:.2g} relative noise" in verdicts["accuracy"].text
+    )
     fp32 = next(row for row in run.objects["metrics"] if row.variant == "fp32")
     assert f"FP32 {fp32.value:.4f}" in verdicts["task metric"].text
 
@@ -77,8 +91,12 @@ def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
         from workbench.flow import run_stage
 
         run_stage(run, name)
-    run.stages["layer_diff"] = StageResult("layer_diff", "Per-layer INT8 diff", "unavailable",
-                                           summary="not available in this build: needs workbench.calib.diff")
+    run.stages["layer_diff"] = StageResult(
+        "layer_diff",
+        "Per-layer INT8 diff",
+        "unavailable",
+        summary="not available in this build: needs workbench.calib.diff",
+    )
     html = render_report(run)
     assert "not available in this build: needs workbench.calib.diff" in html
     assert 'id="fig-fusion"' in html and 'id="fig-layer-diff"' not in html

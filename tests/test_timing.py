@@ -1,5 +1,6 @@
 """CPU tests of workbench.timing: statistics with known answers, the dynamic batcher on a fake clock, the CPU
 executor end to end on a real model (ONNX Runtime), figures and trace export, and the `workbench time` CLI."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rapidocr_onnxruntime
 
 from workbench.cli import main as cli_main
 from workbench.errors import WorkbenchError
@@ -16,9 +18,7 @@ from workbench.timing.batcher import DynamicBatcher, FakeClock, Request, poisson
 from workbench.timing.executors import OrtCpuExecutor, parse_shape_overrides
 from workbench.timing.result import BatchRecord
 from workbench.timing.trace import export_trace, trace_events
-from workbench.viz import timing_figures
-
-import rapidocr_onnxruntime
+from workbench.viz import timing as timing_figures
 
 CLS_MODEL = Path(rapidocr_onnxruntime.__file__).parent / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 CLS_SHAPE = {"x": (1, 3, 48, 192)}  # the model names both H and W "?"; pin them
@@ -26,6 +26,7 @@ FAST = dict(warmup_s=0.05, window_s=0.1, min_windows=3, max_windows=3)
 
 
 # --- statistics ------------------------------------------------------------------------------------------------
+
 
 def test_percentiles_match_linear_interpolation() -> None:
     values = np.arange(1, 101, dtype=float)  # 1..100
@@ -80,6 +81,7 @@ def test_windows_and_stability_rule() -> None:
 
 
 # --- dynamic batcher -------------------------------------------------------------------------------------------
+
 
 def test_batcher_waits_for_delay_then_releases_with_queue_times() -> None:
     clock = FakeClock()
@@ -141,6 +143,7 @@ def test_poisson_arrivals_have_the_requested_rate() -> None:
 
 # --- CPU executor end to end -----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cls_executor() -> OrtCpuExecutor:
     return OrtCpuExecutor(CLS_MODEL, shapes=CLS_SHAPE)
@@ -186,8 +189,9 @@ def test_cpu_pipeline_closed_loop_end_to_end(cls_executor: OrtCpuExecutor) -> No
 
 
 def test_cpu_pipeline_open_loop_with_dynamic_batching(cls_executor: OrtCpuExecutor) -> None:
-    config = RunConfig(streams=2, load="open", rate_per_s=300.0, dynamic_batching=True, max_batch=4,
-                       max_queue_delay_ms=3.0, **FAST)
+    config = RunConfig(
+        streams=2, load="open", rate_per_s=300.0, dynamic_batching=True, max_batch=4, max_queue_delay_ms=3.0, **FAST
+    )
     result = run_pipeline(cls_executor, config)
     assert result.dynamic_batching == {"max_batch": 4, "max_queue_delay_ms": 3.0}
     assert result.stages_ms["queue"] > 0.0  # arrivals wait for their batch
@@ -205,8 +209,12 @@ def test_sync_baseline_keeps_one_request_in_flight(cls_executor: OrtCpuExecutor)
 
 
 def test_run_config_rejects_bad_values() -> None:
-    for bad in (RunConfig(load="burst"), RunConfig(streams=0), RunConfig(load="open"),
-                RunConfig(dynamic_batching=True, batch=16, max_batch=8)):
+    for bad in (
+        RunConfig(load="burst"),
+        RunConfig(streams=0),
+        RunConfig(load="open"),
+        RunConfig(dynamic_batching=True, batch=16, max_batch=8),
+    ):
         with pytest.raises(WorkbenchError):
             bad.validate()
     assert RunConfig(dynamic_batching=True, max_batch=8).batch_sizes() == [1, 2, 4, 8]
@@ -215,14 +223,29 @@ def test_run_config_rejects_bad_values() -> None:
 
 # --- figures and trace -----------------------------------------------------------------------------------------
 
+
 def _synthetic_records() -> list[BatchRecord]:
     records = []
     for i in range(4):
         lane = i % 2
         t = 1.0 * i
-        records.append(BatchRecord(lane=lane, slot=0, size=1, padded_size=1, arrivals_ms=[t - 0.5], request_samples=[1],
-                                   dispatch_ms=t, enqueue_end_ms=t + 0.02, h2d_start_ms=t + 0.05, h2d_end_ms=t + 0.1,
-                                   compute_end_ms=t + 0.9, d2h_end_ms=t + 1.0, measured=True))
+        records.append(
+            BatchRecord(
+                lane=lane,
+                slot=0,
+                size=1,
+                padded_size=1,
+                arrivals_ms=[t - 0.5],
+                request_samples=[1],
+                dispatch_ms=t,
+                enqueue_end_ms=t + 0.02,
+                h2d_start_ms=t + 0.05,
+                h2d_end_ms=t + 0.1,
+                compute_end_ms=t + 0.9,
+                d2h_end_ms=t + 1.0,
+                measured=True,
+            )
+        )
     return records
 
 
@@ -262,8 +285,9 @@ def test_trace_export_is_valid_chrome_trace(tmp_path: Path) -> None:
 
 
 def test_latency_figures_have_sla_and_percentile_lines() -> None:
-    points = [{"streams": s, "batch": 1, "throughput_per_s": 100.0 * s, "latency_ms": {"p99": 1.0 + s}}
-              for s in (1, 2, 4)]
+    points = [
+        {"streams": s, "batch": 1, "throughput_per_s": 100.0 * s, "latency_ms": {"p99": 1.0 + s}} for s in (1, 2, 4)
+    ]
     curve = timing_figures.latency_throughput_figure(points, sla_ms=4.0)
     assert list(curve.data[0].x) == [100.0, 200.0, 400.0] and list(curve.data[0].y) == [2.0, 3.0, 5.0]
     assert any(shape.y0 == 4.0 and shape.y1 == 4.0 for shape in curve.layout.shapes)
@@ -273,12 +297,34 @@ def test_latency_figures_have_sla_and_percentile_lines() -> None:
 
 # --- CLI -------------------------------------------------------------------------------------------------------
 
+
 def test_cli_time_writes_the_documented_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "TIMING.json"
     trace = tmp_path / "trace.json"
-    code = cli_main(["time", str(CLS_MODEL), "--executor", "cpu", "--shape", "x:1x3x48x192", "--streams", "1,2",
-                     "--batch", "1", "--warmup", "0.05", "--window", "0.1", "--max-windows", "3", "-o", str(out),
-                     "--trace", str(trace)])
+    code = cli_main(
+        [
+            "time",
+            str(CLS_MODEL),
+            "--executor",
+            "cpu",
+            "--shape",
+            "x:1x3x48x192",
+            "--streams",
+            "1,2",
+            "--batch",
+            "1",
+            "--warmup",
+            "0.05",
+            "--window",
+            "0.1",
+            "--max-windows",
+            "3",
+            "-o",
+            str(out),
+            "--trace",
+            str(trace),
+        ]
+    )
     assert code == 0
     doc = json.loads(out.read_text())
     for key in ("executor", "streams", "batch", "throughput_per_s", "latency_ms", "stages_ms", "busy_fraction"):
@@ -302,6 +348,7 @@ def test_cli_time_bad_input_is_a_one_line_error(tmp_path: Path, capsys: pytest.C
 
 # --- sweep, callbacks, timeouts --------------------------------------------------------------------------------
 
+
 class _LaneBudgetedCpuExecutor(OrtCpuExecutor):
     """The CPU executor with a declared per-lane memory need, to exercise the sweep's memory guard."""
 
@@ -315,8 +362,9 @@ def test_sweep_runs_the_grid_and_skips_what_would_not_fit() -> None:
     from workbench.timing import sweep
 
     executor = _LaneBudgetedCpuExecutor(CLS_MODEL, shapes=CLS_SHAPE)
-    results, skipped = sweep(executor, RunConfig(**FAST), streams=(1, 2, 4), batches=(1, 2),
-                             free_bytes=lambda: 2 * 2**30)  # 2 GiB free: 0.9 * 2 GiB fits 6 lane-batches
+    results, skipped = sweep(
+        executor, RunConfig(**FAST), streams=(1, 2, 4), batches=(1, 2), free_bytes=lambda: 2 * 2**30
+    )  # 2 GiB free: 0.9 * 2 GiB fits 6 lane-batches
     assert [(r.streams, r.batch) for r in results] == [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)]
     assert [(s["streams"], s["batch"]) for s in skipped] == [(4, 2)]
     assert "2048 MiB free" in skipped[0]["reason"]

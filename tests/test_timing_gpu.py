@@ -2,6 +2,7 @@
 
 Run on the H200: ``python3 -m pytest tests/test_timing_gpu.py -q``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,11 +21,17 @@ pytestmark = pytest.mark.gpu
 FAST = dict(warmup_s=0.1, window_s=0.15, min_windows=3, max_windows=4)
 
 
-def small_cnn() -> "torch.nn.Module":
+def small_cnn() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 3, stride=2, padding=1),
-        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+        torch.nn.Conv2d(3, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    )
 
 
 def test_graph_pipeline_outputs_match_eager_module_and_events_are_ordered() -> None:
@@ -57,9 +64,11 @@ def test_pipeline_beats_synchronous_loop_on_a_real_cnn() -> None:
     sync = run_pipeline(executor, RunConfig(load="sync", **FAST))
     piped = run_pipeline(executor, RunConfig(streams=4, depth=2, **FAST))
     limit = measure_compute_limit(executor, 1)
-    print(f"resnet18 b1: sync {sync.throughput_per_s:.0f}/s (busy {sync.busy_fraction:.2f}), 4 lanes "
-          f"{piped.throughput_per_s:.0f}/s (busy {piped.busy_fraction:.2f}), one-stream limit "
-          f"{limit['throughput_per_s']:.0f}/s, enqueue p50 {piped.enqueue_us_p50:.1f} us")
+    print(
+        f"resnet18 b1: sync {sync.throughput_per_s:.0f}/s (busy {sync.busy_fraction:.2f}), 4 lanes "
+        f"{piped.throughput_per_s:.0f}/s (busy {piped.busy_fraction:.2f}), one-stream limit "
+        f"{limit['throughput_per_s']:.0f}/s, enqueue p50 {piped.enqueue_us_p50:.1f} us"
+    )
     # Batch-1 kernels use a fraction of the SMs and leave launch gaps; four lanes run them side by side.
     assert piped.throughput_per_s > 1.5 * sync.throughput_per_s
     assert piped.latency_ms["p50"] < 4 * sync.latency_ms["p50"]
@@ -67,8 +76,9 @@ def test_pipeline_beats_synchronous_loop_on_a_real_cnn() -> None:
 
 def test_open_loop_dynamic_batching_reports_queue_time_and_batches() -> None:
     executor = TorchExecutor(small_cnn(), (3, 64, 64), dtype="float16", cuda_graph=True)
-    cfg = RunConfig(streams=2, load="open", rate_per_s=4000, dynamic_batching=True, max_batch=8,
-                    max_queue_delay_ms=1.0, **FAST)
+    cfg = RunConfig(
+        streams=2, load="open", rate_per_s=4000, dynamic_batching=True, max_batch=8, max_queue_delay_ms=1.0, **FAST
+    )
     result = run_pipeline(executor, cfg)
     sizes = [r.size for r in result.records if r.measured]
     assert max(sizes) > 1
@@ -79,7 +89,7 @@ def test_open_loop_dynamic_batching_reports_queue_time_and_batches() -> None:
 def test_capture_failure_falls_back_to_eager_and_says_why() -> None:
     # Runs last in this file: a failed capture can leave torch's CUDA state odd for later tests.
     class SyncsInForward(torch.nn.Module):
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             if x.sum().item() > 1e30:  # .item() synchronizes: illegal during graph capture
                 return x
             return x * 2

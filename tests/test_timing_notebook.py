@@ -1,10 +1,10 @@
 """Notebook 04 executes headless, and its panel reacts to its widgets (figures update in place)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from notebook_runner import execute_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipeline.ipynb"
@@ -13,7 +13,7 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipelin
 @pytest.mark.slow
 def test_notebook_04_runs_headless_and_says_which_executor() -> None:
     text = execute_notebook(NOTEBOOK.name).text
-    from workbench.backend import detect_gpu
+    from workbench.engine.backend import detect_gpu
 
     if not detect_gpu().present:
         assert "runs the CPU executor" in text and "not GPU or TensorRT timings" in text

@@ -2,6 +2,7 @@
 
 Materialized models are cached in <repo>/.cache/zoo-tests (gitignored) so repeated runs skip the torch exports.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -58,7 +59,13 @@ def test_api_names_and_default(zoo_cache: Path) -> None:
         assert isinstance(entry, ZooEntry)
         assert entry.description and entry.task and entry.metric_name and entry.source and entry.license
     result = MetricResult("m", 0.5, True, 3, {"x": np.float32(1.5), "ids": np.arange(2)})
-    assert json.loads(json.dumps(result.to_json())) == {"name": "m", "value": 0.5, "higher_is_better": True, "n_samples": 3, "details": {"x": 1.5, "ids": [0, 1]}}
+    assert json.loads(json.dumps(result.to_json())) == {
+        "name": "m",
+        "value": 0.5,
+        "higher_is_better": True,
+        "n_samples": 3,
+        "details": {"x": 1.5, "ids": [0, 1]},
+    }
 
 
 def test_unknown_name_lists_valid_names() -> None:
@@ -122,7 +129,7 @@ def _flatten(value):
 
 
 def test_cls_input_dims_fixed_for_tensorrt(tmp_path: Path) -> None:
-    from workbench.build import BuildOptions, engine_from_onnx
+    from workbench.engine.build import BuildOptions, engine_from_onnx
     from workbench.zoo.ocr import rapidocr_model
 
     entry = _entry("ocr-cls")
@@ -134,14 +141,20 @@ def test_cls_input_dims_fixed_for_tensorrt(tmp_path: Path) -> None:
     assert [d.dim_param for d in original.graph.input[0].type.tensor_type.shape.dim][2:] == ["?", "?"]
     # the unfixed file cannot be built (TensorRT ties equally named dims); the cached copy builds
     with pytest.raises(WorkbenchError, match="different constant values|contradictory"):
-        engine_from_onnx(rapidocr_model(entry.source_file), tmp_path / "raw.engine",
-                     BuildOptions(shapes=entry.input_profiles(), progress=False))
-    artifact = engine_from_onnx(entry.onnx_path(), tmp_path / "cls.engine", BuildOptions(shapes=entry.input_profiles(), progress=False))
+        engine_from_onnx(
+            rapidocr_model(entry.source_file),
+            tmp_path / "raw.engine",
+            BuildOptions(shapes=entry.input_profiles(), progress=False),
+        )
+    artifact = engine_from_onnx(
+        entry.onnx_path(), tmp_path / "cls.engine", BuildOptions(shapes=entry.input_profiles(), progress=False)
+    )
     assert artifact.engine_path.is_file() and artifact.layer_count > 0
 
 
 def test_committed_digits_onnx_matches_training_run() -> None:
     import onnx
+
     from workbench.zoo.base import make_ort_predict
     from workbench.zoo.digits import DIGITS_ONNX, DIGITS_REFERENCE, digits_dataset
 
@@ -164,8 +177,10 @@ def test_calibration_and_evaluation_sets_are_disjoint_and_deterministic(name: st
     entry = _entry(name)
     input_names = set(entry.input_profiles())
     seen: dict[str, set[str]] = {}
-    for split, batches in (("calibration", entry.calibration_batches(batch_size=16)),
-                           ("evaluation", (feed for feed, _ in entry.evaluation_batches(batch_size=16)))):
+    for split, batches in (
+        ("calibration", entry.calibration_batches(batch_size=16)),
+        ("evaluation", (feed for feed, _ in entry.evaluation_batches(batch_size=16))),
+    ):
         digests = set()
         count = 0
         for feed in batches:
@@ -208,6 +223,7 @@ def test_labels_are_real() -> None:
 
 def test_preprocess_images_matches_zoo_samples(tmp_path: Path) -> None:
     import cv2
+
     from workbench.zoo.base import sample_rng
     from workbench.zoo.ocr import render_line
 
@@ -257,12 +273,16 @@ def test_metrics_react_to_wrong_predictions() -> None:
     assert shifted.value < 0.2
 
     rec = _entry("ocr-rec")
-    blank = rec.evaluate(lambda feed: {rec.OUTPUT: np.eye(6625, dtype=np.float32)[np.zeros((len(feed["x"]), 40), int)]}, limit=16)
+    blank = rec.evaluate(
+        lambda feed: {rec.OUTPUT: np.eye(6625, dtype=np.float32)[np.zeros((len(feed["x"]), 40), int)]}, limit=16
+    )
     assert blank.value == 0.0 and blank.details["cer"] == 1.0
 
     minilm = _entry("minilm")
     encoder = make_ort_predict(minilm.onnx_path())
-    noisy = minilm.evaluate(lambda feed: {"last_hidden_state": encoder(feed)["last_hidden_state"][::-1].copy()}, limit=16)
+    noisy = minilm.evaluate(
+        lambda feed: {"last_hidden_state": encoder(feed)["last_hidden_state"][::-1].copy()}, limit=16
+    )
     assert noisy.value < 0.95  # embeddings of other sentences
 
     with pytest.raises(WorkbenchError, match="results for a batch"):
@@ -288,7 +308,9 @@ def test_cli_list_fetch_eval_calib_data(capsys: pytest.CaptureFixture[str], tmp_
 
     assert main(["zoo", "eval", "digits-cnn", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["model"] == "digits-cnn" and report["metric"]["n_samples"] == 450 and report["metric"]["value"] >= 0.95
+    assert (
+        report["model"] == "digits-cnn" and report["metric"]["n_samples"] == 450 and report["metric"]["value"] >= 0.95
+    )
 
     assert main(["zoo", "eval", "ocr-cls", "--limit", "16"]) == 0
     assert "top1_accuracy" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """Small file helpers: atomic writes (temp file + rename) and content digests."""
+
 from __future__ import annotations
 
 import contextlib
@@ -6,8 +7,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 @contextlib.contextmanager

@@ -2,27 +2,26 @@
 
 Errors the user can fix (WorkbenchError) print one readable line on stderr and exit 2; no traceback.
 """
+
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
+from workbench import __version__, demo
+from workbench.calib import cli as calib_cli
+from workbench.clean import cli as clean_cli
+from workbench.engine import cli as engine_cli
 from workbench.errors import WorkbenchError
+from workbench.export import cli as export_cli
+from workbench.model import cli as model_cli
+from workbench.precision import cli as precision_cli
+from workbench.timing import cli as timing_cli
+from workbench.zoo import cli as zoo_cli
 
-# Modules that define ``register(subparsers)``; each owns its own subcommands so features stay independent.
-COMMAND_MODULES: tuple[str, ...] = (
-    "workbench.calib.cli",
-    "workbench.doctor",
-    "workbench.zoo.cli",
-    "workbench.build",
-    "workbench.demo",
-    "workbench.clean.cli",
-    "workbench.fusions_cli",
-    "workbench.timing.cli",
-)
+# Each stage package owns its subcommands (``register(subparsers)``), in journey order.
+COMMAND_MODULES = (model_cli, clean_cli, precision_cli, engine_cli, calib_cli, timing_cli, export_cli, zoo_cli, demo)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -30,17 +29,11 @@ def make_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="TensorRT optimization workbench: clean ONNX, build engines, calibrate INT8, time pipelines, export.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
     return parser
-
-
-def _version() -> str:
-    from workbench import __version__
-
-    return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,7 @@ Runs the quickstart flow headless (clean -> FP32 engine -> fusion view -> calibr
 mixed engine -> task metrics -> timing -> export), prints one line per stage, and writes ``out/report.html`` (a
 self-contained page) next to the engines and the exported bundle.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,18 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     if model_name:
         settings["model"] = model_name
     config = QuickstartConfig(out_dir=str(out_dir), **settings)
-    print(f"quickstart  model {config.model}, precision {config.precision}, calibration {config.calibration_method}, "
-          f"{config.streams} stream(s) x batch {config.batch}, output {config.out_dir}/", flush=True)
+    print(
+        f"quickstart  model {config.model}, precision {config.precision}, calibration {config.calibration_method}, "
+        f"{config.streams} stream(s) x batch {config.batch}, output {config.out_dir}/",
+        flush=True,
+    )
+
     def show(result: Any, index: int, total: int) -> None:
-        print(f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
-              f"{result.seconds:6.1f} s  {result.summary}", flush=True)
+        print(
+            f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
+            f"{result.seconds:6.1f} s  {result.summary}",
+            flush=True,
+        )
 
     run = QuickstartSession(config, on_result=show).run_all()
     report = write_report(run, Path(out_dir) / "report.html")
@@ -40,22 +48,38 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="the main job: the quickstart flow on built-in defaults, writes out/report.html")
+    parser = subparsers.add_parser(
+        "demo", help="the main job: the quickstart flow on built-in defaults, writes out/report.html"
+    )
     parser.add_argument("--model", help="zoo model name (default: ocr-cls, ~25 s on 2 cores)")
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
-    parser.add_argument("--precision", choices=["fp32", "fp16", "int8"], help="engine to time and export (default int8)")
-    parser.add_argument("--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method")
+    parser.add_argument(
+        "--precision", choices=["fp32", "fp16", "int8"], help="engine to time and export (default int8)"
+    )
+    parser.add_argument(
+        "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
+    )
     parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
     parser.add_argument("--batch", type=int, help="samples per request")
     parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
-    parser.add_argument("--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)")
+    parser.add_argument(
+        "--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)"
+    )
     parser.set_defaults(func=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    settings = {key: value for key, value in {"precision": args.precision, "calibration_method": args.calibration_method,
-                                              "streams": args.streams, "batch": args.batch,
-                                              "calibration_samples": args.calibration_samples,
-                                              "evaluation_samples": args.eval_samples}.items() if value is not None}
+    settings = {
+        key: value
+        for key, value in {
+            "precision": args.precision,
+            "calibration_method": args.calibration_method,
+            "streams": args.streams,
+            "batch": args.batch,
+            "calibration_samples": args.calibration_samples,
+            "evaluation_samples": args.eval_samples,
+        }.items()
+        if value is not None
+    }
     run_demo(args.model, args.out, **settings)
     return 0

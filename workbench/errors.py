@@ -1,4 +1,5 @@
 """The one exception type users see, and a helper that makes its messages say what was expected."""
+
 from __future__ import annotations
 
 

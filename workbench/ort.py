@@ -5,11 +5,13 @@ deterministic simulated quantization in float, matching TensorRT's round-half-ev
 on it switches to integer kernels whose accuracy depends on the CPU. Every numeric comparison in the workbench
 (cleaning checks, calibration statistics, per-layer diffs, task metrics) builds its session here.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +55,9 @@ def cpu_session(
         source = source.SerializeToString()
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception classes (Fail, InvalidGraph, ...)

@@ -1,4 +1,5 @@
 """``workbench calibrate`` and ``workbench diff``."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,35 +12,56 @@ from workbench.errors import WorkbenchError
 
 def register(subparsers: Any) -> None:
     calibrate = subparsers.add_parser(
-        "calibrate", help="INT8 calibration: write a Q/DQ ONNX (TensorRT explicit quantization) and a calibration cache",
+        "calibrate",
+        help="INT8 calibration: write a Q/DQ ONNX (TensorRT explicit quantization) and a calibration cache",
         description="Collect activation histograms in one streaming pass, pick ranges (max / percentile / entropy / mse), "
-                    "insert Q/DQ per TensorRT's rules, optionally fall back the worst layers to FP16/FP32.")
+        "insert Q/DQ per TensorRT's rules, optionally fall back the worst layers to FP16/FP32.",
+    )
     calibrate.add_argument("model", help="FP32 .onnx file, or a zoo model name (digits-cnn, ocr-cls, ocr-rec, ...)")
-    calibrate.add_argument("--data", default=None,
-                           help="calibration folder (.npz batches keyed by input name, or images for zoo models), "
-                                "'zoo' for the zoo model's calibration split, or 'random' (warned about)")
+    calibrate.add_argument(
+        "--data",
+        default=None,
+        help="calibration folder (.npz batches keyed by input name, or images for zoo models), "
+        "'zoo' for the zoo model's calibration split, or 'random' (warned about)",
+    )
     calibrate.add_argument("--method", default="entropy", choices=("max", "percentile", "entropy", "mse"))
     calibrate.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
     calibrate.add_argument("-o", "--output", required=True, help="Q/DQ ONNX to write")
-    calibrate.add_argument("--cache", default=None,
-                           help="calibration cache JSON: read if it exists (also a TensorRT <=10 text cache), written otherwise")
+    calibrate.add_argument(
+        "--cache",
+        default=None,
+        help="calibration cache JSON: read if it exists (also a TensorRT <=10 text cache), written otherwise",
+    )
     calibrate.add_argument("--recalibrate", action="store_true", help="ignore an existing --cache and overwrite it")
     calibrate.add_argument("--max-batches", type=int, default=None, help="use at most this many calibration batches")
-    calibrate.add_argument("--keep", default="", help="comma-separated node names kept out of INT8 (at --fallback-precision)")
-    calibrate.add_argument("--fallback-worst", type=int, default=0, metavar="N",
-                           help="fall back the N layers with the largest accumulated SQNR drop")
+    calibrate.add_argument(
+        "--keep", default="", help="comma-separated node names kept out of INT8 (at --fallback-precision)"
+    )
+    calibrate.add_argument(
+        "--fallback-worst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fall back the N layers with the largest accumulated SQNR drop",
+    )
     calibrate.add_argument("--fallback-precision", default="fp32", choices=("fp16", "fp32"))
-    calibrate.add_argument("--target", type=float, default=None,
-                           help="zoo models: search the smallest fallback set that reaches this task metric")
+    calibrate.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="zoo models: search the smallest fallback set that reaches this task metric",
+    )
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
     calibrate.set_defaults(func=_cli_calibrate)
 
     diff = subparsers.add_parser(
-        "diff", help="per-layer accuracy diff of a Q/DQ model against its FP32 original (SQNR, cosine, clipping)",
+        "diff",
+        help="per-layer accuracy diff of a Q/DQ model against its FP32 original (SQNR, cosine, clipping)",
         description="Run both models with ONNX Runtime (optimizations off) on the same inputs and report per tensor "
-                    "local and accumulated SQNR, cosine, max abs error and clipped fraction.")
+        "local and accumulated SQNR, cosine, max abs error and clipped fraction.",
+    )
     diff.add_argument("fp32", help="FP32 .onnx file or zoo model name")
     diff.add_argument("quantized", help="Q/DQ .onnx made from it")
     diff.add_argument("--data", default=None, help="folder of .npz batches / images, 'zoo' or 'random'")
@@ -71,12 +93,23 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     model, entry = resolve_model(args.model)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
     cache_path = Path(args.cache) if args.cache else None
-    session = CalibrationSession(model, data=data if data is not None else "zoo", entry=entry,
-                                 max_batches=args.max_batches, progress=not args.no_progress) if (data or entry) else None
+    session = (
+        CalibrationSession(
+            model,
+            data=data if data is not None else "zoo",
+            entry=entry,
+            max_batches=args.max_batches,
+            progress=not args.no_progress,
+        )
+        if (data or entry)
+        else None
+    )
     ranges = None
     if cache_path is not None and cache_path.exists() and not args.recalibrate:
         loaded = CalibrationRanges.load(cache_path, model_sha256=model.sha256)
-        if loaded.statistics is not None and (loaded.method != args.method or loaded.percentile not in (None, args.percentile)):
+        if loaded.statistics is not None and (
+            loaded.method != args.method or loaded.percentile not in (None, args.percentile)
+        ):
             ranges = loaded.statistics.ranges(args.method, percentile=args.percentile)  # switch method, no data re-read
         else:
             ranges = loaded
@@ -86,12 +119,17 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         if loaded.statistics is not None:
             session.use_statistics(loaded.statistics)
     if session is None:
-        raise WorkbenchError("no calibration data given.", expected="--data DIR (or 'zoo' with a zoo model); --data random only if you mean it")
+        raise WorkbenchError(
+            "no calibration data given.",
+            expected="--data DIR (or 'zoo' with a zoo model); --data random only if you mean it",
+        )
     if ranges is None:
         statistics = session.statistics()
         ranges = statistics.ranges(args.method, percentile=args.percentile)
-        _say(f"statistics: {len(statistics.histograms)} tensors, {statistics.num_batches} batches / {statistics.num_samples} samples "
-             f"in {statistics.seconds:.2f} s from {statistics.data_name}")
+        _say(
+            f"statistics: {len(statistics.histograms)} tensors, {statistics.num_batches} batches / {statistics.num_samples} samples "
+            f"in {statistics.seconds:.2f} s from {statistics.data_name}"
+        )
         if cache_path is not None:
             ranges.save(cache_path)
             _say(f"wrote calibration cache {cache_path}")
@@ -101,7 +139,10 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         known = {name for name, _ in session.quantizable_nodes()} | {n.name for n in model.proto.graph.node}
         unknown = [k for k in keep if k not in known]
         if unknown:
-            raise WorkbenchError(f"--keep names unknown node(s) {unknown}.", expected="node names of the model (see `workbench diff` output)")
+            raise WorkbenchError(
+                f"--keep names unknown node(s) {unknown}.",
+                expected="node names of the model (see `workbench diff` output)",
+            )
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
     quantized = session.quantize(ranges, plan)
     diff = None
@@ -111,8 +152,10 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         if entry is None:
             raise WorkbenchError("--target needs a task metric.", expected="a zoo model name as the model argument")
         result = session.search_fallback(args.target, ranges=ranges, precision=args.fallback_precision, diff=diff)
-        _say(f"fallback search: {len(result.nodes)} of {result.int8_nodes_total} INT8 nodes to {result.precision}, "
-             f"{result.metric_name} = {result.metric:.4f} (target {args.target}, {'met' if result.met else 'NOT met'})")
+        _say(
+            f"fallback search: {len(result.nodes)} of {result.int8_nodes_total} INT8 nodes to {result.precision}, "
+            f"{result.metric_name} = {result.metric:.4f} (target {args.target}, {'met' if result.met else 'NOT met'})"
+        )
         plan = plan.with_overrides({n: args.fallback_precision for n in result.nodes})
         quantized = session.quantize(ranges, plan)
     elif args.fallback_worst > 0 and diff is not None:
@@ -122,8 +165,10 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         _say(f"fell back to {args.fallback_precision}: {', '.join(worst)}")
     quantized.save(args.output)
     counts = quantized.counts()
-    _say(f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {len(quantized.placement.int8_nodes)} INT8 nodes, "
-         f"method {ranges.method}")
+    _say(
+        f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {len(quantized.placement.int8_nodes)} INT8 nodes, "
+        f"method {ranges.method}"
+    )
     for note in quantized.notes + ranges.warnings:
         _say(f"warning: {note}")
     if args.diff and diff is not None:
@@ -162,11 +207,17 @@ def _cli_diff(args: argparse.Namespace) -> int:
     diff.save(args.output)
     _say(f"wrote {args.output}: {len(diff.tensors)} tensors, {diff.num_samples} samples in {diff.seconds:.2f} s")
     for row in diff.ranking(args.top):
-        _say(f"  {row.name:<40.40} {row.op:<18} accumulated {row.sqnr_db_accumulated:6.1f} dB  drop {row.drop_db:6.1f} dB")
-    quantized_rows = sorted((r for r in diff.tensors if r.sqnr_db_local is not None and r.kind != "weight"),
-                            key=lambda r: r.sqnr_db_local or 0.0)[:3]
+        _say(
+            f"  {row.name:<40.40} {row.op:<18} accumulated {row.sqnr_db_accumulated:6.1f} dB  drop {row.drop_db:6.1f} dB"
+        )
+    quantized_rows = sorted(
+        (r for r in diff.tensors if r.sqnr_db_local is not None and r.kind != "weight"),
+        key=lambda r: r.sqnr_db_local or 0.0,
+    )[:3]
     for row in quantized_rows:
-        _say(f"  lowest local SQNR: {row.name} {row.sqnr_db_local:.1f} dB, clipped {row.clipped_fraction:.2e}: {row.cause}")
+        _say(
+            f"  lowest local SQNR: {row.name} {row.sqnr_db_local:.1f} dB, clipped {row.clipped_fraction:.2e}: {row.cause}"
+        )
     if diff.task_metric:
         _say(f"task metric {diff.task_metric['name']}: {diff.task_metric['value']:.4f}")
     for note in diff.warnings:

@@ -2,20 +2,24 @@
 
 Every source yields feeds ``{input_name: np.ndarray}`` one batch at a time; nothing holds the whole set in memory.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
 
 Feed = dict[str, np.ndarray]
-RANDOM_DATA_WARNING = ("calibration used RANDOM data: the ranges describe noise, not your inputs, so INT8 accuracy "
-                       "measured with them means little. Pass real data (--data DIR or --data zoo).")
+RANDOM_DATA_WARNING = (
+    "calibration used RANDOM data: the ranges describe noise, not your inputs, so INT8 accuracy "
+    "measured with them means little. Pass real data (--data DIR or --data zoo)."
+)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
 
@@ -65,8 +69,10 @@ class IterableSource:
             if limit is not None and index >= limit:
                 return
             if not isinstance(feed, dict):
-                raise WorkbenchError(f"calibration batch {index} is a {type(feed).__name__}.",
-                                     expected="a dict {input_name: numpy array}")
+                raise WorkbenchError(
+                    f"calibration batch {index} is a {type(feed).__name__}.",
+                    expected="a dict {input_name: numpy array}",
+                )
             yield {str(k): np.asarray(v) for k, v in feed.items()}
 
     def __len__(self) -> int:
@@ -92,7 +98,9 @@ class FolderSource:
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         if not self.folder.is_dir():
-            raise WorkbenchError(f"{self.folder}: not a folder.", expected="a calibration folder with .npz batches or images")
+            raise WorkbenchError(
+                f"{self.folder}: not a folder.", expected="a calibration folder with .npz batches or images"
+            )
         self.name = self.name or str(self.folder)
         # calibration/README.md layout: <model>/batches/*.npz or <model>/images/*.png under the model folder
         if not any(p.is_file() for p in self.folder.iterdir()):
@@ -104,12 +112,16 @@ class FolderSource:
         if not self.files:
             images = sorted(p for p in self.folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
             if not images:
-                raise WorkbenchError(f"{self.folder}: holds no .npz batches and no images.",
-                                     expected="files like batch_000.npz keyed by input name, or .png/.jpg images")
+                raise WorkbenchError(
+                    f"{self.folder}: holds no .npz batches and no images.",
+                    expected="files like batch_000.npz keyed by input name, or .png/.jpg images",
+                )
             if self.preprocess is None:
-                raise WorkbenchError(f"{self.folder}: holds images but no preprocessing was given.",
-                                     expected="a zoo model name (its preprocessing is used) or .npz batches",
-                                     hint="calibrate a zoo model (workbench calibrate digits-cnn --data DIR) or save .npz batches")
+                raise WorkbenchError(
+                    f"{self.folder}: holds images but no preprocessing was given.",
+                    expected="a zoo model name (its preprocessing is used) or .npz batches",
+                    hint="calibrate a zoo model (workbench calibrate digits-cnn --data DIR) or save .npz batches",
+                )
             self.files = images
             self.kind = "images"
 
@@ -128,7 +140,9 @@ class FolderSource:
                 with np.load(path, allow_pickle=False) as archive:
                     yield {key: archive[key] for key in archive.files}
             except (OSError, ValueError) as error:
-                raise WorkbenchError(f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name") from error
+                raise WorkbenchError(
+                    f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
+                ) from error
 
     def __len__(self) -> int:
         if self.kind == "images":
@@ -203,7 +217,9 @@ def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_siz
         text = str(data)
         if text == "zoo":
             if entry is None:
-                raise WorkbenchError("--data zoo needs a zoo model.", expected="a zoo model name as the model argument, or --data DIR")
+                raise WorkbenchError(
+                    "--data zoo needs a zoo model.", expected="a zoo model name as the model argument, or --data DIR"
+                )
             return ZooSource(entry)
         if text == "random":
             if model is None:
@@ -213,8 +229,10 @@ def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_siz
         return FolderSource(Path(text), preprocess=preprocess, batch_size=batch_size)
     if isinstance(data, (list, tuple)) or callable(data):
         return IterableSource(data)
-    raise WorkbenchError(f"cannot use a {type(data).__name__} as calibration data.",
-                         expected="'zoo', 'random', a folder path, a list of feeds, or a CalibrationSource")
+    raise WorkbenchError(
+        f"cannot use a {type(data).__name__} as calibration data.",
+        expected="'zoo', 'random', a folder path, a list of feeds, or a CalibrationSource",
+    )
 
 
 def _image_loader(entry: Any) -> Callable[[list[Path]], Feed] | None:
@@ -227,6 +245,8 @@ def _image_loader(entry: Any) -> Callable[[list[Path]], Feed] | None:
         try:
             return preprocess([str(p) for p in paths])
         except NotImplementedError as error:
-            raise WorkbenchError(f"zoo model {entry.name!r} has no image preprocessing.", expected=".npz batches") from error
+            raise WorkbenchError(
+                f"zoo model {entry.name!r} has no image preprocessing.", expected=".npz batches"
+            ) from error
 
     return load

@@ -10,13 +10,15 @@ rewires consumers), the diff accumulates running sums per batch and drops the va
 SQNR (dB) = 10 log10(sum x^2 / sum (x - x_hat)^2). The culprit is where accumulated SQNR drops in topological
 order; a quantized input's cause is "clipping" (range too tight) or "outliers" (range inflated, values crushed).
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -30,10 +32,45 @@ IDEAL_RMSE_OVER_SCALE = 1.0 / math.sqrt(12.0)  # uniform rounding noise
 OUTLIER_SQNR_DB = 20.0
 # Pure data movement: the output holds the input's values rearranged, so its SQNR repeats its input's. Skipped unless
 # ``all_tensors=True``; exposing every such tensor as an ORT output costs time and memory for no new information.
-DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast", "Expand",
-                               "Tile", "Gather", "Slice", "Split", "DepthToSpace", "SpaceToDepth"})
-SKIP_OPS = frozenset({"Shape", "Constant", "ConstantOfShape", "Size", "NonZero", "QuantizeLinear", "DequantizeLinear",
-                      "Range", "ArgMax", "ArgMin", "TopK", "Equal", "Less", "Greater", "Not", "And", "Or"})
+DATA_MOVEMENT_OPS = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Identity",
+        "Cast",
+        "Expand",
+        "Tile",
+        "Gather",
+        "Slice",
+        "Split",
+        "DepthToSpace",
+        "SpaceToDepth",
+    }
+)
+SKIP_OPS = frozenset(
+    {
+        "Shape",
+        "Constant",
+        "ConstantOfShape",
+        "Size",
+        "NonZero",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Range",
+        "ArgMax",
+        "ArgMin",
+        "TopK",
+        "Equal",
+        "Less",
+        "Greater",
+        "Not",
+        "And",
+        "Or",
+    }
+)
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:
@@ -94,11 +131,22 @@ class LayerDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "num_batches": self.num_batches, "num_samples": self.num_samples, "seconds": round(self.seconds, 3),
-            "warnings": self.warnings, "task_metric": self.task_metric,
-            "ranking": [{"name": t.name, "node": t.node, "op": t.op, "drop_db": t.drop_db, "noise_added": t.noise_added,
-                         "sqnr_db_accumulated": t.sqnr_db_accumulated}
-                        for t in self.ranking(10)],
+            "num_batches": self.num_batches,
+            "num_samples": self.num_samples,
+            "seconds": round(self.seconds, 3),
+            "warnings": self.warnings,
+            "task_metric": self.task_metric,
+            "ranking": [
+                {
+                    "name": t.name,
+                    "node": t.node,
+                    "op": t.op,
+                    "drop_db": t.drop_db,
+                    "noise_added": t.noise_added,
+                    "sqnr_db_accumulated": t.sqnr_db_accumulated,
+                }
+                for t in self.ranking(10)
+            ],
             "tensors": [t.to_json() for t in self.tensors],
         }
 
@@ -159,8 +207,9 @@ class _Running:
         self.local_count += ref.size
 
 
-def _float_tensor_names(proto: Any, all_tensors: bool = False, always: set[str] | None = None
-                        ) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
+def _float_tensor_names(
+    proto: Any, all_tensors: bool = False, always: set[str] | None = None
+) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
     """Float node outputs in topological order with (node name, op, index); ``always`` ones even after data movement."""
     always = always or set()
     import onnx
@@ -169,8 +218,10 @@ def _float_tensor_names(proto: Any, all_tensors: bool = False, always: set[str] 
         inferred = onnx.shape_inference.infer_shapes(proto)
     except Exception:  # shape inference is best effort; unknown types are checked at run time
         inferred = proto
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
-             + list(inferred.graph.input)}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
+    }
     names: list[str] = []
     owners: dict[str, tuple[str, str, int]] = {}
     for index, node in enumerate(proto.graph.node):
@@ -185,7 +236,9 @@ def _float_tensor_names(proto: Any, all_tensors: bool = False, always: set[str] 
     return names, owners
 
 
-def _quantized_inputs(quant_proto: Any) -> tuple[dict[str, float], dict[str, tuple[np.ndarray, np.ndarray, int]], dict[str, str]]:
+def _quantized_inputs(
+    quant_proto: Any,
+) -> tuple[dict[str, float], dict[str, tuple[np.ndarray, np.ndarray, int]], dict[str, str]]:
     """Activation scales and weight (values, scales, axis) from the Q nodes, and each one's first quantized consumer."""
     from onnx import numpy_helper
 
@@ -220,9 +273,18 @@ def _session(proto: Any, outputs: list[str]) -> Any:
     return cpu_session(proto, extra_outputs=outputs, what="a model for the per-layer diff")
 
 
-def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[dict[str, np.ndarray]], *,
-                limit: int | None = None, progress: bool = True, all_tensors: bool = False,
-                micro_batch: int | None = 0, memory_budget_mb: float = 192.0, prepared: bool = False) -> LayerDiff:
+def diff_models(
+    fp32: Any,
+    quantized: Any,
+    source: CalibrationSource | Iterable[dict[str, np.ndarray]],
+    *,
+    limit: int | None = None,
+    progress: bool = True,
+    all_tensors: bool = False,
+    micro_batch: int | None = 0,
+    memory_budget_mb: float = 192.0,
+    prepared: bool = False,
+) -> LayerDiff:
     """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``.
 
     Every float tensor computed by a non-data-movement node is compared (``all_tensors=True``: every one).
@@ -233,8 +295,8 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     from tqdm.auto import tqdm
 
     from workbench.calib.data import IterableSource
-    from workbench.calib.qdq import prepare_model
     from workbench.calib.stats import check_feed
+    from workbench.precision.qdq_rules import prepare_model
 
     start = time.perf_counter()
     fp32_proto = getattr(fp32, "proto", fp32)
@@ -242,13 +304,17 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
         fp32_proto = prepare_model(fp32_proto)
     quant_proto = getattr(quantized, "proto", quantized)
     if not any(n.op_type == "QuantizeLinear" for n in quant_proto.graph.node):
-        raise WorkbenchError("the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model")
+        raise WorkbenchError(
+            "the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model"
+        )
     activation_scales, weights, consumer = _quantized_inputs(quant_proto)
     names, owners = _float_tensor_names(fp32_proto, all_tensors, always=set(activation_scales))
     quant_outputs = {o for n in quant_proto.graph.node for o in n.output}
     compared = [n for n in names if n in quant_outputs]
     if not compared:
-        raise WorkbenchError("no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model")
+        raise WorkbenchError(
+            "no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model"
+        )
     local_only = [n for n in activation_scales if n not in owners]  # graph inputs that get Q/DQ
     fp32_names = compared + local_only
     ref_session = _session(fp32_proto, fp32_names)
@@ -260,8 +326,14 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
     if not isinstance(source, CalibrationSource):
         source = IterableSource(list(source))
     batches = samples = 0
-    iterator = tqdm(source.batches(limit), total=(len(source) or None) if limit is None else None, desc="per-layer diff",
-                    unit="batch", disable=not progress, leave=False)
+    iterator = tqdm(
+        source.batches(limit),
+        total=(len(source) or None) if limit is None else None,
+        desc="per-layer diff",
+        unit="batch",
+        disable=not progress,
+        leave=False,
+    )
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
         pending = _split(feed, 1 if micro_batch == 0 else micro_batch)
@@ -324,8 +396,11 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
             continue
         producer = fp32_nodes.get(row.node)
         inputs = [alias.get(i, i) for i in (producer.input if producer is not None else [])]
-        upstream = [float(by_name[i].sqnr_db_accumulated or 0.0) for i in inputs
-                    if i in by_name and by_name[i].sqnr_db_accumulated is not None]
+        upstream = [
+            float(by_name[i].sqnr_db_accumulated or 0.0)
+            for i in inputs
+            if i in by_name and by_name[i].sqnr_db_accumulated is not None
+        ]
         before = min(upstream) if upstream else SQNR_CAP_DB
         accumulated = float(row.sqnr_db_accumulated)
         row.drop_db = before - accumulated
@@ -336,9 +411,19 @@ def diff_models(fp32: Any, quantized: Any, source: CalibrationSource | Iterable[
         quantized_values = fake_quantize(values, weight_scale, axis)
         err = (values - quantized_values).astype(np.float64).ravel()
         signal = float(values.astype(np.float64).ravel() @ values.astype(np.float64).ravel())
-        rows.append(TensorDiff(name, consumer.get(name, ""), "weight", node_index.get(consumer.get(name, ""), -1), "weight",
-                               True, sqnr_db_local=sqnr_db(signal, float(err @ err)), clipped_fraction=0.0,
-                               max_abs_err=float(np.abs(err).max()) if err.size else 0.0))
+        rows.append(
+            TensorDiff(
+                name,
+                consumer.get(name, ""),
+                "weight",
+                node_index.get(consumer.get(name, ""), -1),
+                "weight",
+                True,
+                sqnr_db_local=sqnr_db(signal, float(err @ err)),
+                clipped_fraction=0.0,
+                max_abs_err=float(np.abs(err).max()) if err.size else 0.0,
+            )
+        )
     notes = []
     if getattr(source, "is_random", False):
         notes.append(RANDOM_DATA_WARNING)

@@ -9,12 +9,14 @@ width, so it is independent of batch order and of batch size, and memory is cons
 Why not TensorRT's "append bins of the same width" scheme: there the width is fixed by the *first* batch, so the
 result depends on batch order, and the bin count (memory) grows without bound when a later batch has a larger range.
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -91,8 +93,10 @@ class TensorHistogram:
         """Fold one batch of values into the histogram."""
         flat = np.asarray(values)
         if flat.dtype.kind not in "fiu":
-            raise WorkbenchError(f"tensor {self.name!r} has dtype {flat.dtype}; only numeric tensors get histograms.",
-                                 expected="a float tensor")
+            raise WorkbenchError(
+                f"tensor {self.name!r} has dtype {flat.dtype}; only numeric tensors get histograms.",
+                expected="a float tensor",
+            )
         flat = flat.astype(np.float32, copy=False).ravel()
         if flat.size == 0:
             return
@@ -121,7 +125,7 @@ class TensorHistogram:
         np.minimum(bins, NUM_BINS - 1, out=bins)
         self.counts += np.bincount(bins, minlength=NUM_BINS)
 
-    def merge(self, other: "TensorHistogram") -> None:
+    def merge(self, other: TensorHistogram) -> None:
         """Add another histogram of the same tensor (e.g. from a parallel worker). Exact."""
         width = max(self.width, other.width)
         self._regrid(width)
@@ -160,7 +164,7 @@ class TensorHistogram:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TensorHistogram":
+    def from_json(cls, data: Mapping[str, Any]) -> TensorHistogram:
         hist = cls(str(data["name"]))
         hist.width = float(data["width"])
         counts = np.zeros(NUM_BINS, dtype=np.int64)

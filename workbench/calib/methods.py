@@ -4,9 +4,11 @@ All methods return ``amax``; the int8 scale is ``amax / 127`` (symmetric, zero p
 Algorithms follow NVIDIA's pytorch-quantization (``calib/histogram.py``), the public reference for TensorRT's
 EntropyCalibrator2: percentile on the |x| CDF, KL divergence over 128 levels, and MSE over bin centres.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
@@ -100,8 +102,14 @@ def amax_entropy(hist: TensorHistogram, *, levels: int = ENTROPY_LEVELS) -> floa
     return float(min(candidates[best] * hist.width, hist.amax))
 
 
-def mse_errors(hist: TensorHistogram, *, start_bin: int = 8, samples_per_bin: int = 4, chunk: int = 64,
-               candidate_bins: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def mse_errors(
+    hist: TensorHistogram,
+    *,
+    start_bin: int = 8,
+    samples_per_bin: int = 4,
+    chunk: int = 64,
+    candidate_bins: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean squared fake-quantization error of the histogram for candidate amax values (bin edges).
 
     Each bin's mass is spread over ``samples_per_bin`` evenly spaced points inside the bin rather than put on its

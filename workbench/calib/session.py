@@ -3,22 +3,25 @@
 The CLI, the notebook panel and the benchmark all drive this one object, so a fallback or a method switch reuses the
 statistics already gathered (no data is re-read) and only regenerates the Q/DQ model and re-evaluates.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from workbench.calib.data import CalibrationSource, resolve_source
 from workbench.calib.diff import LayerDiff, diff_models
 from workbench.calib.methods import DEFAULT_PERCENTILE, Method
-from workbench.calib.qdq import QUANTIZABLE_OPS, QdqModel, insert_qdq
+from workbench.calib.qdq import QdqModel, insert_qdq
 from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, collect_statistics
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
+from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
 
 def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
@@ -38,7 +41,12 @@ class FallbackStep:
     meets_target: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"fallback_count": self.fallback_count, "nodes": self.nodes, "metric": self.metric, "meets_target": self.meets_target}
+        return {
+            "fallback_count": self.fallback_count,
+            "nodes": self.nodes,
+            "metric": self.metric,
+            "meets_target": self.meets_target,
+        }
 
 
 @dataclass
@@ -58,30 +66,52 @@ class FallbackSearchResult:
     plan: PrecisionPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "metric_name": self.metric_name, "precision": self.precision, "nodes": self.nodes,
-                "metric": self.metric, "met": self.met, "int8_nodes_total": self.int8_nodes_total,
-                "int8_nodes_kept": self.int8_nodes_kept, "steps": [s.to_json() for s in self.steps],
-                "seconds": round(self.seconds, 3), "plan": self.plan.to_json() if self.plan else None}
+        return {
+            "target": self.target,
+            "metric_name": self.metric_name,
+            "precision": self.precision,
+            "nodes": self.nodes,
+            "metric": self.metric,
+            "met": self.met,
+            "int8_nodes_total": self.int8_nodes_total,
+            "int8_nodes_kept": self.int8_nodes_kept,
+            "steps": [s.to_json() for s in self.steps],
+            "seconds": round(self.seconds, 3),
+            "plan": self.plan.to_json() if self.plan else None,
+        }
 
 
 class CalibrationSession:
     """Calibrate one FP32 model. ``entry`` (a zoo entry) adds its data and its task metric."""
 
-    def __init__(self, model: Any, *, data: Any = None, entry: Any = None, max_batches: int | None = None,
-                 progress: bool = True, optimized_statistics: bool = False) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        data: Any = None,
+        entry: Any = None,
+        max_batches: int | None = None,
+        progress: bool = True,
+        optimized_statistics: bool = False,
+    ) -> None:
         from workbench.model import OnnxModel, load_onnx
 
         if isinstance(model, (str, Path)):
             model = load_onnx(model)
         if not isinstance(model, OnnxModel):
-            raise WorkbenchError(f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
-                                 expected="workbench.model.load_onnx(path) or a path")
+            raise WorkbenchError(
+                f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
+                expected="workbench.model.load_onnx(path) or a path",
+            )
         self.model = model
         self.entry = entry
         if data is None:
             if entry is None:
-                raise WorkbenchError("no calibration data given.", expected="data= a folder, a list of feeds, 'zoo' or 'random'",
-                                     hint="random data is used only when asked for explicitly (data='random')")
+                raise WorkbenchError(
+                    "no calibration data given.",
+                    expected="data= a folder, a list of feeds, 'zoo' or 'random'",
+                    hint="random data is used only when asked for explicitly (data='random')",
+                )
             data = "zoo"
         self.source: CalibrationSource = resolve_source(data, model=model, entry=entry)
         self.max_batches = max_batches
@@ -97,7 +127,7 @@ class CalibrationSession:
     def prepared(self) -> Any:
         """The model after :func:`prepare_model` (weights as initializers, opset >= 13, named nodes), made once."""
         if self._prepared_proto is None:
-            from workbench.calib.qdq import prepare_model
+            from workbench.precision.qdq_rules import prepare_model
 
             self._prepared_proto = prepare_model(self.model.proto)
         return self._prepared_proto
@@ -107,17 +137,22 @@ class CalibrationSession:
         """Histograms from one streaming pass (cached per number of batches)."""
         limit = self.max_batches if max_batches == -1 else max_batches
         if limit not in self._statistics:
-            self._statistics[limit] = collect_statistics(self.model, self.source, limit=limit, progress=self.progress,
-                                                         optimized=self.optimized_statistics)
+            self._statistics[limit] = collect_statistics(
+                self.model, self.source, limit=limit, progress=self.progress, optimized=self.optimized_statistics
+            )
         return self._statistics[limit]
 
     def use_statistics(self, statistics: CalibrationStatistics, max_batches: int | None = -1) -> None:
         """Adopt statistics loaded from a cache (must be for this model)."""
         if statistics.model_sha256 and statistics.model_sha256 != self.model.sha256:
-            raise WorkbenchError("the cached statistics belong to a different model.", expected=f"model sha256 {self.model.sha256[:12]}…")
+            raise WorkbenchError(
+                "the cached statistics belong to a different model.", expected=f"model sha256 {self.model.sha256[:12]}…"
+            )
         self._statistics[self.max_batches if max_batches == -1 else max_batches] = statistics
 
-    def ranges(self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE, max_batches: int | None = -1) -> CalibrationRanges:  # type: ignore[assignment]
+    def ranges(
+        self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE, max_batches: int | None = -1
+    ) -> CalibrationRanges:  # type: ignore[assignment]
         return self.statistics(max_batches).ranges(method, percentile=percentile)
 
     # ------------------------------------------------------------------ Q/DQ model
@@ -131,7 +166,7 @@ class CalibrationSession:
 
         import onnx_graphsurgeon as gs
 
-        from workbench.calib.qdq import plan_placement
+        from workbench.precision.qdq_rules import plan_placement
 
         key = json.dumps((plan or PrecisionPlan(default="int8")).to_json(), sort_keys=True)
         if key not in self._int8_nodes:
@@ -149,11 +184,19 @@ class CalibrationSession:
         return [(n.name, n.op_type) for n in self.prepared.graph.node if n.op_type in QUANTIZABLE_OPS]
 
     # ------------------------------------------------------------------ diff and metric
-    def diff(self, quantized: QdqModel | Any, data: Any = None, *, max_batches: int | None = 4, with_metric: bool = False) -> LayerDiff:
+    def diff(
+        self, quantized: QdqModel | Any, data: Any = None, *, max_batches: int | None = 4, with_metric: bool = False
+    ) -> LayerDiff:
         """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches)."""
         source = self.source if data is None else resolve_source(data, model=self.model, entry=self.entry)
-        result = diff_models(self.prepared, quantized.proto if isinstance(quantized, QdqModel) else quantized, source,
-                             limit=max_batches, progress=self.progress, prepared=True)
+        result = diff_models(
+            self.prepared,
+            quantized.proto if isinstance(quantized, QdqModel) else quantized,
+            source,
+            limit=max_batches,
+            progress=self.progress,
+            prepared=True,
+        )
         if with_metric and self.entry is not None:
             result.task_metric = self.evaluate(quantized).to_json()
         return result
@@ -161,7 +204,10 @@ class CalibrationSession:
     def evaluate(self, model: QdqModel | Any | None = None, *, limit: int | None = None) -> Any:
         """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
         if self.entry is None:
-            raise WorkbenchError("no task metric: the session was not made from a zoo model.", expected="CalibrationSession(..., entry=get_entry(name))")
+            raise WorkbenchError(
+                "no task metric: the session was not made from a zoo model.",
+                expected="CalibrationSession(..., entry=get_entry(name))",
+            )
         proto: Any = self.model.proto if model is None else getattr(model, "proto", model)
         key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
         if key not in self._metric_cache:
@@ -195,14 +241,23 @@ class CalibrationSession:
                     reads.setdefault(node, []).append(placement.moved_before_pad[name])
         scores = {}
         for node in candidates:
-            local = sum(10.0 ** (-(by_tensor[t].sqnr_db_local or 0.0) / 10.0) for t in reads.get(node, [])
-                        if t in by_tensor and by_tensor[t].sqnr_db_local is not None)
-            added = [by_tensor[t].noise_added or 0.0 for t in outputs.get(node, []) if t in by_tensor and by_tensor[t].noise_added is not None]
+            local = sum(
+                10.0 ** (-(by_tensor[t].sqnr_db_local or 0.0) / 10.0)
+                for t in reads.get(node, [])
+                if t in by_tensor and by_tensor[t].sqnr_db_local is not None
+            )
+            added = [
+                by_tensor[t].noise_added or 0.0
+                for t in outputs.get(node, [])
+                if t in by_tensor and by_tensor[t].noise_added is not None
+            ]
             # added noise is capped at 1 (0 dB): past that the signal is gone upstream and the term only says so
             scores[node] = local + min(1.0, max(0.0, max(added, default=0.0)))
         return sorted(candidates, key=lambda n: -scores[n])
 
-    def rank_by_sensitivity(self, quantized: QdqModel, *, max_batches: int = 1, plan: PrecisionPlan | None = None) -> list[str]:
+    def rank_by_sensitivity(
+        self, quantized: QdqModel, *, max_batches: int = 1, plan: PrecisionPlan | None = None
+    ) -> list[str]:
         """Fallback candidates ranked leave-one-out: the model-output noise removed by putting each one alone back in FP32.
 
         For every candidate (INT8 node, or residual Add with a quantized skip), a copy of the Q/DQ model has that
@@ -236,10 +291,16 @@ class CalibrationSession:
 
         proto = quantized.proto
         q_source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
-        dq_source = {n.output[0]: q_source[n.input[0]] for n in proto.graph.node
-                     if n.op_type == "DequantizeLinear" and n.input[0] in q_source}
-        pad_of = {n.output[0]: n.name for n in proto.graph.node
-                  if n.op_type == "Pad" and n.output and n.output[0] in placement.moved_before_pad}
+        dq_source = {
+            n.output[0]: q_source[n.input[0]]
+            for n in proto.graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in q_source
+        }
+        pad_of = {
+            n.output[0]: n.name
+            for n in proto.graph.node
+            if n.op_type == "Pad" and n.output and n.output[0] in placement.moved_before_pad
+        }
         base = output_noise(proto)
         scores: dict[str, float] = {}
         for candidate in candidates:
@@ -258,14 +319,23 @@ class CalibrationSession:
         self.last_sensitivity = scores
         return sorted(candidates, key=lambda n: -scores[n])
 
-    def fallback_plan(self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None) -> PrecisionPlan:
+    def fallback_plan(
+        self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None
+    ) -> PrecisionPlan:
         if precision == "int8":
             raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
         base = base or PrecisionPlan(default="int8")
         return base.with_overrides({node: precision for node in nodes})
 
-    def fall_back_worst(self, n: int, *, ranges: CalibrationRanges | None = None, precision: Precision = "fp32",
-                        diff: LayerDiff | None = None, plan: PrecisionPlan | None = None) -> tuple[PrecisionPlan, QdqModel]:
+    def fall_back_worst(
+        self,
+        n: int,
+        *,
+        ranges: CalibrationRanges | None = None,
+        precision: Precision = "fp32",
+        diff: LayerDiff | None = None,
+        plan: PrecisionPlan | None = None,
+    ) -> tuple[PrecisionPlan, QdqModel]:
         """Move the ``n`` worst INT8 nodes (by the per-layer diff) to ``precision`` and regenerate the Q/DQ model."""
         ranges = ranges or self.ranges()
         if diff is None:
@@ -274,9 +344,16 @@ class CalibrationSession:
         new_plan = self.fallback_plan(worst, precision, plan)
         return new_plan, self.quantize(ranges, new_plan)
 
-    def search_fallback(self, target: float, *, ranges: CalibrationRanges | None = None, precision: Precision = "fp32",
-                        limit: int | None = None, diff: LayerDiff | None = None,
-                        ranking: str = "sensitivity") -> FallbackSearchResult:
+    def search_fallback(
+        self,
+        target: float,
+        *,
+        ranges: CalibrationRanges | None = None,
+        precision: Precision = "fp32",
+        limit: int | None = None,
+        diff: LayerDiff | None = None,
+        ranking: str = "sensitivity",
+    ) -> FallbackSearchResult:
         """Smallest prefix of the worst-first ranking whose fallback meets ``target`` on the task metric.
 
         ``ranking``: "sensitivity" (leave-one-out on the model outputs, :meth:`rank_by_sensitivity`) or "diff" (the
@@ -308,7 +385,11 @@ class CalibrationSession:
         found: int | None = 0 if evaluate(0).meets_target else None
         low, high = 0, None
         if found is None:  # rank only when some fallback is needed
-            ranked = self.rank_by_sensitivity(full) if ranking == "sensitivity" else self.rank_int8_nodes(diff or self.diff(full))
+            ranked = (
+                self.rank_by_sensitivity(full)
+                if ranking == "sensitivity"
+                else self.rank_int8_nodes(diff or self.diff(full))
+            )
             k = 1
             while k < len(ranked):
                 if evaluate(k).meets_target:
@@ -326,11 +407,19 @@ class CalibrationSession:
                     else:
                         low = middle
                 found = high
-        best = steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
+        best = (
+            steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
+        )
         return FallbackSearchResult(
-            target=target, metric_name=self.entry.metric_name, precision=precision, nodes=best.nodes, metric=best.metric,
-            met=found is not None, int8_nodes_total=len(self.int8_nodes()),
+            target=target,
+            metric_name=self.entry.metric_name,
+            precision=precision,
+            nodes=best.nodes,
+            metric=best.metric,
+            met=found is not None,
+            int8_nodes_total=len(self.int8_nodes()),
             int8_nodes_kept=len(self.int8_nodes(self.fallback_plan(best.nodes, precision))),
-            steps=sorted(steps.values(), key=lambda s: s.fallback_count), seconds=time.perf_counter() - start,
+            steps=sorted(steps.values(), key=lambda s: s.fallback_count),
+            seconds=time.perf_counter() - start,
             plan=self.fallback_plan(best.nodes, precision),
         )

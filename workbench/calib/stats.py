@@ -3,20 +3,22 @@
 Only the tensors that will need a scale are exposed as extra graph outputs; each batch's values are folded into
 per-tensor histograms and dropped, so memory does not grow with the number of batches.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import time
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from workbench._io import write_json_atomic
-from workbench.calib.data import CalibrationSource, RANDOM_DATA_WARNING, combine_digests, feed_digest
+from workbench.calib.data import RANDOM_DATA_WARNING, CalibrationSource, combine_digests, feed_digest
 from workbench.calib.histogram import TensorHistogram
 from workbench.calib.methods import DEFAULT_PERCENTILE, METHODS, Method, compute_amax
 from workbench.errors import WorkbenchError
@@ -44,17 +46,27 @@ class CalibrationStatistics:
     random_data: bool = False
     warnings: list[str] = field(default_factory=list)
 
-    def ranges(self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE,
-               overrides: Mapping[str, float] | None = None) -> "CalibrationRanges":
+    def ranges(
+        self,
+        method: Method = "entropy",
+        *,
+        percentile: float = DEFAULT_PERCENTILE,
+        overrides: Mapping[str, float] | None = None,
+    ) -> CalibrationRanges:
         """Per-tensor amax by one method (no data is re-read); ``overrides`` pins chosen tensors' amax."""
         amax = {name: compute_amax(hist, method, percentile=percentile) for name, hist in self.histograms.items()}
         if overrides:
             amax.update({k: float(v) for k, v in overrides.items()})
         return CalibrationRanges(
-            amax=amax, method=method, percentile=percentile if method == "percentile" else None,
-            model_sha256=self.model_sha256, data_digest=self.data_digest,
+            amax=amax,
+            method=method,
+            percentile=percentile if method == "percentile" else None,
+            model_sha256=self.model_sha256,
+            data_digest=self.data_digest,
             histogram_digests={name: hist.digest() for name, hist in self.histograms.items()},
-            random_data=self.random_data, warnings=list(self.warnings), statistics=self,
+            random_data=self.random_data,
+            warnings=list(self.warnings),
+            statistics=self,
         )
 
     def all_methods(self, name: str, *, percentile: float = DEFAULT_PERCENTILE) -> dict[str, float]:
@@ -64,20 +76,29 @@ class CalibrationStatistics:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model_sha256": self.model_sha256, "data_digest": self.data_digest, "data_name": self.data_name,
-            "num_batches": self.num_batches, "num_samples": self.num_samples, "seconds": self.seconds,
-            "random_data": self.random_data, "warnings": self.warnings,
+            "model_sha256": self.model_sha256,
+            "data_digest": self.data_digest,
+            "data_name": self.data_name,
+            "num_batches": self.num_batches,
+            "num_samples": self.num_samples,
+            "seconds": self.seconds,
+            "random_data": self.random_data,
+            "warnings": self.warnings,
             "histograms": {name: hist.to_json() for name, hist in self.histograms.items()},
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "CalibrationStatistics":
+    def from_json(cls, data: Mapping[str, Any]) -> CalibrationStatistics:
         return cls(
             histograms={name: TensorHistogram.from_json(h) for name, h in data["histograms"].items()},
-            model_sha256=str(data["model_sha256"]), data_digest=str(data["data_digest"]),
-            data_name=str(data.get("data_name", "")), num_batches=int(data.get("num_batches", 0)),
-            num_samples=int(data.get("num_samples", 0)), seconds=float(data.get("seconds", 0.0)),
-            random_data=bool(data.get("random_data", False)), warnings=list(data.get("warnings", [])),
+            model_sha256=str(data["model_sha256"]),
+            data_digest=str(data["data_digest"]),
+            data_name=str(data.get("data_name", "")),
+            num_batches=int(data.get("num_batches", 0)),
+            num_samples=int(data.get("num_samples", 0)),
+            seconds=float(data.get("seconds", 0.0)),
+            random_data=bool(data.get("random_data", False)),
+            warnings=list(data.get("warnings", [])),
         )
 
 
@@ -101,12 +122,22 @@ class CalibrationRanges:
 
     def to_json(self, *, include_histograms: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "format": CACHE_FORMAT, "source": self.source, "method": self.method, "percentile": self.percentile,
-            "model_sha256": self.model_sha256, "data_digest": self.data_digest,
-            "random_data": self.random_data, "warnings": self.warnings,
-            "tensors": {name: {"amax": float(value), "scale": float(value) / 127.0,
-                               "histogram_digest": self.histogram_digests.get(name)}
-                        for name, value in self.amax.items()},
+            "format": CACHE_FORMAT,
+            "source": self.source,
+            "method": self.method,
+            "percentile": self.percentile,
+            "model_sha256": self.model_sha256,
+            "data_digest": self.data_digest,
+            "random_data": self.random_data,
+            "warnings": self.warnings,
+            "tensors": {
+                name: {
+                    "amax": float(value),
+                    "scale": float(value) / 127.0,
+                    "histogram_digest": self.histogram_digests.get(name),
+                }
+                for name, value in self.amax.items()
+            },
         }
         if include_histograms and self.statistics is not None:
             # with the histograms a reloaded cache can switch method without new data
@@ -117,36 +148,51 @@ class CalibrationRanges:
         return write_json_atomic(path, self.to_json(include_histograms=include_histograms))
 
     @classmethod
-    def load(cls, path: str | Path, *, model_sha256: str | None = None) -> "CalibrationRanges":
+    def load(cls, path: str | Path, *, model_sha256: str | None = None) -> CalibrationRanges:
         """Load a JSON cache; a TensorRT <= 10 text cache is recognised and converted too.
 
         With ``model_sha256`` given, a cache made for a different model is refused (ranges would be mismatched).
         """
         path = Path(path)
         if not path.is_file():
-            raise WorkbenchError(f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache")
+            raise WorkbenchError(
+                f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache"
+            )
         raw = path.read_bytes()
         if raw.startswith(b"TRT-"):
             return load_tensorrt_cache(path)
         try:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise WorkbenchError(f"{path}: neither a JSON calibration cache nor a TensorRT text cache ({error}).",
-                                 expected=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header") from error
+            raise WorkbenchError(
+                f"{path}: neither a JSON calibration cache nor a TensorRT text cache ({error}).",
+                expected=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header",
+            ) from error
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or "tensors" not in data:
-            raise WorkbenchError(f"{path}: not a workbench calibration cache.", expected=f"JSON with format {CACHE_FORMAT!r}")
+            raise WorkbenchError(
+                f"{path}: not a workbench calibration cache.", expected=f"JSON with format {CACHE_FORMAT!r}"
+            )
         if model_sha256 and data.get("model_sha256") and data["model_sha256"] != model_sha256:
-            raise WorkbenchError(f"{path}: the cache was made for a different model (sha256 {data['model_sha256'][:12]}…).",
-                                 expected=f"a cache for model sha256 {model_sha256[:12]}…", hint="re-calibrate, or drop --cache")
+            raise WorkbenchError(
+                f"{path}: the cache was made for a different model (sha256 {data['model_sha256'][:12]}…).",
+                expected=f"a cache for model sha256 {model_sha256[:12]}…",
+                hint="re-calibrate, or drop --cache",
+            )
         statistics = CalibrationStatistics.from_json(data["statistics"]) if "statistics" in data else None
         tensors = data["tensors"]
         return cls(
             amax={name: float(entry["amax"]) for name, entry in tensors.items()},
-            method=str(data.get("method", "")), percentile=data.get("percentile"),
-            model_sha256=str(data.get("model_sha256", "")), data_digest=str(data.get("data_digest", "")),
-            histogram_digests={name: entry.get("histogram_digest") for name, entry in tensors.items() if entry.get("histogram_digest")},
-            random_data=bool(data.get("random_data", False)), warnings=list(data.get("warnings", [])),
-            statistics=statistics, source=str(data.get("source", "workbench")),
+            method=str(data.get("method", "")),
+            percentile=data.get("percentile"),
+            model_sha256=str(data.get("model_sha256", "")),
+            data_digest=str(data.get("data_digest", "")),
+            histogram_digests={
+                name: entry.get("histogram_digest") for name, entry in tensors.items() if entry.get("histogram_digest")
+            },
+            random_data=bool(data.get("random_data", False)),
+            warnings=list(data.get("warnings", [])),
+            statistics=statistics,
+            source=str(data.get("source", "workbench")),
         )
 
 
@@ -161,7 +207,9 @@ def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
     path = Path(path)
     lines = path.read_text(encoding="ascii", errors="replace").splitlines()
     if not lines or not lines[0].startswith("TRT-"):
-        raise WorkbenchError(f"{path}: not a TensorRT calibration cache.", expected="a first line like 'TRT-8601-EntropyCalibration2'")
+        raise WorkbenchError(
+            f"{path}: not a TensorRT calibration cache.", expected="a first line like 'TRT-8601-EntropyCalibration2'"
+        )
     header = lines[0].strip()
     amax: dict[str, float] = {}
     for number, line in enumerate(lines[1:], start=2):
@@ -173,10 +221,14 @@ def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
         try:
             scale = struct.unpack(">f", bytes.fromhex(value.strip().rjust(8, "0")))[0]
         except (ValueError, struct.error) as error:
-            raise WorkbenchError(f"{path}:{number}: {value.strip()!r} is not a hex float32.", expected="8 hex digits") from error
+            raise WorkbenchError(
+                f"{path}:{number}: {value.strip()!r} is not a hex float32.", expected="8 hex digits"
+            ) from error
         if not math.isfinite(scale) or scale < 0:
-            raise WorkbenchError(f"{path}:{number}: scale {scale} for {name.strip()!r} is not a finite positive number.",
-                                 expected="a positive float32 scale")
+            raise WorkbenchError(
+                f"{path}:{number}: scale {scale} for {name.strip()!r} is not a finite positive number.",
+                expected="a positive float32 scale",
+            )
         amax[name.strip()] = float(scale) * 127.0
     method = header.split("-", 2)[-1] if header.count("-") >= 2 else header
     return CalibrationRanges(amax=amax, method=f"tensorrt:{method}", source=f"tensorrt-cache:{header}")
@@ -191,13 +243,22 @@ def _session(proto: Any, outputs: Iterable[str], *, optimized: bool) -> Any:
 def check_feed(feed: Mapping[str, np.ndarray], input_names: list[str], batch_index: int) -> dict[str, np.ndarray]:
     missing = [n for n in input_names if n not in feed]
     if missing:
-        raise WorkbenchError(f"calibration batch {batch_index} lacks model input(s) {missing} (it has {sorted(feed)}).",
-                             expected=f"feeds keyed by {input_names}")
+        raise WorkbenchError(
+            f"calibration batch {batch_index} lacks model input(s) {missing} (it has {sorted(feed)}).",
+            expected=f"feeds keyed by {input_names}",
+        )
     return {n: feed[n] for n in input_names}
 
 
-def collect_statistics(model: Any, source: CalibrationSource, tensors: list[str] | None = None, *,
-                       limit: int | None = None, progress: bool = True, optimized: bool = False) -> CalibrationStatistics:
+def collect_statistics(
+    model: Any,
+    source: CalibrationSource,
+    tensors: list[str] | None = None,
+    *,
+    limit: int | None = None,
+    progress: bool = True,
+    optimized: bool = False,
+) -> CalibrationStatistics:
     """Run the FP32 model once over the source, folding the needed tensors into histograms.
 
     ``tensors`` defaults to every tensor the Q/DQ placement could quantize (all quantizable nodes INT8), so any later
@@ -206,7 +267,7 @@ def collect_statistics(model: Any, source: CalibrationSource, tensors: list[str]
     """
     from tqdm.auto import tqdm
 
-    from workbench.calib.qdq import activation_tensors, prepare_model
+    from workbench.precision.qdq_rules import activation_tensors, prepare_model
 
     start = time.perf_counter()
     proto = getattr(model, "proto", model)  # an OnnxModel or a bare ModelProto
@@ -221,16 +282,24 @@ def collect_statistics(model: Any, source: CalibrationSource, tensors: list[str]
     total = len(source) or None
     if total is not None and limit is not None:
         total = min(total, limit)
-    iterator = tqdm(source.batches(limit), total=total, desc="calibration statistics", unit="batch",
-                    disable=not progress, leave=False)
+    iterator = tqdm(
+        source.batches(limit),
+        total=total,
+        desc="calibration statistics",
+        unit="batch",
+        disable=not progress,
+        leave=False,
+    )
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
         digests.append(feed_digest(feed))
         try:
             values = session.run(names, feed)
         except Exception as error:  # ORT's Fail / InvalidArgument
-            raise WorkbenchError(f"calibration batch {batches}: ONNX Runtime failed ({error}).",
-                                 expected="feeds matching the model's input shapes and dtypes") from error
+            raise WorkbenchError(
+                f"calibration batch {batches}: ONNX Runtime failed ({error}).",
+                expected="feeds matching the model's input shapes and dtypes",
+            ) from error
         for name, value in zip(names, values):
             histograms[name].add(value)
         del values
@@ -249,7 +318,13 @@ def collect_statistics(model: Any, source: CalibrationSource, tensors: list[str]
     if bad:
         notes.append(f"{len(bad)} tensor(s) had NaN/Inf values (ignored in the histograms), e.g. {bad[:3]}.")
     return CalibrationStatistics(
-        histograms=histograms, model_sha256=model_sha, data_digest=combine_digests(digests),
-        data_name=source.name, num_batches=batches, num_samples=samples, seconds=time.perf_counter() - start,
-        random_data=source.is_random, warnings=notes,
+        histograms=histograms,
+        model_sha256=model_sha,
+        data_digest=combine_digests(digests),
+        data_name=source.name,
+        num_batches=batches,
+        num_samples=samples,
+        seconds=time.perf_counter() - start,
+        random_data=source.is_random,
+        warnings=notes,
     )

@@ -1,10 +1,11 @@
 """Graph cleaning for TensorRT: named onnx-graphsurgeon passes, each checked for equivalence and reported.
 
-    from workbench.clean import clean_model, CleanOptions
-    result = clean_model("model.onnx", CleanOptions(passes=["fold_constants", "remove_noops"]))
-    result.model          # cleaned onnx.ModelProto
-    result.to_json()      # per-pass node counts, op-count deltas, bytes, seconds, max abs diff, status
+from workbench.clean import clean_model, CleanOptions
+result = clean_model("model.onnx", CleanOptions(passes=["fold_constants", "remove_noops"]))
+result.model          # cleaned onnx.ModelProto
+result.to_json()      # per-pass node counts, op-count deltas, bytes, seconds, max abs diff, status
 """
+
 from workbench.clean.passes import (
     DEFAULT_PASSES,
     CleanPass,

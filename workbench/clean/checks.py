@@ -1,16 +1,18 @@
 """Proof that a pass was harmless: ONNX checker, strict shape inference, unchanged graph I/O and Q/DQ count, and
 ONNX Runtime outputs (graph optimizations off) equal to the original model's at the probe shapes."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from workbench.clean.graph_utils import QDQ_OPS, RANDOM_OPS
+from workbench.clean.graph_utils import RANDOM_OPS
 from workbench.errors import WorkbenchError
-from workbench.model import TensorSpec, tensor_specs
+from workbench.model import QDQ_OPS, TensorSpec, tensor_specs
 
 RTOL, ATOL = 1e-4, 1e-5  # for "numeric" passes (folding, fusion); "exact" passes must match bit for bit
 
@@ -46,7 +48,9 @@ def default_probe_shapes(inputs: Sequence[TensorSpec]) -> ProbeShapes:
     return _unique(probes)
 
 
-def probe_shapes_from_profile(inputs: Sequence[TensorSpec], profile: Mapping[str, Sequence[Sequence[int]]]) -> ProbeShapes:
+def probe_shapes_from_profile(
+    inputs: Sequence[TensorSpec], profile: Mapping[str, Sequence[Sequence[int]]]
+) -> ProbeShapes:
     """Turn a TensorRT-style profile ``{input: (min, opt, max)}`` into three probe feeds' shapes."""
     defaults = default_probe_shapes(inputs)
     while len(defaults) < 3:
@@ -54,7 +58,9 @@ def probe_shapes_from_profile(inputs: Sequence[TensorSpec], profile: Mapping[str
     names = {spec.name for spec in inputs}
     unknown = sorted(set(profile) - names)
     if unknown:
-        raise WorkbenchError(f"profile names {unknown}, which are not graph inputs.", expected=f"names among {sorted(names)}")
+        raise WorkbenchError(
+            f"profile names {unknown}, which are not graph inputs.", expected=f"names among {sorted(names)}"
+        )
     probes: ProbeShapes = [{}, {}, {}]
     for spec in inputs:
         levels = profile.get(spec.name)
@@ -81,9 +87,14 @@ def cap_batch(probes: ProbeShapes, inputs: Sequence[TensorSpec], max_batch: int 
     does, while ORT time grows with it (a batch-32 OCR recognizer takes seconds per check)."""
     if max_batch is None:
         return probes
-    dynamic_batch = {spec.name for spec in inputs if spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] >= 0)}
+    dynamic_batch = {
+        spec.name for spec in inputs if spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] >= 0)
+    }
     capped = [
-        {name: ((min(shape[0], max_batch),) + tuple(shape[1:]) if name in dynamic_batch and shape else shape) for name, shape in probe.items()}
+        {
+            name: ((min(shape[0], max_batch),) + tuple(shape[1:]) if name in dynamic_batch and shape else shape)
+            for name, shape in probe.items()
+        }
         for probe in probes
     ]
     return _unique(capped)
@@ -111,7 +122,10 @@ def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]
         elif dtype.kind == "b":
             feed[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
         else:
-            raise WorkbenchError(f"input {spec.name!r} has type {spec.dtype}, which the equivalence check cannot generate.", expected="float, integer or bool inputs")
+            raise WorkbenchError(
+                f"input {spec.name!r} has type {spec.dtype}, which the equivalence check cannot generate.",
+                expected="float, integer or bool inputs",
+            )
     return feed
 
 
@@ -130,7 +144,13 @@ def compare_outputs(reference: np.ndarray, actual: np.ndarray, tolerance: str) -
         return False, float("inf"), f"dtype {actual.dtype} != {reference.dtype}"
     if reference.dtype.kind not in "fc":
         equal = bool(np.array_equal(reference, actual))
-        diff = 0.0 if equal else float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64)))) if reference.dtype.kind in "iub" else float("inf")
+        diff = (
+            0.0
+            if equal
+            else float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
+            if reference.dtype.kind in "iub"
+            else float("inf")
+        )
         return equal, diff, None if equal else "integer/bool outputs differ"
     ref64, act64 = reference.astype(np.float64), actual.astype(np.float64)
     finite = np.isfinite(ref64) & np.isfinite(act64)
@@ -162,7 +182,14 @@ class EquivalenceChecker:
     """Holds what every check compares against: the original's I/O, Q/DQ and random-op counts, seeded feeds
     at the probe shapes and the original's ORT outputs on them (computed once)."""
 
-    def __init__(self, original: Any, probe_shapes: ProbeShapes, *, seed: int = 0, extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()) -> None:
+    def __init__(
+        self,
+        original: Any,
+        probe_shapes: ProbeShapes,
+        *,
+        seed: int = 0,
+        extra_feeds: Sequence[Mapping[str, np.ndarray]] = (),
+    ) -> None:
         start = time.perf_counter()
         self.baseline_issues: list[str] = []
         self.inputs, self.outputs = io_specs(original)
@@ -173,24 +200,34 @@ class EquivalenceChecker:
             self._checker(original)
         except Exception as error:
             self.run_checker = False
-            self.baseline_issues.append(f"the original fails onnx.checker (full): {_first_line(error)}; that check is skipped")
+            self.baseline_issues.append(
+                f"the original fails onnx.checker (full): {_first_line(error)}; that check is skipped"
+            )
         try:
             self._strict_inference(original)
         except Exception as error:
             self.run_shape_inference = False
-            self.baseline_issues.append(f"the original fails strict shape inference: {_first_line(error)}; that check is skipped")
+            self.baseline_issues.append(
+                f"the original fails strict shape inference: {_first_line(error)}; that check is skipped"
+            )
         session = ort_session(original)
         self.output_names = [out.name for out in session.get_outputs()]
         self.feeds: list[dict[str, np.ndarray]] = []
         self.references: list[list[np.ndarray]] = []
         self.probe_shapes: ProbeShapes = []
-        candidates = [(shapes, make_feed(self.inputs, shapes, seed + index)) for index, shapes in enumerate(probe_shapes)]
-        candidates += [({name: tuple(np.shape(value)) for name, value in feed.items()}, dict(feed)) for feed in extra_feeds]
+        candidates = [
+            (shapes, make_feed(self.inputs, shapes, seed + index)) for index, shapes in enumerate(probe_shapes)
+        ]
+        candidates += [
+            ({name: tuple(np.shape(value)) for name, value in feed.items()}, dict(feed)) for feed in extra_feeds
+        ]
         for shapes, feed in candidates:
             try:
                 outputs = session.run(self.output_names, feed)
             except Exception as error:
-                self.baseline_issues.append(f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped")
+                self.baseline_issues.append(
+                    f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped"
+                )
                 continue
             self.probe_shapes.append(shapes)
             self.feeds.append(feed)
@@ -216,7 +253,13 @@ class EquivalenceChecker:
         # full_check's strict inference, plus data propagation for shape tensors
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
 
-    def check(self, candidate: Any, tolerance: str, expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None, light: Any = None) -> CheckOutcome:
+    def check(
+        self,
+        candidate: Any,
+        tolerance: str,
+        expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None,
+        light: Any = None,
+    ) -> CheckOutcome:
         """Run every check on ``candidate``. ``light`` (the same graph with weights as data-free stubs) lets
         shape inference skip serializing the weights; the checker and ORT share one serialization."""
         start = time.perf_counter()
@@ -229,7 +272,9 @@ class EquivalenceChecker:
         if got_inputs != inputs:
             return fail(f"graph inputs changed: {[s.to_json() for s in got_inputs]} != {[s.to_json() for s in inputs]}")
         if got_outputs != outputs:
-            return fail(f"graph outputs changed: {[s.to_json() for s in got_outputs]} != {[s.to_json() for s in outputs]}")
+            return fail(
+                f"graph outputs changed: {[s.to_json() for s in got_outputs]} != {[s.to_json() for s in outputs]}"
+            )
         if _op_count(candidate, QDQ_OPS) != self.qdq_count:
             return fail(f"Q/DQ node count changed from {self.qdq_count} to {_op_count(candidate, QDQ_OPS)}")
         if _op_count(candidate, RANDOM_OPS) != self.random_count:

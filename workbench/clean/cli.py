@@ -1,4 +1,5 @@
 """``workbench clean IN.onnx -o OUT.onnx --report REPORT.json``: the cleaner on the command line."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,23 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--passes", help="comma-separated pass names to run, in order (default: all default passes)")
     parser.add_argument("--skip", default="", help="comma-separated pass names to leave out of the default list")
     parser.add_argument(
-        "--shape", action="append", default=[], metavar="NAME:D0,D1,...",
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D0,D1,...",
         help="override an input shape: ints pin a dimension, names keep it symbolic, '?' leaves it (repeatable)",
     )
     parser.add_argument(
-        "--profile", action="append", default=[], metavar="NAME:MIN/OPT/MAX",
+        "--profile",
+        action="append",
+        default=[],
+        metavar="NAME:MIN/OPT/MAX",
         help="shapes to compare outputs at, e.g. x:1x3x48x320/8x3x48x320/32x3x48x320 (repeatable)",
     )
     parser.add_argument("--no-check", action="store_true", help="skip the equivalence checks (faster, unproven)")
-    parser.add_argument("--fold-size-threshold", type=int, default=None, help="largest folded tensor in bytes (default 16 MiB)")
+    parser.add_argument(
+        "--fold-size-threshold", type=int, default=None, help="largest folded tensor in bytes (default 16 MiB)"
+    )
     parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
     parser.set_defaults(func=run_clean)
 
@@ -52,7 +61,10 @@ def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
     except ValueError:
         shapes = []
     if not sep or not name or len(shapes) != 3:
-        raise WorkbenchError(f"--profile {text!r} is not NAME:MIN/OPT/MAX.", expected="e.g. --profile x:1x3x48x320/8x3x48x320/32x3x48x320")
+        raise WorkbenchError(
+            f"--profile {text!r} is not NAME:MIN/OPT/MAX.",
+            expected="e.g. --profile x:1x3x48x320/8x3x48x320/32x3x48x320",
+        )
     return name, shapes
 
 
@@ -76,7 +88,10 @@ def run_clean(args: argparse.Namespace) -> int:
             print(f"{marker} {name:28s} [{clean_pass.tolerance}] {clean_pass.description}")
         return 0
     if not args.model or not args.output:
-        raise WorkbenchError("clean needs an input model and -o OUTPUT.", expected="workbench clean IN.onnx -o OUT.onnx [--report REPORT.json]")
+        raise WorkbenchError(
+            "clean needs an input model and -o OUTPUT.",
+            expected="workbench clean IN.onnx -o OUT.onnx [--report REPORT.json]",
+        )
     model_path, zoo_profile = _resolve_model(args.model)
     passes = [name.strip() for name in args.passes.split(",") if name.strip()] if args.passes else list(DEFAULT_PASSES)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
@@ -97,14 +112,21 @@ def run_clean(args: argparse.Namespace) -> int:
     for issue in result.baseline_issues:
         print(f"note: {issue}")
     if result.probe_shapes:
-        print("outputs compared at: " + "; ".join(", ".join(f"{k}={v}" for k, v in probe.items()) for probe in result.probe_shapes))
+        print(
+            "outputs compared at: "
+            + "; ".join(", ".join(f"{k}={v}" for k, v in probe.items()) for probe in result.probe_shapes)
+        )
     for report in result.passes:
         diff = "-" if report.max_abs_diff is None else f"{report.max_abs_diff:.3g}"
         note = f"  ({report.failure})" if report.failure else ""
-        print(f"{report.name:28s} {report.status:12s} {report.nodes_before:5d} -> {report.nodes_after:5d}  {report.seconds:6.2f}s  max|diff| {diff}{note}")
+        print(
+            f"{report.name:28s} {report.status:12s} {report.nodes_before:5d} -> {report.nodes_after:5d}  {report.seconds:6.2f}s  max|diff| {diff}{note}"
+        )
         for finding in report.findings:
             print(f"    {finding.severity}: {finding.rule} at {finding.node}: {finding.message}")
-    print(f"{result.source}: {result.nodes_before} -> {result.nodes_after} nodes, {result.bytes_before} -> {result.bytes_after} bytes, {result.seconds:.2f}s; wrote {args.output}")
+    print(
+        f"{result.source}: {result.nodes_before} -> {result.nodes_after} nodes, {result.bytes_before} -> {result.bytes_after} bytes, {result.seconds:.2f}s; wrote {args.output}"
+    )
     if args.report:
         write_json_atomic(args.report, result.to_json())
     return 0

@@ -1,13 +1,18 @@
 """Helpers shared by the passes: import/export that keep model metadata, node bypassing, tensor facts."""
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, TypeGuard
+from collections.abc import Iterable
+from typing import Any, TypeGuard
 
 import numpy as np
 
-RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"})
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+from workbench.model.graph import is_constant, producer
+
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 def import_graph(model: Any) -> Any:
@@ -206,18 +211,8 @@ def opset_of(graph_or_model: Any) -> int:
     return int(next((imp.version for imp in graph_or_model.opset_import if imp.domain in ("", "ai.onnx")), 0))
 
 
-def is_constant(tensor: Any) -> bool:
-    import onnx_graphsurgeon as gs
-
-    return isinstance(tensor, gs.Constant)
-
-
 def constant_values(tensor: Any) -> np.ndarray | None:
     return np.asarray(tensor.values) if is_constant(tensor) else None
-
-
-def producer(tensor: Any) -> Any | None:
-    return tensor.inputs[0] if len(tensor.inputs) == 1 else None
 
 
 def single_consumer(tensor: Any) -> Any | None:

@@ -6,27 +6,26 @@ a pass only has to be *intended* to preserve outputs; ``tolerance`` says how exa
 "exact" (structural rewrites), "numeric" (folding and fusion: rtol 1e-4 / atol 1e-5), "report" (never changes
 the graph). Users add their own with :func:`register_pass`.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from workbench.clean.graph_utils import (
-    QDQ_OPS,
     RANDOM_OPS,
     apply_inferred_shapes,
     bypass_node,
     constant_nbytes,
     constant_values,
     dtype_name,
-    is_constant,
     is_static,
     light_export,
     np_dtype,
-    producer,
     prune_dead_nodes,
     redirect_consumers,
     tensor_shape,
@@ -34,6 +33,7 @@ from workbench.clean.graph_utils import (
 )
 from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
+from workbench.model.graph import QDQ_OPS, is_constant, producer
 
 DEFAULT_FOLD_SIZE_THRESHOLD = 16 * 1024 * 1024  # bytes; larger folded tensors would bloat the model (onnxslim #190)
 MAX_FOLD_ROUNDS = 10
@@ -99,11 +99,15 @@ def available_passes() -> list[str]:
     return list(_REGISTRY)
 
 
-def cleaning_pass(name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0) -> Callable[[PassFunction], PassFunction]:
+def cleaning_pass(
+    name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0
+) -> Callable[[PassFunction], PassFunction]:
     """Decorator that registers a built-in pass."""
 
     def wrap(function: PassFunction) -> PassFunction:
-        register_pass(CleanPass(name, function, tolerance, description or " ".join((function.__doc__ or "").split()), min_opset))
+        register_pass(
+            CleanPass(name, function, tolerance, description or " ".join((function.__doc__ or "").split()), min_opset)
+        )
         return function
 
     return wrap
@@ -135,7 +139,10 @@ def override_input_shapes(graph: Any, context: PassContext) -> None:
     for name, dims in context.input_shapes.items():
         tensor = by_name.get(name)
         if tensor is None:
-            raise WorkbenchError(f"input-shape override names {name!r}, which is not a graph input.", expected=f"one of {sorted(by_name)}")
+            raise WorkbenchError(
+                f"input-shape override names {name!r}, which is not a graph input.",
+                expected=f"one of {sorted(by_name)}",
+            )
         old = list(tensor.shape or [])
         if len(dims) != len(old):
             raise WorkbenchError(
@@ -147,7 +154,10 @@ def override_input_shapes(graph: Any, context: PassContext) -> None:
             if spec is None:
                 new.append(old_dim)
             elif isinstance(old_dim, int) and old_dim >= 0 and spec != old_dim:
-                raise WorkbenchError(f"input {name!r}: dimension {old_dim} is fixed and cannot become {spec!r}.", expected="overrides only on dynamic dimensions")
+                raise WorkbenchError(
+                    f"input {name!r}: dimension {old_dim} is fixed and cannot become {spec!r}.",
+                    expected="overrides only on dynamic dimensions",
+                )
             else:
                 new.append(spec)
         tensor.shape = new
@@ -223,7 +233,9 @@ def _fold_shape_nodes(graph: Any) -> int:
     return folded
 
 
-_SHAPE_VALUE_OPS = frozenset({"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Add", "Sub", "Mul", "Div"})
+_SHAPE_VALUE_OPS = frozenset(
+    {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Add", "Sub", "Mul", "Div"}
+)
 
 
 def _fold_known_shape_values(graph: Any) -> int:
@@ -267,7 +279,9 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
             _fold_shape_nodes(graph)
             _fold_known_shape_values(graph)
             toposort(graph)
-            fold_options = dict(fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding)
+            fold_options = dict(
+                fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding
+            )
             try:
                 # one ONNX Runtime session for everything foldable: fast when nothing fails
                 graph.fold_constants(partitioning=None, error_ok=False, **fold_options)
@@ -290,9 +304,39 @@ _INT_TYPES = ("int64", "int32")
 _FLOAT_TYPES = ("float32", "float16", "float64", "bfloat16")
 _SHAPE_SOURCES = ("Shape", "Size")
 _SHAPE_PASSTHROUGH = frozenset(
-    {"Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Add", "Sub", "Mul", "Div", "Max", "Min",
-     "Cast", "Identity", "Neg", "Abs", "Floor", "Ceil", "ReduceProd", "ReduceMax", "ReduceMin", "Range", "Expand",
-     "Where", "Equal", "Greater", "Less", "Not", "ConstantOfShape", "Mod", "Clip"}
+    {
+        "Gather",
+        "Slice",
+        "Concat",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Max",
+        "Min",
+        "Cast",
+        "Identity",
+        "Neg",
+        "Abs",
+        "Floor",
+        "Ceil",
+        "ReduceProd",
+        "ReduceMax",
+        "ReduceMin",
+        "Range",
+        "Expand",
+        "Where",
+        "Equal",
+        "Greater",
+        "Less",
+        "Not",
+        "ConstantOfShape",
+        "Mod",
+        "Clip",
+    }
 )
 _ELIDABLE_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Concat")
 
@@ -373,7 +417,11 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
         for inp in node.inputs:
             if is_constant(inp):
                 values = np.asarray(inp.values)
-                if values.dtype.kind != "f" or not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+                if (
+                    values.dtype.kind != "f"
+                    or not np.all(np.isfinite(values))
+                    or not np.all(values == np.round(values))
+                ):
                     break  # a fractional constant: float arithmetic differs from integer arithmetic
                 if values.size and np.max(np.abs(values)) >= 2**24:
                     break
@@ -403,7 +451,11 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
             dtype = np_dtype(source)
             if dtype is not None and dtype.name in _INT_TYPES and not is_constant(source) and shape_derived(source):
                 context.findings.append(
-                    Finding("float-shape-tensor", node.name, "a shape-derived integer tensor is cast to float; TensorRT may reject float shape tensors")
+                    Finding(
+                        "float-shape-tensor",
+                        node.name,
+                        "a shape-derived integer tensor is cast to float; TensorRT may reject float shape tensors",
+                    )
                 )
     return graph
 
@@ -445,7 +497,9 @@ def _dim_element(dim: Any, source: Any, axis: int) -> _Element:
     return ("dim", id(source), axis)
 
 
-def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Element] | None], depth: int) -> list[_Element] | None:
+def _shape_elements_from_node(
+    node: Any, tensor: Any, memo: dict[int, list[_Element] | None], depth: int
+) -> list[_Element] | None:
     op = node.op
     if op == "Shape":
         source = node.inputs[0]
@@ -458,7 +512,9 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
         start = max(0, start + rank if start < 0 else start)
         stop = rank if end is None else max(0, int(end) + (rank if int(end) < 0 else 0))
         return [_dim_element(shape[axis], source, axis) for axis in range(start, min(stop, rank))]
-    if op in ("Cast", "Identity", "Unsqueeze", "Squeeze") or (op == "Reshape" and len(tensor_shape(tensor) or (0, 0)) <= 1):
+    if op in ("Cast", "Identity", "Unsqueeze", "Squeeze") or (
+        op == "Reshape" and len(tensor_shape(tensor) or (0, 0)) <= 1
+    ):
         if op == "Cast" and _cast_target(node) not in _INT_TYPES + _FLOAT_TYPES:
             return None
         return _shape_elements(node.inputs[0], memo, depth + 1)
@@ -480,7 +536,11 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
         return result
     if op == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
         parts = [_shape_elements(inp, memo, depth + 1) for inp in node.inputs]
-        return None if any(part is None for part in parts) else [element for part in parts if part is not None for element in part]
+        return (
+            None
+            if any(part is None for part in parts)
+            else [element for part in parts if part is not None for element in part]
+        )
     if op == "Gather" and int(node.attrs.get("axis", 0)) == 0:
         data = _shape_elements(node.inputs[0], memo, depth + 1)
         indices = constant_values(node.inputs[1])
@@ -492,9 +552,19 @@ def _shape_elements_from_node(node: Any, tensor: Any, memo: dict[int, list[_Elem
             return None
     if op == "Slice":
         data = _shape_elements(node.inputs[0], memo, depth + 1)
-        bounds = [_constant_list(node.inputs[i]) if len(node.inputs) > i and not node.inputs[i].is_empty() else None for i in (1, 2, 3, 4)]
+        bounds = [
+            _constant_list(node.inputs[i]) if len(node.inputs) > i and not node.inputs[i].is_empty() else None
+            for i in (1, 2, 3, 4)
+        ]
         starts, ends, axes, steps = bounds
-        if data is None or starts is None or ends is None or len(starts) != 1 or (axes not in (None, [0], [-1])) or (steps not in (None, [1])):
+        if (
+            data is None
+            or starts is None
+            or ends is None
+            or len(starts) != 1
+            or (axes not in (None, [0], [-1]))
+            or (steps not in (None, [1]))
+        ):
             return None
         return data[slice(starts[0], max(min(ends[0], 1 << 30), -(1 << 30)))]
     return None
@@ -509,7 +579,12 @@ def simplify_reshape(graph: Any, context: PassContext) -> Any:
     graph = refresh_shapes(graph, context)
     memo: dict[int, list[_Element] | None] = {}
     for node in graph.nodes:
-        if node.op != "Reshape" or len(node.inputs) < 2 or is_constant(node.inputs[1]) or int(node.attrs.get("allowzero", 0)):
+        if (
+            node.op != "Reshape"
+            or len(node.inputs) < 2
+            or is_constant(node.inputs[1])
+            or int(node.attrs.get("allowzero", 0))
+        ):
             continue
         data = node.inputs[0]
         elements = _shape_elements(node.inputs[1], memo)
@@ -627,7 +702,13 @@ def merge_consecutive(graph: Any, context: PassContext) -> Any:
                 continue
             link = second.inputs[0]
             first = producer(link)
-            if first is None or first.op != second.op or link in graph.outputs or len(link.outputs) != 1 or len(first.outputs) != 1:
+            if (
+                first is None
+                or first.op != second.op
+                or link in graph.outputs
+                or len(link.outputs) != 1
+                or len(first.outputs) != 1
+            ):
                 continue
             source = first.inputs[0]
             if second.op == "Transpose":
@@ -653,7 +734,17 @@ def merge_consecutive(graph: Any, context: PassContext) -> Any:
                 if opset < 13:
                     _merge_pair(graph, first, second, "Unsqueeze", [source], {"axes": axes})
                 else:
-                    _merge_pair(graph, first, second, "Unsqueeze", [source, gs.Constant(f"{second.name or second.outputs[0].name}_axes", np.array(axes, np.int64))], {})
+                    _merge_pair(
+                        graph,
+                        first,
+                        second,
+                        "Unsqueeze",
+                        [
+                            source,
+                            gs.Constant(f"{second.name or second.outputs[0].name}_axes", np.array(axes, np.int64)),
+                        ],
+                        {},
+                    )
             else:  # Reshape -> Reshape: the first shape only matters through the second's zeros (copy dims)
                 if int(first.attrs.get("allowzero", 0)) or int(second.attrs.get("allowzero", 0)):
                     continue
@@ -761,7 +852,11 @@ def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
     channels = weight.shape[1] if transposed else weight.shape[0]
     out_rank = weight.ndim
     if follower.op == "BatchNormalization":
-        if len(follower.inputs) != 5 or follower.attrs.get("training_mode", 0) or any(extra.outputs or extra in graph.outputs for extra in follower.outputs[1:]):
+        if (
+            len(follower.inputs) != 5
+            or follower.attrs.get("training_mode", 0)
+            or any(extra.outputs or extra in graph.outputs for extra in follower.outputs[1:])
+        ):
             return False
         params = [constant_values(t) for t in follower.inputs[1:]]
         if any(p is None or p.size != channels for p in params):
@@ -826,7 +921,11 @@ def fuse_pad_conv(graph: Any, context: PassContext) -> None:
         if link in graph.outputs or len(link.outputs) != 1:
             continue
         conv = link.outputs[0]
-        if conv.op != "Conv" or conv.inputs[0] is not link or conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+        if (
+            conv.op != "Conv"
+            or conv.inputs[0] is not link
+            or conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET")
+        ):
             continue
         if len(pad.inputs) > 3 and not pad.inputs[3].is_empty():
             continue  # explicit axes (opset 18): rare, left alone
@@ -844,7 +943,9 @@ def fuse_pad_conv(graph: Any, context: PassContext) -> None:
             continue
         spatial = rank - 2
         old = [int(v) for v in conv.attrs.get("pads", [0] * (2 * spatial))]
-        conv.attrs["pads"] = [old[i] + begins[2 + i] for i in range(spatial)] + [old[spatial + i] + ends[2 + i] for i in range(spatial)]
+        conv.attrs["pads"] = [old[i] + begins[2 + i] for i in range(spatial)] + [
+            old[spatial + i] + ends[2 + i] for i in range(spatial)
+        ]
         conv.inputs[0] = pad.inputs[0]
         pad.outputs.clear()
         pad.inputs.clear()
@@ -919,7 +1020,12 @@ def fuse_layernorm(graph: Any, context: PassContext) -> Any:
             continue
         epsilon = _scalar(_other_input(add_eps, var_node.outputs[0]))
         sqrt = _only_consumer(add_eps.outputs[0], graph, "Sqrt")
-        if epsilon is None or sqrt is None or divide.inputs[1] is not sqrt.outputs[0] or len(sqrt.outputs[0].outputs) != 1:
+        if (
+            epsilon is None
+            or sqrt is None
+            or divide.inputs[1] is not sqrt.outputs[0]
+            or len(sqrt.outputs[0].outputs) != 1
+        ):
             continue
         dtype = np_dtype(x)
         x_shape = tensor_shape(x)
@@ -958,7 +1064,11 @@ def fuse_layernorm(graph: Any, context: PassContext) -> Any:
                 "LayerNormalization",
                 name=f"{name}_layernorm",
                 attrs={"axis": -1, "epsilon": float(epsilon)},
-                inputs=[x, gs.Constant(f"{name}_ln_scale", np.ascontiguousarray(gamma)), gs.Constant(f"{name}_ln_bias", np.ascontiguousarray(beta))],
+                inputs=[
+                    x,
+                    gs.Constant(f"{name}_ln_scale", np.ascontiguousarray(gamma)),
+                    gs.Constant(f"{name}_ln_bias", np.ascontiguousarray(beta)),
+                ],
                 outputs=[out],
             )
         )
@@ -975,7 +1085,12 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
             continue
         scaled = erf.inputs[0]
         scale_node = producer(scaled)
-        if scale_node is None or scale_node.op not in ("Div", "Mul") or len(scaled.outputs) != 1 or scaled in graph.outputs:
+        if (
+            scale_node is None
+            or scale_node.op not in ("Div", "Mul")
+            or len(scaled.outputs) != 1
+            or scaled in graph.outputs
+        ):
             continue
         x = scale_node.inputs[0]
         factor = _scalar(scale_node.inputs[1])
@@ -1000,14 +1115,25 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
         else:
             # (x * 0.5) * (1 + erf)
             half = producer(other) if other is not None else None
-            if other is None or half is None or half.op != "Mul" or len(other.outputs) != 1 or x not in half.inputs or _scalar(_other_input(half, x)) != 0.5:
+            if (
+                other is None
+                or half is None
+                or half.op != "Mul"
+                or len(other.outputs) != 1
+                or x not in half.inputs
+                or _scalar(_other_input(half, x)) != 0.5
+            ):
                 continue
             removed.append(half)
             out = mul1.outputs[0]
         for node in removed:
             node.outputs.clear()
             node.inputs.clear()
-        graph.nodes.append(gs.Node("Gelu", name=f"{erf.name or out.name}_gelu", attrs={"approximate": "none"}, inputs=[x], outputs=[out]))
+        graph.nodes.append(
+            gs.Node(
+                "Gelu", name=f"{erf.name or out.name}_gelu", attrs={"approximate": "none"}, inputs=[x], outputs=[out]
+            )
+        )
 
 
 # ---------------------------------------------------------------------------------------------- Q/DQ lint

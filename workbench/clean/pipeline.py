@@ -1,16 +1,24 @@
 """Runs the named passes in order, checks each one and rolls back the ones that fail."""
+
 from __future__ import annotations
 
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from workbench.clean.checks import EquivalenceChecker, cap_batch, default_probe_shapes, io_specs, probe_shapes_from_profile
+from workbench.clean.checks import (
+    EquivalenceChecker,
+    cap_batch,
+    default_probe_shapes,
+    io_specs,
+    probe_shapes_from_profile,
+)
 from workbench.clean.graph_utils import (
     apply_inferred_shapes,
     export_graph,
@@ -24,7 +32,14 @@ from workbench.clean.graph_utils import (
     prune_dead_nodes,
     toposort,
 )
-from workbench.clean.passes import DEFAULT_FOLD_SIZE_THRESHOLD, DEFAULT_PASSES, CleanPass, DimSpec, PassContext, get_pass
+from workbench.clean.passes import (
+    DEFAULT_FOLD_SIZE_THRESHOLD,
+    DEFAULT_PASSES,
+    CleanPass,
+    DimSpec,
+    PassContext,
+    get_pass,
+)
 from workbench.clean.report import CleanResult, PassReport
 from workbench.errors import WorkbenchError
 from workbench.model import PROTOBUF_LIMIT_BYTES, TensorSpec
@@ -66,10 +81,15 @@ def _load(model: Any) -> tuple[Any, str]:
         from workbench.model import load_onnx
 
         return load_onnx(model).proto, str(model)
-    raise WorkbenchError(f"cannot clean a {type(model).__name__}.", expected="a path to an .onnx file, an OnnxModel or an onnx.ModelProto")
+    raise WorkbenchError(
+        f"cannot clean a {type(model).__name__}.",
+        expected="a path to an .onnx file, an OnnxModel or an onnx.ModelProto",
+    )
 
 
-def _apply_overrides(inputs: tuple[TensorSpec, ...], overrides: Mapping[str, Sequence[DimSpec]]) -> tuple[TensorSpec, ...]:
+def _apply_overrides(
+    inputs: tuple[TensorSpec, ...], overrides: Mapping[str, Sequence[DimSpec]]
+) -> tuple[TensorSpec, ...]:
     result = []
     for spec in inputs:
         dims = overrides.get(spec.name)
@@ -81,10 +101,15 @@ def _apply_overrides(inputs: tuple[TensorSpec, ...], overrides: Mapping[str, Seq
                 f"input-shape override for {spec.name!r} has {len(dims)} dimensions but the input has rank {len(spec.shape)}.",
                 expected=f"{len(spec.shape)} entries (int to pin, name to keep symbolic, None to keep)",
             )
-        result.append(TensorSpec(spec.name, spec.dtype, tuple(old if new is None else new for old, new in zip(spec.shape, dims))))
+        result.append(
+            TensorSpec(spec.name, spec.dtype, tuple(old if new is None else new for old, new in zip(spec.shape, dims)))
+        )
     unknown = sorted(set(overrides) - {spec.name for spec in inputs})
     if unknown:
-        raise WorkbenchError(f"input-shape override names {unknown}, which are not graph inputs.", expected=f"names among {[s.name for s in inputs]}")
+        raise WorkbenchError(
+            f"input-shape override names {unknown}, which are not graph inputs.",
+            expected=f"names among {[s.name for s in inputs]}",
+        )
     return tuple(result)
 
 
@@ -159,13 +184,20 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     overrides = {name: list(dims) for name, dims in options.input_shapes.items()}
     overridden_inputs = _apply_overrides(inputs, overrides)
     if overrides and not any(p.run is get_pass("override_input_shapes").run for p in passes):
-        raise WorkbenchError("input-shape overrides were given but the override_input_shapes pass is not selected.", expected="override_input_shapes among the passes")
+        raise WorkbenchError(
+            "input-shape overrides were given but the override_input_shapes pass is not selected.",
+            expected="override_input_shapes among the passes",
+        )
 
     checker = None
     probe_shapes: list[dict[str, tuple[int, ...]]] = []
     check_seconds = 0.0
     if options.check:
-        probes = probe_shapes_from_profile(overridden_inputs, options.profile) if options.profile else default_probe_shapes(overridden_inputs)
+        probes = (
+            probe_shapes_from_profile(overridden_inputs, options.profile)
+            if options.profile
+            else default_probe_shapes(overridden_inputs)
+        )
         probes = cap_batch(probes, overridden_inputs, options.max_probe_batch)
         checker = EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
         probe_shapes = checker.probe_shapes
@@ -179,7 +211,9 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     graph = import_graph(original)
     accepted_full: Any = original  # last accepted model as a full ModelProto; None when only ``graph`` has it
     light, stub_bytes = light_export(graph, original)  # compare light with light
-    current = _Snapshot(light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original))
+    current = _Snapshot(
+        light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original)
+    )
     shapes_fresh = False
     reports: list[PassReport] = []
     pass_seconds = 0.0
@@ -190,19 +224,35 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         removed, added = _names_diff(current.names, after.names) if after is not current else ([], [])
         extra.setdefault("tolerance", clean_pass.tolerance)
         extra.setdefault("findings", list(context.findings))
-        reports.append(PassReport(
-            clean_pass.name, status, nodes_before=current.nodes, nodes_after=after.nodes,
-            op_counts_before=current.counts, op_counts_after=after.counts,
-            bytes_before=current.bytes, bytes_after=after.bytes, nodes_removed=removed, nodes_added=added,
-            graph_before=current.skeleton if after is not current else None,
-            graph_after=after.skeleton if after is not current else None, **extra,
-        ))
+        reports.append(
+            PassReport(
+                clean_pass.name,
+                status,
+                nodes_before=current.nodes,
+                nodes_after=after.nodes,
+                op_counts_before=current.counts,
+                op_counts_after=after.counts,
+                bytes_before=current.bytes,
+                bytes_after=after.bytes,
+                nodes_removed=removed,
+                nodes_added=added,
+                graph_before=current.skeleton if after is not current else None,
+                graph_after=after.skeleton if after is not current else None,
+                **extra,
+            )
+        )
 
     for clean_pass in passes:
         context.findings = []
         no_check: dict[str, Any] = {"check_seconds": 0.0, "max_abs_diff": None}
         if opset < clean_pass.min_opset:
-            report(clean_pass, "unchanged", seconds=0.0, failure=f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}", **no_check)
+            report(
+                clean_pass,
+                "unchanged",
+                seconds=0.0,
+                failure=f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}",
+                **no_check,
+            )
             continue
         if clean_pass.name == "override_input_shapes" and not overrides:
             report(clean_pass, "unchanged", seconds=0.0, failure="skipped: no input shapes to override", **no_check)
@@ -222,7 +272,13 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             seconds = time.perf_counter() - start
             pass_seconds += seconds
             message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-            report(clean_pass, "rolled_back", seconds=seconds, failure=f"the pass raised {type(error).__name__}: {message}", **no_check)
+            report(
+                clean_pass,
+                "rolled_back",
+                seconds=seconds,
+                failure=f"the pass raised {type(error).__name__}: {message}",
+                **no_check,
+            )
             continue
         seconds = time.perf_counter() - start
         pass_seconds += seconds
@@ -236,7 +292,9 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             continue
         is_override = clean_pass.name == "override_input_shapes"
         wanted_io = (overridden_inputs, outputs) if is_override else expected_io
-        after = _Snapshot(light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light))
+        after = _Snapshot(
+            light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light)
+        )
         if checker is None:
             report(clean_pass, "unchecked", after=after, seconds=seconds, **no_check)
             accepted_full, current, shapes_fresh = None, after, False
@@ -248,7 +306,15 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         check_time = time.perf_counter() - check_start
         check_seconds += check_time
         status = "accepted" if outcome.ok else "rolled_back"
-        report(clean_pass, status, after=after, seconds=seconds, check_seconds=check_time, max_abs_diff=outcome.max_abs_diff, failure=outcome.failure)
+        report(
+            clean_pass,
+            status,
+            after=after,
+            seconds=seconds,
+            check_seconds=check_time,
+            max_abs_diff=outcome.max_abs_diff,
+            failure=outcome.failure,
+        )
         if not outcome.ok:
             graph, shapes_fresh = import_graph(accepted_full), False
             continue
@@ -280,13 +346,17 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     )
 
 
-def clean_file(input_path: str | os.PathLike[str], output_path: str | os.PathLike[str], options: CleanOptions | None = None) -> CleanResult:
+def clean_file(
+    input_path: str | os.PathLike[str], output_path: str | os.PathLike[str], options: CleanOptions | None = None
+) -> CleanResult:
     """Clean ``input_path`` into ``output_path`` (written atomically; the input is never touched)."""
     from workbench._io import write_bytes_atomic
 
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.exists() and input_path.exists() and output_path.resolve() == input_path.resolve():
-        raise WorkbenchError(f"{output_path}: the output would overwrite the input model.", expected="a different output path")
+        raise WorkbenchError(
+            f"{output_path}: the output would overwrite the input model.", expected="a different output path"
+        )
     result = clean_model(input_path, options)
     write_bytes_atomic(output_path, result.model.SerializeToString())
     return result

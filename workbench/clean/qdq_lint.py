@@ -1,4 +1,5 @@
 """A read-only lint of Q/DQ (QuantizeLinear/DequantizeLinear) placement against TensorRT's explicit-quantization rules."""
+
 from __future__ import annotations
 
 import os
@@ -6,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from workbench.clean.graph_utils import constant_values, import_graph, producer
+from workbench.clean.graph_utils import constant_values, import_graph
 from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
+from workbench.model.graph import producer
 
 # TensorRT quantizes to signed INT8, FP8 (E4M3) and INT4; it has no unsigned 8-bit or 16-bit quantized types.
 _SUPPORTED_QUANT_TYPES = ("int8", "float8_e4m3fn", "int4")
@@ -69,42 +71,105 @@ def lint_qdq(model_or_graph: Any) -> list[Finding]:
         scale = node.inputs[1] if len(node.inputs) > 1 else None
         scale_values = constant_values(scale) if scale is not None else None
         if scale_values is None:
-            findings.append(Finding("qdq-scale-not-constant", name, f"{node.op} scale must be a constant (initializer) for TensorRT", "error"))
+            findings.append(
+                Finding(
+                    "qdq-scale-not-constant",
+                    name,
+                    f"{node.op} scale must be a constant (initializer) for TensorRT",
+                    "error",
+                )
+            )
         elif not np.all(np.isfinite(scale_values)) or np.any(scale_values <= 0):
             findings.append(Finding("qdq-scale-not-positive", name, f"{node.op} scale must be finite and > 0", "error"))
         if len(node.inputs) > 2 and not node.inputs[2].is_empty():
             zero_point = constant_values(node.inputs[2])
             if zero_point is None or np.any(zero_point.astype(np.float64) != 0):
-                findings.append(Finding("qdq-zero-point-nonzero", name, f"{node.op} zero point must be a constant 0 (TensorRT quantizes symmetrically)", "error"))
+                findings.append(
+                    Finding(
+                        "qdq-zero-point-nonzero",
+                        name,
+                        f"{node.op} zero point must be a constant 0 (TensorRT quantizes symmetrically)",
+                        "error",
+                    )
+                )
         quant_type = _quant_type(node)
         if quant_type is not None and quant_type not in _SUPPORTED_QUANT_TYPES:
-            findings.append(Finding("qdq-unsupported-type", name, f"{node.op} quantizes to {quant_type}; TensorRT supports {', '.join(_SUPPORTED_QUANT_TYPES)}", "error"))
+            findings.append(
+                Finding(
+                    "qdq-unsupported-type",
+                    name,
+                    f"{node.op} quantizes to {quant_type}; TensorRT supports {', '.join(_SUPPORTED_QUANT_TYPES)}",
+                    "error",
+                )
+            )
         if node.op == "DequantizeLinear" and scale_values is not None and scale_values.size > 1:
             data = constant_values(node.inputs[0])
             axis = int(node.attrs.get("axis", 1))
             for consumer in node.outputs[0].outputs:
-                if consumer.op in ("Conv", "ConvTranspose") and len(consumer.inputs) > 1 and consumer.inputs[1] is node.outputs[0]:
+                if (
+                    consumer.op in ("Conv", "ConvTranspose")
+                    and len(consumer.inputs) > 1
+                    and consumer.inputs[1] is node.outputs[0]
+                ):
                     wanted = 0 if consumer.op == "Conv" else 1
                     rank = data.ndim if data is not None else None
                     actual = axis + rank if (rank is not None and axis < 0) else axis
                     if actual != wanted:
-                        findings.append(Finding("qdq-per-channel-axis", name, f"per-channel weight scale on axis {axis}; {consumer.op} weights need axis {wanted}", "error"))
+                        findings.append(
+                            Finding(
+                                "qdq-per-channel-axis",
+                                name,
+                                f"per-channel weight scale on axis {axis}; {consumer.op} weights need axis {wanted}",
+                                "error",
+                            )
+                        )
                     elif data is not None and data.shape[wanted] != scale_values.size:
-                        findings.append(Finding("qdq-per-channel-axis", name, f"{scale_values.size} scales for {data.shape[wanted]} output channels", "error"))
+                        findings.append(
+                            Finding(
+                                "qdq-per-channel-axis",
+                                name,
+                                f"{scale_values.size} scales for {data.shape[wanted]} output channels",
+                                "error",
+                            )
+                        )
         if node.op == "QuantizeLinear":
             out = node.outputs[0]
             others = [c for c in out.outputs if c.op != "DequantizeLinear"]
             if others:
-                findings.append(Finding("q-without-dq", name, f"quantized output feeds {', '.join(sorted({c.op for c in others}))} directly; TensorRT expects Q followed by DQ"))
+                findings.append(
+                    Finding(
+                        "q-without-dq",
+                        name,
+                        f"quantized output feeds {', '.join(sorted({c.op for c in others}))} directly; TensorRT expects Q followed by DQ",
+                    )
+                )
             for dq in out.outputs:
                 if dq.op != "DequantizeLinear" or scale_values is None:
                     continue
                 dq_scale = constant_values(dq.inputs[1]) if len(dq.inputs) > 1 else None
-                if dq_scale is not None and (dq_scale.shape != scale_values.shape or not np.array_equal(dq_scale, scale_values)):
-                    findings.append(Finding("qdq-scale-mismatch", dq.name or dq.outputs[0].name, "Q and DQ of one pair use different scales"))
+                if dq_scale is not None and (
+                    dq_scale.shape != scale_values.shape or not np.array_equal(dq_scale, scale_values)
+                ):
+                    findings.append(
+                        Finding(
+                            "qdq-scale-mismatch",
+                            dq.name or dq.outputs[0].name,
+                            "Q and DQ of one pair use different scales",
+                        )
+                    )
                 padded = producer(node.inputs[0])
-                if padded is not None and padded.op == "Pad" and any(c.op in ("Conv", "ConvTranspose") for c in dq.outputs[0].outputs):
-                    findings.append(Finding("qdq-blocks-pad-fusion", name, "Q/DQ between Pad and Conv blocks TensorRT's Pad+Conv fusion; quantize before the Pad instead"))
+                if (
+                    padded is not None
+                    and padded.op == "Pad"
+                    and any(c.op in ("Conv", "ConvTranspose") for c in dq.outputs[0].outputs)
+                ):
+                    findings.append(
+                        Finding(
+                            "qdq-blocks-pad-fusion",
+                            name,
+                            "Q/DQ between Pad and Conv blocks TensorRT's Pad+Conv fusion; quantize before the Pad instead",
+                        )
+                    )
     return findings
 
 

@@ -1,4 +1,5 @@
 """Result dataclasses of the cleaner: one :class:`PassReport` per pass, a :class:`CleanResult` per run."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -59,7 +60,11 @@ class PassReport:
         return {op: d for op, d in sorted(delta.items(), key=lambda item: (item[1], item[0])) if d}
 
     def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in ("graph_before", "graph_after")}
+        data = {
+            name: getattr(self, name)
+            for name in self.__dataclass_fields__
+            if name not in ("graph_before", "graph_after")
+        }
         data["findings"] = [finding.to_json() for finding in self.findings]
         return data
 

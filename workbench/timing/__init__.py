@@ -2,6 +2,7 @@
 
 Nothing here imports torch, cuda or plotly at import time; GPU pieces load lazily when a GPU executor is used.
 """
+
 from workbench.timing.pipeline import RunConfig, measure_compute_limit, run_pipeline, sweep
 from workbench.timing.result import BatchRecord, TimingResult
 

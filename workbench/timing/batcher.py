@@ -5,11 +5,12 @@ Open loop: Poisson arrivals at a rate, independent of completions, so queueing d
 omission). The dynamic batcher groups queued requests up to ``max_batch`` and holds the oldest at most
 ``max_queue_delay_s``; a request's queue time (arrival to dispatch) is accounted separately from service time.
 """
+
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -46,10 +47,13 @@ class DynamicBatcher:
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
-            raise WorkbenchError(f"dynamic batcher: max_batch={self.max_batch} is not allowed.", expected="max_batch >= 1")
+            raise WorkbenchError(
+                f"dynamic batcher: max_batch={self.max_batch} is not allowed.", expected="max_batch >= 1"
+            )
         if self.max_queue_delay_s < 0:
-            raise WorkbenchError(f"dynamic batcher: max_queue_delay={self.max_queue_delay_s} s is negative.",
-                                 expected="a delay >= 0")
+            raise WorkbenchError(
+                f"dynamic batcher: max_queue_delay={self.max_queue_delay_s} s is negative.", expected="a delay >= 0"
+            )
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -60,8 +64,10 @@ class DynamicBatcher:
 
     def offer(self, request: Request) -> None:
         if request.samples > self.max_batch:
-            raise WorkbenchError(f"request {request.request_id} has {request.samples} samples, more than "
-                                 f"max_batch={self.max_batch}.", expected="requests no larger than the maximum batch")
+            raise WorkbenchError(
+                f"request {request.request_id} has {request.samples} samples, more than max_batch={self.max_batch}.",
+                expected="requests no larger than the maximum batch",
+            )
         self._queue.append(request)
 
     def _expire(self, now_s: float) -> None:

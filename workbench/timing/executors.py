@@ -5,12 +5,14 @@ work for one of the batch sizes it prepared (``LaneBinding.enqueue(size, stream)
 pointers so the pipeline can copy from its pinned host buffers; the CPU executor runs synchronously on the calling
 worker thread (``stream`` is None) and is labelled as such in every result.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,8 +67,13 @@ def random_feed(slots: Sequence[TensorSlot], batch: int, seed: int = 0) -> dict[
 
 
 _ORT_DTYPES = {
-    "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
     "tensor(bool)": np.bool_,
 }
 
@@ -106,20 +113,29 @@ class OrtCpuExecutor:
     name = "cpu"
     device = "cpu"
 
-    def __init__(self, onnx_path: str | os.PathLike[str], shapes: dict[str, Any] | None = None,
-                 intra_op_threads: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self,
+        onnx_path: str | os.PathLike[str],
+        shapes: dict[str, Any] | None = None,
+        intra_op_threads: int = 1,
+        seed: int = 0,
+    ) -> None:
         import onnxruntime as ort
 
         self.onnx_path = Path(onnx_path)
         if not self.onnx_path.is_file():
-            raise WorkbenchError(f"{self.onnx_path}: no such ONNX file.", expected="a path to a .onnx model or a zoo name")
+            raise WorkbenchError(
+                f"{self.onnx_path}: no such ONNX file.", expected="a path to a .onnx model or a zoo name"
+            )
         self._ort = ort
         self._intra = int(intra_op_threads)
         self._seed = seed
         probe = self._new_session()
         shapes = {name: _full_shape(value) for name, value in (shapes or {}).items()}
         self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in probe.get_inputs()]
-        self.outputs = [TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()]
+        self.outputs = [
+            TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()
+        ]
         self._sessions: dict[int, Any] = {0: probe}
 
     def _new_session(self) -> Any:
@@ -130,16 +146,20 @@ class OrtCpuExecutor:
         try:
             return self._ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph types
-            raise WorkbenchError(f"{self.onnx_path}: ONNX Runtime could not load the model: {error}",
-                                 expected="a valid ONNX model") from error
+            raise WorkbenchError(
+                f"{self.onnx_path}: ONNX Runtime could not load the model: {error}", expected="a valid ONNX model"
+            ) from error
 
     def _slot(self, arg: Any, override: tuple[int, ...] | None) -> TensorSlot:
         dtype = np.dtype(_ORT_DTYPES.get(arg.type, np.float32))
         dims = list(arg.shape)
         if override is not None:
             if len(override) != len(dims):
-                raise WorkbenchError(f"input {arg.name!r}: shape {override} has {len(override)} dims, the model has "
-                                     f"{len(dims)} ({dims}).", expected=f"{len(dims)} dimensions")
+                raise WorkbenchError(
+                    f"input {arg.name!r}: shape {override} has {len(override)} dims, the model has "
+                    f"{len(dims)} ({dims}).",
+                    expected=f"{len(dims)} dimensions",
+                )
             return TensorSlot(arg.name, tuple(int(d) for d in override[1:]), dtype)
         sample = []
         for index, dim in enumerate(dims[1:], start=1):
@@ -147,8 +167,8 @@ class OrtCpuExecutor:
                 raise WorkbenchError(
                     f"input {arg.name!r} has a symbolic dimension {dim!r} at position {index} ({dims}).",
                     expected="a fixed size for every non-batch dimension",
-                    hint=f"pass --shape {arg.name}:" + "x".join(str(d if isinstance(d, int) and d > 0 else 'N')
-                                                               for d in dims),
+                    hint=f"pass --shape {arg.name}:"
+                    + "x".join(str(d if isinstance(d, int) and d > 0 else "N") for d in dims),
                 )
             sample.append(int(dim))
         return TensorSlot(arg.name, tuple(sample), dtype)
@@ -156,7 +176,7 @@ class OrtCpuExecutor:
     def label(self) -> str:
         return f"ONNX Runtime CPU ({self._intra} intra-op thread(s) per lane; host threads, no GPU)"
 
-    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any = None) -> "_OrtLane":
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any = None) -> _OrtLane:
         session = self._sessions.get(lane)
         if session is None:
             session = self._sessions[lane] = self._new_session()
@@ -185,3 +205,38 @@ class _OrtLane:
     def enqueue(self, size: int, stream: Any = None) -> None:
         # Synchronous: returns when the outputs exist.
         self.last_outputs = self._session.run(None, self._feeds[size])
+
+
+EXECUTORS = ("cpu", "torch", "trt")
+
+
+def make_executor(
+    model: str, executor: str, *, batch: int = 1, shapes: list[str] | None = None, cuda_graph: bool = True
+) -> tuple[Any, str]:
+    """Build the executor for MODEL; returns (executor, model label)."""
+    if executor == "cpu":
+        overrides: dict[str, Any] = parse_shape_overrides(shapes)
+        from workbench.zoo import resolve_model
+
+        path, entry = resolve_model(model)
+        if entry is None and not path.is_file():
+            raise WorkbenchError(f"{model}: no such ONNX file.", expected="an existing .onnx path or a zoo name")
+        if entry is not None and not overrides:
+            overrides = dict(entry.input_profiles())
+        return OrtCpuExecutor(path, shapes=overrides), model
+    if executor == "torch":
+        from workbench.timing.torch_executor import TorchExecutor, torch_module_for
+
+        module, sample_shape, description = torch_module_for(model)
+        return TorchExecutor(module, sample_shape, cuda_graph=cuda_graph, description=description), model
+    if executor == "trt":
+        from workbench.timing.trt_executor import TrtExecutor
+
+        if not str(model).endswith(".engine"):
+            raise WorkbenchError(
+                f"{model}: the trt executor times a built engine.",
+                expected="a .engine path",
+                hint="build one with `workbench build MODEL -o X.engine`",
+            )
+        return TrtExecutor(model), model
+    raise WorkbenchError(f"unknown executor {executor!r}.", expected=" | ".join(EXECUTORS))

@@ -9,6 +9,7 @@ flight; completion is observed through the slot's last event (blocking-sync even
 than spinning). Everything CUDA comes from ``cuda.core`` with ``cuda.bindings`` for async copies; both are imported
 lazily because CPU-only machines do not have them.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -17,13 +18,13 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.timing.executors import Executor
-
 
 HARDWARE_QUEUES = 32
 
@@ -58,17 +59,26 @@ class PinnedBuffer:
         self.nbytes = max(int(nbytes), 1)
         self._buffer = LegacyPinnedMemoryResource().allocate(self.nbytes)
         self.pointer = int(self._buffer.handle)
-        self.array = np.frombuffer(memoryview((ctypes.c_byte * self.nbytes).from_address(self.pointer)).cast("B"),
-                                   dtype=np.uint8)
+        self.array = np.frombuffer(
+            memoryview((ctypes.c_byte * self.nbytes).from_address(self.pointer)).cast("B"), dtype=np.uint8
+        )
 
     def close(self) -> None:
         self._buffer.close()
 
 
 class CudaLanes:
-    def __init__(self, executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int],
-                 priorities: Sequence[int] | None = None, seed: int = 0, spin_wait: bool = False,
-                 stage_events: bool = True) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        n_lanes: int,
+        depth: int,
+        batch_sizes: Sequence[int],
+        priorities: Sequence[int] | None = None,
+        seed: int = 0,
+        spin_wait: bool = False,
+        stage_events: bool = True,
+    ) -> None:
         request_hardware_queues()
         from cuda.bindings import driver  # type: ignore[import-not-found]
         from cuda.core import Device, EventOptions, StreamOptions  # type: ignore[import-not-found]
@@ -81,17 +91,28 @@ class CudaLanes:
         self.executor = executor
         max_batch = max(batch_sizes)
         prios = list(priorities) if priorities is not None else [0] * self.n_lanes
-        self.streams = [self.device.create_stream(options=StreamOptions(nonblocking=True, priority=prios[i % len(prios)]))
-                        for i in range(self.n_lanes)]
+        self.streams = [
+            self.device.create_stream(options=StreamOptions(nonblocking=True, priority=prios[i % len(prios)]))
+            for i in range(self.n_lanes)
+        ]
         self.stream_handles = [s.handle for s in self.streams]
         self.bindings = [executor.bind_lane(i, batch_sizes, self.streams[i]) for i in range(self.n_lanes)]
         timing = EventOptions(timing_enabled=True)
         # Blocking-sync events let the waiting host thread sleep; spin_wait (trtexec 11's default) trades a busy
         # core for a faster wake-up.
         waitable = EventOptions(timing_enabled=True, blocking_sync=not spin_wait)
-        self._events = [[[self.device.create_event(timing), self.device.create_event(timing),
-                          self.device.create_event(timing), self.device.create_event(waitable)]
-                         for _ in range(self.depth)] for _ in range(self.n_lanes)]
+        self._events = [
+            [
+                [
+                    self.device.create_event(timing),
+                    self.device.create_event(timing),
+                    self.device.create_event(timing),
+                    self.device.create_event(waitable),
+                ]
+                for _ in range(self.depth)
+            ]
+            for _ in range(self.n_lanes)
+        ]
         rng = np.random.default_rng(seed)
         self._host_in: list[list[list[PinnedBuffer]]] = []
         self._host_out: list[list[list[PinnedBuffer]]] = []
@@ -101,14 +122,18 @@ class CudaLanes:
                 ins = [PinnedBuffer(t.nbytes(max_batch)) for t in executor.inputs]
                 for buf, t in zip(ins, executor.inputs):  # non-zero data, written once
                     view = buf.array.view(t.dtype)
-                    view[:] = (rng.integers(1, 100, size=view.size) if np.issubdtype(t.dtype, np.integer)
-                               else rng.standard_normal(view.size)).astype(t.dtype)
+                    view[:] = (
+                        rng.integers(1, 100, size=view.size)
+                        if np.issubdtype(t.dtype, np.integer)
+                        else rng.standard_normal(view.size)
+                    ).astype(t.dtype)
                 lane_in.append(ins)
                 lane_out.append([PinnedBuffer(t.nbytes(max_batch)) for t in executor.outputs])
             self._host_in.append(lane_in)
             self._host_out.append(lane_out)
-        self._sizes_nbytes = {s: ([t.nbytes(s) for t in executor.inputs], [t.nbytes(s) for t in executor.outputs])
-                              for s in batch_sizes}
+        self._sizes_nbytes = {
+            s: ([t.nbytes(s) for t in executor.inputs], [t.nbytes(s) for t in executor.outputs]) for s in batch_sizes
+        }
         self._ptrs = [{s: (b.input_pointers(s), b.output_pointers(s)) for s in batch_sizes} for b in self.bindings]
         self._t0 = self.device.create_event(timing)
         # Raw handles for the hot path: one driver call per operation, no wrapper checks per request.
@@ -195,9 +220,13 @@ class ThreadLanes:
                 ev.set()
         self._spans = [[(0.0, 0.0, 0.0, 0.0)] * self.depth for _ in range(self.n_lanes)]
         self._errors: list[BaseException] = []
-        self._queues: list[queue.SimpleQueue[tuple[int, int] | None]] = [queue.SimpleQueue() for _ in range(self.n_lanes)]
-        self._threads = [threading.Thread(target=self._work, args=(i,), daemon=True, name=f"timing-lane-{i}")
-                         for i in range(self.n_lanes)]
+        self._queues: list[queue.SimpleQueue[tuple[int, int] | None]] = [
+            queue.SimpleQueue() for _ in range(self.n_lanes)
+        ]
+        self._threads = [
+            threading.Thread(target=self._work, args=(i,), daemon=True, name=f"timing-lane-{i}")
+            for i in range(self.n_lanes)
+        ]
         self._t0 = time.perf_counter()
         for t in self._threads:
             t.start()

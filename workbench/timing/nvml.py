@@ -1,4 +1,5 @@
 """GPU clocks, temperature and power through NVML (``pynvml`` from nvidia-ml-py), when it is available."""
+
 from __future__ import annotations
 
 import time

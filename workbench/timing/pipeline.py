@@ -6,12 +6,14 @@ event: the thread sleeps, it does not spin). Host clocks time only the enqueue c
 the lanes' events. Warm-up is discarded; measurement windows repeat until the last three agree within 10 % or ten
 windows have run.
 """
+
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.timing import stats
@@ -79,8 +81,16 @@ def make_lanes(executor: Executor, config: RunConfig) -> Any:
     if executor.device == "cuda":
         from workbench.timing.lanes import CudaLanes
 
-        return CudaLanes(executor, n_lanes, depth, config.batch_sizes(), config.stream_priorities, config.seed,
-                         spin_wait=config.spin_wait, stage_events=config.stage_events)
+        return CudaLanes(
+            executor,
+            n_lanes,
+            depth,
+            config.batch_sizes(),
+            config.stream_priorities,
+            config.seed,
+            spin_wait=config.spin_wait,
+            stage_events=config.stage_events,
+        )
     from workbench.timing.lanes import ThreadLanes
 
     return ThreadLanes(executor, n_lanes, depth, config.batch_sizes())
@@ -105,8 +115,10 @@ def run_pipeline(
         if own_lanes:
             lanes.close()
     if t_stop <= t_start:
-        raise WorkbenchError("the run ended before its warm-up did; nothing was measured.",
-                             expected="a longer run (raise window_s or lower warmup_s)")
+        raise WorkbenchError(
+            "the run ended before its warm-up did; nothing was measured.",
+            expected="a longer run (raise window_s or lower warmup_s)",
+        )
     summary = summarize_records(records, t_start, t_stop)
     n_windows = max(len(host_windows), 1)
     window_ms = (t_stop - t_start) / n_windows
@@ -117,14 +129,18 @@ def run_pipeline(
         notes.append(f"throughput did not settle within +-10 % over the last 3 of {n_windows} windows")
     for q, ok in summary["latency_reliable"].items():
         if not ok:
-            notes.append(f"{q} rests on {summary['n_requests']} samples (< {stats.min_samples_for(float(q[1:]))}); "
-                         "its value is reported with a wide interval")
+            notes.append(
+                f"{q} rests on {summary['n_requests']} samples (< {stats.min_samples_for(float(q[1:]))}); "
+                "its value is reported with a wide interval"
+            )
     little = summary["littles_law"]
     if config.load == "closed":  # requests the closed loop keeps outstanding, for comparison with the measured L
         little["configured_in_flight"] = lanes.n_lanes * lanes.depth
     if not little["ok"]:
-        notes.append(f"Little's law check off by {little['relative_error']:.0%} (throughput x latency "
-                     f"{little['predicted_in_flight']:.2f} vs {little['measured_in_flight']:.2f} in flight)")
+        notes.append(
+            f"Little's law check off by {little['relative_error']:.0%} (throughput x latency "
+            f"{little['predicted_in_flight']:.2f} vs {little['measured_in_flight']:.2f} in flight)"
+        )
     enqueue_ms = summary["stages_ms"].get("enqueue", math.nan)
     compute_ms = summary["stages_ms"].get("compute", math.nan)
     if enqueue_ms > 0.8 * compute_ms:
@@ -141,27 +157,50 @@ def run_pipeline(
     timeouts = {"expired": expired, "late": sum(r.late for r in records if r.measured)}
     graph = executor.graph_status()
     return TimingResult(
-        executor=executor.name, executor_label=executor.label(), model=model,
-        streams=lanes.n_lanes, depth=lanes.depth, batch=config.batch, load=config.load, cuda_graph=graph,
-        dynamic_batching=({"max_batch": config.max_batch, "max_queue_delay_ms": config.max_queue_delay_ms}
-                          if config.dynamic_batching else None),
+        executor=executor.name,
+        executor_label=executor.label(),
+        model=model,
+        streams=lanes.n_lanes,
+        depth=lanes.depth,
+        batch=config.batch,
+        load=config.load,
+        cuda_graph=graph,
+        dynamic_batching=(
+            {"max_batch": config.max_batch, "max_queue_delay_ms": config.max_queue_delay_ms}
+            if config.dynamic_batching
+            else None
+        ),
         rate_per_s=config.rate_per_s if config.load == "open" else None,
-        throughput_per_s=summary["throughput_per_s"], requests_per_s=summary["requests_per_s"],
-        latency_ms=summary["latency_ms"], latency_ci_ms=summary["latency_ci_ms"],
-        latency_reliable=summary["latency_reliable"], stages_ms=summary["stages_ms"],
-        enqueue_us_p50=summary["enqueue_us_p50"], busy_fraction=summary["busy_fraction"],
-        compute_overlap=summary["compute_overlap"], n_requests=summary["n_requests"],
-        n_batches=summary["n_batches"], window_s=window_ms / 1e3, window_throughputs=windows, stable=stable,
-        warmup_ms=t_start, span_ms=t_stop - t_start, littles_law=little, timeouts=timeouts,
+        throughput_per_s=summary["throughput_per_s"],
+        requests_per_s=summary["requests_per_s"],
+        latency_ms=summary["latency_ms"],
+        latency_ci_ms=summary["latency_ci_ms"],
+        latency_reliable=summary["latency_reliable"],
+        stages_ms=summary["stages_ms"],
+        enqueue_us_p50=summary["enqueue_us_p50"],
+        busy_fraction=summary["busy_fraction"],
+        compute_overlap=summary["compute_overlap"],
+        n_requests=summary["n_requests"],
+        n_batches=summary["n_batches"],
+        window_s=window_ms / 1e3,
+        window_throughputs=windows,
+        stable=stable,
+        warmup_ms=t_start,
+        span_ms=t_stop - t_start,
+        littles_law=little,
+        timeouts=timeouts,
         mean_padded_fraction=summary["mean_padded_fraction"],
         device=getattr(sampler, "name", "") if sampler is not None and sampler.available else executor.device,
-        clocks=sampler.samples if sampler is not None else [], notes=notes, records=records,
+        clocks=sampler.samples if sampler is not None else [],
+        notes=notes,
+        records=records,
         latencies_ms=summary["latencies_ms"],
     )
 
 
-def _dispatch(lanes: Any, config: RunConfig, on_complete: Callable[[BatchRecord], None] | None,
-              sampler: NvmlSampler | None) -> tuple[list[BatchRecord], float, float, list[float], list[str], int]:
+def _dispatch(
+    lanes: Any, config: RunConfig, on_complete: Callable[[BatchRecord], None] | None, sampler: NvmlSampler | None
+) -> tuple[list[BatchRecord], float, float, list[float], list[str], int]:
     clock = time.perf_counter
     notes: list[str] = []
     sizes = config.batch_sizes()
@@ -172,9 +211,11 @@ def _dispatch(lanes: Any, config: RunConfig, on_complete: Callable[[BatchRecord]
     inflight: dict[tuple[int, int], BatchRecord] = {}
     records: list[BatchRecord] = []
     timeout_ms = config.timeout_ms
-    batcher = DynamicBatcher(config.max_batch if config.dynamic_batching else config.batch,
-                             config.max_queue_delay_ms / 1e3 if config.dynamic_batching else 0.0,
-                             None if timeout_ms is None else timeout_ms / 1e3)
+    batcher = DynamicBatcher(
+        config.max_batch if config.dynamic_batching else config.batch,
+        config.max_queue_delay_ms / 1e3 if config.dynamic_batching else 0.0,
+        None if timeout_ms is None else timeout_ms / 1e3,
+    )
     arrivals = poisson_arrivals(config.rate_per_s, seed=config.seed) if open_loop and config.rate_per_s else None
     next_arrival = next(arrivals) if arrivals is not None else math.inf
     request_id = 0
@@ -221,7 +262,8 @@ def _dispatch(lanes: Any, config: RunConfig, on_complete: Callable[[BatchRecord]
                 sampler.sample(f"window {len(host_windows)}")
             enough = measured_requests >= need or len(host_windows) >= config.max_windows
             if len(host_windows) >= config.max_windows or (
-                    len(host_windows) >= config.min_windows and stats.is_stable(host_windows) and enough):
+                len(host_windows) >= config.min_windows and stats.is_stable(host_windows) and enough
+            ):
                 stop_ms = now_ms
         if stop_ms != math.inf and not (open_loop and len(batcher)):
             break
@@ -266,8 +308,9 @@ def _dispatch(lanes: Any, config: RunConfig, on_complete: Callable[[BatchRecord]
         measured = warm_end_ms <= t_dispatch and stop_ms == math.inf
         if measured:
             measured_requests += len(arrivals_ms)
-        inflight[key] = BatchRecord(key[0], key[1], size, padded, arrivals_ms, samples, t_dispatch, t_enqueued,
-                                    measured=measured)
+        inflight[key] = BatchRecord(
+            key[0], key[1], size, padded, arrivals_ms, samples, t_dispatch, t_enqueued, measured=measured
+        )
         if sync:
             lanes.synchronize_lane(key[0])  # the seed-style loop: copy, execute, synchronize, copy
         i += 1
@@ -306,14 +349,27 @@ def measure_compute_limit(executor: Executor, batch: int, iterations: int = 200,
     end.sync()
     elapsed_ms = end - start
     stream.close()
-    return {"kind": "gpu_limit", "batch": batch, "iterations": iterations, "elapsed_ms": elapsed_ms,
-            "throughput_per_s": iterations * batch / elapsed_ms * 1e3, "per_enqueue_ms": elapsed_ms / iterations,
-            "host_enqueue_us_mean": (host1 - host0) / iterations * 1e6}
+    return {
+        "kind": "gpu_limit",
+        "batch": batch,
+        "iterations": iterations,
+        "elapsed_ms": elapsed_ms,
+        "throughput_per_s": iterations * batch / elapsed_ms * 1e3,
+        "per_enqueue_ms": elapsed_ms / iterations,
+        "host_enqueue_us_mean": (host1 - host0) / iterations * 1e6,
+    }
 
 
-def sweep(executor: Executor, base: RunConfig, streams: Sequence[int], batches: Sequence[int], *, model: str = "",
-          memory_fraction: float = 0.9, free_bytes: Callable[[], int] | None = None,
-          ) -> tuple[list[TimingResult], list[dict[str, Any]]]:
+def sweep(
+    executor: Executor,
+    base: RunConfig,
+    streams: Sequence[int],
+    batches: Sequence[int],
+    *,
+    model: str = "",
+    memory_fraction: float = 0.9,
+    free_bytes: Callable[[], int] | None = None,
+) -> tuple[list[TimingResult], list[dict[str, Any]]]:
     """Run every streams x batch configuration; skip (and say why) those that would not fit in device memory.
 
     An executor that can estimate its per-lane memory (``estimate_new_lane_bytes``) is checked against the free
@@ -339,8 +395,9 @@ def _device_free_bytes() -> int:
     return int(free) if int(status) == 0 else -1
 
 
-def _fits_in_memory(executor: Executor, config: RunConfig, fraction: float,
-                    free_bytes: Callable[[], int] | None = None) -> tuple[bool, str]:
+def _fits_in_memory(
+    executor: Executor, config: RunConfig, fraction: float, free_bytes: Callable[[], int] | None = None
+) -> tuple[bool, str]:
     estimate = getattr(executor, "estimate_new_lane_bytes", None)
     if estimate is None:
         return True, ""
@@ -349,6 +406,8 @@ def _fits_in_memory(executor: Executor, config: RunConfig, fraction: float,
     if free < 0:
         return True, ""
     if need > fraction * free:
-        return False, (f"needs ~{need / 2**20:.0f} MiB more device memory for {config.streams} lanes at batch "
-                       f"{config.batch}; {free / 2**20:.0f} MiB free")
+        return False, (
+            f"needs ~{need / 2**20:.0f} MiB more device memory for {config.streams} lanes at batch "
+            f"{config.batch}; {free / 2**20:.0f} MiB free"
+        )
     return True, ""

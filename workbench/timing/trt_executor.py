@@ -1,7 +1,7 @@
 """TensorRT executor for the pipeline. UNVERIFIED: no machine we have can execute a TensorRT engine.
 
 (Full TensorRT is not installable on our machines and TensorRT-RTX refuses the H200's compute capability 9.0.)
-Every TensorRT call goes through ``workbench.backend.EngineRunner`` (type-checked there against tensorrt-stubs);
+Every TensorRT call goes through ``workbench.engine.backend.EngineRunner`` (type-checked there against tensorrt-stubs);
 this module only arranges per-lane resources:
 
 * one execution context per lane, created with user-managed memory and given its own scratch buffer of
@@ -12,19 +12,29 @@ this module only arranges per-lane resources:
   (enqueue once before capture, as TensorRT requires); if capture fails the lane falls back to plain enqueue and the
   reason is reported.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.timing.executors import TensorSlot
 
-_TRT_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
-               "BOOL": np.bool_, "UINT8": np.uint8, "BF16": np.float32}
+_TRT_DTYPES = {
+    "FLOAT": np.float32,
+    "HALF": np.float16,
+    "INT8": np.int8,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "BF16": np.float32,
+}
 
 
 def _np_dtype(trt_dtype: str) -> np.dtype:
@@ -38,9 +48,15 @@ class TrtExecutor:
     name = "trt"
     device = "cuda"
 
-    def __init__(self, engine_path: str | os.PathLike[str], *, backend: Any = None, cuda_graph: bool = True,
-                 profile_index: int = 0) -> None:
-        from workbench.backend import EngineRunner, get_backend
+    def __init__(
+        self,
+        engine_path: str | os.PathLike[str],
+        *,
+        backend: Any = None,
+        cuda_graph: bool = True,
+        profile_index: int = 0,
+    ) -> None:
+        from workbench.engine.backend import EngineRunner, get_backend
         from workbench.timing.lanes import request_hardware_queues
 
         request_hardware_queues()
@@ -57,8 +73,10 @@ class TrtExecutor:
         self.outputs: list[TensorSlot] = []
         for io in self.runner.bindings():
             if any(d < 0 for d in io.shape[1:]):
-                raise WorkbenchError(f"tensor {io.name!r} has dynamic non-batch dimensions {io.shape}.",
-                                     expected="only the batch dimension dynamic (build with a fixed sample shape)")
+                raise WorkbenchError(
+                    f"tensor {io.name!r} has dynamic non-batch dimensions {io.shape}.",
+                    expected="only the batch dimension dynamic (build with a fixed sample shape)",
+                )
             slot = TensorSlot(io.name, tuple(int(d) for d in io.shape[1:]), _np_dtype(io.dtype))
             (self.inputs if io.is_input else self.outputs).append(slot)
         self._lanes: dict[int, _TrtLane] = {}
@@ -68,8 +86,11 @@ class TrtExecutor:
         return f"{self.backend.name} {self.backend.version} {self.engine_path.name}, {mode} (unverified here)"
 
     def graph_status(self) -> dict[str, Any]:
-        return {"requested": self.cuda_graph_requested, "active": self.cuda_graph_active,
-                "fallback_reason": self.fallback_reason}
+        return {
+            "requested": self.cuda_graph_requested,
+            "active": self.cuda_graph_active,
+            "fallback_reason": self.fallback_reason,
+        }
 
     def estimate_new_lane_bytes(self, n_lanes: int, batch_sizes: Sequence[int]) -> int:
         per_lane = self.runner.context_memory_bytes(self.profile_index)
@@ -77,7 +98,7 @@ class TrtExecutor:
         per_lane += sum(t.nbytes(max_b) for t in self.inputs + self.outputs)
         return sum(per_lane for i in range(n_lanes) if i not in self._lanes)
 
-    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> "_TrtLane":
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> _TrtLane:
         existing = self._lanes.get(lane)
         if existing is not None and set(batch_sizes) <= set(existing.sizes):
             return existing

@@ -2,12 +2,14 @@
 
 Thin by design: every widget forwards to one :class:`workbench.calib.CalibrationSession` (statistics are gathered
 once per number of batches; switching method or precision re-reads no data) and redraws figures from
-:mod:`workbench.viz.calib_figures`. Nothing is displayed or computed in the constructor; call :meth:`run`, then show
+:mod:`workbench.viz.calib`. Nothing is displayed or computed in the constructor; call :meth:`run`, then show
 ``panel.widget``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from workbench.precision import PrecisionPlan
 
@@ -15,9 +17,20 @@ from workbench.precision import PrecisionPlan
 class CalibrationPanel:
     """Calibrate a zoo model interactively and watch per-layer SQNR and the task metric respond."""
 
-    def __init__(self, model: str = "ocr-rec", *, method: str = "max", percentile: float = 99.99, max_batches: int = 4,
-                 batch_choices: Sequence[int] = (1, 2, 4, 8, 16), diff_batches: int = 1, eval_limit: int | None = 64,
-                 fallback_precision: str = "fp32", worst_n: int = 3, data: Any = None) -> None:
+    def __init__(
+        self,
+        model: str = "ocr-rec",
+        *,
+        method: str = "max",
+        percentile: float = 99.99,
+        max_batches: int = 4,
+        batch_choices: Sequence[int] = (1, 2, 4, 8, 16),
+        diff_batches: int = 1,
+        eval_limit: int | None = 64,
+        fallback_precision: str = "fp32",
+        worst_n: int = 3,
+        data: Any = None,
+    ) -> None:
         import ipywidgets as widgets
         import plotly.graph_objects as go
 
@@ -38,11 +51,15 @@ class CalibrationPanel:
         self.worst: list[str] = []
 
         self.method = calibration_method_dropdown(method)
-        self.percentile = widgets.BoundedFloatText(value=percentile, min=90.0, max=100.0, step=0.001, description="percentile")
+        self.percentile = widgets.BoundedFloatText(
+            value=percentile, min=90.0, max=100.0, step=0.001, description="percentile"
+        )
         choices = sorted(set(batch_choices) | {max_batches})
         self.batches = widgets.Dropdown(options=choices, value=max_batches, description="batches")
         self.node = widgets.Dropdown(options=[], description="layer")
-        self.node_precision = widgets.ToggleButtons(options=["int8", "fp16", "fp32"], value="int8", description="precision")
+        self.node_precision = widgets.ToggleButtons(
+            options=["int8", "fp16", "fp32"], value="int8", description="precision"
+        )
         self.tensor = widgets.Dropdown(options=[], description="histogram of")
         self.worst_n = widgets.BoundedIntText(value=worst_n, min=1, max=500, description="N")
         self.fallback_button = widgets.Button(description="Fall back worst N", button_style="warning")
@@ -60,16 +77,18 @@ class CalibrationPanel:
         self.node.observe(lambda change: self._show_node_precision(), names="value")
         self.node_precision.observe(lambda change: self._set_node_precision(), names="value")
         self.tensor.observe(lambda change: self._draw_histogram(), names="value")
-        self.widget = widgets.VBox([
-            widgets.HBox([self.method, self.percentile, self.batches, self.run_button]),
-            widgets.HBox([self.node, self.node_precision]),
-            widgets.HBox([self.worst_n, self.fallback_button]),
-            self.status.widget,
-            self.table,
-            self.sqnr,
-            self.tensor,
-            self.histogram,
-        ])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.method, self.percentile, self.batches, self.run_button]),
+                widgets.HBox([self.node, self.node_precision]),
+                widgets.HBox([self.worst_n, self.fallback_button]),
+                self.status.widget,
+                self.table,
+                self.sqnr,
+                self.tensor,
+                self.histogram,
+            ]
+        )
 
     # ------------------------------------------------------------------ actions
     def run(self) -> None:
@@ -89,8 +108,11 @@ class CalibrationPanel:
             self._requantize()
             self._draw_histogram()
             warnings = "; ".join(self.ranges.warnings)
-            self.status.ok(f"{len(self.statistics.histograms)} tensors from {self.statistics.num_samples} samples "
-                           f"({self.statistics.seconds:.1f} s), method {self.method.value}" + (f" — {warnings}" if warnings else ""))
+            self.status.ok(
+                f"{len(self.statistics.histograms)} tensors from {self.statistics.num_samples} samples "
+                f"({self.statistics.seconds:.1f} s), method {self.method.value}"
+                + (f" — {warnings}" if warnings else "")
+            )
         except Exception as error:  # shown in the panel, never as a traceback
             self.status.error(error)
 
@@ -100,7 +122,11 @@ class CalibrationPanel:
             if self.diff is None:
                 self.run()
             n = self.worst_n.value if n is None else n
-            ranked = [node for node in self.session.rank_int8_nodes(self.diff, self.plan) if self.plan.precision_of(node) == "int8"]
+            ranked = [
+                node
+                for node in self.session.rank_int8_nodes(self.diff, self.plan)
+                if self.plan.precision_of(node) == "int8"
+            ]
             self.worst = ranked[:n]
             self.plan = self.plan.with_overrides({node: self.fallback_precision for node in self.worst})  # type: ignore[misc]
             self._requantize()
@@ -154,13 +180,27 @@ class CalibrationPanel:
             fp32 = self.session.evaluate(limit=self.eval_limit)
             int8 = self.session.evaluate(int8_model, limit=self.eval_limit)
             rows.append({"variant": "FP32", "metric": fp32.name, "value": fp32.value, "int8_nodes": 0, "fallback": 0})
-            rows.append({"variant": f"INT8 ({self.method.value})", "metric": int8.name, "value": int8.value,
-                         "int8_nodes": total, "fallback": 0})
+            rows.append(
+                {
+                    "variant": f"INT8 ({self.method.value})",
+                    "metric": int8.name,
+                    "value": int8.value,
+                    "int8_nodes": total,
+                    "fallback": 0,
+                }
+            )
             if self.plan.overrides:
                 mixed = self.session.evaluate(self.quantized, limit=self.eval_limit)
                 kept = len(self.quantized.placement.int8_nodes)
-                rows.append({"variant": f"mixed ({self.plan.label})", "metric": mixed.name, "value": mixed.value,
-                             "int8_nodes": kept, "fallback": total - kept})
+                rows.append(
+                    {
+                        "variant": f"mixed ({self.plan.label})",
+                        "metric": mixed.name,
+                        "value": mixed.value,
+                        "int8_nodes": kept,
+                        "fallback": total - kept,
+                    }
+                )
         self.metric_rows = rows
         figure = _table(rows)
         self.table.data = []
@@ -198,18 +238,18 @@ class CalibrationPanel:
 
 
 def _sqnr(diff: Any, highlight: list[str]) -> Any:
-    from workbench.viz.calib_figures import sqnr_figure
+    from workbench.viz.calib import sqnr_figure
 
     return sqnr_figure(diff, highlight=highlight)
 
 
 def _histogram(hist: Any, thresholds: dict[str, float]) -> Any:
-    from workbench.viz.calib_figures import histogram_figure
+    from workbench.viz.calib import histogram_figure
 
     return histogram_figure(hist, thresholds)
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
-    from workbench.viz.calib_figures import metric_table_figure
+    from workbench.viz.calib import metric_table_figure
 
     return metric_table_figure(rows)

@@ -1,15 +1,16 @@
 """Notebook panel for the cleaner: pick a model, tick passes, run; waterfall, op-count table, neighbourhood.
 
-Thin by design: widgets forward to :func:`workbench.clean.clean_model` and :mod:`workbench.viz.clean_figures`.
+Thin by design: widgets forward to :func:`workbench.clean.clean_model` and :mod:`workbench.viz.clean`.
 Nothing is displayed in the constructor; show ``panel.widget`` yourself.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from workbench.clean import DEFAULT_PASSES, CleanOptions, CleanResult, clean_model
-from workbench.viz import clean_figures as figures
+from workbench.viz import clean as figures
 
 _PATH_CHOICE = "(path below)"
 
@@ -27,7 +28,9 @@ class CleanPanel:
         names = list(entry_names()) + [_PATH_CHOICE]
         self.model_picker = model_picker(model if model in names else _PATH_CHOICE, names)
         self.path_text = widgets.Text(value=path, description="ONNX path", placeholder="/path/to/model.onnx")
-        self.pass_boxes = {name: widgets.Checkbox(value=name in passes, description=name, indent=False) for name in DEFAULT_PASSES}
+        self.pass_boxes = {
+            name: widgets.Checkbox(value=name in passes, description=name, indent=False) for name in DEFAULT_PASSES
+        }
         self.check_box = widgets.Checkbox(value=True, description="check every pass (ORT equivalence)", indent=False)
         self.run_button = widgets.Button(description="Clean", button_style="primary")
         self.pass_picker = widgets.Dropdown(options=[], description="show pass")
@@ -38,16 +41,20 @@ class CleanPanel:
         self.result: CleanResult | None = None
         self.run_button.on_click(lambda _: self.run())
         self.pass_picker.observe(lambda change: self.select_pass(change["new"]), names="value")
-        self.widget = widgets.VBox([
-            widgets.HBox([self.model_picker, self.path_text]),
-            widgets.GridBox(list(self.pass_boxes.values()), layout=widgets.Layout(grid_template_columns="repeat(4, 240px)")),
-            widgets.HBox([self.check_box, self.run_button]),
-            self.status.widget,
-            self.waterfall,
-            self.table,
-            self.pass_picker,
-            self.neighbourhood,
-        ])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.model_picker, self.path_text]),
+                widgets.GridBox(
+                    list(self.pass_boxes.values()), layout=widgets.Layout(grid_template_columns="repeat(4, 240px)")
+                ),
+                widgets.HBox([self.check_box, self.run_button]),
+                self.status.widget,
+                self.waterfall,
+                self.table,
+                self.pass_picker,
+                self.neighbourhood,
+            ]
+        )
 
     @property
     def selected_passes(self) -> list[str]:
@@ -66,13 +73,17 @@ class CleanPanel:
         self.status.busy("cleaning…")
         try:
             source, profile = self._source()
-            self.result = clean_model(source, CleanOptions(passes=self.selected_passes, profile=profile, check=self.check_box.value))
+            self.result = clean_model(
+                source, CleanOptions(passes=self.selected_passes, profile=profile, check=self.check_box.value)
+            )
         except Exception as error:  # shown, not raised: a panel must survive bad input
             self.status.error(error)
             return None
         result = self.result
         rolled = ", ".join(r.name for r in result.rolled_back) or "none"
-        self.status.ok(f"{result.nodes_before} → {result.nodes_after} nodes in {result.seconds:.2f} s (checks {result.check_seconds:.2f} s); rolled back: {rolled}")
+        self.status.ok(
+            f"{result.nodes_before} → {result.nodes_after} nodes in {result.seconds:.2f} s (checks {result.check_seconds:.2f} s); rolled back: {rolled}"
+        )
         self._replace(self.waterfall, figures.node_waterfall_figure(result))
         self._replace(self.table, figures.op_delta_table_figure(result))
         changed = [r.name for r in result.passes if r.nodes_removed or r.nodes_added]

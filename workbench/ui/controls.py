@@ -3,11 +3,13 @@
 Thin factories and two small helpers (a status area that shows a WorkbenchError as a readable message, and a
 progress-bar adapter usable as a stage / build callback). Nothing here displays anything or computes anything.
 """
+
 from __future__ import annotations
 
 import html
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -25,14 +27,16 @@ def precision_dropdown(value: str = "int8", options: Sequence[tuple[str, str]] =
 
 
 def calibration_method_dropdown(value: str = "entropy") -> widgets.Dropdown:
-    return widgets.Dropdown(options=list(CALIBRATION_METHODS), value=value, description="calibration",
-                            style=_STYLE, layout=_LAYOUT)
+    return widgets.Dropdown(
+        options=list(CALIBRATION_METHODS), value=value, description="calibration", style=_STYLE, layout=_LAYOUT
+    )
 
 
 def streams_slider(value: int = 2) -> widgets.IntSlider:
     """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), 1 to 16."""
-    return widgets.IntSlider(value=value, min=1, max=16, step=1, description="streams", continuous_update=False,
-                             style=_STYLE, layout=_LAYOUT)
+    return widgets.IntSlider(
+        value=value, min=1, max=16, step=1, description="streams", continuous_update=False, style=_STYLE, layout=_LAYOUT
+    )
 
 
 def batch_dropdown(value: int = 8, options: Sequence[int] = BATCH_SIZES) -> widgets.Dropdown:
@@ -46,8 +50,9 @@ def model_picker(value: str | None = None, names: Sequence[str] | None = None) -
 
         names = entry_names()
     names = list(names)
-    return widgets.Dropdown(options=names, value=value if value in names else names[0], description="model",
-                            style=_STYLE, layout=_LAYOUT)
+    return widgets.Dropdown(
+        options=names, value=value if value in names else names[0], description="model", style=_STYLE, layout=_LAYOUT
+    )
 
 
 class StatusArea:
@@ -89,8 +94,9 @@ class ProgressAdapter:
     or as a build progress callback ``(kind, phase, parent, step, total) -> bool``."""
 
     def __init__(self, description: str = "progress") -> None:
-        self.bar = widgets.IntProgress(value=0, min=0, max=1, description=description, style=_STYLE,
-                                       layout=widgets.Layout(width="340px"))
+        self.bar = widgets.IntProgress(
+            value=0, min=0, max=1, description=description, style=_STYLE, layout=widgets.Layout(width="340px")
+        )
         self.label = widgets.Label(value="")
         self.widget = widgets.HBox([self.bar, self.label])
 

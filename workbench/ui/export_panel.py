@@ -2,6 +2,7 @@
 
 Nothing is displayed in the constructor: show ``panel.widget`` yourself.
 """
+
 from __future__ import annotations
 
 import html
@@ -21,23 +22,36 @@ def candidates_table_html(candidates: list[EngineCandidate], chosen: str | None 
         f"<td>{'-' if c.delta_vs_fp32 is None else f'{c.delta_vs_fp32:+.4f}'}</td>"
         f"<td>{'-' if c.throughput_per_s is None else f'{c.throughput_per_s:.0f}'}</td>"
         f"<td>{'-' if c.p50_ms is None else f'{c.p50_ms:.2f}'}</td><td>{c.engine_mb:.2f}</td><td>{c.layers}</td>"
-        f"<td>{html.escape(c.how)}</td></tr>" for c in candidates)
+        f"<td>{html.escape(c.how)}</td></tr>"
+        for c in candidates
+    )
     metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
-    return ("<table><tr><th>precision</th><th>" + html.escape(metric) + "</th><th>vs FP32</th><th>samples/s</th>"
-            "<th>p50 ms</th><th>engine MB</th><th>layers</th><th>how measured</th></tr>" + rows + "</table>")
+    return (
+        "<table><tr><th>precision</th><th>" + html.escape(metric) + "</th><th>vs FP32</th><th>samples/s</th>"
+        "<th>p50 ms</th><th>engine MB</th><th>layers</th><th>how measured</th></tr>" + rows + "</table>"
+    )
 
 
 def candidates_figure(candidates: list[EngineCandidate], chosen: str | None = None) -> go.Figure:
     """Accuracy against throughput, one marker per engine."""
     shown = [c for c in candidates if c.metric is not None and c.throughput_per_s is not None]
-    figure = go.Figure(go.Scatter(
-        x=[c.throughput_per_s for c in shown], y=[c.metric for c in shown], text=[c.precision for c in shown],
-        mode="markers+text", textposition="top center",
-        marker=dict(size=[18 if c.precision == chosen else 12 for c in shown],
-                    color=["#54A24B" if c.precision == chosen else "#4C78A8" for c in shown])))
+    figure = go.Figure(
+        go.Scatter(
+            x=[c.throughput_per_s for c in shown],
+            y=[c.metric for c in shown],
+            text=[c.precision for c in shown],
+            mode="markers+text",
+            textposition="top center",
+            marker=dict(
+                size=[18 if c.precision == chosen else 12 for c in shown],
+                color=["#54A24B" if c.precision == chosen else "#4C78A8" for c in shown],
+            ),
+        )
+    )
     metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
-    figure.update_layout(title="Accuracy vs speed", xaxis_title="samples / s", yaxis_title=metric,
-                         template="plotly_white", height=360)
+    figure.update_layout(
+        title="Accuracy vs speed", xaxis_title="samples / s", yaxis_title=metric, template="plotly_white", height=360
+    )
     return figure
 
 
@@ -57,8 +71,15 @@ class ExportPanel:
         self.compare_button.on_click(lambda _b: self.compare())
         self.export_button.on_click(lambda _b: self._guarded(lambda: self.export(self.precision.value)))
         self.precision.observe(lambda _change: self._render(), names="value")
-        self.widget = widgets.VBox([widgets.HBox([self.precision, self.compare_button, self.export_button]),
-                                    self.progress.widget, self.status.widget, self.table, self.figure])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.precision, self.compare_button, self.export_button]),
+                self.progress.widget,
+                self.status.widget,
+                self.table,
+                self.figure,
+            ]
+        )
 
     def _guarded(self, action: Any) -> Any:
         try:

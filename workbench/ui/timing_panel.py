@@ -1,20 +1,22 @@
 """Notebook panel for the async pipeline: knobs on top, timeline / histogram / sweep curve below, updated in place.
 
-Thin: runs go through :func:`workbench.timing.run_pipeline`; figures come from :mod:`workbench.viz.timing_figures`.
+Thin: runs go through :func:`workbench.timing.run_pipeline`; figures come from :mod:`workbench.viz.timing`.
 Nothing is displayed in the constructor: show ``panel.widget`` yourself.
 """
+
 from __future__ import annotations
 
 import html
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from workbench.timing import RunConfig, TimingResult, run_pipeline
 from workbench.ui import controls
-from workbench.viz import timing_figures
+from workbench.viz import timing as timing_figures
 
 ExecutorFactory = Callable[[str, bool], Any]  # (executor name, cuda_graph) -> executor
 
@@ -30,9 +32,20 @@ def _replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
 class TimingPanel:
     """Executor, streams (1-16), batch, dynamic batching + max delay, CUDA graph, load mode; run and sweep."""
 
-    def __init__(self, executor_factory: ExecutorFactory, *, executors: tuple[str, ...] = ("cpu",),
-                 model: str = "", streams: int = 2, batch: int = 1, load: str = "closed", rate_per_s: float = 500.0,
-                 sla_ms: float = 5.0, window_s: float = 0.2, auto_run: bool = True) -> None:
+    def __init__(
+        self,
+        executor_factory: ExecutorFactory,
+        *,
+        executors: tuple[str, ...] = ("cpu",),
+        model: str = "",
+        streams: int = 2,
+        batch: int = 1,
+        load: str = "closed",
+        rate_per_s: float = 500.0,
+        sla_ms: float = 5.0,
+        window_s: float = 0.2,
+        auto_run: bool = True,
+    ) -> None:
         self._factory = executor_factory
         self._executors: dict[tuple[str, bool], Any] = {}
         self.model = model
@@ -41,12 +54,16 @@ class TimingPanel:
         self.executor = widgets.Dropdown(options=list(executors), value=executors[0], description="executor")
         self.streams = controls.streams_slider(streams)
         self.batch = controls.batch_dropdown(batch, options=(1, 2, 4, 8, 16))
-        self.load = widgets.Dropdown(options=[("closed loop", "closed"), ("open loop (Poisson)", "open"),
-                                              ("synchronous baseline", "sync")], value=load, description="load")
+        self.load = widgets.Dropdown(
+            options=[("closed loop", "closed"), ("open loop (Poisson)", "open"), ("synchronous baseline", "sync")],
+            value=load,
+            description="load",
+        )
         self.rate = widgets.FloatText(value=rate_per_s, description="rate (req/s)")
         self.dynamic_batching = widgets.Checkbox(value=False, description="dynamic batching (open loop)")
-        self.max_delay_ms = widgets.FloatSlider(value=0.5, min=0.0, max=5.0, step=0.1, description="max delay ms",
-                                                continuous_update=False)
+        self.max_delay_ms = widgets.FloatSlider(
+            value=0.5, min=0.0, max=5.0, step=0.1, description="max delay ms", continuous_update=False
+        )
         self.cuda_graph = widgets.Checkbox(value=True, description="CUDA graph")
         self.sla_ms = widgets.FloatText(value=sla_ms, description="SLA p99 (ms)")
         self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
@@ -61,17 +78,33 @@ class TimingPanel:
         self.last: TimingResult | None = None
         self.run_button.on_click(lambda _b: self.run())
         self.sweep_button.on_click(lambda _b: self.sweep())
-        for w in (self.executor, self.streams, self.batch, self.load, self.rate, self.dynamic_batching,
-                  self.max_delay_ms, self.cuda_graph):
+        for w in (
+            self.executor,
+            self.streams,
+            self.batch,
+            self.load,
+            self.rate,
+            self.dynamic_batching,
+            self.max_delay_ms,
+            self.cuda_graph,
+        ):
             w.observe(self._changed, names="value")
         self.sla_ms.observe(lambda _c: self._draw_sweep(), names="value")
-        self.widget = widgets.VBox([
-            widgets.HBox([widgets.VBox([self.executor, self.streams, self.batch, self.cuda_graph]),
-                          widgets.VBox([self.load, self.rate, self.dynamic_batching, self.max_delay_ms]),
-                          widgets.VBox([self.sla_ms, self.run_button, self.sweep_button])]),
-            self.status.widget, self.summary, self.timeline_figure,
-            widgets.HBox([self.histogram_figure, self.sweep_figure]),
-        ])
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox(
+                    [
+                        widgets.VBox([self.executor, self.streams, self.batch, self.cuda_graph]),
+                        widgets.VBox([self.load, self.rate, self.dynamic_batching, self.max_delay_ms]),
+                        widgets.VBox([self.sla_ms, self.run_button, self.sweep_button]),
+                    ]
+                ),
+                self.status.widget,
+                self.summary,
+                self.timeline_figure,
+                widgets.HBox([self.histogram_figure, self.sweep_figure]),
+            ]
+        )
 
     # --- actions -------------------------------------------------------------------------------------------
     def _changed(self, _change: Any) -> None:
@@ -86,11 +119,18 @@ class TimingPanel:
 
     def config(self, streams: int | None = None) -> RunConfig:
         return RunConfig(
-            streams=int(streams or self.streams.value), batch=int(self.batch.value), load=self.load.value,
+            streams=int(streams or self.streams.value),
+            batch=int(self.batch.value),
+            load=self.load.value,
             rate_per_s=float(self.rate.value) if self.load.value == "open" else None,
             dynamic_batching=bool(self.dynamic_batching.value) and self.load.value == "open",
-            max_batch=max(8, int(self.batch.value)), max_queue_delay_ms=float(self.max_delay_ms.value),
-            warmup_s=min(0.1, self.window_s), window_s=self.window_s, min_windows=3, max_windows=4)
+            max_batch=max(8, int(self.batch.value)),
+            max_queue_delay_ms=float(self.max_delay_ms.value),
+            warmup_s=min(0.1, self.window_s),
+            window_s=self.window_s,
+            min_windows=3,
+            max_windows=4,
+        )
 
     def run(self, streams: int | None = None, redraw: bool = True) -> TimingResult | None:
         self.status.busy("running...")
@@ -104,8 +144,10 @@ class TimingPanel:
         self.sweep_points.append(self._point(result))
         if redraw:
             self._draw(result)
-        self.status.ok(f"{result.executor_label}: {result.throughput_per_s:.0f} samples/s, "
-                       f"p99 {result.latency_ms.get('p99', math.nan):.2f} ms")
+        self.status.ok(
+            f"{result.executor_label}: {result.throughput_per_s:.0f} samples/s, "
+            f"p99 {result.latency_ms.get('p99', math.nan):.2f} ms"
+        )
         return result
 
     def sweep(self, streams: tuple[int, ...] = (1, 2, 4, 8)) -> list[TimingResult]:
@@ -125,37 +167,57 @@ class TimingPanel:
             series += f" batched {result.dynamic_batching['max_queue_delay_ms']:g}ms"
         if result.cuda_graph.get("requested") and not result.cuda_graph.get("active") and result.executor != "cpu":
             series += " (graph fell back)"
-        return {"series": series, "streams": result.streams, "batch": result.batch,
-                "throughput_per_s": result.throughput_per_s, "latency_ms": dict(result.latency_ms)}
+        return {
+            "series": series,
+            "streams": result.streams,
+            "batch": result.batch,
+            "throughput_per_s": result.throughput_per_s,
+            "latency_ms": dict(result.latency_ms),
+        }
 
     # --- drawing -------------------------------------------------------------------------------------------
     def _draw(self, result: TimingResult) -> None:
-        _replace_figure(self.timeline_figure, timing_figures.gantt_figure(
-            result.records, title=f"Timeline: {result.streams} stream(s), batch {result.batch}, {result.load}"))
-        _replace_figure(self.histogram_figure, timing_figures.latency_histogram(
-            result.latencies_ms, percentiles={k: result.latency_ms[k] for k in ("p50", "p99")}))
+        _replace_figure(
+            self.timeline_figure,
+            timing_figures.gantt_figure(
+                result.records, title=f"Timeline: {result.streams} stream(s), batch {result.batch}, {result.load}"
+            ),
+        )
+        _replace_figure(
+            self.histogram_figure,
+            timing_figures.latency_histogram(
+                result.latencies_ms, percentiles={k: result.latency_ms[k] for k in ("p50", "p99")}
+            ),
+        )
         self._draw_sweep()
         self.summary.value = self._summary_html(result)
 
     def _draw_sweep(self) -> None:
-        _replace_figure(self.sweep_figure, timing_figures.latency_throughput_figure(
-            self.sweep_points, sla_ms=float(self.sla_ms.value) if self.sla_ms.value else None))
+        _replace_figure(
+            self.sweep_figure,
+            timing_figures.latency_throughput_figure(
+                self.sweep_points, sla_ms=float(self.sla_ms.value) if self.sla_ms.value else None
+            ),
+        )
 
     @staticmethod
     def _summary_html(r: TimingResult) -> str:
         stages = ", ".join(f"{k} {v:.3f}" for k, v in r.stages_ms.items() if not math.isnan(v))
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in r.notes)
-        return (f"<b>{html.escape(r.executor_label)}</b><br>{r.throughput_per_s:.0f} samples/s; latency p50 "
-                f"{r.latency_ms['p50']:.3f} / p90 {r.latency_ms['p90']:.3f} / p99 {r.latency_ms['p99']:.3f} ms "
-                f"({r.n_requests} requests); busy {r.busy_fraction:.2f}; enqueue p50 {r.enqueue_us_p50:.1f} us"
-                f"<br>stage medians (ms): {html.escape(stages)}" + (f"<ul>{notes}</ul>" if notes else ""))
+        return (
+            f"<b>{html.escape(r.executor_label)}</b><br>{r.throughput_per_s:.0f} samples/s; latency p50 "
+            f"{r.latency_ms['p50']:.3f} / p90 {r.latency_ms['p90']:.3f} / p99 {r.latency_ms['p99']:.3f} ms "
+            f"({r.n_requests} requests); busy {r.busy_fraction:.2f}; enqueue p50 {r.enqueue_us_p50:.1f} us"
+            f"<br>stage medians (ms): {html.escape(stages)}" + (f"<ul>{notes}</ul>" if notes else "")
+        )
 
 
-def make_panel(cpu_model: str = "digits-cnn", torch_model: str = "efficientnet-lite0",
-               **kwargs: Any) -> tuple[TimingPanel, str]:
+def make_panel(
+    cpu_model: str = "digits-cnn", torch_model: str = "efficientnet-lite0", **kwargs: Any
+) -> tuple[TimingPanel, str]:
     """A panel for this machine: the torch GPU executor when CUDA is usable, else the CPU executor; and why."""
-    from workbench.backend import detect_gpu
-    from workbench.timing.cli import make_executor
+    from workbench.engine.backend import detect_gpu
+    from workbench.timing.executors import make_executor
 
     gpu = detect_gpu()
     cuda_ok = False
@@ -173,12 +235,16 @@ def make_panel(cpu_model: str = "digits-cnn", torch_model: str = "efficientnet-l
         return make_executor(cpu_model, "cpu")[0]
 
     if cuda_ok:
-        how = (f"GPU {gpu.name}: the torch executor times {torch_model} (FP16, CUDA graph per lane, cuda.core "
-               f"streams and events); the CPU executor times {cpu_model} with ONNX Runtime for comparison.")
+        how = (
+            f"GPU {gpu.name}: the torch executor times {torch_model} (FP16, CUDA graph per lane, cuda.core "
+            f"streams and events); the CPU executor times {cpu_model} with ONNX Runtime for comparison."
+        )
         panel = TimingPanel(factory, executors=("torch", "cpu"), model=torch_model, **kwargs)
     else:
         why = "no NVIDIA GPU found" if not gpu.present else "PyTorch here has no CUDA"
-        how = (f"{why}: this notebook runs the CPU executor (ONNX Runtime sessions on worker threads) on "
-               f"{cpu_model}. These are CPU numbers: no CUDA streams, no copies, not GPU or TensorRT timings.")
+        how = (
+            f"{why}: this notebook runs the CPU executor (ONNX Runtime sessions on worker threads) on "
+            f"{cpu_model}. These are CPU numbers: no CUDA streams, no copies, not GPU or TensorRT timings."
+        )
         panel = TimingPanel(factory, executors=("cpu",), model=cpu_model, **kwargs)
     return panel, how

@@ -8,6 +8,7 @@
 Importing this package never imports torch: only ``efficientnet-lite0`` and ``minilm`` need it, to export their
 ONNX on first use (``requires_torch``).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,6 +16,10 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.zoo.base import MetricResult, ZooEntry, cache_dir, make_ort_predict
+from workbench.zoo.digits import DigitsCnnEntry
+from workbench.zoo.efficientnet import EfficientNetLite0Entry
+from workbench.zoo.minilm import MiniLmEntry
+from workbench.zoo.ocr import OcrClsEntry, OcrDetEntry, OcrRecEntry
 
 # The main job's default (`make demo`, the quickstart): PP-OCR's text-direction classifier, a real pretrained
 # model that needs no torch; the whole journey takes ~25 s on 2 CPU cores and entropy-calibrated INT8 visibly
@@ -22,13 +27,14 @@ from workbench.zoo.base import MetricResult, ZooEntry, cache_dir, make_ort_predi
 # ocr-rec breaks far more under INT8 but takes ~1.5 min (`workbench demo --model ocr-rec`).
 DEFAULT_MODEL = "ocr-cls"
 
-_ENTRY_CLASSES: dict[str, tuple[str, str]] = {
-    "digits-cnn": ("workbench.zoo.digits", "DigitsCnnEntry"),
-    "ocr-cls": ("workbench.zoo.ocr", "OcrClsEntry"),
-    "ocr-rec": ("workbench.zoo.ocr", "OcrRecEntry"),
-    "ocr-det": ("workbench.zoo.ocr", "OcrDetEntry"),
-    "efficientnet-lite0": ("workbench.zoo.efficientnet", "EfficientNetLite0Entry"),
-    "minilm": ("workbench.zoo.minilm", "MiniLmEntry"),
+# Entry modules import only numpy at module level (torch and the models load on first use).
+_ENTRY_CLASSES: dict[str, type[ZooEntry]] = {
+    "digits-cnn": DigitsCnnEntry,
+    "ocr-cls": OcrClsEntry,
+    "ocr-rec": OcrRecEntry,
+    "ocr-det": OcrDetEntry,
+    "efficientnet-lite0": EfficientNetLite0Entry,
+    "minilm": MiniLmEntry,
 }
 _instances: dict[str, ZooEntry] = {}
 
@@ -39,13 +45,10 @@ def entry_names() -> list[str]:
 
 def get_entry(name: str) -> ZooEntry:
     """The zoo entry called ``name``; raises WorkbenchError listing the valid names otherwise."""
-    import importlib
-
     if name not in _ENTRY_CLASSES:
         raise WorkbenchError(f"unknown zoo model {name!r}.", expected="one of " + ", ".join(_ENTRY_CLASSES))
     if name not in _instances:
-        module_name, class_name = _ENTRY_CLASSES[name]
-        _instances[name] = getattr(importlib.import_module(module_name), class_name)()
+        _instances[name] = _ENTRY_CLASSES[name]()
     return _instances[name]
 
 
@@ -59,8 +62,10 @@ def resolve_model(spec: str) -> tuple[Path, ZooEntry | None]:
     if path.exists() or spec.endswith(".onnx") or "/" in spec or os.sep in spec:
         return path, None
     if spec not in _ENTRY_CLASSES:
-        raise WorkbenchError(f"{spec}: no such file and not a zoo model name.",
-                             expected="a path to an .onnx file or one of " + ", ".join(_ENTRY_CLASSES))
+        raise WorkbenchError(
+            f"{spec}: no such file and not a zoo model name.",
+            expected="a path to an .onnx file or one of " + ", ".join(_ENTRY_CLASSES),
+        )
     entry = get_entry(spec)
     return entry.onnx_path(), entry
 

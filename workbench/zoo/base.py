@@ -10,6 +10,7 @@ A zoo entry is a real pretrained model plus a deterministic, labelled (or self-r
 
 Nothing here imports torch; entries exported from PyTorch weights import it inside their ``_materialize``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,9 +18,10 @@ import json
 import os
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -86,8 +88,15 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def export_to_onnx(module: Any, args: tuple[Any, ...], *, input_names: Sequence[str], output_names: Sequence[str],
-                   dynamic_axes: dict[str, dict[int, str]], producer: str) -> Any:
+def export_to_onnx(
+    module: Any,
+    args: tuple[Any, ...],
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: dict[str, dict[int, str]],
+    producer: str,
+) -> Any:
     """Export a PyTorch module with the legacy (TorchScript) exporter at opset 17, weights inside the file.
 
     The legacy exporter is the one that keeps a dynamic batch for these models (see research notes); the result is
@@ -164,7 +173,10 @@ class ZooEntry(ABC):
             manifest = json.loads(self._manifest_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return False
-        return manifest.get("recipe_version") == self.recipe_version and manifest.get("source_fingerprint", "") == self._source_fingerprint()
+        return (
+            manifest.get("recipe_version") == self.recipe_version
+            and manifest.get("source_fingerprint", "") == self._source_fingerprint()
+        )
 
     def _source_fingerprint(self) -> str:
         """Identifies the upstream file or package the cached copy was made from; a change re-materializes."""
@@ -205,7 +217,7 @@ class ZooEntry(ABC):
     def _materialize(self, target: Path) -> dict[str, Any] | None:
         """Write the ready-to-build ONNX file to ``target`` (a temp path renamed on success); return notes."""
 
-    def load(self) -> "OnnxModel":
+    def load(self) -> OnnxModel:
         from workbench.model import load_onnx
 
         return load_onnx(self.onnx_path())
@@ -228,7 +240,9 @@ class ZooEntry(ABC):
         if batch_size < 1:
             raise WorkbenchError(f"batch_size={batch_size} is not a positive number.", expected="batch_size >= 1")
         if limit is not None and limit < 1:
-            raise WorkbenchError(f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set")
+            raise WorkbenchError(
+                f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set"
+            )
         total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
         for start in range(0, total, batch_size):
             indices = list(range(start, min(start + batch_size, total)))
@@ -259,7 +273,10 @@ class ZooEntry(ABC):
 
         raw_image = getattr(self, "raw_image", None)
         if raw_image is None:
-            raise WorkbenchError(f"zoo model {self.name!r} takes no images.", expected="its .npz batches instead (workbench zoo calib-data NAME FOLDER)")
+            raise WorkbenchError(
+                f"zoo model {self.name!r} takes no images.",
+                expected="its .npz batches instead (workbench zoo calib-data NAME FOLDER)",
+            )
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise WorkbenchError(f"{folder}: exists and is not a folder.", expected="a folder for calibration images")

@@ -1,5 +1,6 @@
 """``workbench zoo``: list the built-in models, materialize them, score them in FP32 with ONNX Runtime,
 and write their calibration sets as ``.npz`` batches (the ``calibration/`` folder format)."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,20 +30,34 @@ def register(subparsers: Any) -> None:
     fetch.add_argument("--all", action="store_true", help="every model (torch-exported ones need the dev extra)")
     fetch.set_defaults(func=_fetch_command)
 
-    evaluate = actions.add_parser("eval", help="FP32 task metric of a zoo model with ONNX Runtime CPU on its evaluation set")
+    evaluate = actions.add_parser(
+        "eval", help="FP32 task metric of a zoo model with ONNX Runtime CPU on its evaluation set"
+    )
     evaluate.add_argument("name", metavar="NAME")
     evaluate.add_argument("--limit", type=int, default=None, help="score only the first N evaluation samples")
-    evaluate.add_argument("--onnx", type=Path, default=None, help="score this ONNX file (e.g. a cleaned or quantized variant) instead")
-    evaluate.add_argument("--ort-optimizations", action="store_true", help="enable ORT graph optimizations (default: ORT_DISABLE_ALL, the reference)")
+    evaluate.add_argument(
+        "--onnx", type=Path, default=None, help="score this ONNX file (e.g. a cleaned or quantized variant) instead"
+    )
+    evaluate.add_argument(
+        "--ort-optimizations",
+        action="store_true",
+        help="enable ORT graph optimizations (default: ORT_DISABLE_ALL, the reference)",
+    )
     evaluate.add_argument("--json", action="store_true", help="print the MetricResult as JSON")
     evaluate.set_defaults(func=_eval_command)
 
-    calib = actions.add_parser("calib-data", help="write the model's calibration set as .npz batches keyed by input name")
+    calib = actions.add_parser(
+        "calib-data", help="write the model's calibration set as .npz batches keyed by input name"
+    )
     calib.add_argument("name", metavar="NAME")
     calib.add_argument("out", type=Path, metavar="FOLDER")
     calib.add_argument("--limit", type=int, default=None, help="at most N samples")
     calib.add_argument("--batch-size", type=int, default=8)
-    calib.add_argument("--images", action="store_true", help="write PNG images before preprocessing instead of .npz batches (image models)")
+    calib.add_argument(
+        "--images",
+        action="store_true",
+        help="write PNG images before preprocessing instead of .npz batches (image models)",
+    )
     calib.set_defaults(func=_calib_data_command)
 
 
@@ -55,7 +70,13 @@ def _list_command(args: argparse.Namespace) -> int:
         return 0
     header = ("name", "task", "metric", "needs torch", "cached")
     table = [header] + [
-        (r["name"] + (" (default)" if r["name"] == DEFAULT_MODEL else ""), r["task"], r["metric"], "yes" if r["requires_torch"] else "no", "yes" if r["cached"] else "no")
+        (
+            r["name"] + (" (default)" if r["name"] == DEFAULT_MODEL else ""),
+            r["task"],
+            r["metric"],
+            "yes" if r["requires_torch"] else "no",
+            "yes" if r["cached"] else "no",
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -68,10 +89,15 @@ def _fetch_command(args: argparse.Namespace) -> int:
     from workbench.zoo import entry_names, get_entry
 
     if args.all and args.names:
-        raise WorkbenchError("give model names or --all, not both.", expected="workbench zoo fetch NAME [NAME...] | --all")
+        raise WorkbenchError(
+            "give model names or --all, not both.", expected="workbench zoo fetch NAME [NAME...] | --all"
+        )
     names = entry_names() if args.all else args.names
     if not names:
-        raise WorkbenchError("no model named.", expected="workbench zoo fetch NAME [NAME...] or --all; names: " + ", ".join(entry_names()))
+        raise WorkbenchError(
+            "no model named.",
+            expected="workbench zoo fetch NAME [NAME...] or --all; names: " + ", ".join(entry_names()),
+        )
     entries = [get_entry(name) for name in names]  # validate every name before any slow export
     for entry in entries:
         started = time.perf_counter()
@@ -91,9 +117,16 @@ def _eval_command(args: argparse.Namespace) -> int:
     result = entry.evaluate_onnx(path, disable_optimizations=not args.ort_optimizations, limit=args.limit)
     seconds = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"model": entry.name, "onnx": str(path), "seconds": round(seconds, 3), "metric": result.to_json()}, indent=2))
+        print(
+            json.dumps(
+                {"model": entry.name, "onnx": str(path), "seconds": round(seconds, 3), "metric": result.to_json()},
+                indent=2,
+            )
+        )
     else:
-        print(f"{entry.name}: {result} (ONNX Runtime CPU, {'optimized' if args.ort_optimizations else 'ORT_DISABLE_ALL'}, {seconds:.1f} s)")
+        print(
+            f"{entry.name}: {result} (ONNX Runtime CPU, {'optimized' if args.ort_optimizations else 'ORT_DISABLE_ALL'}, {seconds:.1f} s)"
+        )
         for key, value in result.details.items():
             if not isinstance(value, (list, dict)):
                 print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")

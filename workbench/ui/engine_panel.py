@@ -1,14 +1,16 @@
 """Notebook panel for the layer map: linked selection between ONNX nodes and engine layers.
 
-Thin by design: it holds widgets and forwards to :mod:`workbench.layermap` and :mod:`workbench.viz.fusion_figures`.
+Thin by design: it holds widgets and forwards to :mod:`workbench.engine.layermap` and :mod:`workbench.viz.engine`.
 Nothing is displayed in the constructor; show ``panel.widget`` (or call ``panel.show()``) yourself.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from workbench.layermap import LayerMap, diff_layer_maps
-from workbench.viz import fusion_figures as figures
+from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.viz import engine as figures
 
 
 class FusionPanel:
@@ -24,10 +26,16 @@ class FusionPanel:
         self.view = figures.side_by_side_layout(layer_map, max_items=max_items)
         self.figure = go.FigureWidget(figures.side_by_side_figure(layer_map, layout=self.view))
         self.table = go.FigureWidget(figures.layer_table_figure(layer_map))
-        self.diff_figure = (go.FigureWidget(figures.fusion_diff_figure(diff_layer_maps(compare_with, layer_map)))
-                            if compare_with is not None else None)
-        self.layer_picker = widgets.Dropdown(options=[("(none)", "")] + [(layer.name, layer.name) for layer in layer_map.layers],
-                                             value="", description="layer")
+        self.diff_figure = (
+            go.FigureWidget(figures.fusion_diff_figure(diff_layer_maps(compare_with, layer_map)))
+            if compare_with is not None
+            else None
+        )
+        self.layer_picker = widgets.Dropdown(
+            options=[("(none)", "")] + [(layer.name, layer.name) for layer in layer_map.layers],
+            value="",
+            description="layer",
+        )
         self.sort_picker = widgets.Dropdown(options=list(figures.SORT_COLUMNS), value="index", description="sort by")
         self.descending = widgets.Checkbox(value=False, description="descending")
         self.details = widgets.HTML()
@@ -57,9 +65,11 @@ class FusionPanel:
         self.selected_layer, self.selected_node = name, ""
         if self.layer_picker.value != name:
             self.layer_picker.value = name
-        self.details.value = (f"<b>{name}</b> ({layer.layer_type}, {layer.precision})<br>"
-                              + ("inserted by TensorRT, no ONNX source" if layer.inserted else
-                                 f"{len(layer.onnx_nodes)} ONNX node(s): " + ", ".join(layer.onnx_nodes[:20])))
+        self.details.value = f"<b>{name}</b> ({layer.layer_type}, {layer.precision})<br>" + (
+            "inserted by TensorRT, no ONNX source"
+            if layer.inserted
+            else f"{len(layer.onnx_nodes)} ONNX node(s): " + ", ".join(layer.onnx_nodes[:20])
+        )
         return items
 
     def select_node(self, name: str) -> list[int]:
@@ -68,8 +78,9 @@ class FusionPanel:
         layers = [self.layer_map.layer(layer).index for layer in node.engine_layers]
         self._highlight([self.view.item_of_node[name]], layers)
         self.selected_node, self.selected_layer = name, ""
-        self.details.value = (f"<b>{name}</b> ({node.op_type})<br>"
-                              + ("folded away: in no engine layer" if node.folded else "in layers: " + ", ".join(node.engine_layers)))
+        self.details.value = f"<b>{name}</b> ({node.op_type})<br>" + (
+            "folded away: in no engine layer" if node.folded else "in layers: " + ", ".join(node.engine_layers)
+        )
         return layers
 
     def clear(self) -> None:
@@ -105,13 +116,22 @@ class FusionPanel:
 
     def _relayout(self) -> None:
         """Recompute the node column (e.g. without folded nodes) and update the widget's traces in place."""
-        self.view = figures.side_by_side_layout(self.layer_map, max_items=self.max_items, hide_folded=self.hide_folded.value)
+        self.view = figures.side_by_side_layout(
+            self.layer_map, max_items=self.max_items, hide_folded=self.hide_folded.value
+        )
         fresh = figures.side_by_side_figure(self.layer_map, layout=self.view)
         with self.figure.batch_update():
             for name in (figures.LINKS_TRACE, figures.NODES_TRACE, figures.LAYERS_TRACE):
                 new = next(trace for trace in fresh.data if trace.name == name)
-                self._trace(name).update(x=new.x, y=new.y, text=new.text, hovertext=new.hovertext,
-                                         customdata=new.customdata, marker=new.marker, selectedpoints=None)
+                self._trace(name).update(
+                    x=new.x,
+                    y=new.y,
+                    text=new.text,
+                    hovertext=new.hovertext,
+                    customdata=new.customdata,
+                    marker=new.marker,
+                    selectedpoints=None,
+                )
             self._trace(figures.HIGHLIGHT_TRACE).update(x=[], y=[])
             self.figure.layout.title.text = fresh.layout.title.text
             self.figure.layout.height = fresh.layout.height
@@ -132,8 +152,13 @@ class FusionPanel:
     def widget(self) -> Any:
         import ipywidgets as widgets
 
-        children: list[Any] = [widgets.HBox([self.layer_picker, self.hide_folded]), self.details, self.figure,
-                               widgets.HBox([self.sort_picker, self.descending]), self.table]
+        children: list[Any] = [
+            widgets.HBox([self.layer_picker, self.hide_folded]),
+            self.details,
+            self.figure,
+            widgets.HBox([self.sort_picker, self.descending]),
+            self.table,
+        ]
         if self.diff_figure is not None:
             children.append(self.diff_figure)
         return widgets.VBox(children)
@@ -188,8 +213,15 @@ class FusionExplorer:
     (model, precision) for the life of the explorer.
     """
 
-    def __init__(self, out_dir: str = "out/fusions", *, model: str = "digits-cnn", precision: str = "fp16",
-                 compare: str = "fp32", models: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str = "out/fusions",
+        *,
+        model: str = "digits-cnn",
+        precision: str = "fp16",
+        compare: str = "fp32",
+        models: Sequence[str] | None = None,
+    ) -> None:
         import ipywidgets as widgets
 
         from workbench.zoo import entry_names
@@ -197,16 +229,23 @@ class FusionExplorer:
         self.out_dir = out_dir
         self.model = widgets.Dropdown(options=list(models or entry_names()), value=model, description="model")
         self.precision = widgets.ToggleButtons(options=["fp32", "fp16"], value=precision, description="precision")
-        self.compare = widgets.Dropdown(options=[("(none)", ""), ("fp32", "fp32"), ("fp16", "fp16")], value=compare,
-                                        description="compare with")
+        self.compare = widgets.Dropdown(
+            options=[("(none)", ""), ("fp32", "fp32"), ("fp16", "fp16")], value=compare, description="compare with"
+        )
         self.build_button = widgets.Button(description="Build", button_style="primary")
         self.progress = BuildProgressBar()
         self.message = widgets.HTML()
         self.panel: FusionPanel | None = None
         self.maps: dict[tuple[str, str], LayerMap] = {}
         self.build_seconds: dict[tuple[str, str], float] = {}
-        self._controls = widgets.VBox([widgets.HBox([self.model, self.compare]), self.precision,
-                                       widgets.HBox([self.build_button, self.progress.widget]), self.message])
+        self._controls = widgets.VBox(
+            [
+                widgets.HBox([self.model, self.compare]),
+                self.precision,
+                widgets.HBox([self.build_button, self.progress.widget]),
+                self.message,
+            ]
+        )
         self.container = widgets.VBox([self._controls])
         self.build_button.on_click(lambda _button: self.build())
 
@@ -216,11 +255,13 @@ class FusionExplorer:
         if key not in self.maps:
             from pathlib import Path
 
-            from workbench.build import BuildOptions, engine_from_onnx
+            from workbench.engine.build import BuildOptions, engine_from_onnx
             from workbench.zoo import get_entry
 
             entry = get_entry(model)
-            options = BuildOptions(shapes=dict(entry.input_profiles()), precision=precision, progress_callback=self.progress)
+            options = BuildOptions(
+                shapes=dict(entry.input_profiles()), precision=precision, progress_callback=self.progress
+            )
             artifact = engine_from_onnx(entry.load(), Path(self.out_dir) / f"{model}.{precision}.engine", options)
             self.build_seconds[key] = artifact.build_seconds
             self.maps[key] = LayerMap.load(artifact.layers_path)
@@ -231,15 +272,20 @@ class FusionExplorer:
 
         try:
             after = self.layer_map(self.model.value, self.precision.value)
-            before = (self.layer_map(self.model.value, self.compare.value)
-                      if self.compare.value and self.compare.value != self.precision.value else None)
+            before = (
+                self.layer_map(self.model.value, self.compare.value)
+                if self.compare.value and self.compare.value != self.precision.value
+                else None
+            )
         except WorkbenchError as error:
             self.message.value = f"<span style='color:#b00'>{error}</span>"
             return None
         stats = after.stats()
-        self.message.value = (f"{self.model.value} {self.precision.value}: {stats.onnx_nodes} ONNX nodes → "
-                              f"{stats.engine_layers} engine layers ({stats.folded_nodes} nodes folded, "
-                              f"{stats.inserted_layers} layers inserted)")
+        self.message.value = (
+            f"{self.model.value} {self.precision.value}: {stats.onnx_nodes} ONNX nodes → "
+            f"{stats.engine_layers} engine layers ({stats.folded_nodes} nodes folded, "
+            f"{stats.inserted_layers} layers inserted)"
+        )
         self.panel = FusionPanel(after, compare_with=before)
         self.container.children = (self._controls, self.panel.widget)
         return self.panel

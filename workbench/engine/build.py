@@ -3,20 +3,27 @@
 Works on a CPU-only machine with TensorRT-RTX (ahead-of-time build). The engine and its ``.layers.json``
 are written atomically; a failed build leaves any earlier files untouched.
 """
+
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from workbench._io import sha256_bytes, write_bytes_atomic, write_json_atomic, write_text_atomic
+from workbench.engine.records import (
+    EngineLayers,
+    find_rtx_layers_message,
+    layers_document,
+    parse_rtx_layers_message,
+    summarize,
+)
 from workbench.errors import WorkbenchError
-from workbench.layers import EngineLayers, find_rtx_layers_message, layers_document, parse_rtx_layers_message, summarize
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan
 
@@ -43,11 +50,17 @@ class BuildOptions:
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16", "int8"):
-            raise WorkbenchError(f"unknown build precision {self.precision!r}.", expected="fp32, fp16 or int8 (int8 needs a Q/DQ model)")
+            raise WorkbenchError(
+                f"unknown build precision {self.precision!r}.", expected="fp32, fp16 or int8 (int8 needs a Q/DQ model)"
+            )
         if not 0 <= int(self.optimization_level) <= 5:
-            raise WorkbenchError(f"builder optimization level {self.optimization_level} is out of range.", expected="0..5")
+            raise WorkbenchError(
+                f"builder optimization level {self.optimization_level} is out of range.", expected="0..5"
+            )
         if self.workspace_bytes is not None and self.workspace_bytes <= 0:
-            raise WorkbenchError(f"memory-pool limit {self.workspace_bytes} bytes is not positive.", expected="a positive size")
+            raise WorkbenchError(
+                f"memory-pool limit {self.workspace_bytes} bytes is not positive.", expected="a positive size"
+            )
         self.shapes = {name: _check_range(name, rng) for name, rng in dict(self.shapes).items()}
 
     def to_json(self) -> dict[str, Any]:
@@ -66,12 +79,19 @@ def _check_range(name: str, rng: Any) -> ShapeRange:
     try:
         low, opt, high = (tuple(int(d) for d in shape) for shape in rng)
     except (TypeError, ValueError) as error:
-        raise WorkbenchError(f"input {name!r}: shape range {rng!r} is not (min, opt, max).", expected="three shapes of equal rank") from error
+        raise WorkbenchError(
+            f"input {name!r}: shape range {rng!r} is not (min, opt, max).", expected="three shapes of equal rank"
+        ) from error
     if not len(low) == len(opt) == len(high):
-        raise WorkbenchError(f"input {name!r}: min/opt/max shapes {low}/{opt}/{high} differ in rank.", expected="three shapes of equal rank")
+        raise WorkbenchError(
+            f"input {name!r}: min/opt/max shapes {low}/{opt}/{high} differ in rank.",
+            expected="three shapes of equal rank",
+        )
     if not all(a <= b <= c and a > 0 for a, b, c in zip(low, opt, high)):
-        raise WorkbenchError(f"input {name!r}: shapes {low}/{opt}/{high} are not ordered min <= opt <= max with positive dims.",
-                             expected="min <= opt <= max per dimension, all > 0")
+        raise WorkbenchError(
+            f"input {name!r}: shapes {low}/{opt}/{high} are not ordered min <= opt <= max with positive dims.",
+            expected="min <= opt <= max per dimension, all > 0",
+        )
     return (low, opt, high)
 
 
@@ -136,19 +156,26 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
     """One optimization profile: given ranges for named inputs; a dynamic leading (batch) dim defaults to 1."""
     unknown = set(shapes) - {spec.name for spec in model.inputs}
     if unknown:
-        raise WorkbenchError(f"shapes given for inputs the model does not have: {', '.join(sorted(unknown))}.",
-                             expected="one of " + ", ".join(spec.name for spec in model.inputs))
+        raise WorkbenchError(
+            f"shapes given for inputs the model does not have: {', '.join(sorted(unknown))}.",
+            expected="one of " + ", ".join(spec.name for spec in model.inputs),
+        )
     profiles: dict[str, ShapeRange] = {}
     for spec in model.inputs:
         if spec.name in shapes:
             low, opt, high = shapes[spec.name]
             if len(low) != len(spec.shape):
-                raise WorkbenchError(f"input {spec.name!r} has rank {len(spec.shape)} but the shapes given have rank {len(low)}.",
-                                     expected=f"shapes like {list(spec.shape)}")
+                raise WorkbenchError(
+                    f"input {spec.name!r} has rank {len(spec.shape)} but the shapes given have rank {len(low)}.",
+                    expected=f"shapes like {list(spec.shape)}",
+                )
             for axis, dim in enumerate(spec.shape):
                 if isinstance(dim, int) and dim > 0 and not low[axis] == opt[axis] == high[axis] == dim:
-                    raise WorkbenchError(f"input {spec.name!r} axis {axis} is fixed at {dim} in the model, but shapes "
-                                         f"{low[axis]}/{opt[axis]}/{high[axis]} were given.", expected=f"{dim}")
+                    raise WorkbenchError(
+                        f"input {spec.name!r} axis {axis} is fixed at {dim} in the model, but shapes "
+                        f"{low[axis]}/{opt[axis]}/{high[axis]} were given.",
+                        expected=f"{dim}",
+                    )
             profiles[spec.name] = (low, opt, high)
             continue
         if not spec.is_dynamic:
@@ -173,9 +200,9 @@ def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tup
     """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan.
 
     TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
-    refuses INT8 on a graph without Q/DQ nodes (workbench.autocast owns both rules).
+    refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
     """
-    from workbench.autocast import apply_precision_plan
+    from workbench.precision.autocast import apply_precision_plan
 
     plan = options.plan or PrecisionPlan(default=options.precision)  # type: ignore[arg-type]
     if plan.default == "fp32" and not plan.overrides:
@@ -214,7 +241,7 @@ def engine_from_onnx(
     options: BuildOptions | None = None,
 ) -> EngineArtifact:
     """Build a strongly typed engine from ``model`` and write ``engine_path`` and its ``.layers.json``."""
-    from workbench.backend import NetworkBuildRequest, build_serialized, get_backend, supports_timing_cache
+    from workbench.engine.backend import NetworkBuildRequest, build_serialized, get_backend, supports_timing_cache
 
     options = options or BuildOptions()
     if not isinstance(model, OnnxModel):
@@ -250,8 +277,10 @@ def engine_from_onnx(
         except WorkbenchError as error:
             errors = [msg for sev, msg in messages if sev <= 1]
             if errors and "see the errors" in str(error):
-                raise WorkbenchError(f"{error.problem} Builder errors: " + " | ".join(e[:300] for e in errors[:3]),
-                                     expected=error.expected) from error
+                raise WorkbenchError(
+                    f"{error.problem} Builder errors: " + " | ".join(e[:300] for e in errors[:3]),
+                    expected=error.expected,
+                ) from error
             raise
         seconds = time.perf_counter() - started
         built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
@@ -262,7 +291,7 @@ def engine_from_onnx(
         raise WorkbenchError(
             f"{backend.name} {backend.version} built the engine but logged no per-layer records.",
             expected="a backend that logs a 'Layers:' message with DETAILED profiling verbosity (TensorRT-RTX does); "
-            "for full TensorRT use the engine inspector (workbench.layers readers)",
+            "for full TensorRT use the engine inspector (workbench.engine.records readers)",
         )
     engine_layers = parse_rtx_layers_message(layers_message)
 
@@ -270,12 +299,17 @@ def engine_from_onnx(
     log_path = engine_path.with_name(engine_path.stem + ".build.log")
     write_bytes_atomic(engine_path, output.serialized_engine)
     document = layers_document(engine_layers, built_proto)
-    document["build"] = {"backend": backend.name, "backend_version": backend.version, "onnx": str(model.path),
-                         "onnx_sha256": model.sha256, "built_onnx_sha256": built_sha,
-                         "precision": (options.plan.label if options.plan else options.precision),
-                         "compute_capabilities": list(options.compute_capabilities),
-                         "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
-                         "options": options.to_json()}
+    document["build"] = {
+        "backend": backend.name,
+        "backend_version": backend.version,
+        "onnx": str(model.path),
+        "onnx_sha256": model.sha256,
+        "built_onnx_sha256": built_sha,
+        "precision": (options.plan.label if options.plan else options.precision),
+        "compute_capabilities": list(options.compute_capabilities),
+        "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
+        "options": options.to_json(),
+    }
     write_json_atomic(layers_path, document)
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
     notes = [msg for sev, msg in messages if sev == 2]
@@ -296,7 +330,8 @@ def engine_from_onnx(
         build_seconds=seconds,
         backend=backend.name,
         backend_version=backend.version,
-        target_compute_capabilities=options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",)),
+        target_compute_capabilities=options.compute_capabilities
+        or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",)),
         profiles=profiles,
         options=options,
         engine_layers=engine_layers,
@@ -309,8 +344,6 @@ def _severity(sev: int) -> str:
     return {0: "F", 1: "E", 2: "W", 3: "I", 4: "V"}.get(sev, str(sev))
 
 
-# --- CLI ---------------------------------------------------------------------------------------------------
-
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 
 
@@ -321,74 +354,10 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
         name, sep, spec = value.rpartition(":")
         shapes = spec.split(",")
         if not sep or not name or len(shapes) not in (1, 3) or not all(_SHAPE.match(s) for s in shapes):
-            raise WorkbenchError(f"cannot read --shapes {value!r}.", expected="NAME:1x3x224x224 or NAME:MIN,OPT,MAX like x:1x3x48x320,4x3x48x320,8x3x48x320")
+            raise WorkbenchError(
+                f"cannot read --shapes {value!r}.",
+                expected="NAME:1x3x224x224 or NAME:MIN,OPT,MAX like x:1x3x48x320,4x3x48x320,8x3x48x320",
+            )
         dims = [tuple(int(d) for d in s.split("x")) for s in shapes]
         result[name] = _check_range(name, dims * 3 if len(dims) == 1 else dims)
     return result
-
-
-def resolve_model_arg(value: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
-    """A CLI MODEL argument: a path to .onnx, or a zoo name (whose input profiles come with it)."""
-    from workbench.zoo import resolve_model
-
-    path, entry = resolve_model(value)
-    return load_onnx(path), dict(entry.input_profiles()) if entry else {}
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("build", help="build a TensorRT engine from ONNX (works without a GPU via TensorRT-RTX)",
-                                   description="Build a strongly typed engine and write OUT.engine, OUT.layers.json and OUT.build.log.")
-    parser.add_argument("model", help="path to an .onnx file, or a zoo model name (see `workbench zoo`)")
-    parser.add_argument("-o", "--output", help="engine path (default: <model>.engine next to the model, or ./out/<zoo name>.engine)")
-    parser.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="fp16 rewrites the graph with casts (AutoCast-style)")
-    parser.add_argument("--plan", help="precision plan JSON (per-node fp32/fp16/int8); overrides --precision")
-    parser.add_argument("--shapes", action="append", default=[], metavar="NAME:MIN[,OPT,MAX]", help="optimization profile for an input (repeatable)")
-    parser.add_argument("--workspace-mib", type=int, help="memory-pool (workspace) limit in MiB")
-    parser.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0..5 (default 3)")
-    parser.add_argument("--compute-capability", action="append", default=[], help="target compute capability, RTX only (e.g. SM86; repeatable)")
-    parser.add_argument("--timing-cache", help="timing cache file to read and update")
-    parser.add_argument("--backend", choices=["tensorrt", "tensorrt_rtx"], help="force a backend (default: tensorrt if importable, else tensorrt_rtx)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the build progress bars")
-    parser.add_argument("--json", action="store_true", help="print the artifact description as JSON")
-    parser.set_defaults(func=_cli_build)
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    import json
-
-    model, zoo_shapes = resolve_model_arg(args.model)
-    shapes = {**zoo_shapes, **parse_shapes_arg(args.shapes)}
-    output = args.output or (str(model.path.with_suffix(".engine")) if os.path.exists(args.model) else f"out/{args.model}.engine")
-    options = BuildOptions(
-        shapes=shapes,
-        precision=args.precision,
-        plan=PrecisionPlan.load(args.plan) if args.plan else None,
-        workspace_bytes=args.workspace_mib * 1024 * 1024 if args.workspace_mib else None,
-        optimization_level=args.opt_level,
-        compute_capabilities=tuple(args.compute_capability),
-        timing_cache_path=args.timing_cache,
-        progress=not args.no_progress,
-        backend=args.backend,
-    )
-    artifact = engine_from_onnx(model, output, options)
-    if args.json:
-        print(json.dumps(artifact.to_json(), indent=2))
-    else:
-        print(format_summary(artifact))
-    return 0
-
-
-def format_summary(artifact: EngineArtifact) -> str:
-    summary = artifact.summary()
-    lines = [
-        f"engine      {artifact.engine_path}  ({artifact.engine_bytes / 1e6:.2f} MB, built in {artifact.build_seconds:.1f} s "
-        f"by {artifact.backend} {artifact.backend_version})",
-        f"layers      {artifact.layers_path}",
-        f"build log   {artifact.build_log_path}",
-        f"ONNX nodes  {artifact.onnx_node_count}  ->  engine layers {summary['layers']}",
-        "by type     " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_type"].items(), key=lambda kv: -kv[1])),
-        "precision   " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items())),
-    ]
-    if artifact.profiles:
-        lines.append("profile     " + "; ".join(f"{k}: {'/'.join('x'.join(map(str, s)) for s in v)}" for k, v in artifact.profiles.items()))
-    return "\n".join(lines)

@@ -9,14 +9,16 @@ A stage whose module is missing from this build says so ("unavailable") instead 
 failed is "skipped". :class:`QuickstartSession` re-runs only the stages a changed setting affects, which is what the
 notebook panel's widgets call.
 """
+
 from __future__ import annotations
 
 import importlib
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.zoo import DEFAULT_MODEL
@@ -74,10 +76,13 @@ class QuickstartConfig:
 
     def validate(self) -> None:
         if self.precision not in PRECISION_CHOICES:
-            raise WorkbenchError(f"precision {self.precision!r} is not offered.", expected=" / ".join(PRECISION_CHOICES))
+            raise WorkbenchError(
+                f"precision {self.precision!r} is not offered.", expected=" / ".join(PRECISION_CHOICES)
+            )
         if self.calibration_method not in CALIBRATION_METHODS:
-            raise WorkbenchError(f"calibration method {self.calibration_method!r} is unknown.",
-                                 expected=" / ".join(CALIBRATION_METHODS))
+            raise WorkbenchError(
+                f"calibration method {self.calibration_method!r} is unknown.", expected=" / ".join(CALIBRATION_METHODS)
+            )
         if not 1 <= int(self.streams) <= 16:
             raise WorkbenchError(f"streams={self.streams} is out of range.", expected="1..16")
         if not 1 <= int(self.batch) <= 64:
@@ -108,8 +113,14 @@ class StageResult:
         return self.status == "done"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "status": self.status, "seconds": round(self.seconds, 3),
-                "summary": self.summary, "data": self.data}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "summary": self.summary,
+            "data": self.data,
+        }
 
 
 @dataclass
@@ -144,19 +155,24 @@ class QuickstartRun:
         return self.stages[name]
 
     def to_json(self) -> dict[str, Any]:
-        return {"config": self.config.to_json(), "environment": self.environment,
-                "stages": [self.stages[name].to_json() for name in STAGE_NAMES if name in self.stages]}
+        return {
+            "config": self.config.to_json(),
+            "environment": self.environment,
+            "stages": [self.stages[name].to_json() for name in STAGE_NAMES if name in self.stages],
+        }
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
+
 
 def _need(module: str, attribute: str | None = None) -> Any:
     """Import ``module`` (and get ``attribute``) or raise StageUnavailable naming exactly what is missing."""
     try:
         loaded = importlib.import_module(module)
     except ImportError as error:
-        raise StageUnavailable(f"not available in this build: needs {module}"
-                               + (f".{attribute}" if attribute else "") + f" ({error})") from error
+        raise StageUnavailable(
+            f"not available in this build: needs {module}" + (f".{attribute}" if attribute else "") + f" ({error})"
+        ) from error
     if attribute is None:
         return loaded
     if not hasattr(loaded, attribute):
@@ -187,12 +203,13 @@ def _batches(samples: int) -> int:
 
 
 def _build_options(run: QuickstartRun, **overrides: Any) -> Any:
-    from workbench.build import BuildOptions
+    from workbench.engine.build import BuildOptions
 
     return BuildOptions(shapes=dict(run.objects["entry"].input_profiles()), progress=False, **overrides)
 
 
 # --- the stages ------------------------------------------------------------------------------------------------
+
 
 def stage_clean(run: QuickstartRun) -> StageResult:
     from workbench._io import write_bytes_atomic
@@ -208,10 +225,16 @@ def stage_clean(run: QuickstartRun) -> StageResult:
     run.objects["clean_result"] = result
     run.objects["clean_model"] = load_onnx(path)
     accepted = [p.name for p in result.passes if p.changed]
-    return StageResult("clean", "", "done", summary=(
-        f"{result.nodes_before} -> {result.nodes_after} ONNX nodes, {len(accepted)} pass(es) changed the graph, "
-        f"{len(result.rolled_back)} rolled back"), data={"onnx": str(path), **{k: v for k, v in result.to_json().items()
-                                                                               if k != "passes"}})
+    return StageResult(
+        "clean",
+        "",
+        "done",
+        summary=(
+            f"{result.nodes_before} -> {result.nodes_after} ONNX nodes, {len(accepted)} pass(es) changed the graph, "
+            f"{len(result.rolled_back)} rolled back"
+        ),
+        data={"onnx": str(path), **{k: v for k, v in result.to_json().items() if k != "passes"}},
+    )
 
 
 def _model_for_build(run: QuickstartRun) -> Any:
@@ -220,20 +243,34 @@ def _model_for_build(run: QuickstartRun) -> Any:
 
 
 def stage_build_fp32(run: QuickstartRun) -> StageResult:
-    from workbench.build import engine_from_onnx
+    from workbench.engine.build import engine_from_onnx
 
     artifact = engine_from_onnx(_model_for_build(run), _variant_paths(run)["fp32_engine"], _build_options(run))
     run.objects["fp32_artifact"] = artifact
     summary = artifact.summary()
-    return StageResult("build_fp32", "", "done", summary=(
-        f"{artifact.onnx_node_count} ONNX nodes -> {summary['layers']} engine layers in {artifact.build_seconds:.1f} s "
-        f"({artifact.backend} {artifact.backend_version})"), data=artifact.to_json())
+    return StageResult(
+        "build_fp32",
+        "",
+        "done",
+        summary=(
+            f"{artifact.onnx_node_count} ONNX nodes -> {summary['layers']} engine layers in {artifact.build_seconds:.1f} s "
+            f"({artifact.backend} {artifact.backend_version})"
+        ),
+        data=artifact.to_json(),
+    )
 
 
 def fusion_rows(artifact: Any) -> list[dict[str, Any]]:
     """One row per engine layer: its type, precision and the ONNX nodes fused into it (from the build's records)."""
-    return [{"layer": layer.name, "type": layer.layer_type, "precision": layer.precision,
-             "onnx_nodes": list(layer.onnx_nodes)} for layer in artifact.engine_layers.layers]
+    return [
+        {
+            "layer": layer.name,
+            "type": layer.layer_type,
+            "precision": layer.precision,
+            "onnx_nodes": list(layer.onnx_nodes),
+        }
+        for layer in artifact.engine_layers.layers
+    ]
 
 
 def stage_fusion(run: QuickstartRun) -> StageResult:
@@ -244,17 +281,30 @@ def stage_fusion(run: QuickstartRun) -> StageResult:
     onnx_names = [node.name for node in _model_for_build(run).proto.graph.node]
     not_in_engine = [name for name in onnx_names if name not in absorbed]
     run.objects["fusion_rows"] = rows
-    data: dict[str, Any] = {"layers": len(rows), "fused_layers": len(fused), "onnx_nodes": len(onnx_names),
-                            "onnx_nodes_without_layer": len(not_in_engine), "rows": rows}
+    data: dict[str, Any] = {
+        "layers": len(rows),
+        "fused_layers": len(fused),
+        "onnx_nodes": len(onnx_names),
+        "onnx_nodes_without_layer": len(not_in_engine),
+        "rows": rows,
+    }
     try:
-        LayerMap = _need("workbench.layermap", "LayerMap")
+        LayerMap = _need("workbench.engine.layermap", "LayerMap")
         run.objects["fp32_layermap"] = LayerMap.from_engine_layers(
-            artifact.engine_layers, onnx_proto=_model_for_build(run).proto, label=artifact.engine_path.stem)
+            artifact.engine_layers, onnx_proto=_model_for_build(run).proto, label=artifact.engine_path.stem
+        )
     except StageUnavailable as missing:
         data["side_by_side"] = str(missing)
-    return StageResult("fusion", "", "done", summary=(
-        f"{len(rows)} engine layers; {len(fused)} of them fuse 2+ ONNX nodes; {len(not_in_engine)} of "
-        f"{len(onnx_names)} ONNX nodes map to no layer (folded or metadata-less)"), data=data)
+    return StageResult(
+        "fusion",
+        "",
+        "done",
+        summary=(
+            f"{len(rows)} engine layers; {len(fused)} of them fuse 2+ ONNX nodes; {len(not_in_engine)} of "
+            f"{len(onnx_names)} ONNX nodes map to no layer (folded or metadata-less)"
+        ),
+        data=data,
+    )
 
 
 def _calibration_session(run: QuickstartRun) -> Any:
@@ -263,9 +313,9 @@ def _calibration_session(run: QuickstartRun) -> Any:
     model = _model_for_build(run)
     key = (model.sha256, run.config.calibration_samples)
     if run.objects.get("calib_session_key") != key:
-        run.objects["calib_session"] = CalibrationSession(model, entry=run.objects["entry"],
-                                                          max_batches=_batches(run.config.calibration_samples),
-                                                          progress=False)
+        run.objects["calib_session"] = CalibrationSession(
+            model, entry=run.objects["entry"], max_batches=_batches(run.config.calibration_samples), progress=False
+        )
         run.objects["calib_session_key"] = key
     return run.objects["calib_session"]
 
@@ -281,12 +331,24 @@ def stage_calibrate(run: QuickstartRun) -> StageResult:
     quantized.save(paths["int8_all_onnx"])
     run.objects["calib_ranges"], run.objects["qdq_all"] = ranges, quantized
     counts = quantized.counts()
-    return StageResult("calibrate", "", "done", summary=(
-        f"{cfg.calibration_method} ranges for {len(ranges.amax)} tensors from {statistics.num_samples} samples; "
-        f"{counts.get('QuantizeLinear', 0)} Q/DQ pairs inserted"), data={
-        "method": cfg.calibration_method, "tensors": len(ranges.amax), "samples": statistics.num_samples,
-        "statistics_seconds": round(statistics.seconds, 3), "cache": str(paths["calib_cache"]),
-        "onnx": str(paths["int8_all_onnx"]), "warnings": list(ranges.warnings)})
+    return StageResult(
+        "calibrate",
+        "",
+        "done",
+        summary=(
+            f"{cfg.calibration_method} ranges for {len(ranges.amax)} tensors from {statistics.num_samples} samples; "
+            f"{counts.get('QuantizeLinear', 0)} Q/DQ pairs inserted"
+        ),
+        data={
+            "method": cfg.calibration_method,
+            "tensors": len(ranges.amax),
+            "samples": statistics.num_samples,
+            "statistics_seconds": round(statistics.seconds, 3),
+            "cache": str(paths["calib_cache"]),
+            "onnx": str(paths["int8_all_onnx"]),
+            "warnings": list(ranges.warnings),
+        },
+    )
 
 
 def stage_layer_diff(run: QuickstartRun) -> StageResult:
@@ -299,12 +361,19 @@ def stage_layer_diff(run: QuickstartRun) -> StageResult:
     worst = diff.ranking(1)
     summary = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
     if worst:
-        summary += (f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
-                    f"{worst[0].drop_db:.1f} dB drop)")
+        summary += (
+            f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
+            f"{worst[0].drop_db:.1f} dB drop)"
+        )
     if ranked:
         summary += f"; INT8 nodes worst first: {', '.join(ranked[:3])}"
-    return StageResult("layer_diff", "", "done", summary=summary,
-                       data=diff.to_json() | {"tensors": len(diff.tensors), "int8_nodes_worst_first": ranked})
+    return StageResult(
+        "layer_diff",
+        "",
+        "done",
+        summary=summary,
+        data=diff.to_json() | {"tensors": len(diff.tensors), "int8_nodes_worst_first": ranked},
+    )
 
 
 def stage_fallback(run: QuickstartRun) -> StageResult:
@@ -318,22 +387,33 @@ def stage_fallback(run: QuickstartRun) -> StageResult:
     run.objects["mixed_plan"], run.objects["qdq_mixed"] = plan, quantized
     before = run.objects["qdq_all"].counts().get("QuantizeLinear", 0)
     after = quantized.counts().get("QuantizeLinear", 0)
-    return StageResult("fallback", "", "done", summary=(
-        f"{len(nodes)} layer(s) back to FP32: {', '.join(nodes) or 'none'}; Q/DQ pairs {before} -> {after}"),
-        data={"plan": plan.to_json(), "onnx": str(path), "qdq_pairs_all_int8": before, "qdq_pairs_mixed": after})
+    return StageResult(
+        "fallback",
+        "",
+        "done",
+        summary=(f"{len(nodes)} layer(s) back to FP32: {', '.join(nodes) or 'none'}; Q/DQ pairs {before} -> {after}"),
+        data={"plan": plan.to_json(), "onnx": str(path), "qdq_pairs_all_int8": before, "qdq_pairs_mixed": after},
+    )
 
 
 def stage_build_mixed(run: QuickstartRun) -> StageResult:
-    from workbench.build import engine_from_onnx
+    from workbench.engine.build import engine_from_onnx
     from workbench.model import load_onnx
 
     paths = _variant_paths(run)
-    artifact = engine_from_onnx(load_onnx(paths["mixed_onnx"]), paths["mixed_engine"], _build_options(run, precision="int8"))
+    artifact = engine_from_onnx(
+        load_onnx(paths["mixed_onnx"]), paths["mixed_engine"], _build_options(run, precision="int8")
+    )
     run.objects["mixed_artifact"] = artifact
     summary = artifact.summary()
     by_precision = ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items()))
-    return StageResult("build_mixed", "", "done", summary=(
-        f"{summary['layers']} engine layers ({by_precision}) in {artifact.build_seconds:.1f} s"), data=artifact.to_json())
+    return StageResult(
+        "build_mixed",
+        "",
+        "done",
+        summary=(f"{summary['layers']} engine layers ({by_precision}) in {artifact.build_seconds:.1f} s"),
+        data=artifact.to_json(),
+    )
 
 
 def stage_metrics(run: QuickstartRun) -> StageResult:
@@ -359,8 +439,9 @@ def stage_metrics(run: QuickstartRun) -> StageResult:
         except WorkbenchError as error:
             notes[variant] = str(error)
             continue
-        rows.append(MetricRow(variant, str(path), result.name, float(result.value), result.n_samples,
-                              result.higher_is_better))
+        rows.append(
+            MetricRow(variant, str(path), result.name, float(result.value), result.n_samples, result.higher_is_better)
+        )
     if rows and rows[0].variant == "fp32":
         for row in rows:
             row.delta_vs_fp32 = row.value - rows[0].value
@@ -368,16 +449,24 @@ def stage_metrics(run: QuickstartRun) -> StageResult:
         row.note = notes.get(row.variant, "")
     run.objects["metrics"] = rows
     text = "; ".join(f"{row.variant} {row.value:.4f}" for row in rows)
-    return StageResult("metrics", "", "done", summary=f"{rows[0].metric if rows else 'metric'} (ONNX Runtime CPU): {text}",
-                       data={"rows": [row.to_json() for row in rows], "not_measured": notes,
-                             "how": "ONNX Runtime CPU with graph optimizations off: Q/DQ as simulated quantization, "
-                                    "the project's numeric reference; TensorRT engine outputs need a GPU"})
+    return StageResult(
+        "metrics",
+        "",
+        "done",
+        summary=f"{rows[0].metric if rows else 'metric'} (ONNX Runtime CPU): {text}",
+        data={
+            "rows": [row.to_json() for row in rows],
+            "not_measured": notes,
+            "how": "ONNX Runtime CPU with graph optimizations off: Q/DQ as simulated quantization, "
+            "the project's numeric reference; TensorRT engine outputs need a GPU",
+        },
+    )
 
 
 def _fp16_onnx(run: QuickstartRun) -> Path:
     """The model with FP16 compute (AutoCast rules), as the FP16 engine is built from it."""
-    from workbench.autocast import apply_precision_plan
     from workbench.precision import PrecisionPlan
+    from workbench.precision.autocast import apply_precision_plan
 
     path = _variant_paths(run)["fp16_onnx"]
     model = _model_for_build(run)
@@ -388,7 +477,7 @@ def _fp16_onnx(run: QuickstartRun) -> Path:
 
 
 def stage_select(run: QuickstartRun) -> StageResult:
-    from workbench.build import engine_from_onnx
+    from workbench.engine.build import engine_from_onnx
 
     paths = _variant_paths(run)
     precision = run.config.precision
@@ -398,12 +487,16 @@ def stage_select(run: QuickstartRun) -> StageResult:
         onnx_path = _fp16_onnx(run)
         artifact = run.objects.get("fp16_artifact")
         if artifact is None or artifact.onnx_sha256 != _model_for_build(run).sha256:
-            artifact = engine_from_onnx(_model_for_build(run), paths["fp16_engine"], _build_options(run, precision="fp16"))
+            artifact = engine_from_onnx(
+                _model_for_build(run), paths["fp16_engine"], _build_options(run, precision="fp16")
+            )
             run.objects["fp16_artifact"] = artifact
     else:
         if "mixed_artifact" not in run.objects:
-            raise WorkbenchError("the INT8 engine was not built (see the calibration stages above).",
-                                 expected="precision fp32 or fp16 until calibration works")
+            raise WorkbenchError(
+                "the INT8 engine was not built (see the calibration stages above).",
+                expected="precision fp32 or fp16 until calibration works",
+            )
         artifact, onnx_path = run.objects["mixed_artifact"], paths["mixed_onnx"]
     run.objects["chosen_artifact"], run.objects["chosen_onnx"] = artifact, onnx_path
     wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}[precision]
@@ -411,8 +504,13 @@ def stage_select(run: QuickstartRun) -> StageResult:
     text = f"{precision} engine {artifact.engine_path} ({artifact.layer_count} layers, {artifact.engine_bytes / 1e6:.2f} MB)"
     if metric is not None:
         text += f"; {metric.metric} {metric.value:.4f} ({metric.delta_vs_fp32:+.4f} vs FP32)"
-    return StageResult("select", "", "done", summary=text, data={
-        "precision": precision, "engine": str(artifact.engine_path), "onnx": str(onnx_path)})
+    return StageResult(
+        "select",
+        "",
+        "done",
+        summary=text,
+        data={"precision": precision, "engine": str(artifact.engine_path), "onnx": str(onnx_path)},
+    )
 
 
 def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
@@ -428,7 +526,7 @@ def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
 
 def _executor_for(run: QuickstartRun) -> tuple[Any, str]:
     """A GPU executor for the chosen engine when this machine can run it, else ONNX Runtime CPU, and why."""
-    from workbench.backend import detect_gpu, engine_runnable, get_backend
+    from workbench.engine.backend import detect_gpu, engine_runnable, get_backend
 
     gpu = detect_gpu()
     onnx_path = run.objects["chosen_onnx"]
@@ -458,18 +556,34 @@ def stage_timing(run: QuickstartRun) -> StageResult:
     results = []
     try:
         for streams, batch in timing_plan(cfg):
-            config = RunConfig(streams=streams, batch=batch, warmup_s=min(0.2, cfg.timing_window_s),
-                               window_s=cfg.timing_window_s, min_windows=3, max_windows=4)
+            config = RunConfig(
+                streams=streams,
+                batch=batch,
+                warmup_s=min(0.2, cfg.timing_window_s),
+                window_s=cfg.timing_window_s,
+                min_windows=3,
+                max_windows=4,
+            )
             results.append(run_pipeline(executor, config, model=cfg.model))
     finally:
         executor.close()
     run.objects["timing_results"] = results
     chosen = results[0]
-    return StageResult("timing", "", "done", summary=(
-        f"{chosen.executor} executor, {chosen.streams} stream(s) x batch {chosen.batch}: "
-        f"{chosen.throughput_per_s:.0f} samples/s, p50 {chosen.latency_ms.get('p50', math.nan):.2f} ms. {reason}"),
-        data={"executor": chosen.executor, "executor_label": chosen.executor_label, "reason": reason,
-              "results": [r.to_json() for r in results]})
+    return StageResult(
+        "timing",
+        "",
+        "done",
+        summary=(
+            f"{chosen.executor} executor, {chosen.streams} stream(s) x batch {chosen.batch}: "
+            f"{chosen.throughput_per_s:.0f} samples/s, p50 {chosen.latency_ms.get('p50', math.nan):.2f} ms. {reason}"
+        ),
+        data={
+            "executor": chosen.executor,
+            "executor_label": chosen.executor_label,
+            "reason": reason,
+            "results": [r.to_json() for r in results],
+        },
+    )
 
 
 def stage_export(run: QuickstartRun) -> StageResult:
@@ -481,7 +595,9 @@ def stage_export(run: QuickstartRun) -> StageResult:
     metric = next((row for row in run.objects.get("metrics", []) if row.variant == wanted), None)
     timing = run.objects.get("timing_results") or []
     bundle = export_bundle(
-        artifact, paths["export"], overwrite=True,
+        artifact,
+        paths["export"],
+        overwrite=True,
         plan=run.objects.get("mixed_plan") if precision == "int8" else None,
         calibration_cache=paths["calib_cache"] if precision == "int8" and paths["calib_cache"].is_file() else None,
         accuracy=metric.to_json() | {"how": "ONNX Runtime CPU, optimizations off"} if metric else None,
@@ -489,20 +605,40 @@ def stage_export(run: QuickstartRun) -> StageResult:
     )
     run.objects["export_bundle"] = bundle
     files = sorted(str(p.relative_to(bundle.path)) for p in bundle.path.rglob("*") if p.is_file())
-    return StageResult("export", "", "done", summary=f"{precision} engine bundle in {bundle.path}: {', '.join(files)}",
-                       data={"bundle": str(bundle.path), "files": files, "manifest_keys": sorted(bundle.manifest)})
+    return StageResult(
+        "export",
+        "",
+        "done",
+        summary=f"{precision} engine bundle in {bundle.path}: {', '.join(files)}",
+        data={"bundle": str(bundle.path), "files": files, "manifest_keys": sorted(bundle.manifest)},
+    )
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[QuickstartRun], StageResult]] = {
-    "clean": stage_clean, "build_fp32": stage_build_fp32, "fusion": stage_fusion, "calibrate": stage_calibrate,
-    "layer_diff": stage_layer_diff, "fallback": stage_fallback, "build_mixed": stage_build_mixed,
-    "metrics": stage_metrics, "select": stage_select, "timing": stage_timing, "export": stage_export,
+    "clean": stage_clean,
+    "build_fp32": stage_build_fp32,
+    "fusion": stage_fusion,
+    "calibrate": stage_calibrate,
+    "layer_diff": stage_layer_diff,
+    "fallback": stage_fallback,
+    "build_mixed": stage_build_mixed,
+    "metrics": stage_metrics,
+    "select": stage_select,
+    "timing": stage_timing,
+    "export": stage_export,
 }
 # A stage runs only when these earlier stages are done (clean is optional: the shipped model is built instead).
 REQUIRES: dict[str, tuple[str, ...]] = {
-    "build_fp32": (), "fusion": ("build_fp32",), "calibrate": (), "layer_diff": ("calibrate",),
-    "fallback": ("layer_diff",), "build_mixed": ("fallback",), "metrics": (), "select": ("build_fp32",),
-    "timing": ("select",), "export": ("select",),
+    "build_fp32": (),
+    "fusion": ("build_fp32",),
+    "calibrate": (),
+    "layer_diff": ("calibrate",),
+    "fallback": ("layer_diff",),
+    "build_mixed": ("fallback",),
+    "metrics": (),
+    "select": ("build_fp32",),
+    "timing": ("select",),
+    "export": ("select",),
 }
 
 
@@ -511,7 +647,9 @@ def run_stage(run: QuickstartRun, name: str) -> StageResult:
     title = STAGE_TITLES[name]
     missing = [dep for dep in REQUIRES.get(name, ()) if not run.stage(dep).ok]
     if missing:
-        result = StageResult(name, title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete")
+        result = StageResult(
+            name, title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete"
+        )
     else:
         started = time.perf_counter()
         try:
@@ -527,19 +665,27 @@ def run_stage(run: QuickstartRun, name: str) -> StageResult:
 
 
 def _environment() -> dict[str, Any]:
-    from workbench.backend import detect_gpu, get_backend
+    from workbench.engine.backend import detect_gpu, get_backend
 
     backend = get_backend()
     gpu = detect_gpu()
-    return {"backend": backend.name, "backend_version": backend.version, "gpu": gpu.name if gpu.present else None,
-            "gpu_compute_capability": list(gpu.compute_capability) if gpu.compute_capability else None}
+    return {
+        "backend": backend.name,
+        "backend_version": backend.version,
+        "gpu": gpu.name if gpu.present else None,
+        "gpu_compute_capability": list(gpu.compute_capability) if gpu.compute_capability else None,
+    }
 
 
 class QuickstartSession:
     """Holds a run and re-runs only what a changed setting affects (the notebook panel drives this)."""
 
-    def __init__(self, config: QuickstartConfig | None = None, progress: ProgressFn | None = None,
-                 on_result: ResultFn | None = None) -> None:
+    def __init__(
+        self,
+        config: QuickstartConfig | None = None,
+        progress: ProgressFn | None = None,
+        on_result: ResultFn | None = None,
+    ) -> None:
         self.config = config or QuickstartConfig()
         self.progress = progress
         self.on_result = on_result
@@ -561,7 +707,7 @@ class QuickstartSession:
 
     def run_from(self, first: str) -> QuickstartRun:
         self._prepare()
-        names = STAGE_NAMES[STAGE_NAMES.index(first):]
+        names = STAGE_NAMES[STAGE_NAMES.index(first) :]
         for index, name in enumerate(names):
             if self.progress:
                 self.progress(name, index, len(names), STAGE_TITLES[name])
@@ -576,8 +722,10 @@ class QuickstartSession:
         """Apply new settings and re-run from the first stage that reads any of them."""
         unknown = set(changes) - set(QuickstartConfig.__dataclass_fields__)
         if unknown:
-            raise WorkbenchError(f"unknown quickstart setting(s) {sorted(unknown)}.",
-                                 expected=", ".join(QuickstartConfig.__dataclass_fields__))
+            raise WorkbenchError(
+                f"unknown quickstart setting(s) {sorted(unknown)}.",
+                expected=", ".join(QuickstartConfig.__dataclass_fields__),
+            )
         new = replace(self.config, **changes)  # validates
         changed = {key for key, value in changes.items() if getattr(self.config, key) != value}
         self.config = self.run.config = new
@@ -596,13 +744,15 @@ def first_affected_stage(changed: Iterable[str]) -> str:
     return STAGE_NAMES[-1]
 
 
-def run_quickstart(config: QuickstartConfig | None = None, progress: ProgressFn | None = None,
-                   on_result: ResultFn | None = None) -> QuickstartRun:
+def run_quickstart(
+    config: QuickstartConfig | None = None, progress: ProgressFn | None = None, on_result: ResultFn | None = None
+) -> QuickstartRun:
     """Run the whole journey headless and return its results."""
     return QuickstartSession(config, progress, on_result).run_all()
 
 
 # --- choosing among built engines (the export notebook) ---------------------------------------------------------
+
 
 @dataclass
 class EngineCandidate:
@@ -624,7 +774,9 @@ class EngineCandidate:
         return asdict(self)
 
 
-def compare_precisions(session: QuickstartSession, precisions: Iterable[str] = PRECISION_CHOICES) -> list[EngineCandidate]:
+def compare_precisions(
+    session: QuickstartSession, precisions: Iterable[str] = PRECISION_CHOICES
+) -> list[EngineCandidate]:
     """Build (if needed) and time the engine of every precision; metrics come from the metrics stage."""
     if not session.run.stages:
         session.run_all()
@@ -643,14 +795,21 @@ def compare_precisions(session: QuickstartSession, precisions: Iterable[str] = P
             artifact = run.objects["chosen_artifact"]
             timing = run.objects.get("timing_results") if run.stage("timing").ok else None
             row = metrics.get(wanted[precision])
-            candidates.append(EngineCandidate(
-                precision=precision, engine_path=str(artifact.engine_path), engine_mb=artifact.engine_bytes / 1e6,
-                layers=artifact.layer_count, metric_name=row.metric if row else "",
-                metric=row.value if row else None, delta_vs_fp32=row.delta_vs_fp32 if row else None,
-                higher_is_better=row.higher_is_better if row else True,
-                throughput_per_s=timing[0].throughput_per_s if timing else None,
-                p50_ms=timing[0].latency_ms.get("p50") if timing else None,
-                how=run.stage("timing").data.get("reason", run.stage("timing").summary)))
+            candidates.append(
+                EngineCandidate(
+                    precision=precision,
+                    engine_path=str(artifact.engine_path),
+                    engine_mb=artifact.engine_bytes / 1e6,
+                    layers=artifact.layer_count,
+                    metric_name=row.metric if row else "",
+                    metric=row.value if row else None,
+                    delta_vs_fp32=row.delta_vs_fp32 if row else None,
+                    higher_is_better=row.higher_is_better if row else True,
+                    throughput_per_s=timing[0].throughput_per_s if timing else None,
+                    p50_ms=timing[0].latency_ms.get("p50") if timing else None,
+                    how=run.stage("timing").data.get("reason", run.stage("timing").summary),
+                )
+            )
     finally:
         session.config = run.config = replace(session.config, precision=original)
     return candidates
@@ -658,6 +817,7 @@ def compare_precisions(session: QuickstartSession, precisions: Iterable[str] = P
 
 def recommend(candidates: Iterable[EngineCandidate], max_metric_drop: float = 0.005) -> EngineCandidate | None:
     """The fastest candidate whose task metric is at most ``max_metric_drop`` worse than FP32's."""
+
     def acceptable(c: EngineCandidate) -> bool:
         if c.delta_vs_fp32 is None:
             return False

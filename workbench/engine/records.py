@@ -11,23 +11,37 @@ One set of dataclasses, four readers (``read_layers`` picks by content):
 A layer's ``Metadata`` lists the ONNX nodes it came from, ``[ONNX Layer: name | function stack]`` entries
 joined by ``\x1f`` (TensorRT 10/11, RTX), ``\x1e`` (8.6) or nothing; all three forms are read.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.model.graph import onnx_node_list, qdq_edges
 
 # Separators TensorRT has used between the ONNX nodes fused into one layer: \x1f (10/11), \x1e (8.6).
 _ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]*)\]")
 
 _DATATYPE_PRECISION = {
-    "float": "fp32", "fp32": "fp32", "half": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
-    "int8": "int8", "fp8": "fp8", "int4": "int4", "fp4": "fp4", "int32": "int32", "int64": "int64", "bool": "bool",
+    "float": "fp32",
+    "fp32": "fp32",
+    "half": "fp16",
+    "fp16": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "int8": "int8",
+    "fp8": "fp8",
+    "int4": "int4",
+    "fp4": "fp4",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
     "uint8": "uint8",
 }
 # Order used to label a layer by its "most reduced" arithmetic precision.
@@ -71,7 +85,7 @@ class LayerRecord:
     def precision(self) -> str:
         """The lowest floating/int8 precision among the layer's inputs, constants and outputs.
 
-        "none" for layers without typed tensors (stream signal/wait, shape calls), as in :mod:`workbench.layermap`."""
+        "none" for layers without typed tensors (stream signal/wait, shape calls), as in :mod:`workbench.engine.layermap`."""
         found = {t.precision for t in (*self.inputs, *self.constants, *self.outputs) if t.datatype}
         for precision in _PRECISION_RANK:
             if precision in found:
@@ -182,8 +196,10 @@ def parse_rtx_layers_message(text: str) -> EngineLayers:
     """Parse the ``Layers:`` message a TensorRT-RTX DETAILED verbose build logs into records."""
     text = text.replace("\r\n", "\n")
     if not text.startswith("Layers:"):
-        raise WorkbenchError("not a TensorRT-RTX layer listing: the text does not start with 'Layers:'.",
-                             expected="the builder's 'Layers:' message (ProfilingVerbosity.DETAILED, VERBOSE logger)")
+        raise WorkbenchError(
+            "not a TensorRT-RTX layer listing: the text does not start with 'Layers:'.",
+            expected="the builder's 'Layers:' message (ProfilingVerbosity.DETAILED, VERBOSE logger)",
+        )
     body, _, rest = text.partition("\n\nI/O Tensors:")
     layers = []
     for line in body.removeprefix("Layers:").split("\n"):
@@ -223,9 +239,19 @@ def parse_rtx_layers_message(text: str) -> EngineLayers:
 
 # Words inside a TensorRT <= 10 "Format/Datatype" string (e.g. "Channel major FP16 format where channel % 8 == 0")
 _FORMAT_DATATYPE_WORDS = (
-    ("fp32", "Float"), ("float", "Float"), ("fp16", "Half"), ("half", "Half"), ("bf16", "BFloat16"),
-    ("int8", "Int8"), ("fp8", "FP8"), ("int32", "Int32"), ("int64", "Int64"), ("bool", "Bool"), ("uint8", "UInt8"),
-    ("int4", "Int4"), ("fp4", "FP4"),
+    ("fp32", "Float"),
+    ("float", "Float"),
+    ("fp16", "Half"),
+    ("half", "Half"),
+    ("bf16", "BFloat16"),
+    ("int8", "Int8"),
+    ("fp8", "FP8"),
+    ("int32", "Int32"),
+    ("int64", "Int64"),
+    ("bool", "Bool"),
+    ("uint8", "UInt8"),
+    ("int4", "Int4"),
+    ("fp4", "FP4"),
 )
 _PROFILE_SUFFIX = re.compile(r" \[profile (\d+)\]$")
 
@@ -245,8 +271,12 @@ def _json_tensor(item: Mapping[str, Any]) -> TensorRecord:
     if "Format/Datatype" in item:  # TensorRT <= 10
         combined = str(item["Format/Datatype"])
         return TensorRecord(str(item.get("Name", "")), dims, datatype_from_format_string(combined), combined)
-    return TensorRecord(str(item.get("Name", "")), dims, str(item.get("Datatype", item.get("DataType", ""))),
-                        str(item.get("Format", "")))
+    return TensorRecord(
+        str(item.get("Name", "")),
+        dims,
+        str(item.get("Datatype", item.get("DataType", ""))),
+        str(item.get("Format", "")),
+    )
 
 
 def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
@@ -258,8 +288,10 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
     if isinstance(data, list):
         data = {"Layers": data}
     if not isinstance(data, Mapping) or "Layers" not in data:
-        raise WorkbenchError("engine-inspector JSON has no 'Layers' key.",
-                             expected='{"Layers": [...], "Bindings": [...]} (TensorRT <= 10) or {"Layers": [...], "I/O Tensors": [...]} (11)')
+        raise WorkbenchError(
+            "engine-inspector JSON has no 'Layers' key.",
+            expected='{"Layers": [...], "Bindings": [...]} (TensorRT <= 10) or {"Layers": [...], "I/O Tensors": [...]} (11)',
+        )
     raw_layers = data["Layers"]
     if raw_layers and all(isinstance(item, str) for item in raw_layers):
         raise WorkbenchError(
@@ -276,8 +308,10 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
     layers: list[LayerRecord] = []
     for position, item in enumerate(raw_layers):
         if not isinstance(item, Mapping) or "Name" not in item:
-            raise WorkbenchError(f"engine-inspector JSON layer #{position} is not a record with a 'Name'.",
-                                 expected="objects with Name, LayerType, Inputs, Outputs, Metadata")
+            raise WorkbenchError(
+                f"engine-inspector JSON layer #{position} is not a record with a 'Name'.",
+                expected="objects with Name, LayerType, Inputs, Outputs, Metadata",
+            )
         name = str(item["Name"])
         suffix = _PROFILE_SUFFIX.search(name)
         if suffix:
@@ -285,26 +319,35 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
                 continue
             name = name[: suffix.start()]
         layer_type = str(item.get("LayerType", item.get("ParameterType", "")))
-        layers.append(LayerRecord(
-            name=name,
-            layer_type=layer_type,
-            inputs=[_json_tensor(t) for t in item.get("Inputs", []) or []],
-            outputs=[_json_tensor(t) for t in item.get("Outputs", []) or []],
-            constants=[_json_tensor(t) for t in item.get("Constants", []) or []],
-            tactic=str(item.get("TacticName", "") or item.get("TacticValue", "") or ""),
-            stream_id=int(item.get("StreamId", 0) or 0),
-            metadata=str(item.get("Metadata", "") or ""),
-            origin=str(item.get("Origin", "") or ""),
-        ))
+        layers.append(
+            LayerRecord(
+                name=name,
+                layer_type=layer_type,
+                inputs=[_json_tensor(t) for t in item.get("Inputs", []) or []],
+                outputs=[_json_tensor(t) for t in item.get("Outputs", []) or []],
+                constants=[_json_tensor(t) for t in item.get("Constants", []) or []],
+                tactic=str(item.get("TacticName", "") or item.get("TacticValue", "") or ""),
+                stream_id=int(item.get("StreamId", 0) or 0),
+                metadata=str(item.get("Metadata", "") or ""),
+                origin=str(item.get("Origin", "") or ""),
+            )
+        )
     io_tensors: list[IOTensorRecord] = []
     for item in data.get("I/O Tensors", []) or []:
         profiles = tuple(
             {"min": list(p["MinShape"]), "opt": list(p["OptShape"]), "max": list(p["MaxShape"])}
-            for p in item.get("ProfileInfo", []) or [] if "MinShape" in p
+            for p in item.get("ProfileInfo", []) or []
+            if "MinShape" in p
         )
-        io_tensors.append(IOTensorRecord(str(item.get("Name", "")), str(item.get("IOMode", "")),
-                                         str(item.get("DataType", item.get("Datatype", ""))),
-                                         tuple(int(d) for d in item.get("Dimensions", [])), profiles))
+        io_tensors.append(
+            IOTensorRecord(
+                str(item.get("Name", "")),
+                str(item.get("IOMode", "")),
+                str(item.get("DataType", item.get("Datatype", ""))),
+                tuple(int(d) for d in item.get("Dimensions", [])),
+                profiles,
+            )
+        )
     if not io_tensors and "Bindings" in data:
         # TensorRT <= 10 lists binding names only; their types come from the layers that read or write them
         bound = {t.name: t for layer in layers for t in (*layer.inputs, *layer.outputs)}
@@ -319,6 +362,7 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
 
 # --- the .layers.json document written next to every engine --------------------------------------------------
 
+
 def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tuple[str, str]] | Any) -> dict[str, Any]:
     """The ``.layers.json`` content: engine layers with their ONNX nodes, and ONNX nodes with their engine layers.
 
@@ -326,11 +370,9 @@ def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tupl
     TensorRT's parser gives them, and Q/DQ pairs are recorded for the Q/DQ audit), or (name, op_type) for each
     node of that graph, in graph order.
     """
-    qdq_edges: list[list[Any]] = []
+    edges: list[list[Any]] = []
     if hasattr(onnx_graph_nodes, "graph"):
-        from workbench.layermap import _qdq_edges, onnx_node_list
-
-        qdq_edges = [list(edge) for edge in _qdq_edges(onnx_graph_nodes)]
+        edges = [list(edge) for edge in qdq_edges(onnx_graph_nodes)]
         onnx_graph_nodes = onnx_node_list(onnx_graph_nodes)
     by_node: dict[str, list[str]] = {}
     for layer in engine_layers.layers:
@@ -358,7 +400,7 @@ def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tupl
             for name, op_type in onnx_graph_nodes
         ],
         "io_tensors": [asdict(io) for io in engine_layers.io_tensors],
-        "qdq_edges": qdq_edges,
+        "qdq_edges": edges,
     }
 
 
@@ -375,25 +417,46 @@ def summarize(engine_layers: EngineLayers) -> dict[str, Any]:
 def engine_layers_from_document(document: Mapping[str, Any]) -> EngineLayers:
     """Rebuild :class:`EngineLayers` from a ``.layers.json`` document (:func:`layers_document`)."""
     if not isinstance(document, Mapping) or "engine_layers" not in document:
-        raise WorkbenchError("not a workbench .layers.json document: no 'engine_layers' key.",
-                             expected="the MODEL.layers.json written by `workbench build`")
+        raise WorkbenchError(
+            "not a workbench .layers.json document: no 'engine_layers' key.",
+            expected="the MODEL.layers.json written by `workbench build`",
+        )
 
     def tensors(items: Any) -> list[TensorRecord]:
-        return [TensorRecord(str(t.get("name", "")), tuple(t.get("dimensions", ())), str(t.get("datatype", "")),
-                             str(t.get("format", ""))) for t in items or []]
+        return [
+            TensorRecord(
+                str(t.get("name", "")),
+                tuple(t.get("dimensions", ())),
+                str(t.get("datatype", "")),
+                str(t.get("format", "")),
+            )
+            for t in items or []
+        ]
 
     layers = []
     for item in document["engine_layers"]:
-        layers.append(LayerRecord(
-            name=str(item["name"]), layer_type=str(item.get("type", "")), inputs=tensors(item.get("inputs")),
-            outputs=tensors(item.get("outputs")), constants=tensors(item.get("constants")),
-            tactic=str(item.get("tactic", "")), stream_id=int(item.get("stream_id", 0) or 0),
-            metadata=str(item.get("metadata", "")), origin=str(item.get("origin", "")),
-            explicit_onnx_nodes=tuple(item.get("onnx_nodes", ())),
-        ))
+        layers.append(
+            LayerRecord(
+                name=str(item["name"]),
+                layer_type=str(item.get("type", "")),
+                inputs=tensors(item.get("inputs")),
+                outputs=tensors(item.get("outputs")),
+                constants=tensors(item.get("constants")),
+                tactic=str(item.get("tactic", "")),
+                stream_id=int(item.get("stream_id", 0) or 0),
+                metadata=str(item.get("metadata", "")),
+                origin=str(item.get("origin", "")),
+                explicit_onnx_nodes=tuple(item.get("onnx_nodes", ())),
+            )
+        )
     io_tensors = [
-        IOTensorRecord(str(io["name"]), str(io.get("io_mode", "")), str(io.get("datatype", "")),
-                       tuple(io.get("dimensions", ())), tuple(io.get("profiles", ())))
+        IOTensorRecord(
+            str(io["name"]),
+            str(io.get("io_mode", "")),
+            str(io.get("datatype", "")),
+            tuple(io.get("dimensions", ())),
+            tuple(io.get("profiles", ())),
+        )
         for io in document.get("io_tensors", []) or []
     ]
     return EngineLayers(layers=layers, io_tensors=io_tensors, source_format=str(document.get("source_format", "")))
@@ -409,8 +472,10 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
         return _read_parsed(source, "the given JSON")
     path = Path(source)
     if not path.is_file():
-        raise WorkbenchError(f"{path}: no such layer-records file.",
-                             expected="a .layers.json, engine-inspector JSON or TensorRT-RTX verbose build log")
+        raise WorkbenchError(
+            f"{path}: no such layer-records file.",
+            expected="a .layers.json, engine-inspector JSON or TensorRT-RTX verbose build log",
+        )
     text = path.read_text(encoding="utf-8", errors="replace")
     stripped = text.lstrip()
     if stripped.startswith("Layers:"):
@@ -421,8 +486,10 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
         except json.JSONDecodeError as error:
             # "[VERBOSE] ..." lines of a build log also start with "["
             if stripped.startswith("{") or _layers_message_in_log(text) is None:
-                raise WorkbenchError(f"{path}: looks like JSON but does not parse ({error}).",
-                                     expected="a complete .layers.json or engine-inspector JSON file") from error
+                raise WorkbenchError(
+                    f"{path}: looks like JSON but does not parse ({error}).",
+                    expected="a complete .layers.json or engine-inspector JSON file",
+                ) from error
         else:
             return _read_parsed(data, str(path))
     message = _layers_message_in_log(text)

@@ -7,6 +7,7 @@ run time: ``tensorrt`` when a real one is importable, else ``tensorrt_rtx``; ``W
 
 Every other module goes through the functions here, so a call full TensorRT would reject is caught in one place.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,8 +15,9 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import BackendUnavailable, EngineCannotRun, WorkbenchError
 
@@ -64,12 +66,17 @@ def get_backend(force: str | None = None) -> Backend:
     if wanted:
         wanted = {"trt": "tensorrt", "rtx": "tensorrt_rtx", "tensorrt-rtx": "tensorrt_rtx"}.get(wanted, wanted)
         if wanted not in BACKEND_MODULES:
-            raise WorkbenchError(f"unknown TensorRT backend {wanted!r} (from {'argument' if force else BACKEND_ENV}).",
-                                 expected="tensorrt or tensorrt_rtx")
+            raise WorkbenchError(
+                f"unknown TensorRT backend {wanted!r} (from {'argument' if force else BACKEND_ENV}).",
+                expected="tensorrt or tensorrt_rtx",
+            )
         module = _import_real(wanted)
         if module is None:
-            hint = ("full TensorRT installs with `pip install tensorrt` from NVIDIA's index (extra `trt`)"
-                    if wanted == "tensorrt" else "`pip install tensorrt-rtx-cu13`")
+            hint = (
+                "full TensorRT installs with `pip install tensorrt` from NVIDIA's index (extra `trt`)"
+                if wanted == "tensorrt"
+                else "`pip install tensorrt-rtx-cu13`"
+            )
             raise BackendUnavailable(f"TensorRT backend {wanted!r} was requested but cannot be imported.", hint=hint)
         return Backend(wanted, module, str(module.__version__))
     for name in BACKEND_MODULES:
@@ -85,7 +92,7 @@ def get_backend(force: str | None = None) -> Backend:
 _bind_lock = threading.Lock()
 
 
-def dims_tuple(dims: "trt.Dims") -> tuple[int, ...]:
+def dims_tuple(dims: trt.Dims) -> tuple[int, ...]:
     return tuple(int(dims[i]) for i in range(len(dims)))
 
 
@@ -100,7 +107,7 @@ def _bind(backend: Backend) -> None:
 SEVERITY_NAMES = {0: "INTERNAL_ERROR", 1: "ERROR", 2: "WARNING", 3: "INFO", 4: "VERBOSE"}
 
 
-def make_logger(backend: Backend, sink: Callable[[int, str], None]) -> "trt.ILogger":
+def make_logger(backend: Backend, sink: Callable[[int, str], None]) -> trt.ILogger:
     """A TensorRT logger that forwards every message (VERBOSE included) to ``sink(severity, text)``."""
     _bind(backend)
 
@@ -108,7 +115,7 @@ def make_logger(backend: Backend, sink: Callable[[int, str], None]) -> "trt.ILog
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
-        def log(self, severity: "trt.ILogger.Severity", msg: str) -> None:
+        def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
             sink(int(severity), msg)
 
     return _Logger()
@@ -117,7 +124,7 @@ def make_logger(backend: Backend, sink: Callable[[int, str], None]) -> "trt.ILog
 ProgressEvent = Callable[[str, str, str, int, int], bool]
 
 
-def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> "trt.IProgressMonitor":
+def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> trt.IProgressMonitor:
     """Wrap ``on_event(kind, phase, parent, step, total)`` as a monitor.
 
     kind is start/step/finish; parent is "" for top-level phases; returning False from a step cancels the build.
@@ -142,9 +149,10 @@ def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> "trt.IPr
 
 # --- building ----------------------------------------------------------------------------------------------
 
+
 @dataclass
 class NetworkBuildRequest:
-    """Everything the builder needs; produced by workbench.build from user options."""
+    """Everything the builder needs; produced by workbench.engine.build from user options."""
 
     onnx_path: str
     profiles: list[dict[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]] = field(default_factory=list)
@@ -201,8 +209,9 @@ def build_serialized(
     for profile_shapes in request.profiles:
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in profile_shapes.items():
-            profile.set_shape(name, trt.Dims([int(d) for d in low]), trt.Dims([int(d) for d in opt]),
-                              trt.Dims([int(d) for d in high]))
+            profile.set_shape(
+                name, trt.Dims([int(d) for d in low]), trt.Dims([int(d) for d in opt]), trt.Dims([int(d) for d in high])
+            )
         config.add_optimization_profile(profile)
     cache = None
     # TensorRT-RTX keeps the timing-cache API but documents it as a no-op (deprecated since RTX 1.2).
@@ -232,20 +241,24 @@ def _set_compute_capabilities(config: Any, names: Sequence[str], backend: Backen
     # Choosing target compute capabilities at build time is a TensorRT-RTX feature; full TensorRT builds for the
     # GPU it runs on.
     if not backend.is_rtx:
-        raise WorkbenchError("target compute capabilities can only be chosen with the tensorrt_rtx backend.",
-                             expected="no --compute-capability with full TensorRT (it targets the build GPU)")
+        raise WorkbenchError(
+            "target compute capabilities can only be chosen with the tensorrt_rtx backend.",
+            expected="no --compute-capability with full TensorRT (it targets the build GPU)",
+        )
     members = backend.module.ComputeCapability.__members__
     config.num_compute_capabilities = len(names)
     for index, name in enumerate(names):
         key = name.upper().replace(".", "")
         key = key if key.startswith("SM") else "SM" + key
         if key not in members:
-            raise WorkbenchError(f"unknown compute capability {name!r}.",
-                                 expected=", ".join(m for m in members if m.startswith("SM")))
+            raise WorkbenchError(
+                f"unknown compute capability {name!r}.", expected=", ".join(m for m in members if m.startswith("SM"))
+            )
         config.set_compute_capability(members[key], index)
 
 
 # --- can an engine run here? -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -277,8 +290,17 @@ def detect_gpu() -> GpuInfo:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip().splitlines()
+            out = (
+                subprocess.run(
+                    [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()
+            )
             if out:
                 name, cap, driver = (part.strip() for part in out[0].split(","))
                 major, minor = (int(x) for x in cap.split("."))
@@ -301,6 +323,7 @@ def engine_runnable(backend: Backend, gpu: GpuInfo | None = None) -> tuple[bool,
 
 
 # --- runtime: the thin adapter the pipeline's TensorRT executor uses (unverified on our machines) ------------
+
 
 @dataclass
 class IOBinding:
@@ -329,59 +352,66 @@ class EngineRunner:
         engine = self._runtime.deserialize_cuda_engine(serialized_engine)
         if engine is None:
             detail = "; ".join(m for s, m in self._messages if s <= 1)[:500]
-            raise WorkbenchError(f"{backend.name} {backend.version} could not deserialize the engine: {detail}",
-                                 expected="an engine built by the same backend version for this GPU")
+            raise WorkbenchError(
+                f"{backend.name} {backend.version} could not deserialize the engine: {detail}",
+                expected="an engine built by the same backend version for this GPU",
+            )
         self.engine = engine
 
     def bindings(self) -> list[IOBinding]:
         result = []
         for index in range(self.engine.num_io_tensors):
             name = self.engine.get_tensor_name(index)
-            result.append(IOBinding(
-                name=name,
-                is_input=self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT,
-                dtype=str(self.engine.get_tensor_dtype(name)),
-                shape=dims_tuple(self.engine.get_tensor_shape(name)),
-            ))
+            result.append(
+                IOBinding(
+                    name=name,
+                    is_input=self.engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT,
+                    dtype=str(self.engine.get_tensor_dtype(name)),
+                    shape=dims_tuple(self.engine.get_tensor_shape(name)),
+                )
+            )
         return result
 
     def context_memory_bytes(self, profile_index: int = 0) -> int:
         return int(self.engine.get_device_memory_size_for_profile_v2(profile_index))
 
-    def create_context(self, user_managed_memory: bool = False) -> "trt.IExecutionContext":
-        strategy = (trt.ExecutionContextAllocationStrategy.USER_MANAGED if user_managed_memory
-                    else trt.ExecutionContextAllocationStrategy.STATIC)
+    def create_context(self, user_managed_memory: bool = False) -> trt.IExecutionContext:
+        strategy = (
+            trt.ExecutionContextAllocationStrategy.USER_MANAGED
+            if user_managed_memory
+            else trt.ExecutionContextAllocationStrategy.STATIC
+        )
         context = self.engine.create_execution_context(strategy)
         if context is None:
             raise WorkbenchError("TensorRT could not create an execution context (out of device memory?).")
         return context
 
     @staticmethod
-    def set_device_memory(context: "trt.IExecutionContext", address: int, size: int) -> None:
+    def set_device_memory(context: trt.IExecutionContext, address: int, size: int) -> None:
         context.set_device_memory(address, size)
 
     @staticmethod
-    def select_profile(context: "trt.IExecutionContext", profile_index: int, stream_handle: int) -> None:
+    def select_profile(context: trt.IExecutionContext, profile_index: int, stream_handle: int) -> None:
         if not context.set_optimization_profile_async(profile_index, stream_handle):
             raise WorkbenchError(f"could not select optimization profile {profile_index}.")
 
     @staticmethod
-    def set_input_shape(context: "trt.IExecutionContext", name: str, shape: Sequence[int]) -> None:
+    def set_input_shape(context: trt.IExecutionContext, name: str, shape: Sequence[int]) -> None:
         if not context.set_input_shape(name, tuple(shape)):
             raise WorkbenchError(f"input {name!r}: shape {tuple(shape)} is outside the engine's optimization profile.")
 
     @staticmethod
-    def bind(context: "trt.IExecutionContext", addresses: dict[str, int]) -> None:
+    def bind(context: trt.IExecutionContext, addresses: dict[str, int]) -> None:
         """Bind device buffers once per lane; the same addresses serve every later enqueue."""
         for name, address in addresses.items():
             if not context.set_tensor_address(name, int(address)):
                 raise WorkbenchError(f"could not bind tensor {name!r} to address {address:#x}.")
 
     @staticmethod
-    def set_input_consumed_event(context: "trt.IExecutionContext", event_handle: int) -> None:
+    def set_input_consumed_event(context: trt.IExecutionContext, event_handle: int) -> None:
         context.set_input_consumed_event(int(event_handle))
 
     @staticmethod
-    def enqueue(context: "trt.IExecutionContext", stream_handle: int) -> None:
+    def enqueue(context: trt.IExecutionContext, stream_handle: int) -> None:
         if not context.execute_async_v3(int(stream_handle)):
             raise WorkbenchError("execute_async_v3 failed (see the TensorRT log).")

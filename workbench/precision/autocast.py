@@ -24,6 +24,7 @@ Resize/Upsample coordinates (roi, scales) always stay FP32: only their data inpu
 INT8 in a plan is realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ nodes
 is refused with a WorkbenchError.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,28 +33,65 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.model import OnnxModel
-from workbench.precision import PrecisionPlan
+from workbench.model import OnnxModel, has_qdq, onnx_node_name
+from workbench.precision.plan import PrecisionPlan
 
 FP16_MAX = 65504.0
 
-SENSITIVE_OPS = frozenset({
-    "LayerNormalization", "GroupNormalization", "InstanceNormalization",
-    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceProd",
-    "Pow", "Sqrt", "Softmax", "LogSoftmax", "Exp", "Log",
-})
-TYPED_BY_ATTRIBUTE_OPS = frozenset({
-    "Cast", "CastLike", "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike",
-    "RandomUniformLike", "EyeLike", "QuantizeLinear", "DequantizeLinear",
-})
+SENSITIVE_OPS = frozenset(
+    {
+        "LayerNormalization",
+        "GroupNormalization",
+        "InstanceNormalization",
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceSumSquare",
+        "ReduceL2",
+        "ReduceLogSumExp",
+        "ReduceProd",
+        "Pow",
+        "Sqrt",
+        "Softmax",
+        "LogSoftmax",
+        "Exp",
+        "Log",
+    }
+)
+TYPED_BY_ATTRIBUTE_OPS = frozenset(
+    {
+        "Cast",
+        "CastLike",
+        "Constant",
+        "ConstantOfShape",
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "EyeLike",
+        "QuantizeLinear",
+        "DequantizeLinear",
+    }
+)
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 # Inputs that carry shapes, sizes or coordinates, never data: (op_type -> input indices).
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,),
-    "Resize": (1, 2, 3), "Upsample": (1,), "Range": (0, 1, 2), "TopK": (1,), "Pad": (1, 3), "Squeeze": (1,),
-    "Unsqueeze": (1,), "OneHot": (1,), "ReduceMean": (1,), "ReduceSum": (1,), "Split": (1,),
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "ConstantOfShape": (0,),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
+    "Range": (0, 1, 2),
+    "TopK": (1,),
+    "Pad": (1, 3),
+    "Squeeze": (1,),
+    "Unsqueeze": (1,),
+    "OneHot": (1,),
+    "ReduceMean": (1,),
+    "ReduceSum": (1,),
+    "Split": (1,),
 }
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10  # onnx.TensorProto.FLOAT16
@@ -96,17 +134,6 @@ class AutocastResult:
         }
 
 
-def onnx_node_name(node: Any) -> str:
-    """The name TensorRT's ONNX parser gives a node: its own, or ``node_of_<first output>`` when unnamed."""
-    if node.name:
-        return str(node.name)
-    return f"node_of_{node.output[0]}" if node.output else f"unnamed_{node.op_type}"
-
-
-def _has_qdq(graph: Any) -> bool:
-    return any(node.op_type in QDQ_OPS for node in graph.node)
-
-
 def _shape_only_nodes(graph: Any) -> set[int]:
     """Indices of nodes whose outputs reach only shape inputs (the shape-arithmetic subgraph)."""
     consumers: dict[str, list[tuple[int, int]]] = {}
@@ -138,7 +165,7 @@ def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResul
 
     source = model.proto
     wants_int8 = plan.default == "int8" or any(p == "int8" for p in plan.overrides.values())
-    if wants_int8 and not _has_qdq(source.graph):
+    if wants_int8 and not has_qdq(source):
         raise WorkbenchError(
             f"{model.path}: the precision plan asks for int8 but the graph has no QuantizeLinear/DequantizeLinear nodes.",
             expected="a Q/DQ model from the calibration stage for int8 nodes, or fp16/fp32 in the plan",
@@ -180,7 +207,9 @@ def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResul
     for index, node in enumerate(graph.node):
         if plan.precision_of(onnx_node_name(node)) != "fp16":
             continue
-        data_inputs = [name for slot, name in enumerate(node.input) if name and slot not in SHAPE_INPUTS.get(node.op_type, ())]
+        data_inputs = [
+            name for slot, name in enumerate(node.input) if name and slot not in SHAPE_INPUTS.get(node.op_type, ())
+        ]
         reason = ""
         if node.op_type in SENSITIVE_OPS:
             reason = "sensitive-op"
@@ -192,7 +221,9 @@ def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResul
             reason = "shape-tensor"
         elif any(name not in dtype for name in data_inputs) or any(o and o not in dtype for o in node.output):
             reason = "unknown-dtype"
-        elif not any(dtype[name] == _FLOAT for name in data_inputs) and not any(dtype.get(o) == _FLOAT for o in node.output):
+        elif not any(dtype[name] == _FLOAT for name in data_inputs) and not any(
+            dtype.get(o) == _FLOAT for o in node.output
+        ):
             reason = "no-float-io"
         else:
             for name in data_inputs:

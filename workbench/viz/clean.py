@@ -2,6 +2,7 @@
 
 Each function takes results and returns a plotly Figure; none shows anything.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -12,25 +13,37 @@ from plotly.subplots import make_subplots
 
 from workbench.clean.report import CleanResult, PassReport
 
-STATUS_COLORS = {"accepted": "#2a7a2a", "unchecked": "#a66d00", "rolled_back": "#b00", "unchanged": "#999", "report_only": "#999"}
+STATUS_COLORS = {
+    "accepted": "#2a7a2a",
+    "unchecked": "#a66d00",
+    "rolled_back": "#b00",
+    "unchanged": "#999",
+    "report_only": "#999",
+}
 
 
 def node_waterfall_figure(result: CleanResult) -> go.Figure:
     """Node count of the original, then each pass's change (rolled-back passes count zero), then the result."""
     names = ["original"] + [report.name for report in result.passes] + ["cleaned"]
-    deltas = [
-        (report.nodes_after - report.nodes_before) if report.changed else 0 for report in result.passes
-    ]
-    texts = [str(result.nodes_before)] + [
-        f"{delta:+d}" if report.changed else ("rolled back" if report.status == "rolled_back" else "·")
-        for report, delta in zip(result.passes, deltas)
-    ] + [str(result.nodes_after)]
-    hover = ["original model"] + [
-        f"{report.name}: {report.status}<br>{report.nodes_before} → {report.nodes_after} nodes<br>"
-        f"{report.seconds:.3f} s (+{report.check_seconds:.3f} s checks)<br>max |diff| {report.max_abs_diff}"
-        + (f"<br>{report.failure}" if report.failure else "")
-        for report in result.passes
-    ] + ["cleaned model"]
+    deltas = [(report.nodes_after - report.nodes_before) if report.changed else 0 for report in result.passes]
+    texts = (
+        [str(result.nodes_before)]
+        + [
+            f"{delta:+d}" if report.changed else ("rolled back" if report.status == "rolled_back" else "·")
+            for report, delta in zip(result.passes, deltas)
+        ]
+        + [str(result.nodes_after)]
+    )
+    hover = (
+        ["original model"]
+        + [
+            f"{report.name}: {report.status}<br>{report.nodes_before} → {report.nodes_after} nodes<br>"
+            f"{report.seconds:.3f} s (+{report.check_seconds:.3f} s checks)<br>max |diff| {report.max_abs_diff}"
+            + (f"<br>{report.failure}" if report.failure else "")
+            for report in result.passes
+        ]
+        + ["cleaned model"]
+    )
     figure = go.Figure(
         go.Waterfall(
             x=names,
@@ -63,7 +76,10 @@ def op_delta_rows(result: CleanResult, pass_name: str | None = None) -> list[tup
     else:
         report = result.report(pass_name)
         before, after = report.op_counts_before, report.op_counts_after
-    rows = [(op, before.get(op, 0), after.get(op, 0), after.get(op, 0) - before.get(op, 0)) for op in set(before) | set(after)]
+    rows = [
+        (op, before.get(op, 0), after.get(op, 0), after.get(op, 0) - before.get(op, 0))
+        for op in set(before) | set(after)
+    ]
     return sorted((row for row in rows if row[3]), key=lambda row: (row[3], row[0]))
 
 
@@ -78,7 +94,11 @@ def op_delta_table_figure(result: CleanResult, pass_name: str | None = None) -> 
         )
     )
     scope = "whole run" if pass_name is None else pass_name
-    figure.update_layout(title=f"Op-count changes ({scope}): {len(rows)} op types", height=max(220, 60 + 24 * len(rows)), margin={"t": 50, "b": 10})
+    figure.update_layout(
+        title=f"Op-count changes ({scope}): {len(rows)} op types",
+        height=max(220, 60 + 24 * len(rows)),
+        margin={"t": 50, "b": 10},
+    )
     return figure
 
 
@@ -143,16 +163,25 @@ def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.
                 edge_y += [source[1], target[1], None]
     keys = [_node_key(node) for node in nodes]
     return [
-        go.Scatter(x=edge_x, y=edge_y, mode="lines", line={"color": "#bbb", "width": 1}, hoverinfo="skip", showlegend=False),
+        go.Scatter(
+            x=edge_x, y=edge_y, mode="lines", line={"color": "#bbb", "width": 1}, hoverinfo="skip", showlegend=False
+        ),
         go.Scatter(
             x=[positions[k][0] for k in keys],
             y=[positions[k][1] for k in keys],
             mode="markers+text",
             text=[node.op_type for node in nodes],
             textposition="top center",
-            hovertext=[f"{k}<br>{node.op_type}<br>in: {', '.join(node.input)}<br>out: {', '.join(node.output)}" for k, node in zip(keys, nodes)],
+            hovertext=[
+                f"{k}<br>{node.op_type}<br>in: {', '.join(node.input)}<br>out: {', '.join(node.output)}"
+                for k, node in zip(keys, nodes)
+            ],
             hoverinfo="text",
-            marker={"size": 12, "color": [color if k in highlight else "#8aa0c8" for k in keys], "line": {"width": 1, "color": "#333"}},
+            marker={
+                "size": 12,
+                "color": [color if k in highlight else "#8aa0c8" for k in keys],
+                "line": {"width": 1, "color": "#333"},
+            },
             showlegend=False,
         ),
     ]
@@ -163,7 +192,9 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
     figure = make_subplots(rows=1, cols=2, subplot_titles=("before", "after"), horizontal_spacing=0.04)
     title = f"{report.name}: {report.status}, {report.nodes_before} → {report.nodes_after} nodes"
     if report.graph_before is None or report.graph_after is None or not (report.nodes_removed or report.nodes_added):
-        note = report.failure or ("the pass changed no node (only weights, attributes or nothing)" if report.changed else "nothing changed")
+        note = report.failure or (
+            "the pass changed no node (only weights, attributes or nothing)" if report.changed else "nothing changed"
+        )
         figure.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         figure.update_layout(title=title, height=360)
         return figure
@@ -175,7 +206,11 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
         figure.add_trace(trace, row=1, col=1)
     for trace in _graph_traces(after_nodes, added, "#3c9a3c"):
         figure.add_trace(trace, row=1, col=2)
-    shown = f" (first {max_changed} changes)" if max(len(report.nodes_removed), len(report.nodes_added)) > max_changed else ""
+    shown = (
+        f" (first {max_changed} changes)"
+        if max(len(report.nodes_removed), len(report.nodes_added)) > max_changed
+        else ""
+    )
     figure.update_layout(
         title=f"{title}: −{len(report.nodes_removed)} / +{len(report.nodes_added)} nodes{shown}",
         height=480,

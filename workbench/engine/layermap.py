@@ -5,33 +5,65 @@ can be split over several layers (an INT8 Conv appears in its quantize kernel, t
 Nodes that appear in no layer were folded away (constants, identities, shape arithmetic); layers with no ONNX
 source were inserted by TensorRT (reformats, casts, shape calls).
 
-Everything here is plain data computed from layer records (:mod:`workbench.layers`) and the ONNX graph that was
-built; the figures in :mod:`workbench.viz.fusion_figures` only read it.
+Everything here is plain data computed from layer records (:mod:`workbench.engine.records`) and the ONNX graph that was
+built; the figures in :mod:`workbench.viz.engine` only read it.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
+from workbench.engine.records import EngineLayers, LayerRecord, read_layers
 from workbench.errors import WorkbenchError
-from workbench.layers import EngineLayers, LayerRecord, read_layers
+from workbench.model.graph import onnx_node_list
+from workbench.model.graph import qdq_edges as qdq_edges_of
 
 # Ops that only move, name or describe data; counted apart from compute nodes in the fusion statistics.
-BOOKKEEPING_OPS = frozenset({
-    "Constant", "ConstantOfShape", "Identity", "Shape", "Size", "Cast", "CastLike", "Reshape", "Squeeze", "Unsqueeze",
-    "Flatten", "QuantizeLinear", "DequantizeLinear", "Dropout",
-})
+BOOKKEEPING_OPS = frozenset(
+    {
+        "Constant",
+        "ConstantOfShape",
+        "Identity",
+        "Shape",
+        "Size",
+        "Cast",
+        "CastLike",
+        "Reshape",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Dropout",
+    }
+)
 # Ops that must end up in some engine layer unless the whole branch was folded (checked by the tests).
-HEAVY_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+HEAVY_OPS = frozenset(
+    {"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
+)
 # Engine layer types that are convolution / matrix-multiply kernels across TensorRT versions.
-MATH_LAYER_TYPES = frozenset({
-    "correlation", "gemm", "convolution", "caskconvolution", "caskgemmconvolution", "caskdeconvolution", "gemmconvolution",
-    "matrixmultiply", "caskgemmmatrixmultiply", "cublasmatrixmultiply", "deconvolution", "caskconvolutionv2",
-})
+MATH_LAYER_TYPES = frozenset(
+    {
+        "correlation",
+        "gemm",
+        "convolution",
+        "caskconvolution",
+        "caskgemmconvolution",
+        "caskdeconvolution",
+        "gemmconvolution",
+        "matrixmultiply",
+        "caskgemmmatrixmultiply",
+        "cublasmatrixmultiply",
+        "deconvolution",
+        "caskconvolutionv2",
+    }
+)
 _MYELIN_NAME = re.compile(r"^__myl_(?P<ops>[A-Za-z0-9]+?)_myl(?P<group>\d+)_(?P<index>\d+)$")
 _MYELIN_SUFFIX = re.compile(r"_myl(?P<group>\d+)_(?P<index>\d+)$")
 NodeFilter = Callable[[str], bool]
@@ -172,12 +204,12 @@ class LayerMap:
         *,
         onnx_proto: Any = None,
         label: str = "",
-    ) -> "LayerMap":
+    ) -> LayerMap:
         """Link ``engine_layers`` to ONNX nodes given as (name, op_type) in graph order, or as an ONNX ModelProto."""
         qdq_edges: tuple[tuple[str, str, str, bool], ...] = ()
         if onnx_proto is not None:
             onnx_nodes = onnx_node_list(onnx_proto)
-            qdq_edges = _qdq_edges(onnx_proto)
+            qdq_edges = qdq_edges_of(onnx_proto)
         layers = [_layer_entry(index, layer) for index, layer in enumerate(engine_layers.layers)]
         by_node: dict[str, list[str]] = {}
         for layer in layers:
@@ -199,9 +231,9 @@ class LayerMap:
         return layer_map
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any], *, onnx_proto: Any = None, label: str = "") -> "LayerMap":
+    def from_document(cls, document: Mapping[str, Any], *, onnx_proto: Any = None, label: str = "") -> LayerMap:
         """From a ``.layers.json`` document (its ``onnx_nodes`` list gives the graph order)."""
-        from workbench.layers import engine_layers_from_document
+        from workbench.engine.records import engine_layers_from_document
 
         engine_layers = engine_layers_from_document(document)
         if onnx_proto is None and "qdq_edges" not in document:
@@ -214,7 +246,9 @@ class LayerMap:
         return layer_map
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], onnx_path: str | os.PathLike[str] | None = None, *, label: str = "") -> "LayerMap":
+    def load(
+        cls, path: str | os.PathLike[str], onnx_path: str | os.PathLike[str] | None = None, *, label: str = ""
+    ) -> LayerMap:
         """From a ``.layers.json`` (ONNX order inside), or any layer-record file plus the ONNX that was built."""
         path = Path(path)
         onnx_proto = None
@@ -227,11 +261,16 @@ class LayerMap:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as error:
-                raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected="a .layers.json document") from error
+                raise WorkbenchError(
+                    f"{path}: not valid JSON ({error}).", expected="a .layers.json document"
+                ) from error
             if isinstance(data, Mapping) and "engine_layers" in data:
                 return cls.from_document(data, onnx_proto=onnx_proto, label=label)
-            return cls.from_engine_layers(read_layers(data), onnx_proto=onnx_proto, label=label) if onnx_proto is not None \
+            return (
+                cls.from_engine_layers(read_layers(data), onnx_proto=onnx_proto, label=label)
+                if onnx_proto is not None
                 else cls.from_engine_layers(read_layers(data), label=label)
+            )
         engine_layers = read_layers(path)
         if onnx_proto is not None:
             return cls.from_engine_layers(engine_layers, onnx_proto=onnx_proto, label=label)
@@ -242,13 +281,18 @@ class LayerMap:
         for layer in self.layers:
             if layer.name == name:
                 return layer
-        raise WorkbenchError(f"no engine layer named {name!r}.", expected=f"one of {len(self.layers)} layer names, e.g. {self.layers[0].name if self.layers else ''!r}")
+        raise WorkbenchError(
+            f"no engine layer named {name!r}.",
+            expected=f"one of {len(self.layers)} layer names, e.g. {self.layers[0].name if self.layers else ''!r}",
+        )
 
     def node(self, name: str) -> NodeEntry:
         for node in self.nodes:
             if node.name == name:
                 return node
-        raise WorkbenchError(f"no ONNX node named {name!r} in this layer map.", expected="an ONNX node name of the built graph")
+        raise WorkbenchError(
+            f"no ONNX node named {name!r} in this layer map.", expected="an ONNX node name of the built graph"
+        )
 
     def nodes_of(self, layer_name: str) -> tuple[str, ...]:
         return self.layer(layer_name).onnx_nodes
@@ -309,7 +353,9 @@ class LayerMap:
                 status = "standalone"
             else:
                 status = "folded"
-            pairs.append(QdqPair(quantize, dequantize, tensor, "weights" if is_weight else "activations", status, names))
+            pairs.append(
+                QdqPair(quantize, dequantize, tensor, "weights" if is_weight else "activations", status, names)
+            )
         return pairs
 
     # --- output ----------------------------------------------------------------------------------------------
@@ -328,13 +374,6 @@ class LayerMap:
         }
 
 
-def onnx_node_list(proto: Any) -> list[tuple[str, str]]:
-    """(name, op_type) of every node of an ONNX ModelProto, in graph order, named as TensorRT's parser names them."""
-    from workbench.autocast import onnx_node_name
-
-    return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
-
-
 def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
     """The ONNX a document was built from, when the document lacks node names / Q/DQ pairs (older builds) and
     that file is still there, unchanged, and is what was built (no precision rewrite). None otherwise."""
@@ -350,26 +389,6 @@ def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
 
     proto = onnx.load(str(path), load_external_data=False)
     return proto if len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
-
-
-def _qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
-    from workbench.autocast import onnx_node_name
-
-    graph = proto.graph
-    constants = {init.name for init in graph.initializer}
-    constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    edges = []
-    for node in graph.node:
-        if node.op_type != "QuantizeLinear":
-            continue
-        for consumer in consumers.get(node.output[0], []):
-            if consumer.op_type == "DequantizeLinear":
-                edges.append((onnx_node_name(node), onnx_node_name(consumer), str(node.input[0]), node.input[0] in constants))
-    return tuple(edges)
 
 
 def _layer_entry(index: int, layer: LayerRecord) -> LayerEntry:
@@ -391,6 +410,7 @@ def _layer_entry(index: int, layer: LayerRecord) -> LayerEntry:
 
 
 # --- fusion diff -------------------------------------------------------------------------------------------
+
 
 def _ignore_autocast(name: str) -> bool:
     return name.startswith("autocast/")
@@ -427,9 +447,12 @@ class FusionDiff:
 
     def summary(self) -> dict[str, int]:
         return {
-            "common": len(self.common), "gained": len(self.gained), "lost": len(self.lost),
+            "common": len(self.common),
+            "gained": len(self.gained),
+            "lost": len(self.lost),
             "precision_changed": len(self.precision_changes),
-            "inserted_before": self.inserted_before, "inserted_after": self.inserted_after,
+            "inserted_before": self.inserted_before,
+            "inserted_after": self.inserted_after,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -439,8 +462,16 @@ class FusionDiff:
             "summary": self.summary(),
             "gained": [group.to_json() for group in self.gained],
             "lost": [group.to_json() for group in self.lost],
-            "precision_changes": [{"nodes": sorted(a.nodes), "before": a.precision, "after": b.precision,
-                                   "layer_before": a.layer, "layer_after": b.layer} for a, b in self.precision_changes],
+            "precision_changes": [
+                {
+                    "nodes": sorted(a.nodes),
+                    "before": a.precision,
+                    "after": b.precision,
+                    "layer_before": a.layer,
+                    "layer_after": b.layer,
+                }
+                for a, b in self.precision_changes
+            ],
         }
 
 
@@ -464,4 +495,6 @@ def diff_layer_maps(before: LayerMap, after: LayerMap, *, ignore: NodeFilter = _
     common = [(a[key], b[key]) for key in a if key in b]
     gained = [b[key] for key in b if key not in a]
     lost = [a[key] for key in a if key not in b]
-    return FusionDiff(before.label, after.label, common, gained, lost, len(before.inserted_layers), len(after.inserted_layers))
+    return FusionDiff(
+        before.label, after.label, common, gained, lost, len(before.inserted_layers), len(after.inserted_layers)
+    )

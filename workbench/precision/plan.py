@@ -3,12 +3,14 @@
 TensorRT 10/11 strongly typed networks take precision from the graph itself, so a plan is realised by
 rewriting the ONNX: FP16 nodes get Casts (AutoCast-style), INT8 nodes get Q/DQ pairs (calibration).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from workbench.errors import WorkbenchError
 
@@ -40,7 +42,7 @@ class PrecisionPlan:
     def precision_of(self, node_name: str) -> Precision:
         return self.overrides.get(node_name, self.default)
 
-    def with_overrides(self, changes: Mapping[str, Precision]) -> "PrecisionPlan":
+    def with_overrides(self, changes: Mapping[str, Precision]) -> PrecisionPlan:
         merged = dict(self.overrides)
         merged.update(changes)
         return PrecisionPlan(self.default, merged, self.note)
@@ -62,13 +64,16 @@ class PrecisionPlan:
         return {"default": self.default, "overrides": dict(sorted(self.overrides.items())), "note": self.note}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "PrecisionPlan":
+    def from_json(cls, data: Mapping[str, Any]) -> PrecisionPlan:
         if not isinstance(data, Mapping) or "default" not in data:
-            raise WorkbenchError("precision plan JSON lacks a 'default' key.", expected='{"default": "fp32", "overrides": {"node": "fp16"}}')
+            raise WorkbenchError(
+                "precision plan JSON lacks a 'default' key.",
+                expected='{"default": "fp32", "overrides": {"node": "fp16"}}',
+            )
         return cls(default=data["default"], overrides=dict(data.get("overrides", {})), note=str(data.get("note", "")))
 
     @classmethod
-    def load(cls, path: str | Path) -> "PrecisionPlan":
+    def load(cls, path: str | Path) -> PrecisionPlan:
         path = Path(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

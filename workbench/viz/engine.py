@@ -3,20 +3,31 @@
 Every function returns a plotly figure and never shows it. Large graphs stay readable because consecutive ONNX
 nodes are collapsed by name scope (``/encoder/layer.3/...``) once there are more than ``max_items`` of them.
 """
+
 from __future__ import annotations
 
 import html
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from workbench.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
+from workbench.engine.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
 
 PRECISION_COLORS = {
-    "fp32": "#1f77b4", "fp16": "#2ca02c", "bf16": "#17becf", "int8": "#d62728", "fp8": "#ff7f0e", "int4": "#8c564b",
-    "fp4": "#e377c2", "int32": "#7f7f7f", "int64": "#7f7f7f", "bool": "#7f7f7f", "folded": "#d0d0d0",
+    "fp32": "#1f77b4",
+    "fp16": "#2ca02c",
+    "bf16": "#17becf",
+    "int8": "#d62728",
+    "fp8": "#ff7f0e",
+    "int4": "#8c564b",
+    "fp4": "#e377c2",
+    "int32": "#7f7f7f",
+    "int64": "#7f7f7f",
+    "bool": "#7f7f7f",
+    "folded": "#d0d0d0",
     "none": "#9e9e9e",  # layers without tensors: stream signal/wait, shape calls
 }
 OTHER_COLOR = "#bcbd22"
@@ -70,7 +81,7 @@ def _scope_key(name: str, depth: int) -> str:
     parts = [p for p in name.split("/") if p]
     if len(parts) <= 1:
         return ""
-    return "/".join(parts[:min(depth, len(parts) - 1)])
+    return "/".join(parts[: min(depth, len(parts) - 1)])
 
 
 def _runs(nodes: Sequence[NodeEntry], key: Any) -> list[list[NodeEntry]]:
@@ -102,7 +113,7 @@ def collapse_nodes(nodes: Sequence[NodeEntry], max_items: int) -> tuple[list[lis
             best, how = runs, f"scope depth {depth}"
     if len(best) < 2:
         size = math.ceil(len(nodes) / max_items)
-        return [list(nodes[i:i + size]) for i in range(0, len(nodes), size)], f"runs of {size} nodes"
+        return [list(nodes[i : i + size]) for i in range(0, len(nodes), size)], f"runs of {size} nodes"
     return best, how
 
 
@@ -113,7 +124,9 @@ def side_by_side_layout(layer_map: LayerMap, *, max_items: int = 400, hide_folde
     items: list[NodeItem] = []
     item_of_node: dict[str, int] = {}
     for members in groups:
-        layer_ids = sorted({layer_index[name] for node in members for name in node.engine_layers if name in layer_index})
+        layer_ids = sorted(
+            {layer_index[name] for node in members for name in node.engine_layers if name in layer_index}
+        )
         if not layer_ids:
             precision = "folded"
         else:
@@ -143,12 +156,18 @@ def _common_scope(names: Sequence[str]) -> str:
 def _node_hover(item: NodeItem, layers: Sequence[LayerEntry]) -> str:
     if item.collapsed:
         ops = Counter(m.op_type for m in item.members).most_common(6)
-        lines = [f"<b>{html.escape(item.label)}</b>", "ops: " + ", ".join(f"{op}×{n}" for op, n in ops),
-                 f"folded: {sum(1 for m in item.members if m.folded)} of {len(item.members)}"]
+        lines = [
+            f"<b>{html.escape(item.label)}</b>",
+            "ops: " + ", ".join(f"{op}×{n}" for op, n in ops),
+            f"folded: {sum(1 for m in item.members if m.folded)} of {len(item.members)}",
+        ]
     else:
         node = item.members[0]
-        lines = [f"<b>{html.escape(node.name)}</b>", f"op: {node.op_type}",
-                 "folded away (in no engine layer)" if node.folded else f"in {len(node.engine_layers)} layer(s)"]
+        lines = [
+            f"<b>{html.escape(node.name)}</b>",
+            f"op: {node.op_type}",
+            "folded away (in no engine layer)" if node.folded else f"in {len(node.engine_layers)} layer(s)",
+        ]
     for index in item.layers[:6]:
         lines.append(f"→ {html.escape(layers[index].name)} [{layers[index].precision}]")
     if len(item.layers) > 6:
@@ -157,8 +176,11 @@ def _node_hover(item: NodeItem, layers: Sequence[LayerEntry]) -> str:
 
 
 def _layer_hover(layer: LayerEntry) -> str:
-    lines = [f"<b>{html.escape(layer.name)}</b>", f"type: {html.escape(layer.layer_type)}", f"precision: {layer.precision}"
-             + (f" (tensors: {', '.join(layer.datatypes)})" if layer.datatypes else "")]
+    lines = [
+        f"<b>{html.escape(layer.name)}</b>",
+        f"type: {html.escape(layer.layer_type)}",
+        f"precision: {layer.precision}" + (f" (tensors: {', '.join(layer.datatypes)})" if layer.datatypes else ""),
+    ]
     if layer.tactic:
         lines.append(f"tactic: {html.escape(layer.tactic[:90])}")
     if layer.op_tokens:
@@ -200,50 +222,117 @@ def side_by_side_figure(
     node_text = [item.label if len(item.label) <= 48 else "…" + item.label[-47:] for item in view.items]
     layer_text = [layer.name if len(layer.name) <= 48 else layer.name[:47] + "…" for layer in view.layers]
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=link_x, y=link_y, mode="lines", name=LINKS_TRACE, hoverinfo="skip", showlegend=False,
-                               line={"color": "rgba(120,120,120,0.35)", "width": 1}))
-    fig.add_trace(go.Scatter(
-        x=[0.0] * len(view.items), y=[view.node_y(i) for i in range(len(view.items))],
-        mode="markers" if many else "markers+text", text=node_text, textposition="middle left", name=NODES_TRACE,
-        marker={"color": [precision_color(item.precision) for item in view.items],
+    fig.add_trace(
+        go.Scattergl(
+            x=link_x,
+            y=link_y,
+            mode="lines",
+            name=LINKS_TRACE,
+            hoverinfo="skip",
+            showlegend=False,
+            line={"color": "rgba(120,120,120,0.35)", "width": 1},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0.0] * len(view.items),
+            y=[view.node_y(i) for i in range(len(view.items))],
+            mode="markers" if many else "markers+text",
+            text=node_text,
+            textposition="middle left",
+            name=NODES_TRACE,
+            marker={
+                "color": [precision_color(item.precision) for item in view.items],
                 "size": [12 if item.collapsed else 9 for item in view.items],
                 "symbol": ["square" if item.collapsed else "circle" for item in view.items],
-                "line": {"width": 0.5, "color": "#444"}},
-        hovertext=[_node_hover(item, view.layers) for item in view.items], hoverinfo="text",
-        customdata=list(range(len(view.items))), showlegend=False,
-        selected={"marker": {"opacity": 1.0}}, unselected={"marker": {"opacity": 0.25}},
-    ))
-    fig.add_trace(go.Scatter(
-        x=[1.0] * len(view.layers), y=[view.layer_y(i) for i in range(len(view.layers))],
-        mode="markers" if many else "markers+text", text=layer_text, textposition="middle right", name=LAYERS_TRACE,
-        marker={"color": [precision_color(layer.precision) for layer in view.layers],
+                "line": {"width": 0.5, "color": "#444"},
+            },
+            hovertext=[_node_hover(item, view.layers) for item in view.items],
+            hoverinfo="text",
+            customdata=list(range(len(view.items))),
+            showlegend=False,
+            selected={"marker": {"opacity": 1.0}},
+            unselected={"marker": {"opacity": 0.25}},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[1.0] * len(view.layers),
+            y=[view.layer_y(i) for i in range(len(view.layers))],
+            mode="markers" if many else "markers+text",
+            text=layer_text,
+            textposition="middle right",
+            name=LAYERS_TRACE,
+            marker={
+                "color": [precision_color(layer.precision) for layer in view.layers],
                 "size": [9 + min(len(layer.onnx_nodes), 12) for layer in view.layers],
                 "symbol": [INSERTED_SYMBOL if layer.inserted else "circle" for layer in view.layers],
-                "line": {"width": 0.5, "color": "#444"}},
-        hovertext=[_layer_hover(layer) for layer in view.layers], hoverinfo="text",
-        customdata=list(range(len(view.layers))), showlegend=False,
-        selected={"marker": {"opacity": 1.0}}, unselected={"marker": {"opacity": 0.25}},
-    ))
-    fig.add_trace(go.Scatter(x=[], y=[], mode="lines", name=HIGHLIGHT_TRACE, hoverinfo="skip", showlegend=False,
-                             line={"color": "#ff7f0e", "width": 3}))
+                "line": {"width": 0.5, "color": "#444"},
+            },
+            hovertext=[_layer_hover(layer) for layer in view.layers],
+            hoverinfo="text",
+            customdata=list(range(len(view.layers))),
+            showlegend=False,
+            selected={"marker": {"opacity": 1.0}},
+            unselected={"marker": {"opacity": 0.25}},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[],
+            y=[],
+            mode="lines",
+            name=HIGHLIGHT_TRACE,
+            hoverinfo="skip",
+            showlegend=False,
+            line={"color": "#ff7f0e", "width": 3},
+        )
+    )
     present = sorted({item.precision for item in view.items} | {layer.precision for layer in view.layers})
     for precision in present:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=precision,
-                                 marker={"color": precision_color(precision), "size": 10}))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=precision,
+                marker={"color": precision_color(precision), "size": 10},
+            )
+        )
     if view.layers and any(layer.inserted for layer in view.layers):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="inserted by TensorRT",
-                                 marker={"color": "#777", "symbol": INSERTED_SYMBOL, "size": 10}))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name="inserted by TensorRT",
+                marker={"color": "#777", "symbol": INSERTED_SYMBOL, "size": 10},
+            )
+        )
     stats = layer_map.stats()
-    subtitle = (f"{stats.onnx_nodes} ONNX nodes ({stats.folded_nodes} folded) → {stats.engine_layers} engine layers "
-                f"({stats.inserted_layers} inserted)" + (f"; nodes collapsed by {view.collapsed_by}" if view.collapsed_by else ""))
+    subtitle = (
+        f"{stats.onnx_nodes} ONNX nodes ({stats.folded_nodes} folded) → {stats.engine_layers} engine layers "
+        f"({stats.inserted_layers} inserted)"
+        + (f"; nodes collapsed by {view.collapsed_by}" if view.collapsed_by else "")
+    )
     rows = max(len(view.items), len(view.layers), 1)
     fig.update_layout(
         title={"text": (title or f"Fusions: {layer_map.label or 'engine'}") + f"<br><sup>{subtitle}</sup>"},
-        height=int(min(20000, max(500, 16 * rows + 160))), plot_bgcolor="white", hovermode="closest",
-        xaxis={"range": [-0.9, 1.9], "showgrid": False, "zeroline": False, "tickvals": [0, 1],
-               "ticktext": ["ONNX nodes (topological order)", "engine layers"], "side": "top"},
+        height=int(min(20000, max(500, 16 * rows + 160))),
+        plot_bgcolor="white",
+        hovermode="closest",
+        xaxis={
+            "range": [-0.9, 1.9],
+            "showgrid": False,
+            "zeroline": False,
+            "tickvals": [0, 1],
+            "ticktext": ["ONNX nodes (topological order)", "engine layers"],
+            "side": "top",
+        },
         yaxis={"showgrid": False, "zeroline": False, "showticklabels": False},
-        margin={"l": 20, "r": 20, "t": 110, "b": 20}, clickmode="event+select", dragmode="pan",
+        margin={"l": 20, "r": 20, "t": 110, "b": 20},
+        clickmode="event+select",
+        dragmode="pan",
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"},
     )
     return fig
@@ -256,10 +345,17 @@ def layer_table_rows(layer_map: LayerMap, sort_by: str = "index", descending: bo
 
         raise WorkbenchError(f"cannot sort the layer table by {sort_by!r}.", expected=", ".join(SORT_COLUMNS))
     rows = [
-        {"index": layer.index, "name": layer.name, "type": layer.layer_type, "precision": layer.precision,
-         "onnx nodes": len(layer.onnx_nodes), "tactic": layer.tactic,
-         "nodes": ", ".join(layer.onnx_nodes[:6]) + (f" … +{len(layer.onnx_nodes) - 6}" if len(layer.onnx_nodes) > 6 else "")
-         or "(inserted by TensorRT)"}
+        {
+            "index": layer.index,
+            "name": layer.name,
+            "type": layer.layer_type,
+            "precision": layer.precision,
+            "onnx nodes": len(layer.onnx_nodes),
+            "tactic": layer.tactic,
+            "nodes": ", ".join(layer.onnx_nodes[:6])
+            + (f" … +{len(layer.onnx_nodes) - 6}" if len(layer.onnx_nodes) > 6 else "")
+            or "(inserted by TensorRT)",
+        }
         for layer in layer_map.layers
     ]
     return sorted(rows, key=lambda row: (row[sort_by], row["index"]), reverse=descending)
@@ -273,15 +369,30 @@ def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: 
     columns = ["index", "name", "type", "precision", "onnx nodes", "nodes", "tactic"]
     fill = [["white"] * len(rows) for _ in columns]
     fill[3] = [precision_color(row["precision"]) for row in rows]
-    fig = go.Figure(go.Table(
-        columnwidth=[40, 220, 90, 70, 60, 320, 200],
-        header={"values": [f"<b>{c}</b>" + (" ▼" if c == sort_by and descending else " ▲" if c == sort_by else "") for c in columns],
-                "fill_color": "#eee", "align": "left"},
-        cells={"values": [[row[c] for row in rows] for c in columns], "fill_color": fill, "align": "left",
-               "font": {"size": 11}},
-    ))
-    fig.update_layout(title=f"Engine layers of {layer_map.label or 'engine'} (sorted by {sort_by})",
-                      height=min(1400, 120 + 24 * max(len(rows), 1)), margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[40, 220, 90, 70, 60, 320, 200],
+            header={
+                "values": [
+                    f"<b>{c}</b>" + (" ▼" if c == sort_by and descending else " ▲" if c == sort_by else "")
+                    for c in columns
+                ],
+                "fill_color": "#eee",
+                "align": "left",
+            },
+            cells={
+                "values": [[row[c] for row in rows] for c in columns],
+                "fill_color": fill,
+                "align": "left",
+                "font": {"size": 11},
+            },
+        )
+    )
+    fig.update_layout(
+        title=f"Engine layers of {layer_map.label or 'engine'} (sorted by {sort_by})",
+        height=min(1400, 120 + 24 * max(len(rows), 1)),
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig
 
 
@@ -292,18 +403,48 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
 
     stats = layer_map.stats()
     audit = Counter(pair.status for pair in layer_map.qdq_audit())
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("ONNX nodes per engine layer", "layers per precision", "Q/DQ pairs"))
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=("ONNX nodes per engine layer", "layers per precision", "Q/DQ pairs")
+    )
     sizes = sorted(stats.group_sizes)
-    fig.add_trace(go.Bar(x=[str(s) for s in sizes], y=[stats.group_sizes[s] for s in sizes], name="layers",
-                         marker_color="#1f77b4", showlegend=False), row=1, col=1)
-    fig.add_trace(go.Bar(x=list(stats.by_precision), y=list(stats.by_precision.values()), showlegend=False,
-                         marker_color=[precision_color(p) for p in stats.by_precision]), row=1, col=2)
+    fig.add_trace(
+        go.Bar(
+            x=[str(s) for s in sizes],
+            y=[stats.group_sizes[s] for s in sizes],
+            name="layers",
+            marker_color="#1f77b4",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=list(stats.by_precision),
+            y=list(stats.by_precision.values()),
+            showlegend=False,
+            marker_color=[precision_color(p) for p in stats.by_precision],
+        ),
+        row=1,
+        col=2,
+    )
     statuses = ["int8-kernel", "standalone", "folded"]
-    fig.add_trace(go.Bar(x=statuses, y=[audit.get(s, 0) for s in statuses], showlegend=False,
-                         marker_color=["#d62728", "#ff7f0e", "#c7c7c7"]), row=1, col=3)
-    fig.update_layout(title=f"{stats.onnx_nodes} ONNX nodes ({stats.onnx_compute_nodes} compute) → {stats.engine_layers} "
-                            f"layers; {stats.folded_nodes} nodes folded, {stats.inserted_layers} layers inserted",
-                      height=340, margin={"t": 80, "b": 30})
+    fig.add_trace(
+        go.Bar(
+            x=statuses,
+            y=[audit.get(s, 0) for s in statuses],
+            showlegend=False,
+            marker_color=["#d62728", "#ff7f0e", "#c7c7c7"],
+        ),
+        row=1,
+        col=3,
+    )
+    fig.update_layout(
+        title=f"{stats.onnx_nodes} ONNX nodes ({stats.onnx_compute_nodes} compute) → {stats.engine_layers} "
+        f"layers; {stats.folded_nodes} nodes folded, {stats.inserted_layers} layers inserted",
+        height=340,
+        margin={"t": 80, "b": 30},
+    )
     return fig
 
 
@@ -313,53 +454,95 @@ def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
     from plotly.subplots import make_subplots
 
     summary = diff.summary()
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.3, 0.7], vertical_spacing=0.08,
-                        specs=[[{"type": "xy"}], [{"type": "table"}]])
+    fig = make_subplots(
+        rows=2, cols=1, row_heights=[0.3, 0.7], vertical_spacing=0.08, specs=[[{"type": "xy"}], [{"type": "table"}]]
+    )
     names = ["common", "gained", "lost", "precision_changed"]
-    fig.add_trace(go.Bar(x=names, y=[summary[n] for n in names], marker_color=["#7f7f7f", "#2ca02c", "#d62728", "#ff7f0e"],
-                         text=[summary[n] for n in names], textposition="outside", showlegend=False), row=1, col=1)
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[summary[n] for n in names],
+            marker_color=["#7f7f7f", "#2ca02c", "#d62728", "#ff7f0e"],
+            text=[summary[n] for n in names],
+            textposition="outside",
+            showlegend=False,
+        ),
+        row=1,
+        col=1,
+    )
     rows: list[tuple[str, str, str, str, str]] = []
     for group in diff.gained:
         rows.append(("gained", group.layer, group.layer_type, group.precision, ", ".join(sorted(group.nodes))))
     for group in diff.lost:
         rows.append(("lost", group.layer, group.layer_type, group.precision, ", ".join(sorted(group.nodes))))
     for before, after in diff.precision_changes:
-        rows.append(("precision", after.layer, after.layer_type, f"{before.precision}→{after.precision}", ", ".join(sorted(after.nodes))))
+        rows.append(
+            (
+                "precision",
+                after.layer,
+                after.layer_type,
+                f"{before.precision}→{after.precision}",
+                ", ".join(sorted(after.nodes)),
+            )
+        )
     rows = rows[:max_rows]
     colors = {"gained": "#dff0d8", "lost": "#f2dede", "precision": "#fcf8e3"}
-    fig.add_trace(go.Table(
-        columnwidth=[60, 220, 90, 80, 400],
-        header={"values": ["<b>change</b>", "<b>layer</b>", "<b>type</b>", "<b>precision</b>", "<b>ONNX nodes</b>"],
-                "fill_color": "#eee", "align": "left"},
-        cells={"values": [list(col) for col in zip(*rows)] if rows else [[] for _ in range(5)],
-               "fill_color": [[colors[r[0]] for r in rows]] * 5 if rows else "white", "align": "left", "font": {"size": 11}},
-    ), row=2, col=1)
-    fig.update_layout(title=f"Fusion diff: {diff.before_label or 'before'} → {diff.after_label or 'after'} "
-                            f"({summary['gained']} gained, {summary['lost']} lost, {summary['common']} unchanged)",
-                      height=min(1600, 420 + 24 * len(rows)), margin={"t": 60, "b": 10})
+    fig.add_trace(
+        go.Table(
+            columnwidth=[60, 220, 90, 80, 400],
+            header={
+                "values": ["<b>change</b>", "<b>layer</b>", "<b>type</b>", "<b>precision</b>", "<b>ONNX nodes</b>"],
+                "fill_color": "#eee",
+                "align": "left",
+            },
+            cells={
+                "values": [list(col) for col in zip(*rows)] if rows else [[] for _ in range(5)],
+                "fill_color": [[colors[r[0]] for r in rows]] * 5 if rows else "white",
+                "align": "left",
+                "font": {"size": 11},
+            },
+        ),
+        row=2,
+        col=1,
+    )
+    fig.update_layout(
+        title=f"Fusion diff: {diff.before_label or 'before'} → {diff.after_label or 'after'} "
+        f"({summary['gained']} gained, {summary['lost']} lost, {summary['common']} unchanged)",
+        height=min(1600, 420 + 24 * len(rows)),
+        margin={"t": 60, "b": 10},
+    )
     return fig
 
 
-def fusions_html(layer_map: LayerMap, path: str | Path, *, compare_with: LayerMap | None = None, max_items: int = 400) -> Path:
+def fusions_html(
+    layer_map: LayerMap, path: str | Path, *, compare_with: LayerMap | None = None, max_items: int = 400
+) -> Path:
     """Write a self-contained page (plotly.js inline, works offline): side-by-side view, statistics, layer table,
     Q/DQ audit, folded nodes and inserted layers, and a fusion diff when ``compare_with`` is given."""
     import plotly.io as pio
 
     from workbench._io import write_text_atomic
 
-    figures = [side_by_side_figure(layer_map, max_items=max_items), fusion_stats_figure(layer_map),
-               layer_table_figure(layer_map)]
+    figures = [
+        side_by_side_figure(layer_map, max_items=max_items),
+        fusion_stats_figure(layer_map),
+        layer_table_figure(layer_map),
+    ]
     if compare_with is not None:
-        from workbench.layermap import diff_layer_maps
+        from workbench.engine.layermap import diff_layer_maps
 
         figures.append(fusion_diff_figure(diff_layer_maps(compare_with, layer_map)))
-    parts = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"responsive": True})
-             for i, fig in enumerate(figures)]
+    parts = [
+        pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"responsive": True})
+        for i, fig in enumerate(figures)
+    ]
     folded = ", ".join(html.escape(f"{n.name or '(unnamed)'} [{n.op_type}]") for n in layer_map.folded_nodes) or "none"
-    inserted = ", ".join(html.escape(f"{l.name} [{l.layer_type}]") for l in layer_map.inserted_layers) or "none"
+    inserted = ", ".join(html.escape(f"{lyr.name} [{lyr.layer_type}]") for lyr in layer_map.inserted_layers) or "none"
     audit_rows = "".join(
         f"<tr><td>{html.escape(p.quantize)}</td><td>{html.escape(p.dequantize)}</td><td>{p.kind}</td><td>{p.status}</td>"
-        f"<td>{html.escape(', '.join(p.layers))}</td></tr>" for p in layer_map.qdq_audit())
+        f"<td>{html.escape(', '.join(p.layers))}</td></tr>"
+        for p in layer_map.qdq_audit()
+    )
     title = html.escape(f"Fusions: {layer_map.label or 'engine'}")
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
@@ -371,9 +554,9 @@ Left: ONNX nodes in topological order; right: engine layers; a line joins a node
 Colour = precision; grey = folded away; diamonds = layers TensorRT inserted.</p>
 {parts[0]}
 {parts[1]}
-{''.join(parts[2:])}
+{"".join(parts[2:])}
 <h2>Q/DQ audit</h2>
-<table><tr><th>Quantize</th><th>Dequantize</th><th>kind</th><th>status</th><th>layers</th></tr>{audit_rows or '<tr><td colspan=5>no Q/DQ pairs</td></tr>'}</table>
+<table><tr><th>Quantize</th><th>Dequantize</th><th>kind</th><th>status</th><th>layers</th></tr>{audit_rows or "<tr><td colspan=5>no Q/DQ pairs</td></tr>"}</table>
 <details><summary>ONNX nodes folded away ({len(layer_map.folded_nodes)})</summary><p>{folded}</p></details>
 <details><summary>Engine layers with no ONNX source ({len(layer_map.inserted_layers)})</summary><p>{inserted}</p></details>
 </body></html>

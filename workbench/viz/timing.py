@@ -3,10 +3,12 @@
 Functions return plotly figures and never show them. The Gantt uses horizontal bars on a numeric millisecond axis
 (``go.Bar(orientation='h', base=start, x=duration)``); ``px.timeline`` would force a date axis.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -20,8 +22,9 @@ def _get(record: Any, key: str) -> Any:
     return record[key] if isinstance(record, Mapping) else getattr(record, key)
 
 
-def timeline_spans(records: Iterable[Any], start_ms: float | None = None, window_ms: float | None = None
-                   ) -> dict[str, list[tuple[str, float, float]]]:
+def timeline_spans(
+    records: Iterable[Any], start_ms: float | None = None, window_ms: float | None = None
+) -> dict[str, list[tuple[str, float, float]]]:
     """Spans per stage as (lane label, start_ms, duration_ms), restricted to [start_ms, start_ms + window_ms)."""
     spans: dict[str, list[tuple[str, float, float]]] = {k: [] for k in STAGE_COLORS}
     lo = -math.inf if start_ms is None else start_ms
@@ -54,48 +57,83 @@ def default_window(records: Sequence[Any], n_requests: int = 60) -> tuple[float,
     return start, max(end - start, 1e-3)
 
 
-def gantt_figure(records: Sequence[Any], *, start_ms: float | None = None, window_ms: float | None = None,
-                 title: str = "Pipeline timeline") -> go.Figure:
+def gantt_figure(
+    records: Sequence[Any],
+    *,
+    start_ms: float | None = None,
+    window_ms: float | None = None,
+    title: str = "Pipeline timeline",
+) -> go.Figure:
     """One row per stream (H2D / compute / D2H) plus host rows (enqueue, queue); x in ms since the run's t=0."""
     if start_ms is None or window_ms is None:
         start_ms, window_ms = default_window(records)
     spans = timeline_spans(records, start_ms, window_ms)
-    lanes = sorted({lane for items in spans.values() for lane, _, _ in items if lane.startswith("stream")},
-                   key=lambda s: int(s.split()[1]))
+    lanes = sorted(
+        {lane for items in spans.values() for lane, _, _ in items if lane.startswith("stream")},
+        key=lambda s: int(s.split()[1]),
+    )
     order = [HOST_LANE] + ([QUEUE_LANE] if spans["queue"] else []) + lanes
     figure = go.Figure()
     for stage, items in spans.items():
         if not items:
             continue
-        figure.add_trace(go.Bar(
-            name=stage, orientation="h", y=[i[0] for i in items], base=[i[1] for i in items],
-            x=[i[2] for i in items], marker_color=STAGE_COLORS[stage], marker_line_width=0,
-            hovertemplate=f"{stage}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra>%{{y}}</extra>",
-        ))
+        figure.add_trace(
+            go.Bar(
+                name=stage,
+                orientation="h",
+                y=[i[0] for i in items],
+                base=[i[1] for i in items],
+                x=[i[2] for i in items],
+                marker_color=STAGE_COLORS[stage],
+                marker_line_width=0,
+                hovertemplate=f"{stage}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra>%{{y}}</extra>",
+            )
+        )
     figure.update_layout(
-        title=title, barmode="overlay", template="plotly_white", height=160 + 28 * len(order),
+        title=title,
+        barmode="overlay",
+        template="plotly_white",
+        height=160 + 28 * len(order),
         xaxis=dict(title="time since t0 (ms)", type="linear", range=[start_ms, start_ms + window_ms]),
         yaxis=dict(categoryorder="array", categoryarray=list(reversed(order)), title=None),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom"), margin=dict(l=110, r=20, t=60, b=40),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom"),
+        margin=dict(l=110, r=20, t=60, b=40),
     )
     return figure
 
 
-def latency_histogram(latencies_ms: Sequence[float], *, percentiles: Mapping[str, float] | None = None,
-                      title: str = "Request latency") -> go.Figure:
+def latency_histogram(
+    latencies_ms: Sequence[float], *, percentiles: Mapping[str, float] | None = None, title: str = "Request latency"
+) -> go.Figure:
     data = np.asarray(latencies_ms, dtype=float)
     figure = go.Figure(go.Histogram(x=data, nbinsx=60, marker_color="#1f77b4", name="requests"))
     for name, value in (percentiles or {}).items():
         if value is not None and not math.isnan(value):
-            figure.add_vline(x=value, line_dash="dash", line_color="#d62728",
-                             annotation_text=f"{name} {value:.2f} ms", annotation_position="top")
-    figure.update_layout(title=title, template="plotly_white", xaxis_title="latency (ms)",
-                         yaxis_title="requests", height=320, bargap=0.02)
+            figure.add_vline(
+                x=value,
+                line_dash="dash",
+                line_color="#d62728",
+                annotation_text=f"{name} {value:.2f} ms",
+                annotation_position="top",
+            )
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        xaxis_title="latency (ms)",
+        yaxis_title="requests",
+        height=320,
+        bargap=0.02,
+    )
     return figure
 
 
-def latency_throughput_figure(points: Sequence[Mapping[str, Any]], *, sla_ms: float | None = None,
-                              percentile: str = "p99", title: str = "Latency vs throughput") -> go.Figure:
+def latency_throughput_figure(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    sla_ms: float | None = None,
+    percentile: str = "p99",
+    title: str = "Latency vs throughput",
+) -> go.Figure:
     """One curve per series (e.g. batch size or batching on/off); points need throughput_per_s, latency_ms, streams.
 
     ``points`` are TimingResult.to_json() dicts (or anything with those keys) plus an optional "series" label.
@@ -107,15 +145,30 @@ def latency_throughput_figure(points: Sequence[Mapping[str, Any]], *, sla_ms: fl
         groups.setdefault(label, []).append(p)
     for label, items in groups.items():
         items = sorted(items, key=lambda p: p["throughput_per_s"])
-        figure.add_trace(go.Scatter(
-            x=[p["throughput_per_s"] for p in items], y=[p["latency_ms"][percentile] for p in items],
-            mode="lines+markers+text", name=label, text=[f"{p.get('streams')}s" for p in items],
-            textposition="top center",
-            hovertemplate="%{x:.0f}/s<br>" + percentile + " %{y:.2f} ms<br>%{text}<extra>" + label + "</extra>",
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=[p["throughput_per_s"] for p in items],
+                y=[p["latency_ms"][percentile] for p in items],
+                mode="lines+markers+text",
+                name=label,
+                text=[f"{p.get('streams')}s" for p in items],
+                textposition="top center",
+                hovertemplate="%{x:.0f}/s<br>" + percentile + " %{y:.2f} ms<br>%{text}<extra>" + label + "</extra>",
+            )
+        )
     if sla_ms is not None:
-        figure.add_hline(y=sla_ms, line_dash="dot", line_color="#d62728", annotation_text=f"SLA {sla_ms:g} ms",
-                         annotation_position="bottom right")
-    figure.update_layout(title=title, template="plotly_white", xaxis_title="throughput (samples/s)",
-                         yaxis_title=f"{percentile} latency (ms)", height=380)
+        figure.add_hline(
+            y=sla_ms,
+            line_dash="dot",
+            line_color="#d62728",
+            annotation_text=f"SLA {sla_ms:g} ms",
+            annotation_position="bottom right",
+        )
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        xaxis_title="throughput (samples/s)",
+        yaxis_title=f"{percentile} latency (ms)",
+        height=380,
+    )
     return figure

@@ -1,4 +1,5 @@
 """Stage 0: load an ONNX file into an :class:`OnnxModel` with every input problem turned into a WorkbenchError."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,19 @@ from workbench.errors import WorkbenchError
 PROTOBUF_LIMIT_BYTES = 2 * 1024**3
 
 _ONNX_DTYPE_NAMES = {
-    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-    10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
 }
 
 
@@ -72,7 +84,9 @@ def tensor_specs(value_infos: Any, initializer_names: set[str] | None = None) ->
                 dims.append(dim.dim_param)
             else:
                 dims.append(None)
-        specs.append(TensorSpec(info.name, _ONNX_DTYPE_NAMES.get(tensor_type.elem_type, str(tensor_type.elem_type)), tuple(dims)))
+        specs.append(
+            TensorSpec(info.name, _ONNX_DTYPE_NAMES.get(tensor_type.elem_type, str(tensor_type.elem_type)), tuple(dims))
+        )
     return tuple(specs)
 
 
@@ -134,4 +148,6 @@ def _check(proto: Any, path: Path) -> None:
             onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else "validation failed"
-        raise WorkbenchError(f"{path}: the ONNX checker rejected the model: {first_line}", expected="a valid ONNX model") from error
+        raise WorkbenchError(
+            f"{path}: the ONNX checker rejected the model: {first_line}", expected="a valid ONNX model"
+        ) from error

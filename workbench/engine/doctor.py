@@ -1,17 +1,29 @@
 """`workbench doctor`: what this machine can do — backend, GPU, whether engines can run here and why not."""
+
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
-import json
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PACKAGES = (
-    "tensorrt", "tensorrt-rtx-cu13", "onnx", "onnx-graphsurgeon", "onnxruntime", "polygraphy", "numpy", "plotly",
-    "ipywidgets", "jupyterlab", "tqdm", "cuda-core", "cuda-bindings", "torch", "cupy-cuda13x",
+    "tensorrt",
+    "tensorrt-rtx-cu13",
+    "onnx",
+    "onnx-graphsurgeon",
+    "onnxruntime",
+    "polygraphy",
+    "numpy",
+    "plotly",
+    "ipywidgets",
+    "jupyterlab",
+    "tqdm",
+    "cuda-core",
+    "cuda-bindings",
+    "torch",
+    "cupy-cuda13x",
 )
 
 
@@ -40,7 +52,7 @@ class DoctorReport:
 def diagnose() -> DoctorReport:
     import os
 
-    from workbench.backend import BACKEND_ENV, available_backends, detect_gpu, engine_runnable, get_backend
+    from workbench.engine.backend import BACKEND_ENV, available_backends, detect_gpu, engine_runnable, get_backend
     from workbench.errors import WorkbenchError
 
     backend = None
@@ -92,7 +104,8 @@ def format_report(report: DoctorReport) -> str:
         f"TensorRT backend  {report.backend or 'none'} {report.backend_version or ''}".rstrip()
         + (f"  (forced by WORKBENCH_TRT_BACKEND={report.forced_by_env})" if report.forced_by_env else ""),
         f"importable        {', '.join(report.available_backends) or 'none'}",
-        f"can build         {yes_no[report.can_build]}" + (f"  ({report.backend_error})" if report.backend_error else ""),
+        f"can build         {yes_no[report.can_build]}"
+        + (f"  ({report.backend_error})" if report.backend_error else ""),
         f"GPU               {report.gpu_name or 'none'}"
         + (f" (compute capability {report.gpu_compute_capability})" if report.gpu_compute_capability else ""),
         f"engine can run    {yes_no[report.engine_can_run]}: {report.engine_can_run_reason}",
@@ -101,15 +114,3 @@ def format_report(report: DoctorReport) -> str:
         "not installed     " + ", ".join(k for k, v in report.packages.items() if not v),
     ]
     return "\n".join(lines)
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("doctor", help="show the TensorRT backend, GPU and whether engines can run here")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    report = diagnose()
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
-    return 0

@@ -4,11 +4,9 @@ The bundle is written into a temporary sibling directory and renamed into place,
 a half-written bundle. ``load_engine(bundle)`` refuses an engine whose backend version or compute capability does
 not match the machine, before TensorRT gets a chance to fail obscurely.
 
-Triton: ``config.pbtxt`` is produced from Triton's own ``inference.ModelConfig`` protobuf schema
-(:mod:`workbench._vendor.triton_model_config`) and validated by parsing it back with that schema. Whether a Triton
-server loads the plan is not verified here (no Triton and no GPU on our machines); note that Triton's TensorRT
-backend loads engines of full TensorRT of the same version, not TensorRT-RTX engines.
+The optional Triton model repository comes from :mod:`workbench.export.triton`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -16,12 +14,14 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from workbench._io import sha256_file, write_json_atomic, write_text_atomic
 from workbench.errors import EngineCannotRun, WorkbenchError
+from workbench.export.triton import TritonOptions, triton_config
 
 BUNDLE_FORMAT = "trt-workbench-bundle"
 BUNDLE_VERSION = 1
@@ -29,21 +29,6 @@ ENGINE_FILE = "model.engine"
 LAYERS_FILE = "model.layers.json"
 MANIFEST_FILE = "manifest.json"
 CALIBRATION_FILE = "calibration.cache"
-
-_TRITON_TYPES = {
-    "float": "TYPE_FP32", "half": "TYPE_FP16", "bfloat16": "TYPE_BF16", "int8": "TYPE_INT8", "uint8": "TYPE_UINT8",
-    "int32": "TYPE_INT32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL", "fp32": "TYPE_FP32", "fp16": "TYPE_FP16",
-}
-
-
-@dataclass
-class TritonOptions:
-    model_name: str = "model"
-    max_batch_size: int | None = None  # None: the max of the batch dimension's optimization profile, 0 if static
-    instance_count: int = 1
-    dynamic_batching: bool = True
-    max_queue_delay_microseconds: int = 100
-    preferred_batch_sizes: tuple[int, ...] = ()
 
 
 @dataclass
@@ -56,7 +41,7 @@ class Bundle:
 
     @property
     def layer_map(self) -> Any:
-        from workbench.layermap import LayerMap
+        from workbench.engine.layermap import LayerMap
 
         return LayerMap.load(self.path / LAYERS_FILE, label=self.manifest.get("label", ""))
 
@@ -70,6 +55,7 @@ class Bundle:
 
 
 # --- compute capabilities ----------------------------------------------------------------------------------
+
 
 def normalize_compute_capability(name: str) -> str:
     """'SM86', 'sm_86', '8.6' or '86' -> '8.6'."""
@@ -85,7 +71,7 @@ def normalize_compute_capability(name: str) -> str:
 def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> list[str]:
     """The compute capabilities an engine runs on: the requested ones; for RTX without a request, every one
     TensorRT-RTX supports (it builds a portable engine); for full TensorRT, the build GPU's ('build-gpu')."""
-    from workbench.backend import RTX_RUNTIME_COMPUTE_CAPABILITIES
+    from workbench.engine.backend import RTX_RUNTIME_COMPUTE_CAPABILITIES
 
     real = [name for name in requested if any(ch.isdigit() for ch in name)]
     if real:
@@ -93,106 +79,18 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
     if backend_name == "tensorrt_rtx":
         return [f"{major}.{minor}" for major, minor in RTX_RUNTIME_COMPUTE_CAPABILITIES]
     # full TensorRT builds for the GPU it builds on; exports normally run on the build machine
-    from workbench.backend import detect_gpu
+    from workbench.engine.backend import detect_gpu
 
     gpu = detect_gpu()
-    return [".".join(str(part) for part in gpu.compute_capability)] if gpu.present and gpu.compute_capability else ["build-gpu"]
-
-
-# --- Triton ------------------------------------------------------------------------------------------------
-
-def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOptions) -> str:
-    """``config.pbtxt`` text for a TensorRT plan with these I/O tensors (``.layers.json`` ``io_tensors`` entries)."""
-    from google.protobuf import text_format
-
-    from workbench._vendor.triton_model_config import model_config_class
-
-    if not io_tensors:
-        raise WorkbenchError("the engine's I/O tensors are unknown, so no Triton config can be written.",
-                             expected="a .layers.json with an 'io_tensors' list (written by `workbench build`)")
-    inputs = [io for io in io_tensors if str(io.get("io_mode", "")).lower() == "input"]
-    outputs = [io for io in io_tensors if str(io.get("io_mode", "")).lower() == "output"]
-    batch_max = _batch_max(inputs)
-    max_batch = options.max_batch_size if options.max_batch_size is not None else batch_max
-    if max_batch and batch_max == 0:
-        raise WorkbenchError(f"max batch size {max_batch} asked for, but the engine's inputs have no dynamic batch dimension.",
-                             expected="--max-batch 0 (or omitted) for engines with static shapes")
-    config = model_config_class()()
-    config.name = options.model_name
-    config.platform = "tensorrt_plan"
-    config.max_batch_size = int(max_batch)
-    for io, target in [(io, config.input) for io in inputs] + [(io, config.output) for io in outputs]:
-        entry = target.add()
-        entry.name = str(io["name"])
-        datatype = str(io.get("datatype", "")).lower()
-        if datatype not in _TRITON_TYPES:
-            raise WorkbenchError(f"tensor {io['name']!r} has datatype {io.get('datatype')!r}, which has no Triton type here.",
-                                 expected=", ".join(sorted(_TRITON_TYPES)))
-        entry.data_type = entry.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_name[_TRITON_TYPES[datatype]].number
-        dims = list(io.get("dimensions", ()))
-        entry.dims.extend(int(d) for d in (dims[1:] if max_batch else dims))
-    if max_batch and options.dynamic_batching:
-        config.dynamic_batching.max_queue_delay_microseconds = int(options.max_queue_delay_microseconds)
-        config.dynamic_batching.preferred_batch_size.extend(int(b) for b in options.preferred_batch_sizes)
-    group = config.instance_group.add()
-    group.count = int(options.instance_count)
-    group.kind = group.KIND_GPU
-    text = text_format.MessageToString(config)
-    validate_triton_config(text)
-    return text
-
-
-def _batch_max(inputs: Sequence[Mapping[str, Any]]) -> int:
-    """Largest batch the profiles allow when every input has a dynamic leading dimension, else 0."""
-    if not inputs or not all(list(io.get("dimensions", ()))[:1] == [-1] for io in inputs):
-        return 0
-    highs = [int(p["max"][0]) for io in inputs for p in io.get("profiles", ()) if p.get("max")]
-    return min(highs) if highs else 0
-
-
-def validate_triton_config(text: str) -> Any:
-    """Parse ``config.pbtxt`` text with Triton's ModelConfig schema and check what a TensorRT plan needs.
-
-    Returns the parsed message; raises WorkbenchError naming the first problem.
-    """
-    from google.protobuf import text_format
-
-    from workbench._vendor.triton_model_config import model_config_class
-
-    config = model_config_class()()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as error:
-        raise WorkbenchError(f"config.pbtxt does not parse with Triton's ModelConfig schema: {error}",
-                             expected="a text-format inference.ModelConfig") from error
-    problems = []
-    if not config.name:
-        problems.append("no model name")
-    if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
-        problems.append(f"platform {config.platform!r} / backend {config.backend!r} is not TensorRT")
-    if not config.input or not config.output:
-        problems.append("no inputs or no outputs")
-    for entry in (*config.input, *config.output):
-        if not entry.name:
-            problems.append("a tensor without a name")
-        if entry.data_type == 0:
-            problems.append(f"tensor {entry.name!r} has TYPE_INVALID")
-        if any(d < -1 or d == 0 for d in entry.dims):
-            problems.append(f"tensor {entry.name!r} has dims {list(entry.dims)} (must be > 0 or -1)")
-    if config.max_batch_size < 0:
-        problems.append("negative max_batch_size")
-    if config.HasField("dynamic_batching") and config.max_batch_size == 0:
-        problems.append("dynamic_batching needs max_batch_size > 0")
-    for group in config.instance_group:
-        if group.count < 1:
-            problems.append(f"instance_group count {group.count} < 1")
-    if problems:
-        raise WorkbenchError("config.pbtxt is not a valid TensorRT model config: " + "; ".join(problems) + ".",
-                             expected="name, platform tensorrt_plan, typed inputs/outputs with positive or -1 dims")
-    return config
+    return (
+        [".".join(str(part) for part in gpu.compute_capability)]
+        if gpu.present and gpu.compute_capability
+        else ["build-gpu"]
+    )
 
 
 # --- export ------------------------------------------------------------------------------------------------
+
 
 def export_bundle(
     engine: Any,
@@ -208,7 +106,7 @@ def export_bundle(
 ) -> Bundle:
     """Write a bundle for ``engine`` (an EngineArtifact from ``engine_from_onnx``, or an engine path whose
     ``.layers.json`` lies beside it). Optional extras are recorded in the manifest when given."""
-    from workbench.layermap import LayerMap
+    from workbench.engine.layermap import LayerMap
 
     artifact = engine if hasattr(engine, "engine_path") and hasattr(engine, "layers_path") else None
     engine_path = Path(artifact.engine_path if artifact else engine)
@@ -218,20 +116,29 @@ def export_bundle(
         layers_path = artifact.layers_path if artifact else engine_path.with_name(engine_path.stem + ".layers.json")
     layers_path = Path(layers_path)
     if not layers_path.is_file():
-        raise WorkbenchError(f"{layers_path}: the engine's layer records are missing.",
-                             expected="the .layers.json that `workbench build` writes next to the engine", hint="pass --layers")
+        raise WorkbenchError(
+            f"{layers_path}: the engine's layer records are missing.",
+            expected="the .layers.json that `workbench build` writes next to the engine",
+            hint="pass --layers",
+        )
     document = json.loads(layers_path.read_text(encoding="utf-8"))
     build_info = dict(document.get("build", {}))
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite:
-        raise WorkbenchError(f"{output_dir}: already exists.", expected="a new bundle directory", hint="use --overwrite to replace it")
+        raise WorkbenchError(
+            f"{output_dir}: already exists.", expected="a new bundle directory", hint="use --overwrite to replace it"
+        )
 
     backend_name = artifact.backend if artifact else build_info.get("backend", "")
     backend_version = artifact.backend_version if artifact else build_info.get("backend_version", "")
     if not backend_name or not backend_version:
-        raise WorkbenchError(f"{layers_path}: does not say which TensorRT built the engine.",
-                             expected="a 'build' section with backend and backend_version (written by `workbench build`)")
-    requested = list(artifact.target_compute_capabilities) if artifact else list(build_info.get("compute_capabilities", []))
+        raise WorkbenchError(
+            f"{layers_path}: does not say which TensorRT built the engine.",
+            expected="a 'build' section with backend and backend_version (written by `workbench build`)",
+        )
+    requested = (
+        list(artifact.target_compute_capabilities) if artifact else list(build_info.get("compute_capabilities", []))
+    )
     options = artifact.options.to_json() if artifact else build_info.get("options")
     if plan is None and artifact is not None:
         plan = artifact.options.plan
@@ -243,15 +150,19 @@ def export_bundle(
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "label": engine_path.stem,
         "engine": {"file": ENGINE_FILE, "sha256": sha256_file(engine_path), "bytes": engine_path.stat().st_size},
-        "onnx": {"path": str(artifact.onnx_path) if artifact else build_info.get("onnx", ""),
-                 "sha256": artifact.onnx_sha256 if artifact else build_info.get("onnx_sha256", ""),
-                 "built_sha256": artifact.built_onnx_sha256 if artifact else build_info.get("built_onnx_sha256", "")},
+        "onnx": {
+            "path": str(artifact.onnx_path) if artifact else build_info.get("onnx", ""),
+            "sha256": artifact.onnx_sha256 if artifact else build_info.get("onnx_sha256", ""),
+            "built_sha256": artifact.built_onnx_sha256 if artifact else build_info.get("built_onnx_sha256", ""),
+        },
         "backend": {"name": backend_name, "version": backend_version},
         "target_compute_capabilities": target_compute_capabilities(backend_name, requested),
         "precision": build_info.get("precision", plan.label if plan is not None else ""),
         "precision_plan": plan.to_json() if plan is not None and hasattr(plan, "to_json") else plan,
         "build_options": options,
-        "profiles": {k: [list(s) for s in v] for k, v in artifact.profiles.items()} if artifact else build_info.get("profiles"),
+        "profiles": {k: [list(s) for s in v] for k, v in artifact.profiles.items()}
+        if artifact
+        else build_info.get("profiles"),
         "io_tensors": document.get("io_tensors", []),
         "layer_map": layer_map.to_json(),
         "calibration_cache": None,
@@ -269,9 +180,15 @@ def export_bundle(
         if calibration_cache is not None:
             cache = Path(calibration_cache)
             if not cache.is_file():
-                raise WorkbenchError(f"{cache}: no such calibration cache.", expected="the cache file written by calibration")
+                raise WorkbenchError(
+                    f"{cache}: no such calibration cache.", expected="the cache file written by calibration"
+                )
             shutil.copyfile(cache, staging / CALIBRATION_FILE)
-            manifest["calibration_cache"] = {"file": CALIBRATION_FILE, "sha256": sha256_file(cache), "source": str(cache)}
+            manifest["calibration_cache"] = {
+                "file": CALIBRATION_FILE,
+                "sha256": sha256_file(cache),
+                "source": str(cache),
+            }
         if triton is not None:
             text = triton_config(manifest["io_tensors"], triton)
             model_dir = staging / "triton" / triton.model_name
@@ -279,8 +196,10 @@ def export_bundle(
             shutil.copyfile(engine_path, model_dir / "1" / "model.plan")
             write_text_atomic(model_dir / "config.pbtxt", text)
             manifest["triton"] = {
-                "repository": "triton", "model_name": triton.model_name,
-                "config": f"triton/{triton.model_name}/config.pbtxt", "plan": f"triton/{triton.model_name}/1/model.plan",
+                "repository": "triton",
+                "model_name": triton.model_name,
+                "config": f"triton/{triton.model_name}/config.pbtxt",
+                "plan": f"triton/{triton.model_name}/1/model.plan",
                 "validated_with": "inference.ModelConfig from tritonclient 2.73.0 (text_format parse)",
                 "note": "Triton's TensorRT backend loads full-TensorRT engines of the same version; not loaded by a server here.",
             }
@@ -305,20 +224,30 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     path = Path(path)
     manifest_path = path / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise WorkbenchError(f"{path}: not a workbench bundle (no {MANIFEST_FILE}).", expected="a directory written by `workbench export`")
+        raise WorkbenchError(
+            f"{path}: not a workbench bundle (no {MANIFEST_FILE}).",
+            expected="a directory written by `workbench export`",
+        )
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise WorkbenchError(f"{manifest_path}: not valid JSON ({error}).", expected="the manifest written by `workbench export`") from error
+        raise WorkbenchError(
+            f"{manifest_path}: not valid JSON ({error}).", expected="the manifest written by `workbench export`"
+        ) from error
     if manifest.get("format") != BUNDLE_FORMAT:
         raise WorkbenchError(f"{manifest_path}: format is {manifest.get('format')!r}.", expected=BUNDLE_FORMAT)
     engine_path = path / manifest["engine"]["file"]
     if not engine_path.is_file():
-        raise WorkbenchError(f"{path}: the engine file {manifest['engine']['file']} is missing.", expected="a complete bundle")
+        raise WorkbenchError(
+            f"{path}: the engine file {manifest['engine']['file']} is missing.", expected="a complete bundle"
+        )
     digest = sha256_file(engine_path)
     if digest != manifest["engine"]["sha256"]:
-        raise WorkbenchError(f"{engine_path}: sha256 {digest[:12]}… does not match the manifest ({manifest['engine']['sha256'][:12]}…).",
-                             expected="the engine the bundle was exported with", hint="the file was modified or truncated")
+        raise WorkbenchError(
+            f"{engine_path}: sha256 {digest[:12]}… does not match the manifest ({manifest['engine']['sha256'][:12]}…).",
+            expected="the engine the bundle was exported with",
+            hint="the file was modified or truncated",
+        )
     return Bundle(path, manifest, engine_path)
 
 
@@ -330,7 +259,7 @@ class LoadedEngine:
 
 def check_engine_compatible(bundle: Bundle, *, gpu: Any = None, backend: Any = None) -> None:
     """Raise if this machine's TensorRT version or GPU compute capability differs from what the engine needs."""
-    from workbench.backend import detect_gpu, get_backend
+    from workbench.engine.backend import detect_gpu, get_backend
 
     wanted = bundle.manifest["backend"]
     backend = backend or get_backend(wanted["name"])
@@ -338,24 +267,29 @@ def check_engine_compatible(bundle: Bundle, *, gpu: Any = None, backend: Any = N
         raise WorkbenchError(
             f"{bundle.path}: the engine was built by {wanted['name']} {wanted['version']}, but this machine has "
             f"{backend.name} {backend.version}; TensorRT engines only load in the exact version that built them.",
-            expected=f"{wanted['name']}=={wanted['version']}", hint="rebuild the engine here from the ONNX (`workbench build`).",
+            expected=f"{wanted['name']}=={wanted['version']}",
+            hint="rebuild the engine here from the ONNX (`workbench build`).",
         )
     gpu = gpu or detect_gpu()
     targets = bundle.manifest.get("target_compute_capabilities", [])
     if not gpu.present:
-        raise EngineCannotRun(f"{bundle.path}: no NVIDIA GPU on this machine; the engine targets compute capability "
-                              f"{', '.join(targets)}.", expected="a machine with a matching GPU")
+        raise EngineCannotRun(
+            f"{bundle.path}: no NVIDIA GPU on this machine; the engine targets compute capability "
+            f"{', '.join(targets)}.",
+            expected="a machine with a matching GPU",
+        )
     have = ".".join(str(part) for part in gpu.compute_capability or ())
     if "build-gpu" not in targets and have not in targets:
         raise WorkbenchError(
             f"{bundle.path}: the engine targets compute capability {', '.join(targets)}, but this GPU ({gpu.name}) is {have}.",
-            expected=f"a GPU of compute capability {' or '.join(targets)}", hint="rebuild for this GPU (`workbench build --compute-capability`).",
+            expected=f"a GPU of compute capability {' or '.join(targets)}",
+            hint="rebuild for this GPU (`workbench build --compute-capability`).",
         )
 
 
 def load_engine(bundle: str | os.PathLike[str] | Bundle, *, gpu: Any = None) -> LoadedEngine:
     """Deserialize a bundle's engine after checking backend version and compute capability (refuses mismatches)."""
-    from workbench.backend import EngineRunner, get_backend
+    from workbench.engine.backend import EngineRunner, get_backend
 
     bundle = bundle if isinstance(bundle, Bundle) else read_bundle(bundle)
     backend = get_backend(bundle.manifest["backend"]["name"])

@@ -1,0 +1,183 @@
+"""CLI of the engine stage: ``workbench build``, ``workbench fusions`` and ``workbench doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from workbench.engine.build import BuildOptions, EngineArtifact, ShapeRange, engine_from_onnx, parse_shapes_arg
+from workbench.engine.doctor import diagnose, format_report
+from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.model import OnnxModel, load_onnx
+from workbench.precision import PrecisionPlan
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_build(subparsers)
+    _register_doctor(subparsers)
+    fusions = subparsers.add_parser(
+        "fusions",
+        help="show which ONNX nodes each engine layer executes; write an HTML page",
+        description="Read engine layer records (.layers.json, TensorRT <=10/11 inspector JSON, or a TensorRT-RTX verbose "
+        "build log) and summarise the fusions; --html writes a self-contained page (plotly inline, works offline).",
+    )
+    fusions.add_argument("layers", help="MODEL.layers.json, inspector JSON or build log")
+    fusions.add_argument(
+        "--onnx", help="the ONNX that was built (needed for inspector JSON / logs; optional for .layers.json)"
+    )
+    fusions.add_argument("--html", help="write the fusions page here")
+    fusions.add_argument("--compare", help="another build's layer records: adds a fusion diff (it is the 'before')")
+    fusions.add_argument("--compare-onnx", help="the ONNX of the --compare build")
+    fusions.add_argument(
+        "--max-items", type=int, default=400, help="collapse ONNX nodes by name scope above this many (default 400)"
+    )
+    fusions.add_argument("--json", action="store_true", help="print the full layer map as JSON")
+    fusions.set_defaults(func=_cli_fusions)
+
+
+def _cli_fusions(args: argparse.Namespace) -> int:
+    layer_map = LayerMap.load(args.layers, args.onnx)
+    before = LayerMap.load(args.compare, args.compare_onnx) if args.compare else None
+    if args.json:
+        print(json.dumps(layer_map.to_json(), indent=2))
+    else:
+        stats = layer_map.stats()
+        audit = layer_map.qdq_audit()
+        print(
+            f"{layer_map.label}: {stats.onnx_nodes} ONNX nodes ({stats.onnx_compute_nodes} compute) -> "
+            f"{stats.engine_layers} engine layers ({stats.inserted_layers} inserted by TensorRT)"
+        )
+        if layer_map.onnx_order_inferred:
+            print("no ONNX given (--onnx): nodes are taken from the layers' metadata, so folded nodes are unknown")
+        print(
+            f"folded away: {stats.folded_nodes} nodes; largest fusion: {stats.largest_group} nodes; "
+            f"nodes split over several layers: {stats.nodes_in_several_layers}"
+        )
+        print("precision   " + ", ".join(f"{k} {v}" for k, v in stats.by_precision.items()))
+        print("layer types " + ", ".join(f"{k} {v}" for k, v in stats.by_type.items()))
+        if audit:
+            counts: dict[str, int] = {}
+            for pair in audit:
+                counts[pair.status] = counts.get(pair.status, 0) + 1
+            print("Q/DQ pairs  " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        if before is not None:
+            summary = diff_layer_maps(before, layer_map).summary()
+            print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
+    if args.html:
+        from workbench.viz.engine import fusions_html
+
+        path = fusions_html(layer_map, args.html, compare_with=before, max_items=args.max_items)
+        print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.1f} MB, self-contained)")
+    return 0
+
+
+def _resolve_model_arg(value: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
+    """A CLI MODEL argument: a path to .onnx, or a zoo name (whose input profiles come with it)."""
+    from workbench.zoo import resolve_model
+
+    path, entry = resolve_model(value)
+    return load_onnx(path), dict(entry.input_profiles()) if entry else {}
+
+
+def _register_build(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "build",
+        help="build a TensorRT engine from ONNX (works without a GPU via TensorRT-RTX)",
+        description="Build a strongly typed engine and write OUT.engine, OUT.layers.json and OUT.build.log.",
+    )
+    parser.add_argument("model", help="path to an .onnx file, or a zoo model name (see `workbench zoo`)")
+    parser.add_argument(
+        "-o", "--output", help="engine path (default: <model>.engine next to the model, or ./out/<zoo name>.engine)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="fp16 rewrites the graph with casts (AutoCast-style)",
+    )
+    parser.add_argument("--plan", help="precision plan JSON (per-node fp32/fp16/int8); overrides --precision")
+    parser.add_argument(
+        "--shapes",
+        action="append",
+        default=[],
+        metavar="NAME:MIN[,OPT,MAX]",
+        help="optimization profile for an input (repeatable)",
+    )
+    parser.add_argument("--workspace-mib", type=int, help="memory-pool (workspace) limit in MiB")
+    parser.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0..5 (default 3)")
+    parser.add_argument(
+        "--compute-capability",
+        action="append",
+        default=[],
+        help="target compute capability, RTX only (e.g. SM86; repeatable)",
+    )
+    parser.add_argument("--timing-cache", help="timing cache file to read and update")
+    parser.add_argument(
+        "--backend",
+        choices=["tensorrt", "tensorrt_rtx"],
+        help="force a backend (default: tensorrt if importable, else tensorrt_rtx)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the build progress bars")
+    parser.add_argument("--json", action="store_true", help="print the artifact description as JSON")
+    parser.set_defaults(func=_cli_build)
+
+
+def _cli_build(args: argparse.Namespace) -> int:
+    import json
+
+    model, zoo_shapes = _resolve_model_arg(args.model)
+    shapes = {**zoo_shapes, **parse_shapes_arg(args.shapes)}
+    output = args.output or (
+        str(model.path.with_suffix(".engine")) if os.path.exists(args.model) else f"out/{args.model}.engine"
+    )
+    options = BuildOptions(
+        shapes=shapes,
+        precision=args.precision,
+        plan=PrecisionPlan.load(args.plan) if args.plan else None,
+        workspace_bytes=args.workspace_mib * 1024 * 1024 if args.workspace_mib else None,
+        optimization_level=args.opt_level,
+        compute_capabilities=tuple(args.compute_capability),
+        timing_cache_path=args.timing_cache,
+        progress=not args.no_progress,
+        backend=args.backend,
+    )
+    artifact = engine_from_onnx(model, output, options)
+    if args.json:
+        print(json.dumps(artifact.to_json(), indent=2))
+    else:
+        print(format_summary(artifact))
+    return 0
+
+
+def format_summary(artifact: EngineArtifact) -> str:
+    summary = artifact.summary()
+    lines = [
+        f"engine      {artifact.engine_path}  ({artifact.engine_bytes / 1e6:.2f} MB, built in {artifact.build_seconds:.1f} s "
+        f"by {artifact.backend} {artifact.backend_version})",
+        f"layers      {artifact.layers_path}",
+        f"build log   {artifact.build_log_path}",
+        f"ONNX nodes  {artifact.onnx_node_count}  ->  engine layers {summary['layers']}",
+        "by type     " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_type"].items(), key=lambda kv: -kv[1])),
+        "precision   " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items())),
+    ]
+    if artifact.profiles:
+        lines.append(
+            "profile     "
+            + "; ".join(f"{k}: {'/'.join('x'.join(map(str, s)) for s in v)}" for k, v in artifact.profiles.items())
+        )
+    return "\n".join(lines)
+
+
+def _register_doctor(subparsers: Any) -> None:
+    parser = subparsers.add_parser("doctor", help="show the TensorRT backend, GPU and whether engines can run here")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=_cli_doctor)
+
+
+def _cli_doctor(args: argparse.Namespace) -> int:
+    report = diagnose()
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
+    return 0

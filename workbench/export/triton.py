@@ -1,0 +1,140 @@
+"""Triton Inference Server model repository for a TensorRT plan: ``config.pbtxt`` from Triton's own
+``inference.ModelConfig`` protobuf schema (:mod:`workbench._vendor.triton_model_config`), validated by parsing it back.
+
+Whether a Triton server loads the plan is not verified here (no Triton and no GPU on our machines); Triton's TensorRT
+backend loads engines of full TensorRT of the same version, not TensorRT-RTX engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+_TRITON_TYPES = {
+    "float": "TYPE_FP32",
+    "half": "TYPE_FP16",
+    "bfloat16": "TYPE_BF16",
+    "int8": "TYPE_INT8",
+    "uint8": "TYPE_UINT8",
+    "int32": "TYPE_INT32",
+    "int64": "TYPE_INT64",
+    "bool": "TYPE_BOOL",
+    "fp32": "TYPE_FP32",
+    "fp16": "TYPE_FP16",
+}
+
+
+@dataclass
+class TritonOptions:
+    model_name: str = "model"
+    max_batch_size: int | None = None  # None: the max of the batch dimension's optimization profile, 0 if static
+    instance_count: int = 1
+    dynamic_batching: bool = True
+    max_queue_delay_microseconds: int = 100
+    preferred_batch_sizes: tuple[int, ...] = ()
+
+
+def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOptions) -> str:
+    """``config.pbtxt`` text for a TensorRT plan with these I/O tensors (``.layers.json`` ``io_tensors`` entries)."""
+    from google.protobuf import text_format
+
+    from workbench._vendor.triton_model_config import model_config_class
+
+    if not io_tensors:
+        raise WorkbenchError(
+            "the engine's I/O tensors are unknown, so no Triton config can be written.",
+            expected="a .layers.json with an 'io_tensors' list (written by `workbench build`)",
+        )
+    inputs = [io for io in io_tensors if str(io.get("io_mode", "")).lower() == "input"]
+    outputs = [io for io in io_tensors if str(io.get("io_mode", "")).lower() == "output"]
+    batch_max = _batch_max(inputs)
+    max_batch = options.max_batch_size if options.max_batch_size is not None else batch_max
+    if max_batch and batch_max == 0:
+        raise WorkbenchError(
+            f"max batch size {max_batch} asked for, but the engine's inputs have no dynamic batch dimension.",
+            expected="--max-batch 0 (or omitted) for engines with static shapes",
+        )
+    config = model_config_class()()
+    config.name = options.model_name
+    config.platform = "tensorrt_plan"
+    config.max_batch_size = int(max_batch)
+    for io, target in [(io, config.input) for io in inputs] + [(io, config.output) for io in outputs]:
+        entry = target.add()
+        entry.name = str(io["name"])
+        datatype = str(io.get("datatype", "")).lower()
+        if datatype not in _TRITON_TYPES:
+            raise WorkbenchError(
+                f"tensor {io['name']!r} has datatype {io.get('datatype')!r}, which has no Triton type here.",
+                expected=", ".join(sorted(_TRITON_TYPES)),
+            )
+        entry.data_type = (
+            entry.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_name[_TRITON_TYPES[datatype]].number
+        )
+        dims = list(io.get("dimensions", ()))
+        entry.dims.extend(int(d) for d in (dims[1:] if max_batch else dims))
+    if max_batch and options.dynamic_batching:
+        config.dynamic_batching.max_queue_delay_microseconds = int(options.max_queue_delay_microseconds)
+        config.dynamic_batching.preferred_batch_size.extend(int(b) for b in options.preferred_batch_sizes)
+    group = config.instance_group.add()
+    group.count = int(options.instance_count)
+    group.kind = group.KIND_GPU
+    text = text_format.MessageToString(config)
+    validate_triton_config(text)
+    return text
+
+
+def _batch_max(inputs: Sequence[Mapping[str, Any]]) -> int:
+    """Largest batch the profiles allow when every input has a dynamic leading dimension, else 0."""
+    if not inputs or not all(list(io.get("dimensions", ()))[:1] == [-1] for io in inputs):
+        return 0
+    highs = [int(p["max"][0]) for io in inputs for p in io.get("profiles", ()) if p.get("max")]
+    return min(highs) if highs else 0
+
+
+def validate_triton_config(text: str) -> Any:
+    """Parse ``config.pbtxt`` text with Triton's ModelConfig schema and check what a TensorRT plan needs.
+
+    Returns the parsed message; raises WorkbenchError naming the first problem.
+    """
+    from google.protobuf import text_format
+
+    from workbench._vendor.triton_model_config import model_config_class
+
+    config = model_config_class()()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as error:
+        raise WorkbenchError(
+            f"config.pbtxt does not parse with Triton's ModelConfig schema: {error}",
+            expected="a text-format inference.ModelConfig",
+        ) from error
+    problems = []
+    if not config.name:
+        problems.append("no model name")
+    if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
+        problems.append(f"platform {config.platform!r} / backend {config.backend!r} is not TensorRT")
+    if not config.input or not config.output:
+        problems.append("no inputs or no outputs")
+    for entry in (*config.input, *config.output):
+        if not entry.name:
+            problems.append("a tensor without a name")
+        if entry.data_type == 0:
+            problems.append(f"tensor {entry.name!r} has TYPE_INVALID")
+        if any(d < -1 or d == 0 for d in entry.dims):
+            problems.append(f"tensor {entry.name!r} has dims {list(entry.dims)} (must be > 0 or -1)")
+    if config.max_batch_size < 0:
+        problems.append("negative max_batch_size")
+    if config.HasField("dynamic_batching") and config.max_batch_size == 0:
+        problems.append("dynamic_batching needs max_batch_size > 0")
+    for group in config.instance_group:
+        if group.count < 1:
+            problems.append(f"instance_group count {group.count} < 1")
+    if problems:
+        raise WorkbenchError(
+            "config.pbtxt is not a valid TensorRT model config: " + "; ".join(problems) + ".",
+            expected="name, platform tensorrt_plan, typed inputs/outputs with positive or -1 dims",
+        )
+    return config

@@ -1,0 +1,90 @@
+"""Facts about an ONNX graph that every stage agrees on: node names, node lists, Q/DQ pairs, constants, producers.
+
+One place so that the cleaner, the precision rewrite, calibration and the engine layer map name and classify nodes
+the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_node_list``, ``qdq_edges``,
+``name_unnamed_nodes``) and on onnx-graphsurgeon graphs (``is_constant``, ``producer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Quantization ops: never folded by the cleaner, never cast by AutoCast, and what "a Q/DQ model" means.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+
+
+def onnx_node_name(node: Any) -> str:
+    """The name TensorRT's ONNX parser gives a node: its own, or ``node_of_<first output>`` when unnamed."""
+    if node.name:
+        return str(node.name)
+    return f"node_of_{node.output[0]}" if node.output else f"unnamed_{node.op_type}"
+
+
+def onnx_node_list(proto: Any) -> list[tuple[str, str]]:
+    """(name, op_type) of every top-level node of an ONNX ModelProto, in graph order, named as TensorRT names them."""
+    return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
+
+
+def name_unnamed_nodes(proto: Any) -> None:
+    """Give every unnamed node (in place) the name TensorRT's parser would give it, so plans and layer maps agree."""
+    used = {node.name for node in proto.graph.node if node.name}
+    for node in proto.graph.node:
+        if not node.name:
+            candidate = onnx_node_name(node)
+            while candidate in used:
+                candidate += "_"
+            node.name = candidate
+            used.add(candidate)
+
+
+def has_qdq(proto_or_graph: Any) -> bool:
+    graph = getattr(proto_or_graph, "graph", proto_or_graph)
+    return any(node.op_type in QDQ_OPS for node in graph.node)
+
+
+def qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
+    """Every QuantizeLinear -> DequantizeLinear pair: (Q node, DQ node, quantized tensor, tensor is a constant)."""
+    graph = proto.graph
+    constants = {init.name for init in graph.initializer}
+    constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    edges = []
+    for node in graph.node:
+        if node.op_type != "QuantizeLinear":
+            continue
+        for consumer in consumers.get(node.output[0], []):
+            if consumer.op_type == "DequantizeLinear":
+                edges.append(
+                    (onnx_node_name(node), onnx_node_name(consumer), str(node.input[0]), node.input[0] in constants)
+                )
+    return tuple(edges)
+
+
+# --- onnx-graphsurgeon graphs ----------------------------------------------------------------------------------
+
+
+def is_constant(tensor: Any) -> bool:
+    """A graphsurgeon tensor whose value is known at build time (an initializer or folded constant)."""
+    import onnx_graphsurgeon as gs
+
+    return isinstance(tensor, gs.Constant)
+
+
+def producer(tensor: Any) -> Any | None:
+    """The node that writes a graphsurgeon tensor (None for graph inputs and constants)."""
+    inputs = getattr(tensor, "inputs", None)
+    return inputs[0] if inputs else None
+
+
+def subgraph_node_count(graph: Any) -> int:
+    """Nodes inside the If/Loop/Scan bodies of an ONNX GraphProto (recursively), not counting the top level."""
+    total = 0
+    for node in graph.node:
+        for attribute in node.attribute:
+            bodies = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+            for body in bodies:
+                total += len(body.node) + subgraph_node_count(body)
+    return total

@@ -1,0 +1,151 @@
+"""Figures for INT8 calibration: per-layer SQNR in topological order, a tensor's histogram with each method's
+threshold, and the task-metric table. Functions return plotly figures; nothing is shown here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.calib.diff import LayerDiff
+from workbench.calib.histogram import TensorHistogram
+
+METHOD_COLORS = {"max": "#444444", "percentile": "#1f77b4", "entropy": "#d62728", "mse": "#2ca02c"}
+
+
+def sqnr_figure(
+    diff: LayerDiff, *, highlight: Sequence[str] = (), title: str = "Per-layer SQNR (topological order)"
+) -> Any:
+    """Accumulated SQNR of every compared tensor (line) and local SQNR of each quantized tensor (markers).
+
+    The culprit layers are where the accumulated line steps down; ``highlight`` marks tensors (e.g. the worst N).
+    """
+    import plotly.graph_objects as go
+
+    rows = sorted((r for r in diff.tensors if r.kind in ("activation", "input")), key=lambda r: (r.index, r.name))
+    x = list(range(len(rows)))
+    labels = [r.name for r in rows]
+    hover = [
+        f"{r.name}<br>{r.op} ({r.node})<br>accumulated {_fmt(r.sqnr_db_accumulated)} dB, local {_fmt(r.sqnr_db_local)} dB"
+        f"<br>clipped {_fmt(r.clipped_fraction, '.2e')}{'<br>' + r.cause if r.cause else ''}"
+        for r in rows
+    ]
+    figure = go.Figure()
+    figure.add_trace(
+        go.Scatter(
+            x=x,
+            y=[r.sqnr_db_accumulated for r in rows],
+            mode="lines+markers",
+            name="accumulated (FP32 vs INT8 model)",
+            text=labels,
+            hovertext=hover,
+            hoverinfo="text",
+            marker={"size": 4},
+            connectgaps=True,
+        )
+    )
+    local = [(i, r) for i, r in zip(x, rows) if r.sqnr_db_local is not None]
+    figure.add_trace(
+        go.Scatter(
+            x=[i for i, _ in local],
+            y=[r.sqnr_db_local for _, r in local],
+            mode="markers",
+            name="local (tensor vs its fake-quant)",
+            text=[r.name for _, r in local],
+            hovertext=[hover[i] for i, _ in local],
+            hoverinfo="text",
+            marker={
+                "symbol": "diamond",
+                "size": 7,
+                "color": ["#d62728" if r.cause and r.cause != "ok" else "#ff7f0e" for _, r in local],
+            },
+        )
+    )
+    marked = [(i, r) for i, r in zip(x, rows) if r.name in set(highlight)]
+    if marked:
+        figure.add_trace(
+            go.Scatter(
+                x=[i for i, _ in marked],
+                y=[r.sqnr_db_accumulated for _, r in marked],
+                mode="markers",
+                name="worst layers",
+                text=[r.name for _, r in marked],
+                marker={"symbol": "x", "size": 12, "color": "black"},
+            )
+        )
+    figure.update_layout(
+        title=title,
+        xaxis_title="tensor (topological order)",
+        yaxis_title="SQNR (dB)",
+        hovermode="closest",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return figure
+
+
+def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, max_bars: int = 512) -> Any:
+    """|x| histogram of one tensor (log counts) with a vertical line at each method's amax."""
+    import plotly.graph_objects as go
+
+    counts = hist.total_counts
+    used = int(np.flatnonzero(counts)[-1]) + 1 if counts.any() else 1
+    factor = max(1, int(np.ceil(used / max_bars)))  # merge adjacent bins for drawing only
+    padded = np.zeros(int(np.ceil(used / factor)) * factor, dtype=np.int64)
+    padded[:used] = counts[:used]
+    merged = padded.reshape(-1, factor).sum(axis=1)
+    width = hist.width * factor if hist.width else 1.0
+    centres = (np.arange(merged.size) + 0.5) * width
+    figure = go.Figure(
+        go.Bar(
+            x=centres,
+            y=np.maximum(merged, 0),
+            width=width,
+            name="|x| counts",
+            marker={"color": "#9ecae1"},
+            hovertemplate="|x|≈%{x:.4g}: %{y}<extra></extra>",
+        )
+    )
+    for method, amax in thresholds.items():
+        figure.add_vline(
+            x=float(amax),
+            line={"color": METHOD_COLORS.get(method, "#888"), "dash": "dash"},
+            annotation_text=f"{method} {amax:.3g}",
+            annotation_position="top",
+        )
+    figure.update_layout(
+        title=f"{hist.name}: |x| histogram ({hist.count:,} values, min {hist.minimum:.3g}, max {hist.maximum:.3g})",
+        xaxis_title="|x|",
+        yaxis_title="count",
+        yaxis_type="log",
+        height=340,
+        bargap=0,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        showlegend=False,
+    )
+    return figure
+
+
+def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its metric and INT8 node count."""
+    import plotly.graph_objects as go
+
+    header = ["variant", "metric", "value", "INT8 nodes", "fallback nodes"]
+    columns = [
+        [str(r.get(key, "")) if not isinstance(r.get(key), float) else f"{r[key]:.4f}" for r in rows]
+        for key in ("variant", "metric", "value", "int8_nodes", "fallback")
+    ]
+    figure = go.Figure(
+        go.Table(
+            header={"values": header, "fill_color": "#eeeeee", "align": "left"},
+            cells={"values": columns, "align": "left"},
+        )
+    )
+    figure.update_layout(height=60 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return figure
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "–" if value is None else format(value, spec)
