@@ -12,13 +12,13 @@ import pytest
 from notebook_runner import execute_notebook
 
 from workbench.errors import WorkbenchError
-from workbench.flow import (
+from workbench.flow.quickstart import (
+    STAGE_BY_NAME,
     STAGE_NAMES,
     QuickstartConfig,
     QuickstartRun,
     QuickstartSession,
-    StageUnavailable,
-    _need,
+    Workspace,
     first_affected_stage,
     run_stage,
     timing_plan,
@@ -37,20 +37,26 @@ def test_config_rejects_bad_settings_with_readable_errors() -> None:
         QuickstartConfig(calibration_method="kl")
 
 
-def test_stage_dependencies_and_missing_modules() -> None:
+def test_stage_dependencies_and_failures(tmp_path: Path) -> None:
     assert first_affected_stage({"streams"}) == "timing"
     assert first_affected_stage({"precision"}) == "select"
     assert first_affected_stage({"calibration_method", "batch"}) == "calibrate"
     assert timing_plan(QuickstartConfig(streams=4, batch=8)) == [(4, 8), (1, 8), (4, 1), (1, 1)]
     assert timing_plan(QuickstartConfig(streams=1, batch=1)) == [(1, 1)]
-    with pytest.raises(StageUnavailable, match="not available in this build: needs workbench.no_such_stage"):
-        _need("workbench.no_such_stage")
-    with pytest.raises(StageUnavailable, match="workbench.flow has no no_such_function"):
-        _need("workbench.flow", "no_such_function")
-    # a stage whose input stage never completed is skipped, and says which one it needed
-    run = QuickstartRun(QuickstartConfig())
-    result = run_stage(run, "fusion")
-    assert result.status == "skipped" and "build_fp32" in result.summary
+    # a stage whose input stage never completed is skipped, says which one it needed, and leaves no artifact
+    config = QuickstartConfig(out_dir=str(tmp_path), **FAST)
+    workspace = Workspace(config)
+    run = run_stage(QuickstartRun(config), "fusion", workspace)
+    assert run.stage("fusion").status == "skipped" and "build_fp32" in run.stage("fusion").summary
+    assert run.fusion is None
+    # a stage that fails says why and clears the artifact an earlier run of it left (nothing stale stays)
+    run = run_stage(run, "build_fp32", workspace)
+    run = run_stage(run, "fusion", workspace)
+    assert run.fusion is not None and run.fusion.engine_layers == run.fp32_engine.layer_count
+    (tmp_path / "blocked" / "digits-cnn.fp32.engine").mkdir(parents=True)  # a folder where the engine goes
+    broken = Workspace(QuickstartConfig(out_dir=str(tmp_path / "blocked"), **FAST))
+    run = run_stage(run, "build_fp32", broken)
+    assert run.stage("build_fp32").status == "failed" and run.fp32_engine is None, run.stage("build_fp32")
 
 
 def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
@@ -60,16 +66,21 @@ def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
         n: run.stage(n).summary for n in STAGE_NAMES if not run.stage(n).ok
     }
     before = dict(run.stages)
-    session.update(streams=3)
+    run = session.update(streams=3)
     for name in STAGE_NAMES[: STAGE_NAMES.index("timing")]:
         assert run.stages[name] is before[name], name  # untouched
     assert run.stages["timing"] is not before["timing"]
-    assert run.objects["timing_results"][0].streams == 3
+    assert run.timing.chosen.streams == 3
     assert run.stage("export").ok and (tmp_path / "export" / "manifest.json").is_file()
     # INT8 engine really holds INT8 layers, and the fallen-back nodes are named in its plan
-    mixed = run.objects["mixed_artifact"].summary()["by_precision"]
+    mixed = run.mixed_engine.summary()["by_precision"]
     assert mixed.get("int8", 0) > 0 and mixed.get("fp32", 0) > 0
-    assert len(run.objects["mixed_plan"].overrides) == session.config.fallback_layers
+    assert len(run.fallback.plan.overrides) == session.config.fallback_layers
+    # every engine carries the layer map made at build time; the run record round-trips through JSON
+    assert run.fp32_engine.layer_map.stats().engine_layers == run.fp32_engine.layer_count
+    again = QuickstartRun.from_json(run.to_json())
+    assert again.mixed_engine.engine_sha256 == run.mixed_engine.engine_sha256
+    assert again.timing.chosen.throughput_per_s == run.timing.chosen.throughput_per_s
 
 
 def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> None:
@@ -87,7 +98,7 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.status.kind == "ok", panel.status.text
     assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 8"
     assert panel.timing_table.value != timing_table
-    assert panel.session.run.objects["timing_results"][0].streams == 5
+    assert panel.session.run.timing.chosen.streams == 5
 
     metrics_table = panel.metrics_table.value
     fusion_title = panel.fusion_figure.layout.title.text
@@ -96,7 +107,7 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.status.kind == "ok", panel.status.text
     assert "&#9654; fp16" in panel.metrics_table.value and panel.metrics_table.value != metrics_table
     assert "fp16.engine" in panel.fusion_figure.layout.title.text
-    assert panel.session.run.objects["chosen_artifact"].engine_path.name.endswith("fp16.engine")
+    assert panel.session.run.selection.engine.engine_path.name.endswith("fp16.engine")
 
     panel.batch.value = 4
     assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 4"
@@ -104,7 +115,7 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     diff_before = [trace.y for trace in panel.diff_figure.data]
     panel.calibration_method.value = "max"
     assert panel.status.kind == "ok", panel.status.text
-    assert panel.session.run.objects["calib_ranges"].method == "max"
+    assert panel.session.run.calibration.ranges.method == "max"
     assert [trace.y for trace in panel.diff_figure.data] != diff_before  # other ranges, other per-layer errors
 
     # a bad setting shows a readable message in the panel, not a traceback
@@ -121,12 +132,11 @@ def _execute(notebook: str, workdir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
-    from workbench.flow import STAGE_TITLES
-
     text = "\n".join(_execute("00_quickstart.ipynb", tmp_path))
     stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
     for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed
-        assert stage_lines[STAGE_TITLES[name]].startswith("done"), stage_lines[STAGE_TITLES[name]]
+        title = STAGE_BY_NAME[name].title
+        assert stage_lines[title].startswith("done"), stage_lines[title]
     report = tmp_path / "out" / "quickstart" / "report.html"
     assert report.is_file() and report.stat().st_size > 1_000_000
     assert (tmp_path / "out" / "quickstart" / "export" / "manifest.json").is_file()

@@ -64,41 +64,37 @@ def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     for verdict in verdicts.values():
         assert re.search(r"\d", verdict.text), verdict.text
         assert verdict.evidence
-    results = run.objects["timing_results"]
-    chosen = results[0]
-    one_stream = next(r for r in results if r.streams == 1 and r.batch == chosen.batch)
+    chosen = run.timing.chosen
+    one_stream = run.timing.find(1, chosen.batch)
     ratio = chosen.throughput_per_s / one_stream.throughput_per_s
     assert verdicts["more streams"].evidence["ratio"] == pytest.approx(ratio)
     assert f"({ratio:.2f}x)" in verdicts["more streams"].text
     assert ("more streams help" in verdicts["more streams"].text) == (ratio >= 1.15)
-    worst = run.objects["layer_diff"].ranking(1)[0]
+    worst = run.layer_diff.diff.ranking(1)[0]
     assert (
         worst.node in verdicts["accuracy"].text
         and f"{worst.noise_added:.2g} relative noise" in verdicts["accuracy"].text
     )
-    fp32 = next(row for row in run.objects["metrics"] if row.variant == "fp32")
+    fp32 = run.metrics.row("fp32")
     assert f"FP32 {fp32.value:.4f}" in verdicts["task metric"].text
 
 
 def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
+    from dataclasses import replace
+
     from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+    from workbench.flow.quickstart import run_stage
     from workbench.report import render_report
 
     session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1))
-    session._prepare()
+    workspace = session.prepare()
     run = session.run
     for name in ("clean", "build_fp32", "fusion"):
-        from workbench.flow import run_stage
-
-        run_stage(run, name)
-    run.stages["layer_diff"] = StageResult(
-        "layer_diff",
-        "Per-layer INT8 diff",
-        "unavailable",
-        summary="not available in this build: needs workbench.calib.diff",
-    )
+        run = run_stage(run, name, workspace)
+    failed = StageResult("layer_diff", "Per-layer INT8 diff", "failed", summary="calibration data: no such folder x/")
+    run = replace(run, stages={**run.stages, "layer_diff": failed})
     html = render_report(run)
-    assert "not available in this build: needs workbench.calib.diff" in html
+    assert "calibration data: no such folder x/" in html
     assert 'id="fig-fusion"' in html and 'id="fig-layer-diff"' not in html
 
 

@@ -88,6 +88,9 @@ def _from_json(kind: Any, data: Any, where: str) -> Any:
     if origin in (Union, types.UnionType):
         if data is None and type(None) in args:
             return None
+        options = [option for option in args if option is not type(None)]
+        if len(options) == 1:  # X | None: X's own error says best what was wrong
+            return _from_json(options[0], data, where)
         errors = []
         for option in args:
             if option is type(None):

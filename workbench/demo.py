@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench._io import write_json_atomic
+from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+from workbench.report import diagnose, write_report
 
-_MARK = {"done": "ok  ", "unavailable": "n/a ", "skipped": "skip", "failed": "FAIL"}
+_MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
 
 
 def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
     """Run the quickstart flow and write ``<out_dir>/report.html``; returns the run as JSON-ready data."""
-    from workbench.flow import QuickstartConfig, QuickstartSession
-    from workbench.report import diagnose, write_report
-
     if model_name:
         settings["model"] = model_name
     config = QuickstartConfig(out_dir=str(out_dir), **settings)
@@ -30,7 +29,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
         flush=True,
     )
 
-    def show(result: Any, index: int, total: int) -> None:
+    def show(result: StageResult, index: int, total: int) -> None:
         print(
             f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
             f"{result.seconds:6.1f} s  {result.summary}",

@@ -9,6 +9,7 @@ from workbench.engine.backend import Backend, GpuInfo, detect_gpu, engine_runnab
 from workbench.engine.build import (
     BuildOptions,
     EngineArtifact,
+    engine_for_zoo_model,
     engine_from_onnx,
     layers_path_for,
     parse_shapes_arg,
@@ -40,6 +41,7 @@ __all__ = [
     "TensorRecord",
     "detect_gpu",
     "diff_layer_maps",
+    "engine_for_zoo_model",
     "engine_from_onnx",
     "engine_runnable",
     "get_backend",

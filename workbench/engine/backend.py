@@ -233,6 +233,29 @@ def build_serialized(
     return NetworkBuildOutput(bytes(memoryview(serialized)), cache_bytes, [], inputs)
 
 
+def inspect_engine_json(backend: Backend, serialized_engine: bytes) -> str:
+    """The engine inspector's JSON for every layer (``LayerInformationFormat.JSON``), full TensorRT's layer records.
+
+    The engine must be deserialized on a GPU it runs on (the build GPU for full TensorRT); it was built with
+    ``ProfilingVerbosity.DETAILED``, so each layer carries its ONNX nodes, tactic, formats and datatypes.
+    Unverified on our machines: full TensorRT cannot be installed there.
+    """
+    _bind(backend)
+    messages: list[tuple[int, str]] = []
+    logger = make_logger(backend, lambda severity, text: messages.append((severity, text)))
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(serialized_engine)
+    if engine is None:
+        detail = "; ".join(text for severity, text in messages if severity <= 1)[:500]
+        raise EngineCannotRun(
+            f"{backend.name} {backend.version} could not deserialize the engine it built, so its layer records cannot "
+            f"be read: {detail or 'no error logged'}",
+            expected="a GPU that can run the engine (full TensorRT reads layer records through the engine inspector)",
+        )
+    inspector = engine.create_engine_inspector()
+    return str(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+
+
 def supports_timing_cache(backend: Backend) -> bool:
     return not backend.is_rtx
 

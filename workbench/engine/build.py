@@ -6,6 +6,8 @@ are written atomically; a failed build leaves any earlier files untouched.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import tempfile
@@ -15,17 +17,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench._io import sha256_bytes, write_bytes_atomic, write_json_atomic, write_text_atomic
+from workbench._io import sha256_bytes, sha256_file, write_bytes_atomic, write_json_atomic, write_text_atomic
+from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.engine.backend import (
+    Backend,
+    NetworkBuildRequest,
+    build_serialized,
+    get_backend,
+    inspect_engine_json,
+    supports_timing_cache,
+)
+from workbench.engine.layermap import LayerMap
 from workbench.engine.records import (
     EngineLayers,
+    engine_layers_from_document,
     find_rtx_layers_message,
     layers_document,
     parse_rtx_layers_message,
+    read_inspector_json,
+    read_layers_document,
     summarize,
 )
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
-from workbench.precision import PrecisionPlan
+from workbench.precision import PRECISIONS, Precision, PrecisionPlan
+from workbench.precision.autocast import apply_precision_plan
 
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
@@ -33,23 +49,24 @@ ShapeRange = tuple[Shape, Shape, Shape]
 ProgressCallback = Callable[[str, str, str, int, int], bool]
 
 
-@dataclass
-class BuildOptions:
+@dataclass(frozen=True)
+class BuildOptions(Artifact):
     """How to build. ``shapes`` gives (min, opt, max) per dynamic input; unspecified dynamic batch dims become 1."""
 
     shapes: dict[str, ShapeRange] = field(default_factory=dict)
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     plan: PrecisionPlan | None = None
     workspace_bytes: int | None = None
     optimization_level: int = 3
     compute_capabilities: tuple[str, ...] = ()
     timing_cache_path: str | None = None
-    progress: bool = True
-    progress_callback: ProgressCallback | None = None
-    backend: str | None = None
+    # how this build reports progress and which backend runs it: run-time choices, not part of the build's record
+    progress: bool = field(default=True, metadata=NOT_SERIALIZED)
+    progress_callback: ProgressCallback | None = field(default=None, metadata=NOT_SERIALIZED)
+    backend: str | None = field(default=None, metadata=NOT_SERIALIZED)
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "fp16", "int8"):
+        if self.precision not in PRECISIONS:
             raise WorkbenchError(
                 f"unknown build precision {self.precision!r}.", expected="fp32, fp16 or int8 (int8 needs a Q/DQ model)"
             )
@@ -61,18 +78,13 @@ class BuildOptions:
             raise WorkbenchError(
                 f"memory-pool limit {self.workspace_bytes} bytes is not positive.", expected="a positive size"
             )
-        self.shapes = {name: _check_range(name, rng) for name, rng in dict(self.shapes).items()}
+        shapes = {name: _check_range(name, rng) for name, rng in dict(self.shapes).items()}
+        object.__setattr__(self, "shapes", shapes)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shapes": {k: [list(s) for s in v] for k, v in self.shapes.items()},
-            "precision": self.precision,
-            "plan": self.plan.to_json() if self.plan else None,
-            "workspace_bytes": self.workspace_bytes,
-            "optimization_level": self.optimization_level,
-            "compute_capabilities": list(self.compute_capabilities),
-            "timing_cache_path": self.timing_cache_path,
-        }
+    @property
+    def effective_plan(self) -> PrecisionPlan:
+        """The plan the build realises: the explicit one, or the precision applied to every node."""
+        return self.plan or PrecisionPlan(default=self.precision)
 
 
 def _check_range(name: str, rng: Any) -> ShapeRange:
@@ -95,9 +107,14 @@ def _check_range(name: str, rng: Any) -> ShapeRange:
     return (low, opt, high)
 
 
-@dataclass
-class EngineArtifact:
-    """A built engine on disk and everything known about how it was built."""
+@dataclass(frozen=True)
+class EngineArtifact(Artifact):
+    """A built engine on disk, everything known about how it was built, and its layer map (ONNX nodes <-> layers).
+
+    The layer map is made at build time from the build's own layer records (TensorRT-RTX: the verbose build log;
+    full TensorRT: the engine inspector) and the ONNX that was built, and saved in the ``.layers.json`` beside the
+    engine; :meth:`load` reads both back and checks that they belong together.
+    """
 
     engine_path: Path
     layers_path: Path
@@ -110,40 +127,93 @@ class EngineArtifact:
     build_seconds: float
     backend: str
     backend_version: str
+    precision: str  # the plan's label, e.g. fp16 or int8+fp32
     target_compute_capabilities: tuple[str, ...]
     profiles: dict[str, ShapeRange]
     options: BuildOptions
-    engine_layers: EngineLayers
     onnx_node_count: int
-    warnings: list[str] = field(default_factory=list)
+    layer_records_from: str  # which TensorRT output the layer records were read from
+    engine_layers: EngineLayers = field(metadata=NOT_SERIALIZED, repr=False)
+    layer_map: LayerMap = field(metadata=NOT_SERIALIZED, repr=False)
+    warnings: tuple[str, ...] = ()
 
     @property
     def layer_count(self) -> int:
         return len(self.engine_layers.layers)
 
+    @property
+    def label(self) -> str:
+        return self.engine_path.stem
+
     def summary(self) -> dict[str, Any]:
         return summarize(self.engine_layers)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "engine_path": str(self.engine_path),
-            "layers_path": str(self.layers_path),
-            "build_log_path": str(self.build_log_path),
-            "onnx_path": str(self.onnx_path),
-            "onnx_sha256": self.onnx_sha256,
-            "built_onnx_sha256": self.built_onnx_sha256,
-            "engine_sha256": self.engine_sha256,
-            "engine_bytes": self.engine_bytes,
-            "build_seconds": round(self.build_seconds, 3),
-            "backend": self.backend,
-            "backend_version": self.backend_version,
-            "target_compute_capabilities": list(self.target_compute_capabilities),
-            "profiles": {k: [list(s) for s in v] for k, v in self.profiles.items()},
-            "options": self.options.to_json(),
-            "onnx_node_count": self.onnx_node_count,
-            "engine_layer_count": self.layer_count,
-            "warnings": self.warnings,
-        }
+        return super().to_json() | {"engine_layer_count": self.layer_count}
+
+    @classmethod
+    def from_json(cls, data: Any) -> EngineArtifact:
+        """An artifact's JSON names its files; the artifact is read back from them (and checked) by :meth:`load`."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("engine_path"), str):
+            raise WorkbenchError("engine artifact JSON has no 'engine_path'.", expected="the JSON of an EngineArtifact")
+        return cls.load(data["engine_path"], data.get("layers_path"))
+
+    @classmethod
+    def load(
+        cls, engine_path: str | os.PathLike[str], layers_path: str | os.PathLike[str] | None = None
+    ) -> EngineArtifact:
+        """The artifact of an engine written by :func:`engine_from_onnx`, from the ``.layers.json`` beside it.
+
+        Refuses an engine whose bytes are not the ones its layer records were written for.
+        """
+        engine_path = Path(engine_path)
+        layers_path = Path(layers_path) if layers_path is not None else layers_path_for(engine_path)
+        if not engine_path.is_file():
+            raise WorkbenchError(
+                f"{engine_path}: no such engine file.", expected="an engine written by `workbench build`"
+            )
+        document = read_layers_document(layers_path)
+        build = document.get("build")
+        if not isinstance(build, Mapping) or not build.get("backend") or not build.get("backend_version"):
+            raise WorkbenchError(
+                f"{layers_path}: does not say which TensorRT built the engine.",
+                expected="a 'build' section with backend and backend_version (written by `workbench build`)",
+            )
+        engine_sha = sha256_file(engine_path)
+        recorded = build.get("engine_sha256")
+        if recorded and recorded != engine_sha:
+            raise WorkbenchError(
+                f"{layers_path}: describes an engine with sha256 {str(recorded)[:12]}…, but {engine_path} has "
+                f"{engine_sha[:12]}….",
+                expected="the .layers.json written together with this engine",
+                hint="rebuild, or pass the layer records of this engine",
+            )
+        engine_layers = engine_layers_from_document(document)
+        options = BuildOptions.from_json(build.get("options") or {})
+        return cls(
+            engine_path=engine_path,
+            layers_path=layers_path,
+            build_log_path=engine_path.with_name(engine_path.stem + ".build.log"),
+            onnx_path=Path(str(build.get("onnx", ""))),
+            onnx_sha256=str(build.get("onnx_sha256", "")),
+            built_onnx_sha256=str(build.get("built_onnx_sha256", "")),
+            engine_sha256=engine_sha,
+            engine_bytes=engine_path.stat().st_size,
+            build_seconds=float(build.get("build_seconds", math.nan)),
+            backend=str(build["backend"]),
+            backend_version=str(build["backend_version"]),
+            precision=str(build.get("precision", options.effective_plan.label)),
+            target_compute_capabilities=tuple(
+                build.get("target_compute_capabilities", build.get("compute_capabilities", ()))
+            ),
+            profiles={name: _check_range(name, rng) for name, rng in (build.get("profiles") or {}).items()},
+            options=options,
+            onnx_node_count=len(document.get("onnx_nodes", ())),
+            layer_records_from=str(build.get("layer_records_from", engine_layers.source_format)),
+            warnings=tuple(build.get("warnings", ())),
+            engine_layers=engine_layers,
+            layer_map=LayerMap.from_document(document, label=engine_path.stem),
+        )
 
 
 def layers_path_for(engine_path: str | os.PathLike[str]) -> Path:
@@ -202,9 +272,7 @@ def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tup
     TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
     refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
     """
-    from workbench.precision.autocast import apply_precision_plan
-
-    plan = options.plan or PrecisionPlan(default=options.precision)  # type: ignore[arg-type]
+    plan = options.effective_plan
     if plan.default == "fp32" and not plan.overrides:
         return model.path, model.sha256
     proto = apply_precision_plan(model, plan).proto
@@ -241,8 +309,6 @@ def engine_from_onnx(
     options: BuildOptions | None = None,
 ) -> EngineArtifact:
     """Build a strongly typed engine from ``model`` and write ``engine_path`` and its ``.layers.json``."""
-    from workbench.engine.backend import NetworkBuildRequest, build_serialized, get_backend, supports_timing_cache
-
     options = options or BuildOptions()
     if not isinstance(model, OnnxModel):
         model = load_onnx(model)
@@ -286,18 +352,14 @@ def engine_from_onnx(
         built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
         built_proto = built_model.proto
 
-    layers_message = find_rtx_layers_message(msg for _, msg in messages)
-    if layers_message is None:
-        raise WorkbenchError(
-            f"{backend.name} {backend.version} built the engine but logged no per-layer records.",
-            expected="a backend that logs a 'Layers:' message with DETAILED profiling verbosity (TensorRT-RTX does); "
-            "for full TensorRT use the engine inspector (workbench.engine.records readers)",
-        )
-    engine_layers = parse_rtx_layers_message(layers_message)
-
+    engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
+    engine_sha = sha256_bytes(output.serialized_engine)
+    notes = [msg for sev, msg in messages if sev == 2]
+    if options.timing_cache_path and not output.timing_cache:
+        notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
+    targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
     layers_path = layers_path_for(engine_path)
     log_path = engine_path.with_name(engine_path.stem + ".build.log")
-    write_bytes_atomic(engine_path, output.serialized_engine)
     document = layers_document(engine_layers, built_proto)
     document["build"] = {
         "backend": backend.name,
@@ -305,18 +367,22 @@ def engine_from_onnx(
         "onnx": str(model.path),
         "onnx_sha256": model.sha256,
         "built_onnx_sha256": built_sha,
-        "precision": (options.plan.label if options.plan else options.precision),
+        "engine_sha256": engine_sha,  # pairs these records with exactly one engine file
+        "engine_bytes": len(output.serialized_engine),
+        "build_seconds": round(seconds, 3),
+        "precision": options.effective_plan.label,
         "compute_capabilities": list(options.compute_capabilities),
+        "target_compute_capabilities": list(targets),
         "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
         "options": options.to_json(),
+        "layer_records_from": records_from,
+        "warnings": notes,
     }
+    write_bytes_atomic(engine_path, output.serialized_engine)
     write_json_atomic(layers_path, document)
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
-    notes = [msg for sev, msg in messages if sev == 2]
     if options.timing_cache_path and output.timing_cache:
         write_bytes_atomic(options.timing_cache_path, output.timing_cache)
-    elif options.timing_cache_path:
-        notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
 
     return EngineArtifact(
         engine_path=engine_path,
@@ -325,19 +391,39 @@ def engine_from_onnx(
         onnx_path=model.path,
         onnx_sha256=model.sha256,
         built_onnx_sha256=built_sha,
-        engine_sha256=sha256_bytes(output.serialized_engine),
+        engine_sha256=engine_sha,
         engine_bytes=len(output.serialized_engine),
         build_seconds=seconds,
         backend=backend.name,
         backend_version=backend.version,
-        target_compute_capabilities=options.compute_capabilities
-        or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",)),
+        precision=options.effective_plan.label,
+        target_compute_capabilities=tuple(targets),
         profiles=profiles,
         options=options,
-        engine_layers=engine_layers,
         onnx_node_count=len(built_proto.graph.node),
-        warnings=notes,
+        layer_records_from=records_from,
+        engine_layers=engine_layers,
+        layer_map=LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem),
+        warnings=tuple(notes),
     )
+
+
+def _layer_records(backend: Backend, messages: list[tuple[int, str]], serialized: bytes) -> tuple[EngineLayers, str]:
+    """The built engine's per-layer records and where they came from.
+
+    TensorRT-RTX logs them during the build (its ``Layers:`` message; there is no inspector before deserialization,
+    and RTX builds on machines without a GPU). Full TensorRT has no such message: its records come from the engine
+    inspector, which needs the engine deserialized on the GPU that built it (unverified on our machines).
+    """
+    if backend.is_rtx:
+        message = find_rtx_layers_message(msg for _, msg in messages)
+        if message is None:
+            raise WorkbenchError(
+                f"{backend.name} {backend.version} built the engine but logged no per-layer records.",
+                expected="a 'Layers:' message, which TensorRT-RTX logs with DETAILED profiling verbosity and a VERBOSE logger",
+            )
+        return parse_rtx_layers_message(message), "tensorrt-rtx build log ('Layers:' message)"
+    return read_inspector_json(json.loads(inspect_engine_json(backend, serialized))), "engine inspector (JSON)"
 
 
 def _severity(sev: int) -> str:
@@ -361,3 +447,23 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
         dims = [tuple(int(d) for d in s.split("x")) for s in shapes]
         result[name] = _check_range(name, dims * 3 if len(dims) == 1 else dims)
     return result
+
+
+def engine_for_zoo_model(
+    name: str,
+    precision: Precision,
+    out_dir: str | os.PathLike[str],
+    *,
+    progress_callback: ProgressCallback | None = None,
+) -> EngineArtifact:
+    """Build zoo model ``name`` at ``precision`` (with its optimization profiles) into ``out_dir/NAME.PRECISION.engine``."""
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    options = BuildOptions(
+        shapes=dict(entry.input_profiles()),
+        precision=precision,
+        progress=progress_callback is not None,
+        progress_callback=progress_callback,
+    )
+    return engine_from_onnx(entry.load(), Path(out_dir) / f"{name}.{precision}.engine", options)

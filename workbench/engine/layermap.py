@@ -11,6 +11,7 @@ built; the figures in :mod:`workbench.viz.engine` only read it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.engine.records import EngineLayers, LayerRecord, read_layers
+from workbench.engine.records import EngineLayers, LayerRecord, engine_layers_from_document, read_layers
 from workbench.errors import WorkbenchError
 from workbench.model.graph import onnx_node_list
 from workbench.model.graph import qdq_edges as qdq_edges_of
@@ -181,12 +182,12 @@ class FusionStats:
         return data
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayerMap:
     """Engine layers and ONNX nodes of one build, linked both ways."""
 
-    layers: list[LayerEntry]
-    nodes: list[NodeEntry]
+    layers: tuple[LayerEntry, ...]
+    nodes: tuple[NodeEntry, ...]
     source_format: str = ""
     label: str = ""
     # ONNX node names named by layers but absent from the ONNX node list (e.g. the ONNX was not given)
@@ -226,15 +227,11 @@ class LayerMap:
             nodes.append(NodeEntry(index, name, op_type, tuple(by_node.get(name, ()))))
             seen.add(name)
         unknown = tuple(name for name in by_node if name not in seen)
-        layer_map = cls(layers, nodes, engine_layers.source_format, label, unknown, qdq_edges)
-        layer_map.onnx_order_inferred = inferred
-        return layer_map
+        return cls(tuple(layers), tuple(nodes), engine_layers.source_format, label, unknown, qdq_edges, inferred)
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any], *, onnx_proto: Any = None, label: str = "") -> LayerMap:
         """From a ``.layers.json`` document (its ``onnx_nodes`` list gives the graph order)."""
-        from workbench.engine.records import engine_layers_from_document
-
         engine_layers = engine_layers_from_document(document)
         if onnx_proto is None and "qdq_edges" not in document:
             onnx_proto = _built_onnx_if_unchanged(document)
@@ -242,8 +239,10 @@ class LayerMap:
             return cls.from_engine_layers(engine_layers, onnx_proto=onnx_proto, label=label)
         nodes = [(str(n["name"]), str(n.get("op_type", ""))) for n in document.get("onnx_nodes", [])]
         layer_map = cls.from_engine_layers(engine_layers, nodes, label=label)
-        layer_map.qdq_edges = tuple(tuple(edge) for edge in document.get("qdq_edges", []))  # type: ignore[misc]
-        return layer_map
+        edges = tuple(
+            (str(q), str(dq), str(tensor), bool(weight)) for q, dq, tensor, weight in document.get("qdq_edges", [])
+        )
+        return dataclasses.replace(layer_map, qdq_edges=edges)
 
     @classmethod
     def load(

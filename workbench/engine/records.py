@@ -514,3 +514,24 @@ def _layers_message_in_log(text: str) -> str | None:
     """The ``Layers:`` message inside a build log written one ``[SEVERITY] message`` per entry."""
     match = re.search(r"^(?:\[[A-Z_]+\] )?(Layers:\n.*?)(?=^\[[A-Z_]+\] |\Z)", text, re.S | re.M)
     return match.group(1).rstrip("\n") if match else None
+
+
+def read_layers_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A ``.layers.json`` document written by ``workbench build``, read and checked for its required parts."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(
+            f"{path}: the engine's layer records are missing.",
+            expected="the .layers.json that `workbench build` writes next to the engine",
+            hint="pass --layers",
+        )
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected="a .layers.json document") from error
+    if not isinstance(document, dict) or not isinstance(document.get("engine_layers"), list):
+        raise WorkbenchError(
+            f"{path}: not a workbench .layers.json document (no 'engine_layers' list).",
+            expected="the MODEL.layers.json written by `workbench build`",
+        )
+    return document

@@ -9,6 +9,7 @@ The optional Triton model repository comes from :mod:`workbench.export.triton`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -20,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from workbench._io import sha256_file, write_json_atomic, write_text_atomic
+from workbench.artifact import Artifact
+from workbench.engine import EngineArtifact, LayerMap
 from workbench.errors import EngineCannotRun, WorkbenchError
 from workbench.export.triton import TritonOptions, triton_config
+from workbench.precision import PrecisionPlan
 
 BUNDLE_FORMAT = "trt-workbench-bundle"
 BUNDLE_VERSION = 1
@@ -31,27 +35,29 @@ MANIFEST_FILE = "manifest.json"
 CALIBRATION_FILE = "calibration.cache"
 
 
-@dataclass
-class Bundle:
+@dataclass(frozen=True)
+class Bundle(Artifact):
     """An exported bundle on disk, read back and checked against its manifest."""
 
     path: Path
     manifest: dict[str, Any]
     engine_path: Path
 
-    @property
-    def layer_map(self) -> Any:
-        from workbench.engine.layermap import LayerMap
+    @classmethod
+    def from_json(cls, data: Any) -> Bundle:
+        """A bundle's JSON names its folder; the bundle is read back from it and checked (:func:`read_bundle`)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("path"), str):
+            raise WorkbenchError("bundle JSON has no 'path'.", expected="the JSON of a Bundle")
+        return read_bundle(data["path"])
 
+    @property
+    def layer_map(self) -> LayerMap:
         return LayerMap.load(self.path / LAYERS_FILE, label=self.manifest.get("label", ""))
 
     @property
     def triton_config_path(self) -> Path | None:
         triton = self.manifest.get("triton")
         return self.path / triton["config"] if triton else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.path), "engine": str(self.engine_path), "manifest": self.manifest}
 
 
 # --- compute capabilities ----------------------------------------------------------------------------------
@@ -93,78 +99,49 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
 
 
 def export_bundle(
-    engine: Any,
+    engine: EngineArtifact,
     output_dir: str | os.PathLike[str],
     *,
-    layers_path: str | os.PathLike[str] | None = None,
-    plan: Any = None,
+    plan: PrecisionPlan | None = None,
     calibration_cache: str | os.PathLike[str] | None = None,
     accuracy: Mapping[str, Any] | None = None,
     timing: Mapping[str, Any] | None = None,
     triton: TritonOptions | None = None,
     overwrite: bool = False,
 ) -> Bundle:
-    """Write a bundle for ``engine`` (an EngineArtifact from ``engine_from_onnx``, or an engine path whose
-    ``.layers.json`` lies beside it). Optional extras are recorded in the manifest when given."""
-    from workbench.engine.layermap import LayerMap
-
-    artifact = engine if hasattr(engine, "engine_path") and hasattr(engine, "layers_path") else None
-    engine_path = Path(artifact.engine_path if artifact else engine)
+    """Write a bundle for a built engine (from :func:`~workbench.engine.engine_from_onnx` or
+    :meth:`EngineArtifact.load`). Every manifest field comes from the artifact; the optional extras are recorded
+    when given. ``plan`` defaults to the plan the engine was built with."""
+    engine_path = engine.engine_path
     if not engine_path.is_file():
         raise WorkbenchError(f"{engine_path}: no such engine file.", expected="an engine written by `workbench build`")
-    if layers_path is None:
-        layers_path = artifact.layers_path if artifact else engine_path.with_name(engine_path.stem + ".layers.json")
-    layers_path = Path(layers_path)
-    if not layers_path.is_file():
+    if not engine.layers_path.is_file():
         raise WorkbenchError(
-            f"{layers_path}: the engine's layer records are missing.",
+            f"{engine.layers_path}: the engine's layer records are missing.",
             expected="the .layers.json that `workbench build` writes next to the engine",
             hint="pass --layers",
         )
-    document = json.loads(layers_path.read_text(encoding="utf-8"))
-    build_info = dict(document.get("build", {}))
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite:
         raise WorkbenchError(
             f"{output_dir}: already exists.", expected="a new bundle directory", hint="use --overwrite to replace it"
         )
-
-    backend_name = artifact.backend if artifact else build_info.get("backend", "")
-    backend_version = artifact.backend_version if artifact else build_info.get("backend_version", "")
-    if not backend_name or not backend_version:
-        raise WorkbenchError(
-            f"{layers_path}: does not say which TensorRT built the engine.",
-            expected="a 'build' section with backend and backend_version (written by `workbench build`)",
-        )
-    requested = (
-        list(artifact.target_compute_capabilities) if artifact else list(build_info.get("compute_capabilities", []))
-    )
-    options = artifact.options.to_json() if artifact else build_info.get("options")
-    if plan is None and artifact is not None:
-        plan = artifact.options.plan
-    layer_map = LayerMap.from_document(document, label=engine_path.stem)
-
+    plan = plan if plan is not None else engine.options.plan
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_VERSION,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "label": engine_path.stem,
+        "label": engine.label,
         "engine": {"file": ENGINE_FILE, "sha256": sha256_file(engine_path), "bytes": engine_path.stat().st_size},
-        "onnx": {
-            "path": str(artifact.onnx_path) if artifact else build_info.get("onnx", ""),
-            "sha256": artifact.onnx_sha256 if artifact else build_info.get("onnx_sha256", ""),
-            "built_sha256": artifact.built_onnx_sha256 if artifact else build_info.get("built_onnx_sha256", ""),
-        },
-        "backend": {"name": backend_name, "version": backend_version},
-        "target_compute_capabilities": target_compute_capabilities(backend_name, requested),
-        "precision": build_info.get("precision", plan.label if plan is not None else ""),
-        "precision_plan": plan.to_json() if plan is not None and hasattr(plan, "to_json") else plan,
-        "build_options": options,
-        "profiles": {k: [list(s) for s in v] for k, v in artifact.profiles.items()}
-        if artifact
-        else build_info.get("profiles"),
-        "io_tensors": document.get("io_tensors", []),
-        "layer_map": layer_map.to_json(),
+        "onnx": {"path": str(engine.onnx_path), "sha256": engine.onnx_sha256, "built_sha256": engine.built_onnx_sha256},
+        "backend": {"name": engine.backend, "version": engine.backend_version},
+        "target_compute_capabilities": target_compute_capabilities(engine.backend, engine.options.compute_capabilities),
+        "precision": engine.precision,
+        "precision_plan": plan.to_json() if plan is not None else None,
+        "build_options": engine.options.to_json(),
+        "profiles": {k: [list(s) for s in v] for k, v in engine.profiles.items()},
+        "io_tensors": [dataclasses.asdict(io) for io in engine.engine_layers.io_tensors],
+        "layer_map": engine.layer_map.to_json(),
         "calibration_cache": None,
         "accuracy": dict(accuracy) if accuracy is not None else None,
         "timing": dict(timing) if timing is not None else None,
@@ -176,7 +153,7 @@ def export_bundle(
     staging.chmod(0o755)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
     try:
         shutil.copyfile(engine_path, staging / ENGINE_FILE)
-        shutil.copyfile(layers_path, staging / LAYERS_FILE)
+        shutil.copyfile(engine.layers_path, staging / LAYERS_FILE)
         if calibration_cache is not None:
             cache = Path(calibration_cache)
             if not cache.is_file():

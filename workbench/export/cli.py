@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from workbench.engine import EngineArtifact
 from workbench.errors import WorkbenchError
 from workbench.export.bundle import export_bundle
 from workbench.export.triton import TritonOptions
@@ -61,9 +62,8 @@ def _cli_export(args: argparse.Namespace) -> int:
             dynamic_batching=not args.no_dynamic_batching,
         )
     bundle = export_bundle(
-        args.engine,
+        EngineArtifact.load(args.engine, args.layers),
         args.output,
-        layers_path=args.layers,
         plan=PrecisionPlan.load(args.plan) if args.plan else None,
         calibration_cache=args.calibration_cache,
         accuracy=_read_json(args.accuracy, "accuracy"),

@@ -1,10 +1,45 @@
 """The quickstart journey: every stage in order over typed artifacts, re-running only what a changed setting affects."""
 
+from workbench.flow.choose import EngineCandidate, compare_precisions, recommend
 from workbench.flow.quickstart import (
+    PRECISION_CHOICES,
+    STAGE_NAMES,
+    STAGES,
+    VARIANT_OF_PRECISION,
+    Calibration,
+    Cleaning,
+    Fallback,
+    LayerDiffStage,
+    MetricRow,
+    Metrics,
     QuickstartConfig,
     QuickstartRun,
     QuickstartSession,
+    Selection,
+    StageResult,
+    Timing,
     run_quickstart,
 )
 
-__all__ = ["QuickstartConfig", "QuickstartRun", "QuickstartSession", "run_quickstart"]
+__all__ = [
+    "PRECISION_CHOICES",
+    "STAGES",
+    "STAGE_NAMES",
+    "VARIANT_OF_PRECISION",
+    "Calibration",
+    "Cleaning",
+    "EngineCandidate",
+    "Fallback",
+    "LayerDiffStage",
+    "MetricRow",
+    "Metrics",
+    "QuickstartConfig",
+    "QuickstartRun",
+    "QuickstartSession",
+    "Selection",
+    "StageResult",
+    "Timing",
+    "compare_precisions",
+    "recommend",
+    "run_quickstart",
+]

@@ -1,64 +1,63 @@
-"""The quickstart journey as plain functions over the other modules, one stage at a time.
+"""The quickstart journey over typed stage artifacts, one stage at a time.
 
 clean -> build FP32 -> fusion view -> calibrate -> per-layer diff -> fall back worst layers -> build mixed engine
--> task metrics -> choose precision -> time the pipeline -> export.
+-> task metrics -> choose the engine -> time the pipeline -> export.
 
-Each stage returns a :class:`StageResult` (status, seconds, a one-line summary, JSON data) and keeps its real objects
-(CleanResult, EngineArtifact, LayerDiff, TimingResult...) in :attr:`QuickstartRun.objects` for figures and reports.
-A stage whose module is missing from this build says so ("unavailable") instead of pretending; a stage whose input
-failed is "skipped". :class:`QuickstartSession` re-runs only the stages a changed setting affects, which is what the
-notebook panel's widgets call.
+A :class:`QuickstartRun` is a frozen record: the config, one :class:`StageResult` (status, seconds, summary) per
+stage, and one typed artifact per stage (``run.cleaning``, ``run.fp32_engine``, ``run.calibration`` ...). Each stage
+is a plain function ``(run, workspace) -> artifact`` listed in :data:`STAGES` with the config fields it reads and the
+stages it needs; :class:`QuickstartSession` re-runs only the stages a changed setting affects (the notebook panel
+drives it). A stage whose input failed is "skipped"; a stage that raises a :class:`WorkbenchError` is "failed" and its
+artifact is cleared, so nothing stale is shown next to a failure.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from workbench._io import write_bytes_atomic
+from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.calib.diff import LayerDiff
+from workbench.calib.qdq import QdqModel
+from workbench.calib.session import CalibrationSession
+from workbench.calib.stats import CalibrationRanges
+from workbench.clean import CleanOptions, CleanResult, clean_model
+from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
+from workbench.engine.backend import get_backend
 from workbench.errors import WorkbenchError
-from workbench.zoo import DEFAULT_MODEL
+from workbench.export import Bundle, export_bundle
+from workbench.model import OnnxModel, load_onnx
+from workbench.precision import PrecisionPlan, apply_precision_plan
+from workbench.timing import RunConfig, TimingResult, run_pipeline
+from workbench.timing.executors import OrtCpuExecutor
+from workbench.timing.trt_executor import TrtExecutor
+from workbench.zoo import DEFAULT_MODEL, ZooEntry, get_entry
 
-DEFAULT_QUICKSTART_MODEL = DEFAULT_MODEL  # one default for the main job and the zoo (reasons in workbench.zoo)
 PRECISION_CHOICES = ("fp32", "fp16", "int8")  # int8 = the calibrated engine with its worst layers back in FP32
+# The task-metric variant that measures each engine choice (the one place this mapping is written).
+VARIANT_OF_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}
 CALIBRATION_METHODS = ("entropy", "percentile", "mse", "max")
-STATUSES = ("done", "unavailable", "skipped", "failed")
+STATUSES = ("done", "skipped", "failed")
 CALIBRATION_BATCH = 8
-
-# (stage name, title, config fields the stage reads directly); order is execution order.
-STAGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("clean", "Clean the ONNX graph", ("model",)),
-    ("build_fp32", "Build the FP32 engine", ()),
-    ("fusion", "Fusion view", ()),
-    ("calibrate", "Calibrate INT8 ranges", ("calibration_method", "calibration_samples")),
-    ("layer_diff", "Per-layer INT8 diff", ("diff_samples",)),
-    ("fallback", "Fall back the worst layers to FP32", ("fallback_layers",)),
-    ("build_mixed", "Build the mixed-precision engine", ()),
-    ("metrics", "Task metric per precision", ("evaluation_samples",)),
-    ("select", "Choose the engine", ("precision",)),
-    ("timing", "Time the pipeline", ("streams", "batch", "timing_window_s", "sweep")),
-    ("export", "Export the chosen engine", ()),
+METRIC_HOW = (
+    "ONNX Runtime CPU with graph optimizations off: Q/DQ as simulated quantization, the project's numeric "
+    "reference; TensorRT engine outputs need a GPU"
 )
-STAGE_NAMES = tuple(name for name, _, _ in STAGES)
-STAGE_TITLES = {name: title for name, title, _ in STAGES}
 
 ProgressFn = Callable[[str, int, int, str], object]  # (stage, index, total, message) before each stage
 ResultFn = Callable[["StageResult", int, int], None]  # (result, index, total) after each stage
 
 
-class StageUnavailable(Exception):
-    """A stage's implementation is not part of this build (the module or function it needs is missing)."""
-
-
-@dataclass
-class QuickstartConfig:
+@dataclass(frozen=True)
+class QuickstartConfig(Artifact):
     """Every setting the panel's widgets control, with built-in defaults that run in well under a minute on CPU."""
 
-    model: str = DEFAULT_QUICKSTART_MODEL
+    model: str = DEFAULT_MODEL
     precision: str = "int8"
     calibration_method: str = "entropy"
     streams: int = 2
@@ -72,9 +71,6 @@ class QuickstartConfig:
     out_dir: str = "out"
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
         if self.precision not in PRECISION_CHOICES:
             raise WorkbenchError(
                 f"precision {self.precision!r} is not offered.", expected=" / ".join(PRECISION_CHOICES)
@@ -92,39 +88,85 @@ class QuickstartConfig:
                 raise WorkbenchError(f"{name}={getattr(self, name)} must be at least 1.")
         if not 0 <= int(self.fallback_layers) <= 64:
             raise WorkbenchError(f"fallback_layers={self.fallback_layers} is out of range.", expected="0..64")
-        if not self.timing_window_s > 0:
-            raise WorkbenchError(f"timing_window_s={self.timing_window_s} must be positive.")
+        if not (isinstance(self.timing_window_s, (int, float)) and math.isfinite(self.timing_window_s)) or not (
+            self.timing_window_s > 0
+        ):
+            raise WorkbenchError(f"timing_window_s={self.timing_window_s} must be a positive number of seconds.")
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def variant(self) -> str:
+        """The task-metric variant of the chosen precision."""
+        return VARIANT_OF_PRECISION[self.precision]
 
 
-@dataclass
-class StageResult:
+@dataclass(frozen=True)
+class StageResult(Artifact):
     name: str
     title: str
     status: str  # one of STATUSES
     seconds: float = 0.0
     summary: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.status == "done"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "status": self.status,
-            "seconds": round(self.seconds, 3),
-            "summary": self.summary,
-            "data": self.data,
-        }
+
+@dataclass(frozen=True)
+class Environment(Artifact):
+    backend: str
+    backend_version: str
+    gpu: str | None
+    gpu_compute_capability: tuple[int, ...] | None
 
 
-@dataclass
-class MetricRow:
+# --- one artifact per stage (the typed record the report and the panels read) -------------------------------------
+
+
+@dataclass(frozen=True)
+class Cleaning(Artifact):
+    """The cleaning stage: what every pass did, and the cleaned model on disk."""
+
+    result: CleanResult
+    model: OnnxModel
+
+
+@dataclass(frozen=True)
+class Calibration(Artifact):
+    """INT8 ranges, the all-INT8 Q/DQ model built from them, and where both were written."""
+
+    method: str
+    ranges: CalibrationRanges
+    samples: int
+    statistics_seconds: float
+    cache_path: Path
+    onnx_path: Path
+    qdq_pairs: int
+    quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
+
+
+@dataclass(frozen=True)
+class LayerDiffStage(Artifact):
+    """The per-layer diff of the all-INT8 model against FP32 and the INT8 nodes ranked worst first."""
+
+    diff: LayerDiff
+    int8_nodes_worst_first: tuple[str, ...]
+    path: Path
+
+
+@dataclass(frozen=True)
+class Fallback(Artifact):
+    """The mixed plan (worst INT8 nodes back in FP32) and its Q/DQ model."""
+
+    plan: PrecisionPlan
+    onnx_path: Path
+    qdq_pairs_all_int8: int
+    qdq_pairs_mixed: int
+    quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
+
+
+@dataclass(frozen=True)
+class MetricRow(Artifact):
     """The task metric of one precision variant, measured with ONNX Runtime CPU (optimizations off)."""
 
     variant: str  # fp32 / fp16 / int8-all / int8-mixed
@@ -134,67 +176,134 @@ class MetricRow:
     n_samples: int
     higher_is_better: bool
     delta_vs_fp32: float = 0.0
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
-@dataclass
-class QuickstartRun:
-    """The state of one journey: config, one result per stage, and the stages' real objects."""
+@dataclass(frozen=True)
+class Metrics(Artifact):
+    rows: tuple[MetricRow, ...]
+    not_measured: dict[str, str]  # variant -> why it has no row
+    how: str = METRIC_HOW
+
+    def row(self, variant: str) -> MetricRow | None:
+        return next((row for row in self.rows if row.variant == variant), None)
+
+    @property
+    def metric(self) -> str:
+        return self.rows[0].metric if self.rows else "metric"
+
+
+@dataclass(frozen=True)
+class Selection(Artifact):
+    """The engine chosen for timing and export, and the ONNX it was built from (what the metric measured)."""
+
+    precision: str
+    engine: EngineArtifact
+    onnx_path: Path
+
+
+@dataclass(frozen=True)
+class Timing(Artifact):
+    """Timing results (the chosen configuration first) and which executor ran them, and why that one."""
+
+    results: tuple[TimingResult, ...]
+    reason: str
+
+    @property
+    def chosen(self) -> TimingResult:
+        return self.results[0]
+
+    def find(self, streams: int, batch: int) -> TimingResult | None:
+        return next((r for r in self.results if r.streams == streams and r.batch == batch), None)
+
+
+@dataclass(frozen=True)
+class QuickstartRun(Artifact):
+    """One journey: its config and environment, a result per stage, and each stage's typed artifact."""
 
     config: QuickstartConfig
+    environment: Environment | None = None
     stages: dict[str, StageResult] = field(default_factory=dict)
-    objects: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
+    cleaning: Cleaning | None = None
+    fp32_engine: EngineArtifact | None = None
+    fusion: FusionStats | None = None
+    calibration: Calibration | None = None
+    layer_diff: LayerDiffStage | None = None
+    fallback: Fallback | None = None
+    mixed_engine: EngineArtifact | None = None
+    metrics: Metrics | None = None
+    selection: Selection | None = None
+    timing: Timing | None = None
+    bundle: Bundle | None = None
 
     def stage(self, name: str) -> StageResult:
         if name not in self.stages:
-            return StageResult(name, STAGE_TITLES.get(name, name), "skipped", summary="not run yet")
+            return StageResult(name, STAGE_BY_NAME[name].title, "skipped", summary="not run yet")
         return self.stages[name]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "config": self.config.to_json(),
-            "environment": self.environment,
-            "stages": [self.stages[name].to_json() for name in STAGE_NAMES if name in self.stages],
-        }
+    @property
+    def chosen_metric(self) -> MetricRow | None:
+        return self.metrics.row(self.config.variant) if self.metrics else None
+
+    @property
+    def model_for_build(self) -> OnnxModel | None:
+        """The cleaned model, or None when cleaning did not run (the shipped model is built then)."""
+        return self.cleaning.model if self.cleaning else None
 
 
-# --- helpers ---------------------------------------------------------------------------------------------------
+# --- the workspace: the zoo entry, output paths, and caches kept between re-runs (not part of the record) ---------
 
 
-def _need(module: str, attribute: str | None = None) -> Any:
-    """Import ``module`` (and get ``attribute``) or raise StageUnavailable naming exactly what is missing."""
-    try:
-        loaded = importlib.import_module(module)
-    except ImportError as error:
-        raise StageUnavailable(
-            f"not available in this build: needs {module}" + (f".{attribute}" if attribute else "") + f" ({error})"
-        ) from error
-    if attribute is None:
-        return loaded
-    if not hasattr(loaded, attribute):
-        raise StageUnavailable(f"not available in this build: {module} has no {attribute}")
-    return getattr(loaded, attribute)
+class Workspace:
+    """What the stages share besides the run record: the zoo entry, output paths and reusable state."""
 
+    def __init__(self, config: QuickstartConfig) -> None:
+        self.entry: ZooEntry = get_entry(config.model)
+        self.model_name = config.model
+        self.out = Path(config.out_dir)
+        self._calibration: tuple[tuple[str, int], CalibrationSession] | None = None
+        self._fp16: dict[str, Any] = {}
 
-def _variant_paths(run: QuickstartRun) -> dict[str, Path]:
-    out = Path(run.config.out_dir)
-    name = run.config.model
-    return {
-        "clean": out / f"{name}.clean.onnx",
-        "fp32_engine": out / f"{name}.fp32.engine",
-        "fp16_engine": out / f"{name}.fp16.engine",
-        "fp16_onnx": out / f"{name}.fp16.onnx",
-        "int8_all_onnx": out / f"{name}.int8-all.onnx",
-        "mixed_onnx": out / f"{name}.int8-mixed.onnx",
-        "mixed_engine": out / f"{name}.int8-mixed.engine",
-        "calib_cache": out / f"{name}.calib.json",
-        "diff": out / f"{name}.layer-diff.json",
-        "export": out / "export",
-    }
+    def path(self, suffix: str) -> Path:
+        return self.out / f"{self.model_name}.{suffix}"
+
+    @property
+    def export_dir(self) -> Path:
+        return self.out / "export"
+
+    def build_options(self, **overrides: Any) -> BuildOptions:
+        return BuildOptions(shapes=dict(self.entry.input_profiles()), progress=False, **overrides)
+
+    def source_model(self, run: QuickstartRun) -> OnnxModel:
+        """The cleaned model, or the zoo model as shipped when the cleaning stage did not run."""
+        return run.model_for_build or self.entry.load()
+
+    def calibration_session(self, run: QuickstartRun) -> CalibrationSession:
+        """One session per (model, calibration samples): its statistics are reused across range methods."""
+        model = self.source_model(run)
+        key = (model.sha256, run.config.calibration_samples)
+        if self._calibration is None or self._calibration[0] != key:
+            session = CalibrationSession(
+                model, entry=self.entry, max_batches=_batches(run.config.calibration_samples), progress=False
+            )
+            self._calibration = (key, session)
+        return self._calibration[1]
+
+    def fp16_onnx(self, run: QuickstartRun) -> Path:
+        """The model with FP16 compute (AutoCast rules), as the FP16 engine is built from it."""
+        model = self.source_model(run)
+        path = self.path("fp16.onnx")
+        if self._fp16.get("onnx_source") != model.sha256 or not path.is_file():
+            apply_precision_plan(model, PrecisionPlan(default="fp16")).save(path)
+            self._fp16["onnx_source"] = model.sha256
+        return path
+
+    def fp16_engine(self, run: QuickstartRun) -> EngineArtifact:
+        model = self.source_model(run)
+        engine = self._fp16.get("engine")
+        if engine is None or engine.onnx_sha256 != model.sha256:
+            engine = engine_from_onnx(model, self.path("fp16.engine"), self.build_options(precision="fp16"))
+            self._fp16["engine"] = engine
+        return engine
 
 
 def _batches(samples: int) -> int:
@@ -202,315 +311,128 @@ def _batches(samples: int) -> int:
     return max(1, -(-int(samples) // CALIBRATION_BATCH))
 
 
-def _build_options(run: QuickstartRun, **overrides: Any) -> Any:
-    from workbench.engine.build import BuildOptions
-
-    return BuildOptions(shapes=dict(run.objects["entry"].input_profiles()), progress=False, **overrides)
-
-
-# --- the stages ------------------------------------------------------------------------------------------------
+def _need(value: Any, stage: str) -> Any:
+    """The artifact of an earlier stage; the runner's REQUIRES check makes a missing one a bug, said plainly."""
+    if value is None:
+        raise WorkbenchError(f"the {stage} stage has no result to build on.", expected=f"stage {stage} done first")
+    return value
 
 
-def stage_clean(run: QuickstartRun) -> StageResult:
-    from workbench._io import write_bytes_atomic
-    from workbench.model import load_onnx
+# --- the stages: (run, workspace) -> that stage's artifact -------------------------------------------------------
 
-    entry = run.objects["entry"]
-    clean_model = _need("workbench.clean", "clean_model")
-    CleanOptions = _need("workbench.clean", "CleanOptions")
-    profile = {name: list(rng) for name, rng in entry.input_profiles().items()}
-    result = clean_model(entry.onnx_path(), CleanOptions(profile=profile))
-    path = _variant_paths(run)["clean"]
+
+def stage_clean(run: QuickstartRun, ws: Workspace) -> Cleaning:
+    profile = {name: list(rng) for name, rng in ws.entry.input_profiles().items()}
+    result = clean_model(ws.entry.onnx_path(), CleanOptions(profile=profile))
+    path = ws.path("clean.onnx")
     write_bytes_atomic(path, result.model.SerializeToString())
-    run.objects["clean_result"] = result
-    run.objects["clean_model"] = load_onnx(path)
-    accepted = [p.name for p in result.passes if p.changed]
-    return StageResult(
-        "clean",
-        "",
-        "done",
-        summary=(
-            f"{result.nodes_before} -> {result.nodes_after} ONNX nodes, {len(accepted)} pass(es) changed the graph, "
-            f"{len(result.rolled_back)} rolled back"
-        ),
-        data={"onnx": str(path), **{k: v for k, v in result.to_json().items() if k != "passes"}},
-    )
+    return Cleaning(result, load_onnx(path))
 
 
-def _model_for_build(run: QuickstartRun) -> Any:
-    """The cleaned model, or the zoo model as shipped when the cleaning stage did not run."""
-    return run.objects.get("clean_model") or run.objects["entry"].load()
+def stage_build_fp32(run: QuickstartRun, ws: Workspace) -> EngineArtifact:
+    return engine_from_onnx(ws.source_model(run), ws.path("fp32.engine"), ws.build_options())
 
 
-def stage_build_fp32(run: QuickstartRun) -> StageResult:
-    from workbench.engine.build import engine_from_onnx
-
-    artifact = engine_from_onnx(_model_for_build(run), _variant_paths(run)["fp32_engine"], _build_options(run))
-    run.objects["fp32_artifact"] = artifact
-    summary = artifact.summary()
-    return StageResult(
-        "build_fp32",
-        "",
-        "done",
-        summary=(
-            f"{artifact.onnx_node_count} ONNX nodes -> {summary['layers']} engine layers in {artifact.build_seconds:.1f} s "
-            f"({artifact.backend} {artifact.backend_version})"
-        ),
-        data=artifact.to_json(),
-    )
+def stage_fusion(run: QuickstartRun, ws: Workspace) -> FusionStats:
+    return _need(run.fp32_engine, "build_fp32").layer_map.stats()
 
 
-def fusion_rows(artifact: Any) -> list[dict[str, Any]]:
-    """One row per engine layer: its type, precision and the ONNX nodes fused into it (from the build's records)."""
-    return [
-        {
-            "layer": layer.name,
-            "type": layer.layer_type,
-            "precision": layer.precision,
-            "onnx_nodes": list(layer.onnx_nodes),
-        }
-        for layer in artifact.engine_layers.layers
-    ]
-
-
-def stage_fusion(run: QuickstartRun) -> StageResult:
-    artifact = run.objects["fp32_artifact"]
-    rows = fusion_rows(artifact)
-    fused = [row for row in rows if len(row["onnx_nodes"]) > 1]
-    absorbed = {node for row in rows for node in row["onnx_nodes"]}
-    onnx_names = [node.name for node in _model_for_build(run).proto.graph.node]
-    not_in_engine = [name for name in onnx_names if name not in absorbed]
-    run.objects["fusion_rows"] = rows
-    data: dict[str, Any] = {
-        "layers": len(rows),
-        "fused_layers": len(fused),
-        "onnx_nodes": len(onnx_names),
-        "onnx_nodes_without_layer": len(not_in_engine),
-        "rows": rows,
-    }
-    try:
-        LayerMap = _need("workbench.engine.layermap", "LayerMap")
-        run.objects["fp32_layermap"] = LayerMap.from_engine_layers(
-            artifact.engine_layers, onnx_proto=_model_for_build(run).proto, label=artifact.engine_path.stem
-        )
-    except StageUnavailable as missing:
-        data["side_by_side"] = str(missing)
-    return StageResult(
-        "fusion",
-        "",
-        "done",
-        summary=(
-            f"{len(rows)} engine layers; {len(fused)} of them fuse 2+ ONNX nodes; {len(not_in_engine)} of "
-            f"{len(onnx_names)} ONNX nodes map to no layer (folded or metadata-less)"
-        ),
-        data=data,
-    )
-
-
-def _calibration_session(run: QuickstartRun) -> Any:
-    """One CalibrationSession per (model, calibration samples): its statistics are reused across range methods."""
-    CalibrationSession = _need("workbench.calib.session", "CalibrationSession")
-    model = _model_for_build(run)
-    key = (model.sha256, run.config.calibration_samples)
-    if run.objects.get("calib_session_key") != key:
-        run.objects["calib_session"] = CalibrationSession(
-            model, entry=run.objects["entry"], max_batches=_batches(run.config.calibration_samples), progress=False
-        )
-        run.objects["calib_session_key"] = key
-    return run.objects["calib_session"]
-
-
-def stage_calibrate(run: QuickstartRun) -> StageResult:
+def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     cfg = run.config
-    session = _calibration_session(run)
+    session = ws.calibration_session(run)
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
-    paths = _variant_paths(run)
-    ranges.save(paths["calib_cache"])
+    cache, onnx_path = ws.path("calib.json"), ws.path("int8-all.onnx")
+    ranges.save(cache)
     quantized = session.quantize(ranges)
-    quantized.save(paths["int8_all_onnx"])
-    run.objects["calib_ranges"], run.objects["qdq_all"] = ranges, quantized
-    counts = quantized.counts()
-    return StageResult(
-        "calibrate",
-        "",
-        "done",
-        summary=(
-            f"{cfg.calibration_method} ranges for {len(ranges.amax)} tensors from {statistics.num_samples} samples; "
-            f"{counts.get('QuantizeLinear', 0)} Q/DQ pairs inserted"
-        ),
-        data={
-            "method": cfg.calibration_method,
-            "tensors": len(ranges.amax),
-            "samples": statistics.num_samples,
-            "statistics_seconds": round(statistics.seconds, 3),
-            "cache": str(paths["calib_cache"]),
-            "onnx": str(paths["int8_all_onnx"]),
-            "warnings": list(ranges.warnings),
-        },
+    quantized.save(onnx_path)
+    return Calibration(
+        method=cfg.calibration_method,
+        ranges=ranges,
+        samples=statistics.num_samples,
+        statistics_seconds=statistics.seconds,
+        cache_path=cache,
+        onnx_path=onnx_path,
+        qdq_pairs=quantized.counts().get("QuantizeLinear", 0),
+        quantized=quantized,
     )
 
 
-def stage_layer_diff(run: QuickstartRun) -> StageResult:
-    session = _calibration_session(run)
-    diff = session.diff(run.objects["qdq_all"], max_batches=_batches(run.config.diff_samples))
-    diff.save(_variant_paths(run)["diff"])
-    run.objects["layer_diff"] = diff
-    ranked = session.rank_int8_nodes(diff)
-    run.objects["int8_ranking"] = ranked
-    worst = diff.ranking(1)
-    summary = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
-    if worst:
-        summary += (
-            f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
-            f"{worst[0].drop_db:.1f} dB drop)"
-        )
-    if ranked:
-        summary += f"; INT8 nodes worst first: {', '.join(ranked[:3])}"
-    return StageResult(
-        "layer_diff",
-        "",
-        "done",
-        summary=summary,
-        data=diff.to_json() | {"tensors": len(diff.tensors), "int8_nodes_worst_first": ranked},
+def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
+    calibration = _need(run.calibration, "calibrate")
+    session = ws.calibration_session(run)
+    diff = session.diff(calibration.quantized, max_batches=_batches(run.config.diff_samples))
+    path = ws.path("layer-diff.json")
+    diff.save(path)
+    return LayerDiffStage(diff, tuple(session.rank_int8_nodes(diff)), path)
+
+
+def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
+    calibration = _need(run.calibration, "calibrate")
+    nodes = list(_need(run.layer_diff, "layer_diff").int8_nodes_worst_first[: run.config.fallback_layers])
+    session = ws.calibration_session(run)
+    plan = replace(
+        session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
     )
-
-
-def stage_fallback(run: QuickstartRun) -> StageResult:
-    session = _calibration_session(run)
-    nodes = run.objects["int8_ranking"][: run.config.fallback_layers]
-    plan = session.fallback_plan(nodes, "fp32")
-    plan.note = f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
-    quantized = session.quantize(run.objects["calib_ranges"], plan)
-    path = _variant_paths(run)["mixed_onnx"]
+    quantized = session.quantize(calibration.ranges, plan)
+    path = ws.path("int8-mixed.onnx")
     quantized.save(path)
-    run.objects["mixed_plan"], run.objects["qdq_mixed"] = plan, quantized
-    before = run.objects["qdq_all"].counts().get("QuantizeLinear", 0)
-    after = quantized.counts().get("QuantizeLinear", 0)
-    return StageResult(
-        "fallback",
-        "",
-        "done",
-        summary=(f"{len(nodes)} layer(s) back to FP32: {', '.join(nodes) or 'none'}; Q/DQ pairs {before} -> {after}"),
-        data={"plan": plan.to_json(), "onnx": str(path), "qdq_pairs_all_int8": before, "qdq_pairs_mixed": after},
+    return Fallback(plan, path, calibration.qdq_pairs, quantized.counts().get("QuantizeLinear", 0), quantized)
+
+
+def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> EngineArtifact:
+    fallback = _need(run.fallback, "fallback")
+    return engine_from_onnx(
+        load_onnx(fallback.onnx_path), ws.path("int8-mixed.engine"), ws.build_options(precision="int8")
     )
 
 
-def stage_build_mixed(run: QuickstartRun) -> StageResult:
-    from workbench.engine.build import engine_from_onnx
-    from workbench.model import load_onnx
-
-    paths = _variant_paths(run)
-    artifact = engine_from_onnx(
-        load_onnx(paths["mixed_onnx"]), paths["mixed_engine"], _build_options(run, precision="int8")
-    )
-    run.objects["mixed_artifact"] = artifact
-    summary = artifact.summary()
-    by_precision = ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items()))
-    return StageResult(
-        "build_mixed",
-        "",
-        "done",
-        summary=(f"{summary['layers']} engine layers ({by_precision}) in {artifact.build_seconds:.1f} s"),
-        data=artifact.to_json(),
-    )
-
-
-def stage_metrics(run: QuickstartRun) -> StageResult:
-    entry = run.objects["entry"]
-    paths = _variant_paths(run)
-    limit = run.config.evaluation_samples
-    variants: list[tuple[str, Path]] = [("fp32", Path(_model_for_build(run).path))]
-    notes: dict[str, str] = {}
+def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
+    variants: list[tuple[str, Path]] = [("fp32", ws.source_model(run).path)]
+    not_measured: dict[str, str] = {}
     try:
-        paths["fp16_onnx"].parent.mkdir(parents=True, exist_ok=True)
-        _fp16_onnx(run)
-        variants.append(("fp16", paths["fp16_onnx"]))
+        variants.append(("fp16", ws.fp16_onnx(run)))
     except WorkbenchError as error:
-        notes["fp16"] = str(error)
-    if "qdq_all" in run.objects:
-        variants.append(("int8-all", paths["int8_all_onnx"]))
-    if "qdq_mixed" in run.objects:
-        variants.append(("int8-mixed", paths["mixed_onnx"]))
-    rows: list[MetricRow] = []
+        not_measured["fp16"] = str(error)
+    if run.calibration is not None:
+        variants.append(("int8-all", run.calibration.onnx_path))
+    if run.fallback is not None:
+        variants.append(("int8-mixed", run.fallback.onnx_path))
+    measured = []
     for variant, path in variants:
         try:
-            result = entry.evaluate_onnx(path, limit=limit)
+            measured.append((variant, path, ws.entry.evaluate_onnx(path, limit=run.config.evaluation_samples)))
         except WorkbenchError as error:
-            notes[variant] = str(error)
-            continue
-        rows.append(
-            MetricRow(variant, str(path), result.name, float(result.value), result.n_samples, result.higher_is_better)
+            not_measured[variant] = str(error)
+    reference = next((result.value for variant, _, result in measured if variant == "fp32"), None)
+    rows = tuple(
+        MetricRow(
+            variant,
+            str(path),
+            result.name,
+            float(result.value),
+            result.n_samples,
+            result.higher_is_better,
+            float(result.value) - reference if reference is not None else math.nan,
         )
-    if rows and rows[0].variant == "fp32":
-        for row in rows:
-            row.delta_vs_fp32 = row.value - rows[0].value
-    for row in rows:
-        row.note = notes.get(row.variant, "")
-    run.objects["metrics"] = rows
-    text = "; ".join(f"{row.variant} {row.value:.4f}" for row in rows)
-    return StageResult(
-        "metrics",
-        "",
-        "done",
-        summary=f"{rows[0].metric if rows else 'metric'} (ONNX Runtime CPU): {text}",
-        data={
-            "rows": [row.to_json() for row in rows],
-            "not_measured": notes,
-            "how": "ONNX Runtime CPU with graph optimizations off: Q/DQ as simulated quantization, "
-            "the project's numeric reference; TensorRT engine outputs need a GPU",
-        },
+        for variant, path, result in measured
     )
+    return Metrics(rows, not_measured)
 
 
-def _fp16_onnx(run: QuickstartRun) -> Path:
-    """The model with FP16 compute (AutoCast rules), as the FP16 engine is built from it."""
-    from workbench.precision import PrecisionPlan
-    from workbench.precision.autocast import apply_precision_plan
-
-    path = _variant_paths(run)["fp16_onnx"]
-    model = _model_for_build(run)
-    if run.objects.get("fp16_source") != model.sha256 or not path.is_file():
-        apply_precision_plan(model, PrecisionPlan(default="fp16")).save(path)
-        run.objects["fp16_source"] = model.sha256
-    return path
-
-
-def stage_select(run: QuickstartRun) -> StageResult:
-    from workbench.engine.build import engine_from_onnx
-
-    paths = _variant_paths(run)
+def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     precision = run.config.precision
     if precision == "fp32":
-        artifact, onnx_path = run.objects["fp32_artifact"], Path(_model_for_build(run).path)
-    elif precision == "fp16":
-        onnx_path = _fp16_onnx(run)
-        artifact = run.objects.get("fp16_artifact")
-        if artifact is None or artifact.onnx_sha256 != _model_for_build(run).sha256:
-            artifact = engine_from_onnx(
-                _model_for_build(run), paths["fp16_engine"], _build_options(run, precision="fp16")
-            )
-            run.objects["fp16_artifact"] = artifact
-    else:
-        if "mixed_artifact" not in run.objects:
-            raise WorkbenchError(
-                "the INT8 engine was not built (see the calibration stages above).",
-                expected="precision fp32 or fp16 until calibration works",
-            )
-        artifact, onnx_path = run.objects["mixed_artifact"], paths["mixed_onnx"]
-    run.objects["chosen_artifact"], run.objects["chosen_onnx"] = artifact, onnx_path
-    wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}[precision]
-    metric = next((row for row in run.objects.get("metrics", []) if row.variant == wanted), None)
-    text = f"{precision} engine {artifact.engine_path} ({artifact.layer_count} layers, {artifact.engine_bytes / 1e6:.2f} MB)"
-    if metric is not None:
-        text += f"; {metric.metric} {metric.value:.4f} ({metric.delta_vs_fp32:+.4f} vs FP32)"
-    return StageResult(
-        "select",
-        "",
-        "done",
-        summary=text,
-        data={"precision": precision, "engine": str(artifact.engine_path), "onnx": str(onnx_path)},
-    )
+        return Selection("fp32", _need(run.fp32_engine, "build_fp32"), ws.source_model(run).path)
+    if precision == "fp16":
+        onnx_path = ws.fp16_onnx(run)
+        return Selection("fp16", ws.fp16_engine(run), onnx_path)
+    if run.mixed_engine is None or run.fallback is None:
+        raise WorkbenchError(
+            "the INT8 engine was not built (see the calibration stages above).",
+            expected="precision fp32 or fp16 until calibration works",
+        )
+    return Selection("int8", run.mixed_engine, run.fallback.onnx_path)
 
 
 def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
@@ -524,35 +446,24 @@ def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
     return plan
 
 
-def _executor_for(run: QuickstartRun) -> tuple[Any, str]:
+def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
     """A GPU executor for the chosen engine when this machine can run it, else ONNX Runtime CPU, and why."""
-    from workbench.engine.backend import detect_gpu, engine_runnable, get_backend
-
     gpu = detect_gpu()
-    onnx_path = run.objects["chosen_onnx"]
     if gpu.present:
-        can_run, why = engine_runnable(get_backend(), gpu)
+        can_run, why = engine_runnable(get_backend(selection.engine.backend), gpu)
         if can_run:
-            try:
-                make = _need("workbench.timing.trt_executor", "TrtExecutor")
-                return make(run.objects["chosen_artifact"].engine_path), f"TensorRT GPU executor on {gpu.name}"
-            except (StageUnavailable, WorkbenchError) as missing:
-                why = str(missing)
+            return TrtExecutor(selection.engine.engine_path), f"TensorRT GPU executor on {gpu.name}"
         reason = f"GPU {gpu.name} present but the engine cannot run on it ({why}); timing the ONNX model on CPU instead"
     else:
         reason = "no NVIDIA GPU here: timing the chosen ONNX variant with ONNX Runtime CPU (not TensorRT numbers)"
-    from workbench.timing.executors import OrtCpuExecutor
-
     # the zoo's optimization-profile shapes pin dims the ONNX leaves symbolic (e.g. OCR's image height and width)
-    shapes = {name: tuple(opt) for name, (_low, opt, _high) in run.objects["entry"].input_profiles().items()}
-    return OrtCpuExecutor(onnx_path, shapes=shapes), reason
+    shapes = {name: tuple(opt) for name, (_low, opt, _high) in ws.entry.input_profiles().items()}
+    return OrtCpuExecutor(selection.onnx_path, shapes=shapes), reason
 
 
-def stage_timing(run: QuickstartRun) -> StageResult:
-    from workbench.timing import RunConfig, run_pipeline
-
+def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
-    executor, reason = _executor_for(run)
+    executor, reason = _executor_for(_need(run.selection, "select"), ws)
     results = []
     try:
         for streams, batch in timing_plan(cfg):
@@ -567,114 +478,216 @@ def stage_timing(run: QuickstartRun) -> StageResult:
             results.append(run_pipeline(executor, config, model=cfg.model))
     finally:
         executor.close()
-    run.objects["timing_results"] = results
-    chosen = results[0]
-    return StageResult(
-        "timing",
-        "",
-        "done",
-        summary=(
-            f"{chosen.executor} executor, {chosen.streams} stream(s) x batch {chosen.batch}: "
-            f"{chosen.throughput_per_s:.0f} samples/s, p50 {chosen.latency_ms.get('p50', math.nan):.2f} ms. {reason}"
-        ),
-        data={
-            "executor": chosen.executor,
-            "executor_label": chosen.executor_label,
-            "reason": reason,
-            "results": [r.to_json() for r in results],
-        },
-    )
+    return Timing(tuple(results), reason)
 
 
-def stage_export(run: QuickstartRun) -> StageResult:
-    export_bundle = _need("workbench.export", "export_bundle")
-    artifact = run.objects["chosen_artifact"]
-    paths = _variant_paths(run)
-    precision = run.config.precision
-    wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}[precision]
-    metric = next((row for row in run.objects.get("metrics", []) if row.variant == wanted), None)
-    timing = run.objects.get("timing_results") or []
-    bundle = export_bundle(
-        artifact,
-        paths["export"],
+def stage_export(run: QuickstartRun, ws: Workspace) -> Bundle:
+    selection = _need(run.selection, "select")
+    int8 = selection.precision == "int8" and run.fallback is not None and run.calibration is not None
+    metric = run.chosen_metric
+    timing = run.timing
+    return export_bundle(
+        selection.engine,
+        ws.export_dir,
         overwrite=True,
-        plan=run.objects.get("mixed_plan") if precision == "int8" else None,
-        calibration_cache=paths["calib_cache"] if precision == "int8" and paths["calib_cache"].is_file() else None,
+        plan=run.fallback.plan if int8 and run.fallback else None,
+        calibration_cache=run.calibration.cache_path if int8 and run.calibration else None,
         accuracy=metric.to_json() | {"how": "ONNX Runtime CPU, optimizations off"} if metric else None,
-        timing=timing[0].to_json() | {"how": run.stage("timing").data.get("reason", "")} if timing else None,
+        timing=timing.chosen.to_json() | {"how": timing.reason} if timing else None,
     )
-    run.objects["export_bundle"] = bundle
+
+
+# --- what each stage reports in one line ----------------------------------------------------------------------------
+
+
+def _summary_clean(cleaning: Cleaning, run: QuickstartRun) -> str:
+    result = cleaning.result
+    accepted = [p.name for p in result.passes if p.changed]
+    return (
+        f"{result.nodes_before} -> {result.nodes_after} ONNX nodes (cleaned graph), {len(accepted)} pass(es) changed "
+        f"the graph, {len(result.rolled_back)} rolled back"
+    )
+
+
+def _summary_engine(artifact: EngineArtifact, run: QuickstartRun) -> str:
+    by_precision = ", ".join(f"{k} {v}" for k, v in sorted(artifact.summary()["by_precision"].items()))
+    return (
+        f"{artifact.onnx_node_count} ONNX nodes (as built) -> {artifact.layer_count} engine layers ({by_precision}) in "
+        f"{artifact.build_seconds:.1f} s ({artifact.backend} {artifact.backend_version})"
+    )
+
+
+def _summary_fusion(stats: FusionStats, run: QuickstartRun) -> str:
+    fused = sum(count for size, count in stats.group_sizes.items() if size > 1)
+    return (
+        f"{stats.engine_layers} engine layers; {fused} of them fuse 2+ ONNX nodes; {stats.folded_nodes} of "
+        f"{stats.onnx_nodes} ONNX nodes map to no layer (folded or metadata-less)"
+    )
+
+
+def _summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
+    return (
+        f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
+        f"{calibration.qdq_pairs} Q/DQ pairs inserted"
+    )
+
+
+def _summary_layer_diff(stage: LayerDiffStage, run: QuickstartRun) -> str:
+    diff = stage.diff
+    text = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
+    worst = diff.ranking(1)
+    if worst:
+        text += (
+            f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
+            f"{worst[0].drop_db:.1f} dB drop)"
+        )
+    if stage.int8_nodes_worst_first:
+        text += f"; INT8 nodes worst first: {', '.join(stage.int8_nodes_worst_first[:3])}"
+    return text
+
+
+def _summary_fallback(fallback: Fallback, run: QuickstartRun) -> str:
+    nodes = [name for name, precision in fallback.plan.overrides.items() if precision == "fp32"]
+    return (
+        f"{len(nodes)} layer(s) back to FP32: {', '.join(nodes) or 'none'}; Q/DQ pairs "
+        f"{fallback.qdq_pairs_all_int8} -> {fallback.qdq_pairs_mixed}"
+    )
+
+
+def _summary_metrics(metrics: Metrics, run: QuickstartRun) -> str:
+    text = "; ".join(f"{row.variant} {row.value:.4f}" for row in metrics.rows)
+    return f"{metrics.metric} (ONNX Runtime CPU): {text}"
+
+
+def _summary_select(selection: Selection, run: QuickstartRun) -> str:
+    engine = selection.engine
+    text = (
+        f"{selection.precision} engine {engine.engine_path} ({engine.layer_count} layers, "
+        f"{engine.engine_bytes / 1e6:.2f} MB)"
+    )
+    metric = run.chosen_metric
+    if metric is not None:
+        text += f"; {metric.metric} {metric.value:.4f} ({metric.delta_vs_fp32:+.4f} vs FP32)"
+    return text
+
+
+def _summary_timing(timing: Timing, run: QuickstartRun) -> str:
+    chosen = timing.chosen
+    return (
+        f"{chosen.executor} executor, {chosen.streams} stream(s) x batch {chosen.batch}: "
+        f"{chosen.throughput_per_s:.0f} samples/s, p50 {chosen.latency_ms.get('p50', math.nan):.2f} ms. {timing.reason}"
+    )
+
+
+def _summary_export(bundle: Bundle, run: QuickstartRun) -> str:
     files = sorted(str(p.relative_to(bundle.path)) for p in bundle.path.rglob("*") if p.is_file())
-    return StageResult(
-        "export",
-        "",
-        "done",
-        summary=f"{precision} engine bundle in {bundle.path}: {', '.join(files)}",
-        data={"bundle": str(bundle.path), "files": files, "manifest_keys": sorted(bundle.manifest)},
-    )
+    return f"{run.config.precision} engine bundle in {bundle.path}: {', '.join(files)}"
 
 
-STAGE_FUNCTIONS: dict[str, Callable[[QuickstartRun], StageResult]] = {
-    "clean": stage_clean,
-    "build_fp32": stage_build_fp32,
-    "fusion": stage_fusion,
-    "calibrate": stage_calibrate,
-    "layer_diff": stage_layer_diff,
-    "fallback": stage_fallback,
-    "build_mixed": stage_build_mixed,
-    "metrics": stage_metrics,
-    "select": stage_select,
-    "timing": stage_timing,
-    "export": stage_export,
-}
-# A stage runs only when these earlier stages are done (clean is optional: the shipped model is built instead).
-REQUIRES: dict[str, tuple[str, ...]] = {
-    "build_fp32": (),
-    "fusion": ("build_fp32",),
-    "calibrate": (),
-    "layer_diff": ("calibrate",),
-    "fallback": ("layer_diff",),
-    "build_mixed": ("fallback",),
-    "metrics": (),
-    "select": ("build_fp32",),
-    "timing": ("select",),
-    "export": ("select",),
-}
+@dataclass(frozen=True)
+class Stage:
+    """One step of the journey: what it is called, which settings it reads, what it needs, what it makes."""
+
+    name: str
+    title: str
+    reads: tuple[str, ...]  # config fields the stage reads directly
+    requires: tuple[str, ...]  # stages that must be done first
+    field: str  # the QuickstartRun field its artifact goes to
+    run: Callable[[QuickstartRun, Workspace], Any]
+    summary: Callable[[Any, QuickstartRun], str]  # (its artifact, the run including it) -> one line
 
 
-def run_stage(run: QuickstartRun, name: str) -> StageResult:
-    """Run one stage, turning a missing module into 'unavailable' and a WorkbenchError into 'failed'."""
-    title = STAGE_TITLES[name]
-    missing = [dep for dep in REQUIRES.get(name, ()) if not run.stage(dep).ok]
+STAGES: tuple[Stage, ...] = (
+    Stage("clean", "Clean the ONNX graph", ("model",), (), "cleaning", stage_clean, _summary_clean),
+    Stage("build_fp32", "Build the FP32 engine", (), (), "fp32_engine", stage_build_fp32, _summary_engine),
+    Stage("fusion", "Fusion view", (), ("build_fp32",), "fusion", stage_fusion, _summary_fusion),
+    Stage(
+        "calibrate",
+        "Calibrate INT8 ranges",
+        ("calibration_method", "calibration_samples"),
+        (),
+        "calibration",
+        stage_calibrate,
+        _summary_calibrate,
+    ),
+    Stage(
+        "layer_diff",
+        "Per-layer INT8 diff",
+        ("diff_samples",),
+        ("calibrate",),
+        "layer_diff",
+        stage_layer_diff,
+        _summary_layer_diff,
+    ),
+    Stage(
+        "fallback",
+        "Fall back the worst layers to FP32",
+        ("fallback_layers",),
+        ("layer_diff",),
+        "fallback",
+        stage_fallback,
+        _summary_fallback,
+    ),
+    Stage(
+        "build_mixed",
+        "Build the mixed-precision engine",
+        (),
+        ("fallback",),
+        "mixed_engine",
+        stage_build_mixed,
+        _summary_engine,
+    ),
+    Stage(
+        "metrics", "Task metric per precision", ("evaluation_samples",), (), "metrics", stage_metrics, _summary_metrics
+    ),
+    Stage("select", "Choose the engine", ("precision",), ("build_fp32",), "selection", stage_select, _summary_select),
+    Stage(
+        "timing",
+        "Time the pipeline",
+        ("streams", "batch", "timing_window_s", "sweep"),
+        ("select",),
+        "timing",
+        stage_timing,
+        _summary_timing,
+    ),
+    Stage("export", "Export the chosen engine", (), ("select",), "bundle", stage_export, _summary_export),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
+    """Run one stage and return the new record: its artifact set (or cleared on failure) and its StageResult."""
+    stage = STAGE_BY_NAME[name]
+    missing = [dep for dep in stage.requires if not run.stage(dep).ok]
+    artifact = None
     if missing:
         result = StageResult(
-            name, title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete"
+            name, stage.title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete"
         )
     else:
         started = time.perf_counter()
         try:
-            result = STAGE_FUNCTIONS[name](run)
-        except StageUnavailable as error:
-            result = StageResult(name, title, "unavailable", summary=str(error))
+            artifact = stage.run(run, ws)
         except WorkbenchError as error:
-            result = StageResult(name, title, "failed", summary=str(error))
-        result.title = title
-        result.seconds = time.perf_counter() - started
-    run.stages[name] = result
-    return result
+            result = StageResult(name, stage.title, "failed", time.perf_counter() - started, str(error))
+        else:
+            seconds = time.perf_counter() - started
+            with_artifact = replace(run, **{stage.field: artifact})
+            text = stage.summary(artifact, with_artifact)
+            result = StageResult(name, stage.title, "done", seconds, text)
+    return replace(run, **{stage.field: artifact, "stages": {**run.stages, name: result}})
 
 
-def _environment() -> dict[str, Any]:
-    from workbench.engine.backend import detect_gpu, get_backend
-
+def _environment() -> Environment:
     backend = get_backend()
     gpu = detect_gpu()
-    return {
-        "backend": backend.name,
-        "backend_version": backend.version,
-        "gpu": gpu.name if gpu.present else None,
-        "gpu_compute_capability": list(gpu.compute_capability) if gpu.compute_capability else None,
-    }
+    return Environment(
+        backend.name,
+        backend.version,
+        gpu.name if gpu.present else None,
+        tuple(gpu.compute_capability) if gpu.compute_capability else None,
+    )
 
 
 class QuickstartSession:
@@ -690,32 +703,45 @@ class QuickstartSession:
         self.progress = progress
         self.on_result = on_result
         self.run = QuickstartRun(self.config)
+        self.workspace: Workspace | None = None
 
-    def _prepare(self) -> None:
-        from workbench.zoo import get_entry
+    def prepare(self) -> Workspace:
+        """The workspace of the current model and output folder (a new model or folder starts a new record)."""
+        return self._prepare()
 
-        entry = get_entry(self.config.model)
-        if self.run.objects.get("entry") is not entry:
-            self.run.objects.clear()
-            self.run.stages.clear()
-            self.run.objects["entry"] = entry
-        if not self.run.environment:
-            self.run.environment = _environment()
+    def _prepare(self) -> Workspace:
+        if (
+            self.workspace is None
+            or self.workspace.model_name != self.config.model
+            or (self.workspace.out != Path(self.config.out_dir))
+        ):
+            self.workspace = Workspace(self.config)
+            self.run = QuickstartRun(self.config)
+        if self.run.environment is None:
+            self.run = replace(self.run, environment=_environment())
+        return self.workspace
 
     def run_all(self) -> QuickstartRun:
         return self.run_from(STAGE_NAMES[0])
 
     def run_from(self, first: str) -> QuickstartRun:
-        self._prepare()
+        ws = self._prepare()
         names = STAGE_NAMES[STAGE_NAMES.index(first) :]
         for index, name in enumerate(names):
             if self.progress:
-                self.progress(name, index, len(names), STAGE_TITLES[name])
-            result = run_stage(self.run, name)
+                self.progress(name, index, len(names), STAGE_BY_NAME[name].title)
+            self.run = run_stage(self.run, name, ws)
             if self.on_result:
-                self.on_result(result, index, len(names))
+                self.on_result(self.run.stages[name], index, len(names))
         if self.progress:
             self.progress("done", len(names), len(names), "finished")
+        return self.run
+
+    def run_stages(self, names: Iterable[str]) -> QuickstartRun:
+        """Run the named stages (in journey order) on the current record, e.g. select + timing for another precision."""
+        ws = self._prepare()
+        for name in (n for n in STAGE_NAMES if n in set(names)):
+            self.run = run_stage(self.run, name, ws)
         return self.run
 
     def update(self, **changes: Any) -> QuickstartRun:
@@ -728,7 +754,8 @@ class QuickstartSession:
             )
         new = replace(self.config, **changes)  # validates
         changed = {key for key, value in changes.items() if getattr(self.config, key) != value}
-        self.config = self.run.config = new
+        self.config = new
+        self.run = replace(self.run, config=new)
         if not changed:
             return self.run
         if "out_dir" in changed or "model" in changed or not self.run.stages:
@@ -738,9 +765,9 @@ class QuickstartSession:
 
 def first_affected_stage(changed: Iterable[str]) -> str:
     changed = set(changed)
-    for name, _, fields in STAGES:
-        if changed & set(fields):
-            return name
+    for stage in STAGES:
+        if changed & set(stage.reads):
+            return stage.name
     return STAGE_NAMES[-1]
 
 
@@ -749,79 +776,3 @@ def run_quickstart(
 ) -> QuickstartRun:
     """Run the whole journey headless and return its results."""
     return QuickstartSession(config, progress, on_result).run_all()
-
-
-# --- choosing among built engines (the export notebook) ---------------------------------------------------------
-
-
-@dataclass
-class EngineCandidate:
-    """One built engine with its accuracy and speed, for an accuracy-vs-speed table."""
-
-    precision: str
-    engine_path: str
-    engine_mb: float
-    layers: int
-    metric_name: str
-    metric: float | None
-    delta_vs_fp32: float | None
-    higher_is_better: bool
-    throughput_per_s: float | None
-    p50_ms: float | None
-    how: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def compare_precisions(
-    session: QuickstartSession, precisions: Iterable[str] = PRECISION_CHOICES
-) -> list[EngineCandidate]:
-    """Build (if needed) and time the engine of every precision; metrics come from the metrics stage."""
-    if not session.run.stages:
-        session.run_all()
-    run = session.run
-    wanted = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}
-    metrics = {row.variant: row for row in run.objects.get("metrics") or []}
-    candidates: list[EngineCandidate] = []
-    original = session.config.precision
-    try:
-        for precision in precisions:
-            session.config = run.config = replace(session.config, precision=precision)
-            for name in ("select", "timing"):
-                run_stage(run, name)
-            if not run.stage("select").ok:
-                continue
-            artifact = run.objects["chosen_artifact"]
-            timing = run.objects.get("timing_results") if run.stage("timing").ok else None
-            row = metrics.get(wanted[precision])
-            candidates.append(
-                EngineCandidate(
-                    precision=precision,
-                    engine_path=str(artifact.engine_path),
-                    engine_mb=artifact.engine_bytes / 1e6,
-                    layers=artifact.layer_count,
-                    metric_name=row.metric if row else "",
-                    metric=row.value if row else None,
-                    delta_vs_fp32=row.delta_vs_fp32 if row else None,
-                    higher_is_better=row.higher_is_better if row else True,
-                    throughput_per_s=timing[0].throughput_per_s if timing else None,
-                    p50_ms=timing[0].latency_ms.get("p50") if timing else None,
-                    how=run.stage("timing").data.get("reason", run.stage("timing").summary),
-                )
-            )
-    finally:
-        session.config = run.config = replace(session.config, precision=original)
-    return candidates
-
-
-def recommend(candidates: Iterable[EngineCandidate], max_metric_drop: float = 0.005) -> EngineCandidate | None:
-    """The fastest candidate whose task metric is at most ``max_metric_drop`` worse than FP32's."""
-
-    def acceptable(c: EngineCandidate) -> bool:
-        if c.delta_vs_fp32 is None:
-            return False
-        return (c.delta_vs_fp32 >= -max_metric_drop) if c.higher_is_better else (c.delta_vs_fp32 <= max_metric_drop)
-
-    fine = [c for c in candidates if acceptable(c) and c.throughput_per_s is not None]
-    return max(fine, key=lambda c: c.throughput_per_s or 0.0, default=None)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench._io import sha256_file
+from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.errors import WorkbenchError
 
 # Protobuf refuses to serialize a single message over 2 GiB; larger models must keep weights as external data.
@@ -31,7 +32,7 @@ _ONNX_DTYPE_NAMES = {
 
 
 @dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(Artifact):
     """Name, element type and shape of a graph input or output. Symbolic dimensions are strings, unknown ones None."""
 
     name: str
@@ -42,21 +43,35 @@ class TensorSpec:
     def is_dynamic(self) -> bool:
         return any(not isinstance(dim, int) or dim < 0 for dim in self.shape)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
+@dataclass(frozen=True)
+class OnnxModel(Artifact):
+    """A loaded, checked ONNX model and the facts every later stage needs about it.
 
-@dataclass
-class OnnxModel:
-    """A loaded, checked ONNX model and the facts every later stage needs about it."""
+    Its JSON names the file and its sha256; :meth:`from_json` loads the file again and refuses one that changed.
+    """
 
     path: Path
     sha256: str
-    proto: Any = field(repr=False)  # onnx.ModelProto; typed loosely so this module imports without onnx stubs
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    opset: int
-    producer: str
+    # onnx.ModelProto, typed loosely so this module imports without onnx stubs; the file is its serialized form
+    proto: Any = field(repr=False, metadata=NOT_SERIALIZED, compare=False)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    opset: int = 0
+    producer: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> OnnxModel:
+        if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+            raise WorkbenchError("ONNX model JSON has no 'path'.", expected="the JSON of an OnnxModel")
+        model = load_onnx(data["path"])
+        if data.get("sha256") and data["sha256"] != model.sha256:
+            raise WorkbenchError(
+                f"{model.path}: the file changed since it was recorded (sha256 {model.sha256[:12]}…, recorded "
+                f"{str(data['sha256'])[:12]}…).",
+                expected="the ONNX file the record was made from",
+            )
+        return model
 
     @property
     def node_count(self) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
 
 Precision = Literal["fp32", "fp16", "int8"]
@@ -24,8 +25,8 @@ def _check_precision(value: str, where: str) -> Precision:
     return value  # type: ignore[return-value]
 
 
-@dataclass
-class PrecisionPlan:
+@dataclass(frozen=True)
+class PrecisionPlan(Artifact):
     """Default precision for every node, plus per-node overrides keyed by ONNX node name."""
 
     default: Precision = "fp32"
@@ -33,19 +34,24 @@ class PrecisionPlan:
     note: str = ""
 
     def __post_init__(self) -> None:
-        self.default = _check_precision(self.default, "precision plan default")
-        self.overrides = {
+        object.__setattr__(self, "default", _check_precision(self.default, "precision plan default"))
+        if not isinstance(self.overrides, Mapping):
+            raise WorkbenchError(
+                f"precision plan overrides {self.overrides!r} are not a mapping.", expected='{"node": "fp16"}'
+            )
+        checked = {
             str(name): _check_precision(value, f"precision plan override for node {name!r}")
-            for name, value in dict(self.overrides).items()
+            for name, value in sorted(dict(self.overrides).items())
         }
+        object.__setattr__(self, "overrides", checked)
 
     def precision_of(self, node_name: str) -> Precision:
         return self.overrides.get(node_name, self.default)
 
-    def with_overrides(self, changes: Mapping[str, Precision]) -> PrecisionPlan:
+    def with_overrides(self, changes: Mapping[str, Precision], note: str | None = None) -> PrecisionPlan:
         merged = dict(self.overrides)
         merged.update(changes)
-        return PrecisionPlan(self.default, merged, self.note)
+        return PrecisionPlan(self.default, merged, self.note if note is None else note)
 
     def counts(self, node_names: list[str]) -> dict[str, int]:
         result = {p: 0 for p in PRECISIONS}
@@ -60,17 +66,14 @@ class PrecisionPlan:
         others = sorted({p for p in self.overrides.values() if p != self.default})
         return f"{self.default}+" + "+".join(others) if others else self.default
 
-    def to_json(self) -> dict[str, Any]:
-        return {"default": self.default, "overrides": dict(sorted(self.overrides.items())), "note": self.note}
-
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PrecisionPlan:
+    def from_json(cls, data: Any) -> PrecisionPlan:
         if not isinstance(data, Mapping) or "default" not in data:
             raise WorkbenchError(
                 "precision plan JSON lacks a 'default' key.",
                 expected='{"default": "fp32", "overrides": {"node": "fp16"}}',
             )
-        return cls(default=data["default"], overrides=dict(data.get("overrides", {})), note=str(data.get("note", "")))
+        return cls(default=data["default"], overrides=data.get("overrides", {}), note=str(data.get("note", "")))
 
     @classmethod
     def load(cls, path: str | Path) -> PrecisionPlan:

@@ -1,5 +1,17 @@
 """The main job's report: a self-contained ``report.html`` and the bottleneck diagnosis, read from a quickstart run."""
 
-from workbench.report.html import diagnose, metrics_table_html, render_report, timing_table_html, write_report
+from workbench.report.diagnosis import Verdict, diagnose
+from workbench.report.html import SECTION_IDS, render_report, write_report
+from workbench.report.tables import metrics_table_html, stage_table_html, timing_table_html, verdicts_html
 
-__all__ = ["diagnose", "metrics_table_html", "render_report", "timing_table_html", "write_report"]
+__all__ = [
+    "SECTION_IDS",
+    "Verdict",
+    "diagnose",
+    "metrics_table_html",
+    "render_report",
+    "stage_table_html",
+    "timing_table_html",
+    "verdicts_html",
+    "write_report",
+]

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.timing.executors import EXECUTORS, make_executor
+from workbench.timing.factory import EXECUTORS, make_executor
 
 
 def _int_list(text: str) -> list[int]:

@@ -205,38 +205,3 @@ class _OrtLane:
     def enqueue(self, size: int, stream: Any = None) -> None:
         # Synchronous: returns when the outputs exist.
         self.last_outputs = self._session.run(None, self._feeds[size])
-
-
-EXECUTORS = ("cpu", "torch", "trt")
-
-
-def make_executor(
-    model: str, executor: str, *, batch: int = 1, shapes: list[str] | None = None, cuda_graph: bool = True
-) -> tuple[Any, str]:
-    """Build the executor for MODEL; returns (executor, model label)."""
-    if executor == "cpu":
-        overrides: dict[str, Any] = parse_shape_overrides(shapes)
-        from workbench.zoo import resolve_model
-
-        path, entry = resolve_model(model)
-        if entry is None and not path.is_file():
-            raise WorkbenchError(f"{model}: no such ONNX file.", expected="an existing .onnx path or a zoo name")
-        if entry is not None and not overrides:
-            overrides = dict(entry.input_profiles())
-        return OrtCpuExecutor(path, shapes=overrides), model
-    if executor == "torch":
-        from workbench.timing.torch_executor import TorchExecutor, torch_module_for
-
-        module, sample_shape, description = torch_module_for(model)
-        return TorchExecutor(module, sample_shape, cuda_graph=cuda_graph, description=description), model
-    if executor == "trt":
-        from workbench.timing.trt_executor import TrtExecutor
-
-        if not str(model).endswith(".engine"):
-            raise WorkbenchError(
-                f"{model}: the trt executor times a built engine.",
-                expected="a .engine path",
-                hint="build one with `workbench build MODEL -o X.engine`",
-            )
-        return TrtExecutor(model), model
-    raise WorkbenchError(f"unknown executor {executor!r}.", expected=" | ".join(EXECUTORS))

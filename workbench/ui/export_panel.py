@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from workbench.export import Bundle
 from workbench.flow import EngineCandidate, QuickstartConfig, QuickstartSession, compare_precisions, recommend
 from workbench.ui import controls
 
@@ -67,7 +68,7 @@ class ExportPanel:
         self.table = widgets.HTML()
         self.figure = go.FigureWidget()
         self.candidates: list[EngineCandidate] = []
-        self.bundle: Any = None
+        self.bundle: Bundle | None = None
         self.compare_button.on_click(lambda _b: self.compare())
         self.export_button.on_click(lambda _b: self._guarded(lambda: self.export(self.precision.value)))
         self.precision.observe(lambda _change: self._render(), names="value")
@@ -100,7 +101,7 @@ class ExportPanel:
     def recommend(self, max_metric_drop: float = 0.005) -> EngineCandidate | None:
         return recommend(self.candidates, max_metric_drop)
 
-    def export(self, precision: str) -> Any:
+    def export(self, precision: str) -> Bundle | None:
         """Export the engine of ``precision`` (its bundle records accuracy and timing)."""
         run = self.session.update(precision=precision)
         if self.precision.value != precision:
@@ -109,7 +110,7 @@ class ExportPanel:
         if not result.ok:
             self.status.warn(f"export {result.status}: {result.summary}")
             return None
-        self.bundle = run.objects["export_bundle"]
+        self.bundle = run.bundle
         self.status.ok(result.summary)
         return self.bundle
 

@@ -13,8 +13,13 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartSession
+from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession
+from workbench.report import diagnose, metrics_table_html, stage_table_html, timing_table_html, verdicts_html
 from workbench.ui import controls
+from workbench.viz import calib as calib_figures
+from workbench.viz import clean as clean_figures
+from workbench.viz import engine as engine_figures
+from workbench.viz import flow as flow_figures
 
 _TABS = ("Stages", "Cleaning", "Fusion", "Per-layer diff", "Task metric", "Timing", "Diagnosis")
 
@@ -117,7 +122,7 @@ class QuickstartPanel:
             return
         self.progress.done("finished")
         self.refresh()
-        failed = [r for r in self.session.run.stages.values() if r.status in ("failed", "unavailable", "skipped")]
+        failed = [r for r in self.session.run.stages.values() if not r.ok]
         if failed:
             self.status.warn(
                 f"done; {len(failed)} stage(s) did not complete: "
@@ -128,82 +133,44 @@ class QuickstartPanel:
 
     # --- rendering -------------------------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Redraw every table and figure from the session's current run."""
-        from workbench.report import diagnose, metrics_table_html, timing_table_html
-        from workbench.viz import flow as figures
-
+        """Redraw every table and figure from the session's current run (the panel only reads the typed record)."""
         run = self.session.run
-        objects = run.objects
-        rows = "".join(
-            f"<tr><td>{html.escape(run.stage(n).title)}</td><td>{run.stage(n).status}</td>"
-            f"<td>{run.stage(n).seconds:.2f}</td><td>{html.escape(run.stage(n).summary)}</td></tr>"
-            for n in STAGE_NAMES
-            if n in run.stages
-        )
-        self.stage_table.value = (
-            "<table><tr><th>stage</th><th>status</th><th>s</th><th>result</th></tr>" + rows + "</table>"
-        )
-        clean = objects.get("clean_result")
+        self.stage_table.value = stage_table_html(run)
         _replace_figure(
             self.cleaning_figure,
-            figures.cleaning_waterfall(clean)
-            if clean is not None and run.stage("clean").ok
+            clean_figures.node_waterfall_figure(run.cleaning.result)
+            if run.cleaning
             else _note(run.stage("clean").summary),
         )
-        _replace_figure(self.fusion_figure, self._fusion_figure())
-        diff = objects.get("layer_diff")
-        plan = objects.get("mixed_plan")
+        _replace_figure(self.fusion_figure, self._fusion_figure(run))
+        kept = [node for node, p in run.fallback.plan.overrides.items() if p == "fp32"] if run.fallback else []
         _replace_figure(
             self.diff_figure,
-            figures.layer_diff_figure(diff, list(plan.overrides) if plan else [])
-            if diff is not None and run.stage("layer_diff").ok
+            calib_figures.sqnr_figure(run.layer_diff.diff, highlight=kept)
+            if run.layer_diff
             else _note(run.stage("layer_diff").summary),
         )
-        chosen = {"int8": "int8-mixed"}.get(run.config.precision, run.config.precision)
-        metrics = objects.get("metrics") or []
+        rows = run.metrics.rows if run.metrics else ()
         self.metrics_table.value = (
-            metrics_table_html(metrics, chosen) if metrics else html.escape(run.stage("metrics").summary)
+            metrics_table_html(rows, run.config.variant) if rows else html.escape(run.stage("metrics").summary)
         )
         _replace_figure(
             self.metrics_figure,
-            figures.metrics_figure(metrics, chosen) if metrics else _note(run.stage("metrics").summary),
+            flow_figures.metrics_figure(rows, run.config.variant) if rows else _note(run.stage("metrics").summary),
         )
-        timing = objects.get("timing_results") or []
-        if timing and run.stage("timing").ok:
-            self.timing_table.value = (
-                f"<p>{html.escape(run.stage('timing').data.get('reason', ''))}</p>" + timing_table_html(timing)
-            )
-            _replace_figure(self.timing_figure, figures.timing_figure(timing))
+        if run.timing is not None:
+            self.timing_table.value = f"<p>{html.escape(run.timing.reason)}</p>" + timing_table_html(run.timing.results)
+            _replace_figure(self.timing_figure, flow_figures.timing_figure(run.timing.results))
         else:
             self.timing_table.value = html.escape(run.stage("timing").summary)
             _replace_figure(self.timing_figure, _note(run.stage("timing").summary))
-        self.diagnosis.value = (
-            "<ul>"
-            + "".join(f"<li><b>{html.escape(v.topic)}</b>: {html.escape(v.text)}</li>" for v in diagnose(run))
-            + "</ul>"
-        )
+        self.diagnosis.value = verdicts_html(diagnose(run))
         self.refresh_count += 1
 
-    def _fusion_figure(self) -> go.Figure:
-        """The fusion view of the chosen engine (side by side with its ONNX graph when the layer map is available)."""
-        from workbench.flow import fusion_rows
-        from workbench.viz import flow as figures
-
-        run = self.session.run
-        artifact = run.objects.get("chosen_artifact") or run.objects.get("fp32_artifact")
-        if artifact is None:
+    @staticmethod
+    def _fusion_figure(run: QuickstartRun) -> go.Figure:
+        """The fusion view of the chosen engine (the FP32 one until an engine is chosen), from its layer map."""
+        engine = run.selection.engine if run.selection else run.fp32_engine
+        if engine is None:
             return _note(run.stage("fusion").summary)
-        title = f"Fusion view: {artifact.engine_path.name}"
-        try:
-            from workbench.engine.layermap import LayerMap
-            from workbench.model import load_onnx
-            from workbench.viz import engine as fusion_figures
-
-            layer_map = LayerMap.from_engine_layers(
-                artifact.engine_layers,
-                onnx_proto=load_onnx(artifact.onnx_path, check=False).proto,
-                label=artifact.engine_path.stem,
-            )
-            return fusion_figures.side_by_side_figure(layer_map, title=title)
-        except ImportError:
-            return figures.fusion_figure(fusion_rows(artifact), title)
+        return engine_figures.side_by_side_figure(engine.layer_map, title=f"Fusion view: {engine.engine_path.name}")

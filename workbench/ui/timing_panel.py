@@ -217,7 +217,7 @@ def make_panel(
 ) -> tuple[TimingPanel, str]:
     """A panel for this machine: the torch GPU executor when CUDA is usable, else the CPU executor; and why."""
     from workbench.engine.backend import detect_gpu
-    from workbench.timing.executors import make_executor
+    from workbench.timing.factory import make_executor
 
     gpu = detect_gpu()
     cuda_ok = False

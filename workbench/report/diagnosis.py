@@ -1,0 +1,189 @@
+"""The bottleneck diagnosis: one verdict per topic, each citing numbers measured in the run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from workbench.artifact import Artifact
+from workbench.engine import EngineArtifact
+from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
+
+STREAMS_HELP_RATIO = 1.15  # a configuration "helps" when it gives at least 15 % more throughput
+
+
+@dataclass(frozen=True)
+class Verdict(Artifact):
+    """One line of the bottleneck diagnosis and the measured numbers it rests on."""
+
+    topic: str
+    text: str
+    evidence: dict[str, float] = field(default_factory=dict)
+
+
+def diagnose(run: QuickstartRun) -> list[Verdict]:
+    """What the processor was busy with, whether streams or batching help, and which layers cost accuracy."""
+    verdicts: list[Verdict] = []
+    if run.timing is not None:
+        verdicts += _timing_verdicts(run.timing)
+    if run.layer_diff is not None:
+        verdicts += _accuracy_verdicts(run.layer_diff, run.fallback)
+    if run.metrics is not None:
+        verdicts += _metric_verdicts(run.metrics, run.fallback)
+    if run.fp32_engine is not None:
+        verdicts += _fusion_verdicts(run.fp32_engine)
+    return verdicts
+
+
+def _fallback_nodes(fallback: Fallback | None) -> list[str]:
+    return [node for node, precision in fallback.plan.overrides.items() if precision == "fp32"] if fallback else []
+
+
+def _timing_verdicts(timing: Timing) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    chosen = timing.chosen
+    stages = chosen.stages_ms
+    compute, latency = stages.get("compute", math.nan), chosen.latency_ms.get("p50", math.nan)
+    device = "GPU" if chosen.executor != "cpu" else "CPU (ONNX Runtime, no GPU here)"
+    share = compute / latency if latency and latency > 0 else math.nan
+    waiting = stages.get("wait", 0.0) + stages.get("queue", 0.0)
+    verdicts.append(
+        Verdict(
+            "busy with",
+            (
+                f"The {device} was busy computing {chosen.busy_fraction:.0%} of the measured time; a request's median "
+                f"latency of {latency:.2f} ms was {compute:.2f} ms compute ({share:.0%}), {waiting:.2f} ms waiting for a "
+                f"free lane and {stages.get('h2d', 0.0) + stages.get('d2h', 0.0):.2f} ms copies."
+            ),
+            {
+                "busy_fraction": chosen.busy_fraction,
+                "p50_latency_ms": latency,
+                "compute_ms": compute,
+                "wait_ms": waiting,
+            },
+        )
+    )
+    host_bound = chosen.enqueue_us_p50 > 0.8 * compute * 1e3
+    enqueue_note = (
+        f"host enqueue took {chosen.enqueue_us_p50:.0f} us per request vs {compute * 1e3:.0f} us of "
+        f"compute: the host thread {'is' if host_bound else 'is not'} the bottleneck"
+        + (" (CPU executor: enqueue hands the request to a worker thread)" if chosen.executor == "cpu" else "")
+    )
+    verdicts.append(
+        Verdict(
+            "host",
+            enqueue_note[0].upper() + enqueue_note[1:] + ".",
+            {"enqueue_us_p50": chosen.enqueue_us_p50, "compute_ms": compute},
+        )
+    )
+    one_stream = timing.find(1, chosen.batch)
+    if chosen.streams > 1 and one_stream is not None:
+        ratio = chosen.throughput_per_s / one_stream.throughput_per_s
+        helps = ratio >= STREAMS_HELP_RATIO
+        verdicts.append(
+            Verdict(
+                "more streams",
+                (
+                    f"{chosen.streams} streams give {chosen.throughput_per_s:.0f} samples/s vs {one_stream.throughput_per_s:.0f} "
+                    f"with 1 ({ratio:.2f}x): more streams {'help' if helps else 'do not help'}"
+                    + (
+                        ""
+                        if helps
+                        else f" (the {device} is already {one_stream.busy_fraction:.0%} busy with one stream)"
+                    )
+                    + "."
+                ),
+                {
+                    "ratio": ratio,
+                    "throughput_streams": chosen.throughput_per_s,
+                    "throughput_1_stream": one_stream.throughput_per_s,
+                },
+            )
+        )
+    else:
+        verdicts.append(
+            Verdict(
+                "more streams",
+                f"Timed with {chosen.streams} stream(s) only; raise the streams setting to compare.",
+                {"streams": float(chosen.streams)},
+            )
+        )
+    unbatched = timing.find(chosen.streams, 1)
+    if chosen.batch > 1 and unbatched is not None:
+        ratio = chosen.throughput_per_s / unbatched.throughput_per_s
+        cost = chosen.latency_ms.get("p50", math.nan) / unbatched.latency_ms.get("p50", math.nan)
+        verdicts.append(
+            Verdict(
+                "batching",
+                (
+                    f"Batch {chosen.batch} gives {chosen.throughput_per_s:.0f} samples/s vs {unbatched.throughput_per_s:.0f} at "
+                    f"batch 1 ({ratio:.2f}x) for {cost:.1f}x the median latency: batching "
+                    f"{'helps throughput' if ratio >= STREAMS_HELP_RATIO else 'does not help'}."
+                ),
+                {"ratio": ratio, "latency_ratio": cost},
+            )
+        )
+    else:
+        verdicts.append(
+            Verdict(
+                "batching",
+                f"Timed at batch {chosen.batch} only; raise the batch setting to compare.",
+                {"batch": float(chosen.batch)},
+            )
+        )
+    return verdicts
+
+
+def _accuracy_verdicts(layer_diff: LayerDiffStage, fallback: Fallback | None) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    diff = layer_diff.diff
+    worst = diff.ranking(3)
+    if worst:
+        parts = [
+            f"{row.node} (adds {row.noise_added:.2g} relative noise power, accumulated SQNR "
+            f"{row.sqnr_db_accumulated:.1f} dB, {row.drop_db:.1f} dB drop)"
+            for row in worst
+        ]
+        text = "INT8 error enters most at " + "; ".join(parts) + "."
+        if layer_diff.int8_nodes_worst_first and fallback is not None:
+            kept = ", ".join(_fallback_nodes(fallback)) or "none"
+            text += f" Worst INT8 layers, kept FP32 in the mixed engine: {kept}."
+        verdicts.append(
+            Verdict(
+                "accuracy", text, {f"noise_added_{i}": float(row.noise_added or 0.0) for i, row in enumerate(worst)}
+            )
+        )
+    return verdicts
+
+
+def _metric_verdicts(metrics: Metrics, fallback: Fallback | None) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    rows = {row.variant: row for row in metrics.rows}
+    if "fp32" in rows and ("int8-all" in rows or "int8-mixed" in rows):
+        fp32 = rows["fp32"]
+        text = f"{fp32.metric}: FP32 {fp32.value:.4f}"
+        evidence = {"fp32": fp32.value}
+        for variant in ("fp16", "int8-all", "int8-mixed"):
+            if variant in rows:
+                text += f", {variant} {rows[variant].value:.4f} ({rows[variant].delta_vs_fp32:+.4f})"
+                evidence[variant] = rows[variant].value
+        kept = _fallback_nodes(fallback)
+        if kept:
+            text += f"; falling back {len(kept)} layer(s) to FP32: {', '.join(kept)}"
+        verdicts.append(Verdict("task metric", text + f" (ONNX Runtime CPU, {fp32.n_samples} samples).", evidence))
+    return verdicts
+
+
+def _fusion_verdicts(artifact: EngineArtifact) -> list[Verdict]:
+    stats = artifact.layer_map.stats()
+    fused = sum(count for size, count in stats.group_sizes.items() if size > 1)
+    return [
+        Verdict(
+            "fusion",
+            (
+                f"{artifact.onnx_node_count} ONNX nodes became {artifact.layer_count} engine layers; {fused} layers fuse two "
+                "or more nodes."
+            ),
+            {"onnx_nodes": float(artifact.onnx_node_count), "engine_layers": float(artifact.layer_count)},
+        )
+    ]
