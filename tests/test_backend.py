@@ -95,7 +95,8 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_backend_module_type_checks_against_tensorrt_10_stubs(stubs: Path) -> None:
-    result = _mypy(["workbench/backend.py"], stubs)
+    # the backend (every TensorRT call, incl. the full-TensorRT inspector path) and the build that picks a path
+    result = _mypy(["workbench/engine/backend.py", "workbench/engine/build.py"], stubs)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +155,7 @@ class NetworkBuildRequest:
     """Everything the builder needs; produced by workbench.engine.build from user options."""
 
     onnx_path: str
-    profiles: list[dict[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]] = field(default_factory=list)
+    profiles: Sequence[Mapping[str, tuple[Sequence[int], Sequence[int], Sequence[int]]]] = field(default_factory=list)
     workspace_bytes: int | None = None
     optimization_level: int | None = None
     compute_capabilities: tuple[str, ...] = ()  # RTX only, e.g. ("SM86",); empty = backend default

@@ -219,11 +219,10 @@ class LayerMap:
         nodes = []
         seen: set[str] = set()
         inferred = onnx_nodes is None
-        if inferred:
-            # No graph given: the nodes are the ones the layers name, in order of first appearance. Folded nodes
-            # cannot be known then, and op types are left empty.
-            onnx_nodes = [(name, "") for name in by_node]
-        for index, (name, op_type) in enumerate(onnx_nodes):
+        # No graph given: the nodes are the ones the layers name, in order of first appearance. Folded nodes
+        # cannot be known then, and op types are left empty.
+        node_list = [(name, "") for name in by_node] if onnx_nodes is None else list(onnx_nodes)
+        for index, (name, op_type) in enumerate(node_list):
             nodes.append(NodeEntry(index, name, op_type, tuple(by_node.get(name, ()))))
             seen.add(name)
         unknown = tuple(name for name in by_node if name not in seen)

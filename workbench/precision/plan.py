@@ -54,7 +54,7 @@ class PrecisionPlan(Artifact):
         return PrecisionPlan(self.default, merged, self.note if note is None else note)
 
     def counts(self, node_names: list[str]) -> dict[str, int]:
-        result = {p: 0 for p in PRECISIONS}
+        result: dict[str, int] = {p: 0 for p in PRECISIONS}
         for name in node_names:
             result[self.precision_of(name)] += 1
         return result
