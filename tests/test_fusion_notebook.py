@@ -6,6 +6,8 @@ from pathlib import Path
 
 from notebook_runner import execute_notebook
 
+from workbench.zoo import DEFAULT_MODEL
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb"
 
 # Appended to the notebook in memory: drives the widgets of the objects the notebook created.
@@ -34,9 +36,9 @@ print("DRIVEN", len(explorer.maps))
 def test_notebook_02_executes_and_its_panel_is_driven(tmp_path: Path) -> None:
     run = execute_notebook(NOTEBOOK.name, workdir=tmp_path, extra_cells=[DRIVE])
     seconds, outputs, text = run.seconds, run.outputs, run.stream_text
-    assert "digits-cnn.fp16:" in text and "DRIVEN 2" in text
+    assert f"{DEFAULT_MODEL}.fp16:" in text and "DRIVEN 2" in text
     widget_views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     plotly_figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert widget_views and len(plotly_figures) >= 2  # the explorer, the stats and diff figures
-    assert (tmp_path / "out" / "notebook-02" / "digits-cnn.fp16.fusions.html").stat().st_size > 1_000_000
+    assert (tmp_path / "out" / "notebook-02" / f"{DEFAULT_MODEL}.fp16.fusions.html").stat().st_size > 1_000_000
     assert seconds < 60, f"notebook 02 took {seconds:.0f} s"

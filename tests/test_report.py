@@ -45,7 +45,7 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"):
         assert f'id="{figure}"' in html, figure
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
-    stages = demo["run"]["stages"]
+    stages = list(demo["run"]["stages"].values())
     assert [s["status"] for s in stages] == ["done"] * len(stages), [(s["name"], s["summary"]) for s in stages]
     assert (demo["out"] / "export" / "manifest.json").is_file()
     assert (demo["out"] / "run.json").is_file()

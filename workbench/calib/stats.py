@@ -168,29 +168,61 @@ class CalibrationRanges:
                 f"{path}: neither a JSON calibration cache nor a TensorRT text cache ({error}).",
                 expected=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header",
             ) from error
-        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or "tensors" not in data:
+        if model_sha256 and isinstance(data, dict) and data.get("model_sha256") not in (None, "", model_sha256):
             raise WorkbenchError(
-                f"{path}: not a workbench calibration cache.", expected=f"JSON with format {CACHE_FORMAT!r}"
-            )
-        if model_sha256 and data.get("model_sha256") and data["model_sha256"] != model_sha256:
-            raise WorkbenchError(
-                f"{path}: the cache was made for a different model (sha256 {data['model_sha256'][:12]}…).",
+                f"{path}: the cache was made for a different model (sha256 {str(data['model_sha256'])[:12]}…).",
                 expected=f"a cache for model sha256 {model_sha256[:12]}…",
                 hint="re-calibrate, or drop --cache",
             )
-        statistics = CalibrationStatistics.from_json(data["statistics"]) if "statistics" in data else None
-        tensors = data["tensors"]
+        return cls.from_json(data, where=str(path))
+
+    @classmethod
+    def from_json(cls, data: Any, *, where: str = "calibration cache") -> CalibrationRanges:
+        """Read what :meth:`to_json` wrote, checking every field: a bad cache is named, never half-used."""
+
+        def bad(what: str, expected: str) -> WorkbenchError:
+            return WorkbenchError(f"{where}: {what}.", expected=expected, hint="re-calibrate to write a fresh cache")
+
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+            raise bad("not a workbench calibration cache", f"a JSON object with format {CACHE_FORMAT!r}")
+        tensors = data.get("tensors")
+        if not isinstance(tensors, dict):
+            raise bad("'tensors' is missing or not an object", "'tensors': {name: {'amax': positive number}}")
+        amax: dict[str, float] = {}
+        digests: dict[str, str] = {}
+        for name, entry in tensors.items():
+            value = entry.get("amax") if isinstance(entry, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise bad(f"tensor {name!r} has amax {value!r}", "a finite positive number for every tensor's amax")
+            amax[str(name)] = float(value)
+            if isinstance(entry.get("histogram_digest"), str):
+                digests[str(name)] = entry["histogram_digest"]
+        percentile = data.get("percentile")
+        if percentile is not None and (
+            isinstance(percentile, bool) or not isinstance(percentile, (int, float)) or not 0 < percentile <= 100
+        ):
+            raise bad(f"percentile {percentile!r}", "null or a number in (0, 100]")
+        warnings = data.get("warnings", [])
+        if not isinstance(warnings, list) or not all(isinstance(item, str) for item in warnings):
+            raise bad("'warnings' is not a list of strings", "a list of strings")
+        for key in ("method", "model_sha256", "data_digest", "source"):
+            if key in data and not isinstance(data[key], str):
+                raise bad(f"{key!r} is {data[key]!r}", "a string")
+        try:
+            statistics = CalibrationStatistics.from_json(data["statistics"]) if data.get("statistics") else None
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise bad(
+                f"its histograms cannot be read ({error})", "the 'statistics' section that to_json writes"
+            ) from error
         return cls(
-            amax={name: float(entry["amax"]) for name, entry in tensors.items()},
+            amax=amax,
             method=str(data.get("method", "")),
-            percentile=data.get("percentile"),
+            percentile=None if percentile is None else float(percentile),
             model_sha256=str(data.get("model_sha256", "")),
             data_digest=str(data.get("data_digest", "")),
-            histogram_digests={
-                name: entry.get("histogram_digest") for name, entry in tensors.items() if entry.get("histogram_digest")
-            },
+            histogram_digests=digests,
             random_data=bool(data.get("random_data", False)),
-            warnings=list(data.get("warnings", [])),
+            warnings=list(warnings),
             statistics=statistics,
             source=str(data.get("source", "workbench")),
         )
