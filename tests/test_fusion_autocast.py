@@ -70,7 +70,7 @@ def test_rules_keep_large_initializers_and_sensitive_ops_fp32(tmp_path: Path) ->
     model = load_onnx(_tiny_graph(tmp_path, big=FP16_MAX * 2))
     result = apply_precision_plan(model, PrecisionPlan("fp16"))
     assert result.kept_fp32 == {"mul_big": "large-initializer", "softmax": "sensitive-op"}
-    assert result.fp16_nodes == ["relu", "reshape"]
+    assert result.fp16_nodes == ("relu", "reshape")
     saved = result.save(tmp_path / "tiny.fp16.onnx")
     x = np.array([[0.5, -1.0, 2.0, 1e-3]], np.float32)
     (reference,) = _run(model.path, {"x": x})
@@ -81,7 +81,7 @@ def test_rules_keep_large_initializers_and_sensitive_ops_fp32(tmp_path: Path) ->
 def test_overrides_choose_nodes_and_int8_needs_qdq(tmp_path: Path) -> None:
     model = load_onnx(_tiny_graph(tmp_path, big=4.0))
     only_relu = apply_precision_plan(model, PrecisionPlan("fp32", {"relu": "fp16"}))
-    assert only_relu.fp16_nodes == ["relu"] and only_relu.casts_added == 2  # one cast in, one back
+    assert only_relu.fp16_nodes == ("relu",) and only_relu.casts_added == 2  # one cast in, one back
     with pytest.raises(WorkbenchError, match="no QuantizeLinear/DequantizeLinear"):
         apply_precision_plan(model, PrecisionPlan("fp32", {"relu": "int8"}))
     with pytest.raises(WorkbenchError, match="does not have"):

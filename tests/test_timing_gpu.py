@@ -55,7 +55,7 @@ def test_graph_pipeline_outputs_match_eager_module_and_events_are_ordered() -> N
         assert r.h2d_start_ms <= r.h2d_end_ms <= r.compute_end_ms <= r.d2h_end_ms
         assert r.dispatch_ms <= r.enqueue_end_ms
     assert 0 < result.busy_fraction <= 1.0
-    assert result.littles_law["ok"], result.littles_law
+    assert result.littles_law.ok, result.littles_law
 
 
 def test_pipeline_beats_synchronous_loop_on_a_real_cnn() -> None:

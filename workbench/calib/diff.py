@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from workbench._io import write_json_atomic
+from workbench.artifact import Artifact, to_jsonable
 from workbench.calib.data import RANDOM_DATA_WARNING, CalibrationSource
 from workbench.errors import WorkbenchError
 
@@ -81,8 +82,8 @@ def sqnr_db(signal_power: float, noise_power: float) -> float:
     return float(min(SQNR_CAP_DB, 10.0 * math.log10(signal_power / noise_power)))
 
 
-@dataclass
-class TensorDiff:
+@dataclass(frozen=True)
+class TensorDiff(Artifact):
     """One tensor's diff row."""
 
     name: str
@@ -101,24 +102,23 @@ class TensorDiff:
     noise_added: float | None = None  # relative noise power this tensor adds over its worst input (10^(-SQNR/10) units)
     cause: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {key: (round(value, 6) if isinstance(value, float) else value) for key, value in self.__dict__.items()}
 
+@dataclass(frozen=True)
+class LayerDiff(Artifact):
+    """The per-tensor rows in topological order, the ranking of added noise, and the task metric when labelled."""
 
-@dataclass
-class LayerDiff:
-    """The per-tensor rows in topological order, the ranking of SQNR drops, and the task metric when labelled."""
-
-    tensors: list[TensorDiff]
+    tensors: tuple[TensorDiff, ...]
     num_batches: int
     num_samples: int
     seconds: float
     task_metric: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
 
     def ranking(self, n: int | None = None) -> list[TensorDiff]:
-        """Rows where accumulated SQNR drops most (largest ``drop_db`` first)."""
-        # Ranked by added relative noise power, not raw dB: 100 -> 43 dB is harmless, 25 -> 10 dB is not.
+        """Activation rows that add the most relative noise power (largest ``noise_added`` first).
+
+        Ranked by added noise, not by the raw dB drop: 100 -> 43 dB is harmless, 25 -> 10 dB is not.
+        """
         rows = [t for t in self.tensors if t.noise_added is not None and t.kind == "activation"]
         rows.sort(key=lambda t: -(t.noise_added or 0.0))
         return rows[:n] if n is not None else rows
@@ -130,25 +130,19 @@ class LayerDiff:
         raise WorkbenchError(f"tensor {name!r} is not in the diff.", expected="a tensor name from diff.tensors")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "num_batches": self.num_batches,
-            "num_samples": self.num_samples,
-            "seconds": round(self.seconds, 3),
-            "warnings": self.warnings,
-            "task_metric": self.task_metric,
-            "ranking": [
-                {
-                    "name": t.name,
-                    "node": t.node,
-                    "op": t.op,
-                    "drop_db": t.drop_db,
-                    "noise_added": t.noise_added,
-                    "sqnr_db_accumulated": t.sqnr_db_accumulated,
-                }
-                for t in self.ranking(10)
-            ],
-            "tensors": [t.to_json() for t in self.tensors],
-        }
+        # the ten worst rows, for a reader of the JSON alone; from_json ignores the key
+        ranking = [
+            {
+                "name": t.name,
+                "node": t.node,
+                "op": t.op,
+                "drop_db": t.drop_db,
+                "noise_added": t.noise_added,
+                "sqnr_db_accumulated": t.sqnr_db_accumulated,
+            }
+            for t in self.ranking(10)
+        ]
+        return super().to_json() | {"ranking": to_jsonable(ranking)}
 
     def save(self, path: str | Path) -> Path:
         return write_json_atomic(path, self.to_json())
@@ -156,6 +150,8 @@ class LayerDiff:
 
 @dataclass
 class _Running:
+    """Running sums of one tensor over the batches seen so far (mutable: an accumulator, never returned)."""
+
     signal: float = 0.0
     noise: float = 0.0
     dot: float = 0.0
@@ -273,32 +269,25 @@ def _session(proto: Any, outputs: list[str]) -> Any:
     return cpu_session(proto, extra_outputs=outputs, what="a model for the per-layer diff")
 
 
-def diff_models(
-    fp32: Any,
-    quantized: Any,
-    source: CalibrationSource | Iterable[dict[str, np.ndarray]],
-    *,
-    limit: int | None = None,
-    progress: bool = True,
-    all_tensors: bool = False,
-    micro_batch: int | None = 0,
-    memory_budget_mb: float = 192.0,
-    prepared: bool = False,
-) -> LayerDiff:
-    """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``.
+@dataclass(frozen=True)
+class _Compared:
+    """Which tensors the diff compares and what it knows about their quantization."""
 
-    Every float tensor computed by a non-data-movement node is compared (``all_tensors=True``: every one).
-    Each batch is run ``micro_batch`` samples at a time: both models' intermediate tensors are alive at once, so
-    this bounds peak memory (running sums make the result identical to whole-batch runs). ``micro_batch=0`` sizes
-    it from the first sample so that both models' exposed tensors fit ``memory_budget_mb``; ``None`` = whole batches.
-    """
-    from tqdm.auto import tqdm
+    compared: list[str]  # float tensors both models compute, in the FP32 model's topological order
+    local_only: list[str]  # graph inputs that get a Q/DQ pair (only their local error exists)
+    owners: dict[str, tuple[str, str, int]]  # tensor -> (producing node, op, topological index)
+    activation_scales: dict[str, float]
+    weights: dict[str, tuple[np.ndarray, np.ndarray, int]]  # weight -> (values, per-channel scales, axis)
+    consumer: dict[str, str]  # quantized tensor -> its first quantized consumer
 
-    from workbench.calib.data import IterableSource
-    from workbench.calib.stats import check_feed
+    @property
+    def fp32_names(self) -> list[str]:
+        return self.compared + self.local_only
+
+
+def _pair_protos(fp32: Any, quantized: Any, prepared: bool) -> tuple[Any, Any]:
     from workbench.precision.qdq_rules import prepare_model
 
-    start = time.perf_counter()
     fp32_proto = getattr(fp32, "proto", fp32)
     if not prepared:  # the Q/DQ model was made from the prepared model; compare like with like
         fp32_proto = prepare_model(fp32_proto)
@@ -307,6 +296,10 @@ def diff_models(
         raise WorkbenchError(
             "the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model"
         )
+    return fp32_proto, quant_proto
+
+
+def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) -> _Compared:
     activation_scales, weights, consumer = _quantized_inputs(quant_proto)
     names, owners = _float_tensor_names(fp32_proto, all_tensors, always=set(activation_scales))
     quant_outputs = {o for n in quant_proto.graph.node for o in n.output}
@@ -315,16 +308,33 @@ def diff_models(
         raise WorkbenchError(
             "no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model"
         )
-    local_only = [n for n in activation_scales if n not in owners]  # graph inputs that get Q/DQ
-    fp32_names = compared + local_only
-    ref_session = _session(fp32_proto, fp32_names)
-    quant_session = _session(quant_proto, compared)
+    local_only = [n for n in activation_scales if n not in owners]
+    return _Compared(compared, local_only, owners, activation_scales, weights, consumer)
+
+
+def _accumulate(
+    ref_session: Any,
+    quant_session: Any,
+    tensors: _Compared,
+    source: CalibrationSource,
+    limit: int | None,
+    micro_batch: int | None,
+    memory_budget_mb: float,
+    progress: bool,
+) -> tuple[dict[str, _Running], int, int]:
+    """Run both models batch by batch (``micro_batch`` samples at a time) and sum each tensor's errors.
+
+    Returns the running sums per tensor, the number of batches and of samples seen.
+    """
+    from tqdm.auto import tqdm
+
+    from workbench.calib.stats import check_feed
+
+    fp32_names, compared = tensors.fp32_names, tensors.compared
     input_names = [i.name for i in ref_session.get_inputs()]
     if any(not i.shape or isinstance(i.shape[0], int) for i in ref_session.get_inputs()):
         micro_batch = None  # a fixed batch dimension cannot be split
     running = {name: _Running() for name in fp32_names}
-    if not isinstance(source, CalibrationSource):
-        source = IterableSource(list(source))
     batches = samples = 0
     iterator = tqdm(
         source.batches(limit),
@@ -349,7 +359,7 @@ def diff_models(
             for name in compared:
                 running[name].add_pair(reference[name], test[name])
                 del test[name]  # free as we go: peak memory stays near one micro-batch of both models
-            for name, scale in activation_scales.items():
+            for name, scale in tensors.activation_scales.items():
                 if name in reference:
                     running[name].add_local(reference[name], scale)
                 elif name in part:
@@ -360,39 +370,50 @@ def diff_models(
         samples += int(first.shape[0]) if first.ndim else 1
     if batches == 0:
         raise WorkbenchError(f"diff data {source.name!r} yielded no batches.", expected="at least one batch")
-    rows: list[TensorDiff] = []
-    node_index = {n.name: i for i, n in enumerate(quant_proto.graph.node)}
-    fp32_nodes = {n.name: n for n in fp32_proto.graph.node}
-    for name in local_only:
-        rows.append(TensorDiff(name, consumer.get(name, ""), "input", -1, "input", True, scale=activation_scales[name]))
-    for name in compared:
-        node, op, index = owners[name]
-        rows.append(TensorDiff(name, node, op, index, "activation", name in activation_scales))
+    return running, batches, samples
+
+
+def _tensor_row(
+    name: str, node: str, op: str, index: int, kind: str, running: _Running, scale: float | None
+) -> TensorDiff:
+    """A row from the running sums: accumulated error for activations, local error for quantized tensors."""
+    values: dict[str, Any] = {}
+    if kind == "activation" and running.count:
+        denominator = math.sqrt(running.signal * running.other)
+        values.update(
+            sqnr_db_accumulated=sqnr_db(running.signal, running.noise),
+            cosine=float(running.dot / denominator) if denominator > 0 else (1.0 if running.noise == 0 else 0.0),
+            max_abs_err=running.max_abs,
+        )
+    if scale is not None:
+        count = max(running.local_count, 1)
+        local_db = sqnr_db(running.local_signal, running.local_noise)
+        clipped = running.clipped / count
+        values.update(
+            scale=scale,
+            sqnr_db_local=local_db,
+            clipped_fraction=clipped,
+            cause=_cause(local_db, clipped, math.sqrt(running.local_noise / count) / scale),
+        )
+    return TensorDiff(name, node, op, index, kind, scale is not None, **values)
+
+
+def _with_drops(rows: list[TensorDiff], fp32_proto: Any) -> list[TensorDiff]:
+    """Each activation's accumulated SQNR drop: its inputs' worst accumulated SQNR minus its own, and the relative
+    noise power that adds. Inputs made by skipped data-movement nodes (Reshape, Transpose, ...) stand for the
+    tensor they rearrange."""
     by_name = {row.name: row for row in rows}
-    for row in rows:
-        r = running[row.name]
-        if row.kind == "activation" and r.count:
-            row.sqnr_db_accumulated = sqnr_db(r.signal, r.noise)
-            denominator = math.sqrt(r.signal * r.other)
-            row.cosine = float(r.dot / denominator) if denominator > 0 else (1.0 if r.noise == 0 else 0.0)
-            row.max_abs_err = r.max_abs
-        if row.name in activation_scales:
-            scale = activation_scales[row.name]
-            row.scale = scale
-            count = max(r.local_count, 1)
-            row.sqnr_db_local = sqnr_db(r.local_signal, r.local_noise)
-            row.clipped_fraction = r.clipped / count
-            row.cause = _cause(row.sqnr_db_local, row.clipped_fraction, math.sqrt(r.local_noise / count) / scale)
-    # accumulated SQNR drop: inputs' worst accumulated SQNR minus this tensor's. Inputs made by skipped
-    # data-movement nodes (Reshape, Transpose, ...) stand for the tensor they rearrange.
+    fp32_nodes = {n.name: n for n in fp32_proto.graph.node}
     alias: dict[str, str] = {}
     for proto_node in fp32_proto.graph.node:
         if proto_node.op_type in DATA_MOVEMENT_OPS and proto_node.input:
             for output in proto_node.output:
                 if output not in by_name:
                     alias[output] = alias.get(proto_node.input[0], proto_node.input[0])
+    result = []
     for row in rows:
         if row.kind != "activation" or row.sqnr_db_accumulated is None:
+            result.append(row)
             continue
         producer = fp32_nodes.get(row.node)
         inputs = [alias.get(i, i) for i in (producer.input if producer is not None else [])]
@@ -403,20 +424,28 @@ def diff_models(
         ]
         before = min(upstream) if upstream else SQNR_CAP_DB
         accumulated = float(row.sqnr_db_accumulated)
-        row.drop_db = before - accumulated
-        row.noise_added = float(10.0 ** (-accumulated / 10.0) - 10.0 ** (-before / 10.0))
-    for name, (values, weight_scale, axis) in weights.items():
-        from workbench.calib.methods import fake_quantize
+        noise_added = float(10.0 ** (-accumulated / 10.0) - 10.0 ** (-before / 10.0))
+        result.append(replace(row, drop_db=before - accumulated, noise_added=noise_added))
+    return result
 
+
+def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
+    """Each quantized weight's own per-channel rounding error (no data needed)."""
+    from workbench.calib.methods import fake_quantize
+
+    node_index = {n.name: i for i, n in enumerate(quant_proto.graph.node)}
+    rows = []
+    for name, (values, weight_scale, axis) in tensors.weights.items():
         quantized_values = fake_quantize(values, weight_scale, axis)
         err = (values - quantized_values).astype(np.float64).ravel()
         signal = float(values.astype(np.float64).ravel() @ values.astype(np.float64).ravel())
+        consumer = tensors.consumer.get(name, "")
         rows.append(
             TensorDiff(
                 name,
-                consumer.get(name, ""),
+                consumer,
                 "weight",
-                node_index.get(consumer.get(name, ""), -1),
+                node_index.get(consumer, -1),
                 "weight",
                 True,
                 sqnr_db_local=sqnr_db(signal, float(err @ err)),
@@ -424,10 +453,56 @@ def diff_models(
                 max_abs_err=float(np.abs(err).max()) if err.size else 0.0,
             )
         )
-    notes = []
-    if getattr(source, "is_random", False):
-        notes.append(RANDOM_DATA_WARNING)
-    return LayerDiff(rows, batches, samples, time.perf_counter() - start, warnings=notes)
+    return rows
+
+
+def diff_models(
+    fp32: Any,
+    quantized: Any,
+    source: CalibrationSource | Iterable[dict[str, np.ndarray]],
+    *,
+    limit: int | None = None,
+    progress: bool = True,
+    all_tensors: bool = False,
+    micro_batch: int | None = 0,
+    memory_budget_mb: float = 192.0,
+    prepared: bool = False,
+) -> LayerDiff:
+    """Compare ``quantized`` (a Q/DQ model made from ``fp32``) against ``fp32`` tensor by tensor over ``source``.
+
+    Every float tensor computed by a non-data-movement node is compared (``all_tensors=True``: every one).
+    Each batch is run ``micro_batch`` samples at a time: both models' intermediate tensors are alive at once, so
+    this bounds peak memory (running sums make the result identical to whole-batch runs). ``micro_batch=0`` sizes
+    it from the first sample so that both models' exposed tensors fit ``memory_budget_mb``; ``None`` = whole batches.
+    """
+    from workbench.calib.data import IterableSource
+
+    start = time.perf_counter()
+    fp32_proto, quant_proto = _pair_protos(fp32, quantized, prepared)
+    tensors = _tensors_to_compare(fp32_proto, quant_proto, all_tensors)
+    if not isinstance(source, CalibrationSource):
+        source = IterableSource(list(source))
+    running, batches, samples = _accumulate(
+        _session(fp32_proto, tensors.fp32_names),
+        _session(quant_proto, tensors.compared),
+        tensors,
+        source,
+        limit,
+        micro_batch,
+        memory_budget_mb,
+        progress,
+    )
+    scales = tensors.activation_scales
+    rows = [
+        _tensor_row(name, tensors.consumer.get(name, ""), "input", -1, "input", running[name], scales[name])
+        for name in tensors.local_only
+    ]
+    for name in tensors.compared:
+        node, op, index = tensors.owners[name]
+        rows.append(_tensor_row(name, node, op, index, "activation", running[name], scales.get(name)))
+    rows = _with_drops(rows, fp32_proto) + _weight_rows(tensors, quant_proto)
+    notes = (RANDOM_DATA_WARNING,) if getattr(source, "is_random", False) else ()
+    return LayerDiff(tuple(rows), batches, samples, time.perf_counter() - start, warnings=notes)
 
 
 def _split(feed: dict[str, np.ndarray], size: int | None) -> list[dict[str, np.ndarray]]:

@@ -50,7 +50,11 @@ def _coarsen(counts: np.ndarray, factor: int) -> np.ndarray:
 
 @dataclass
 class TensorHistogram:
-    """Histogram of |x| for one tensor plus signed min/max and the element count."""
+    """Histogram of |x| for one tensor plus signed min/max and the element count.
+
+    Mutable on purpose: an accumulator that ``add`` grows batch by batch (merging re-bins in place); its JSON is
+    the sparse form a calibration cache stores.
+    """
 
     name: str
     width: float = 0.0  # 0 until a non-zero value has been seen

@@ -4,11 +4,12 @@ calibrated scales (activations per tensor, weights per channel)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.methods import per_channel_amax, scale_from_amax
 from workbench.errors import WorkbenchError
 from workbench.model import QDQ_OPS, load_onnx
@@ -37,16 +38,16 @@ def _qdq_pair(graph: Any, source: Any, scale: np.ndarray, axis: int | None, base
     return dequantized
 
 
-@dataclass
-class QdqModel:
-    """A Q/DQ model and how it was made."""
+@dataclass(frozen=True)
+class QdqModel(Artifact):
+    """A Q/DQ model and how it was made (the JSON holds how; the model itself is saved with :meth:`save`)."""
 
-    proto: Any = field(repr=False)
     placement: QdqPlacement
     plan: PrecisionPlan
     scales: dict[str, float]  # activation tensor -> scale
-    fp16_nodes: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    fp16_nodes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    proto: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)  # the onnx.ModelProto
 
     def save(self, path: Any) -> Any:
         import onnx
@@ -62,15 +63,6 @@ class QdqModel:
         for node in self.proto.graph.node:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
         return ops
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "plan": self.plan.to_json(),
-            "placement": self.placement.to_json(),
-            "scales": self.scales,
-            "fp16_nodes": self.fp16_nodes,
-            "notes": self.notes,
-        }
 
 
 def insert_qdq(
@@ -129,7 +121,7 @@ def insert_qdq(
     out.ir_version = base.ir_version
     del out.opset_import[:]
     out.opset_import.extend(base.opset_import)
-    result = QdqModel(out, placement, plan, scales)
+    result = QdqModel(placement, plan, scales, proto=out)
     fp16 = [name for name, p in plan.overrides.items() if p == "fp16"] + ([] if plan.default != "fp16" else ["*"])
     if fp16:
         result = _apply_fp16(result)
@@ -152,11 +144,10 @@ def _apply_fp16(result: QdqModel) -> QdqModel:
         path = Path(folder) / "qdq.onnx"
         onnx.save(result.proto, str(path))
         casted = apply_precision_plan(load_onnx(path, check=False), fp16_plan)
-    result.proto = casted.proto
-    result.fp16_nodes = list(casted.fp16_nodes)
+    notes = result.notes
     if casted.kept_fp32:
-        result.notes.append(
+        notes += (
             f"{len(casted.kept_fp32)} node(s) planned FP16 stayed FP32 (AutoCast rules): "
-            + ", ".join(f"{k} ({v})" for k, v in list(casted.kept_fp32.items())[:5])
+            + ", ".join(f"{k} ({v})" for k, v in list(casted.kept_fp32.items())[:5]),
         )
-    return result
+    return replace(result, proto=casted.proto, fp16_nodes=tuple(casted.fp16_nodes), notes=notes)

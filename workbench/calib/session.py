@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.artifact import Artifact
 from workbench.calib.data import CalibrationSource, resolve_source
 from workbench.calib.diff import LayerDiff, diff_models
 from workbench.calib.methods import DEFAULT_PERCENTILE, Method
@@ -31,54 +32,31 @@ def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.nd
     return cpu_predict(proto, what="the rewritten model")
 
 
-@dataclass
-class FallbackStep:
+@dataclass(frozen=True)
+class FallbackStep(Artifact):
     """One evaluated point of a fallback search: how many ranked nodes left INT8 and the metric it gave."""
 
     fallback_count: int
-    nodes: list[str]
+    nodes: tuple[str, ...]
     metric: float
     meets_target: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fallback_count": self.fallback_count,
-            "nodes": self.nodes,
-            "metric": self.metric,
-            "meets_target": self.meets_target,
-        }
 
-
-@dataclass
-class FallbackSearchResult:
+@dataclass(frozen=True)
+class FallbackSearchResult(Artifact):
     """The smallest fallback set found for a target metric, with every evaluation made on the way."""
 
     target: float
     metric_name: str
     precision: str
-    nodes: list[str]
+    nodes: tuple[str, ...]
     metric: float | None
     met: bool
     int8_nodes_total: int
     int8_nodes_kept: int
-    steps: list[FallbackStep] = field(default_factory=list)
+    steps: tuple[FallbackStep, ...] = ()
     seconds: float = 0.0
     plan: PrecisionPlan | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "metric_name": self.metric_name,
-            "precision": self.precision,
-            "nodes": self.nodes,
-            "metric": self.metric,
-            "met": self.met,
-            "int8_nodes_total": self.int8_nodes_total,
-            "int8_nodes_kept": self.int8_nodes_kept,
-            "steps": [s.to_json() for s in self.steps],
-            "seconds": round(self.seconds, 3),
-            "plan": self.plan.to_json() if self.plan else None,
-        }
 
 
 class CalibrationSession:
@@ -198,7 +176,7 @@ class CalibrationSession:
             prepared=True,
         )
         if with_metric and self.entry is not None:
-            result.task_metric = self.evaluate(quantized).to_json()
+            result = replace(result, task_metric=self.evaluate(quantized).to_json())
         return result
 
     def evaluate(self, model: QdqModel | Any | None = None, *, limit: int | None = None) -> Any:
@@ -379,7 +357,7 @@ class CalibrationSession:
             if k not in steps:
                 model = full if k == 0 else self.quantize(ranges, self.fallback_plan(ranked[:k], precision))
                 value = float(self.evaluate(model, limit=limit).value)
-                steps[k] = FallbackStep(k, ranked[:k], value, meets(value))
+                steps[k] = FallbackStep(k, tuple(ranked[:k]), value, meets(value))
             return steps[k]
 
         found: int | None = 0 if evaluate(0).meets_target else None
@@ -419,7 +397,7 @@ class CalibrationSession:
             met=found is not None,
             int8_nodes_total=len(self.int8_nodes()),
             int8_nodes_kept=len(self.int8_nodes(self.fallback_plan(best.nodes, precision))),
-            steps=sorted(steps.values(), key=lambda s: s.fallback_count),
+            steps=tuple(sorted(steps.values(), key=lambda s: s.fallback_count)),
             seconds=time.perf_counter() - start,
             plan=self.fallback_plan(best.nodes, precision),
         )

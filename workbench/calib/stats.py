@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from workbench._io import write_json_atomic
+from workbench.artifact import Artifact
 from workbench.calib.data import RANDOM_DATA_WARNING, CalibrationSource, combine_digests, feed_digest
 from workbench.calib.histogram import TensorHistogram
 from workbench.calib.methods import DEFAULT_PERCENTILE, METHODS, Method, compute_amax
@@ -32,8 +33,8 @@ def _model_sha256(proto: Any) -> str:
     return hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
 
 
-@dataclass
-class CalibrationStatistics:
+@dataclass(frozen=True)
+class CalibrationStatistics(Artifact):
     """Histograms of every tensor that needs a scale, and where they came from. Methods run on these on demand."""
 
     histograms: dict[str, TensorHistogram]
@@ -44,7 +45,7 @@ class CalibrationStatistics:
     num_samples: int
     seconds: float
     random_data: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
 
     def ranges(
         self,
@@ -65,7 +66,7 @@ class CalibrationStatistics:
             data_digest=self.data_digest,
             histogram_digests={name: hist.digest() for name, hist in self.histograms.items()},
             random_data=self.random_data,
-            warnings=list(self.warnings),
+            warnings=tuple(self.warnings),
             statistics=self,
         )
 
@@ -74,37 +75,14 @@ class CalibrationStatistics:
         hist = self.histograms[name]
         return {method: compute_amax(hist, method, percentile=percentile) for method in METHODS}
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model_sha256": self.model_sha256,
-            "data_digest": self.data_digest,
-            "data_name": self.data_name,
-            "num_batches": self.num_batches,
-            "num_samples": self.num_samples,
-            "seconds": self.seconds,
-            "random_data": self.random_data,
-            "warnings": self.warnings,
-            "histograms": {name: hist.to_json() for name, hist in self.histograms.items()},
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CalibrationStatistics:
-        return cls(
-            histograms={name: TensorHistogram.from_json(h) for name, h in data["histograms"].items()},
-            model_sha256=str(data["model_sha256"]),
-            data_digest=str(data["data_digest"]),
-            data_name=str(data.get("data_name", "")),
-            num_batches=int(data.get("num_batches", 0)),
-            num_samples=int(data.get("num_samples", 0)),
-            seconds=float(data.get("seconds", 0.0)),
-            random_data=bool(data.get("random_data", False)),
-            warnings=list(data.get("warnings", [])),
-        )
+@dataclass(frozen=True)
+class CalibrationRanges(Artifact):
+    """Per-tensor amax (scale = amax/127) for one method: what a calibration cache holds.
 
-
-@dataclass
-class CalibrationRanges:
-    """Per-tensor amax (scale = amax/127) for one method: what a calibration cache holds."""
+    ``to_json``/``from_json`` are the calibration cache's file format (per-tensor amax, scale and histogram digest,
+    every field checked on reading), so they are written out here rather than derived from the fields.
+    """
 
     amax: dict[str, float]
     method: str
@@ -113,7 +91,7 @@ class CalibrationRanges:
     data_digest: str = ""
     histogram_digests: dict[str, str] = field(default_factory=dict)
     random_data: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     statistics: CalibrationStatistics | None = field(default=None, repr=False)
     source: str = "workbench"
 
@@ -129,7 +107,7 @@ class CalibrationRanges:
             "model_sha256": self.model_sha256,
             "data_digest": self.data_digest,
             "random_data": self.random_data,
-            "warnings": self.warnings,
+            "warnings": list(self.warnings),
             "tensors": {
                 name: {
                     "amax": float(value),
@@ -210,7 +188,7 @@ class CalibrationRanges:
                 raise bad(f"{key!r} is {data[key]!r}", "a string")
         try:
             statistics = CalibrationStatistics.from_json(data["statistics"]) if data.get("statistics") else None
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError, WorkbenchError) as error:
             raise bad(
                 f"its histograms cannot be read ({error})", "the 'statistics' section that to_json writes"
             ) from error
@@ -222,7 +200,7 @@ class CalibrationRanges:
             data_digest=str(data.get("data_digest", "")),
             histogram_digests=digests,
             random_data=bool(data.get("random_data", False)),
-            warnings=list(warnings),
+            warnings=tuple(warnings),
             statistics=statistics,
             source=str(data.get("source", "workbench")),
         )
@@ -358,5 +336,5 @@ def collect_statistics(
         num_samples=samples,
         seconds=time.perf_counter() - start,
         random_data=source.is_random,
-        warnings=notes,
+        warnings=tuple(notes),
     )

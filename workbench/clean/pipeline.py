@@ -165,150 +165,151 @@ def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[st
     return sorted((old - new).elements()), sorted((new - old).elements())
 
 
-def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
-    """Clean ``model`` (path, OnnxModel or ModelProto; never modified) pass by pass and return the result,
-    with the cleaned ModelProto in ``result.model``."""
-    options = options or CleanOptions()
-    run_start = time.perf_counter()
+def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str]:
     original, source = _load(model)
-    if original.ByteSize() >= options.max_model_bytes:
+    if original.ByteSize() >= max_model_bytes:
         raise WorkbenchError(
             f"{source}: the model is {original.ByteSize() / 1024**3:.2f} GiB; the cleaner keeps whole models in one "
             f"protobuf message, which cannot exceed 2 GiB.",
             expected="a model under 2 GiB",
             hint="clean a smaller export, or run polygraphy surgeon sanitize with --external-data-path",
         )
-    passes = options.resolved_passes()
-    opset = opset_of(original)
-    inputs, outputs = io_specs(original)
-    overrides = {name: list(dims) for name, dims in options.input_shapes.items()}
-    overridden_inputs = _apply_overrides(inputs, overrides)
-    if overrides and not any(p.run is get_pass("override_input_shapes").run for p in passes):
-        raise WorkbenchError(
-            "input-shape overrides were given but the override_input_shapes pass is not selected.",
-            expected="override_input_shapes among the passes",
+    return original, source
+
+
+def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanOptions) -> EquivalenceChecker | None:
+    """The checker with the original's reference outputs at the probe shapes, or None with checks off."""
+    if not options.check:
+        return None
+    probes = probe_shapes_from_profile(inputs, options.profile) if options.profile else default_probe_shapes(inputs)
+    probes = cap_batch(probes, inputs, options.max_probe_batch)
+    return EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
+
+
+def _snapshot(light: Any, stub_bytes: int = 0) -> _Snapshot:
+    return _Snapshot(light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+class _PassRunner:
+    """Runs passes one at a time on one graph, keeping what a rollback needs and a report per pass.
+
+    Mutable on purpose: it is the loop state of one cleaning run (never returned). One gs graph lives across
+    passes. Per pass only a light export (weights as stubs) is made, for counting and change detection; a full
+    export only when the checks need the real model. A failed pass restores ``graph`` from the last accepted full
+    model (checks on) or by replaying the kept passes on the original (checks off).
+    """
+
+    def __init__(
+        self, original: Any, checker: EquivalenceChecker | None, context: PassContext, overridden: Any
+    ) -> None:
+        self.original = original
+        self.checker = checker
+        self.context = context
+        inputs, outputs = io_specs(original)
+        self.expected_io = (inputs, outputs)
+        self.overridden_io = (overridden, outputs)
+        self.graph = import_graph(original)
+        self.accepted_full: Any = original  # last accepted model as a full ModelProto; None when only graph has it
+        light, self.stub_bytes = light_export(self.graph, original)  # compare light with light
+        self.current = _Snapshot(
+            light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original)
         )
+        self.shapes_fresh = False
+        self.replay: list[CleanPass] = []  # passes kept without a full export since the last one (checks off)
+        self.reports: list[PassReport] = []
+        self.pass_seconds = 0.0
+        self.check_seconds = checker.baseline_seconds if checker is not None else 0.0
 
-    checker = None
-    probe_shapes: list[dict[str, tuple[int, ...]]] = []
-    check_seconds = 0.0
-    if options.check:
-        probes = (
-            probe_shapes_from_profile(overridden_inputs, options.profile)
-            if options.profile
-            else default_probe_shapes(overridden_inputs)
-        )
-        probes = cap_batch(probes, overridden_inputs, options.max_probe_batch)
-        checker = EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
-        probe_shapes = checker.probe_shapes
-        check_seconds += checker.baseline_seconds
-    expected_io = (inputs, outputs)
-
-    context = PassContext(template=original, input_shapes=overrides, fold_size_threshold=options.fold_size_threshold)
-    # One gs graph lives across passes. Per pass only a light export (weights as stubs) is made, for counting and
-    # change detection; a full export only when the checks need the real model. A failed pass restores ``graph``
-    # from the last accepted full model (checks on) or from a copy taken before the pass (checks off).
-    graph = import_graph(original)
-    accepted_full: Any = original  # last accepted model as a full ModelProto; None when only ``graph`` has it
-    light, stub_bytes = light_export(graph, original)  # compare light with light
-    current = _Snapshot(
-        light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original)
-    )
-    shapes_fresh = False
-    reports: list[PassReport] = []
-    pass_seconds = 0.0
-    replay: list[CleanPass] = []  # passes kept without a full export since the last one (checks off)
-
-    def report(clean_pass: CleanPass, status: str, *, after: _Snapshot | None = None, **extra: Any) -> None:
-        after = after or current
-        removed, added = _names_diff(current.names, after.names) if after is not current else ([], [])
+    def report(self, clean_pass: CleanPass, status: str, *, after: _Snapshot | None = None, **extra: Any) -> None:
+        after = after or self.current
+        changed = after is not self.current
+        removed, added = _names_diff(self.current.names, after.names) if changed else ([], [])
         extra.setdefault("tolerance", clean_pass.tolerance)
-        extra.setdefault("findings", list(context.findings))
-        reports.append(
+        extra.setdefault("findings", tuple(self.context.findings))
+        extra.setdefault("check_seconds", 0.0)
+        extra.setdefault("max_abs_diff", None)
+        self.reports.append(
             PassReport(
                 clean_pass.name,
                 status,
-                nodes_before=current.nodes,
+                nodes_before=self.current.nodes,
                 nodes_after=after.nodes,
-                op_counts_before=current.counts,
+                op_counts_before=self.current.counts,
                 op_counts_after=after.counts,
-                bytes_before=current.bytes,
+                bytes_before=self.current.bytes,
                 bytes_after=after.bytes,
-                nodes_removed=removed,
-                nodes_added=added,
-                graph_before=current.skeleton if after is not current else None,
-                graph_after=after.skeleton if after is not current else None,
+                nodes_removed=tuple(removed),
+                nodes_added=tuple(added),
+                graph_before=self.current.skeleton if changed else None,
+                graph_after=after.skeleton if changed else None,
                 **extra,
             )
         )
 
-    for clean_pass in passes:
-        context.findings = []
-        no_check: dict[str, Any] = {"check_seconds": 0.0, "max_abs_diff": None}
+    def skip_reason(self, clean_pass: CleanPass, opset: int) -> str | None:
         if opset < clean_pass.min_opset:
-            report(
-                clean_pass,
-                "unchanged",
-                seconds=0.0,
-                failure=f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}",
-                **no_check,
-            )
-            continue
-        if clean_pass.name == "override_input_shapes" and not overrides:
-            report(clean_pass, "unchanged", seconds=0.0, failure="skipped: no input shapes to override", **no_check)
-            continue
-        context.shapes_fresh = shapes_fresh
+            return f"skipped: needs opset >= {clean_pass.min_opset}, model has {opset}"
+        if clean_pass.name == "override_input_shapes" and not self.context.input_shapes:
+            return "skipped: no input shapes to override"
+        return None
+
+    def run(self, clean_pass: CleanPass) -> None:
+        """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it."""
+        self.context.findings = []
+        self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
         try:
-            returned = clean_pass.run(graph, context)
-            graph = returned if returned is not None else graph
-            if clean_pass.tolerance != "report":
-                _tidy(graph)
-                light, stub_bytes = light_export(graph, original)
+            light = self._apply(clean_pass)
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
-            graph, shapes_fresh = _restore(accepted_full, original, replay, context), False
+            self._restore()
             seconds = time.perf_counter() - start
-            pass_seconds += seconds
-            message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-            report(
-                clean_pass,
-                "rolled_back",
-                seconds=seconds,
-                failure=f"the pass raised {type(error).__name__}: {message}",
-                **no_check,
-            )
-            continue
+            self.pass_seconds += seconds
+            failure = f"the pass raised {type(error).__name__}: {_first_line(error)}"
+            self.report(clean_pass, "rolled_back", seconds=seconds, failure=failure)
+            return
         seconds = time.perf_counter() - start
-        pass_seconds += seconds
+        self.pass_seconds += seconds
+        if light is None or _same_graph(light, self.current.light):
+            self.report(clean_pass, "report_only" if light is None else "unchanged", seconds=seconds)
+            self.shapes_fresh = self.context.shapes_fresh
+            return
+        after = _snapshot(light, self.stub_bytes)
+        if self.checker is None:
+            self.report(clean_pass, "unchecked", after=after, seconds=seconds)
+            self.accepted_full, self.current, self.shapes_fresh = None, after, False
+            self.replay.append(clean_pass)
+            return
+        self._check_and_keep(clean_pass, light, after, seconds)
+
+    def _apply(self, clean_pass: CleanPass) -> Any:
+        """Run the pass on the graph; the light export of the result, or None for a report-only pass."""
+        returned = clean_pass.run(self.graph, self.context)
+        self.graph = returned if returned is not None else self.graph
         if clean_pass.tolerance == "report":
-            report(clean_pass, "report_only", seconds=seconds, **no_check)
-            shapes_fresh = context.shapes_fresh
-            continue
-        if _same_graph(light, current.light):
-            report(clean_pass, "unchanged", seconds=seconds, **no_check)
-            shapes_fresh = context.shapes_fresh
-            continue
+            return None
+        _tidy(self.graph)
+        light, self.stub_bytes = light_export(self.graph, self.original)
+        return light
+
+    def _check_and_keep(self, clean_pass: CleanPass, light: Any, after: _Snapshot, seconds: float) -> None:
+        assert self.checker is not None
         is_override = clean_pass.name == "override_input_shapes"
-        wanted_io = (overridden_inputs, outputs) if is_override else expected_io
-        after = _Snapshot(
-            light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light)
-        )
-        if checker is None:
-            report(clean_pass, "unchecked", after=after, seconds=seconds, **no_check)
-            accepted_full, current, shapes_fresh = None, after, False
-            replay.append(clean_pass)
-            continue
+        wanted_io = self.overridden_io if is_override else self.expected_io
         check_start = time.perf_counter()
-        candidate = export_graph(graph, original)
-        outcome = checker.check(candidate, clean_pass.tolerance, wanted_io, light=light)
+        candidate = export_graph(self.graph, self.original)
+        outcome = self.checker.check(candidate, clean_pass.tolerance, wanted_io, light=light)
         check_time = time.perf_counter() - check_start
-        check_seconds += check_time
-        status = "accepted" if outcome.ok else "rolled_back"
-        report(
+        self.check_seconds += check_time
+        self.report(
             clean_pass,
-            status,
+            "accepted" if outcome.ok else "rolled_back",
             after=after,
             seconds=seconds,
             check_seconds=check_time,
@@ -316,20 +317,54 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
             failure=outcome.failure,
         )
         if not outcome.ok:
-            graph, shapes_fresh = import_graph(accepted_full), False
-            continue
+            self.graph, self.shapes_fresh = import_graph(self.accepted_full), False
+            return
         if is_override:
-            expected_io = wanted_io
-        accepted_full, current = candidate, after
-        replay.clear()
-        shapes_fresh = outcome.inferred_model is not None
-        if shapes_fresh:
-            apply_inferred_shapes(graph, outcome.inferred_model)
+            self.expected_io = wanted_io
+        self.accepted_full, self.current = candidate, after
+        self.replay.clear()
+        self.shapes_fresh = outcome.inferred_model is not None
+        if self.shapes_fresh:
+            apply_inferred_shapes(self.graph, outcome.inferred_model)
 
-    final = accepted_full if accepted_full is not None else export_graph(graph, original)
+    def _restore(self) -> None:
+        self.graph = _restore(self.accepted_full, self.original, self.replay, self.context)
+        self.shapes_fresh = False
+
+    def final_model(self) -> Any:
+        return self.accepted_full if self.accepted_full is not None else export_graph(self.graph, self.original)
+
+
+def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
+    """Clean ``model`` (path, OnnxModel or ModelProto; never modified) pass by pass and return the result,
+    with the cleaned ModelProto in ``result.model``."""
+    options = options or CleanOptions()
+    run_start = time.perf_counter()
+    original, source = _load_within_limit(model, options.max_model_bytes)
+    passes = options.resolved_passes()
+    overrides = {name: list(dims) for name, dims in options.input_shapes.items()}
+    overridden_inputs = _apply_overrides(io_specs(original)[0], overrides)
+    if overrides and not any(p.run is get_pass("override_input_shapes").run for p in passes):
+        raise WorkbenchError(
+            "input-shape overrides were given but the override_input_shapes pass is not selected.",
+            expected="override_input_shapes among the passes",
+        )
+    checker = _make_checker(original, overridden_inputs, options)
+    context = PassContext(template=original, input_shapes=overrides, fold_size_threshold=options.fold_size_threshold)
+    runner = _PassRunner(original, checker, context, overridden_inputs)
+    opset = opset_of(original)
+    for clean_pass in passes:
+        skipped = runner.skip_reason(clean_pass, opset)
+        if skipped:
+            context.findings = []
+            runner.report(clean_pass, "unchanged", seconds=0.0, failure=skipped)
+        else:
+            runner.run(clean_pass)
+
+    final = runner.final_model()
     return CleanResult(
         source=source,
-        passes=reports,
+        passes=tuple(runner.reports),
         nodes_before=len(original.graph.node),
         nodes_after=len(final.graph.node),
         bytes_before=model_bytes(original),
@@ -337,10 +372,12 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         op_counts_before=op_counts(original),
         op_counts_after=op_counts(final),
         seconds=time.perf_counter() - run_start,
-        pass_seconds=pass_seconds,
-        check_seconds=check_seconds,
-        probe_shapes=[{name: list(shape) for name, shape in probe.items()} for probe in probe_shapes],
-        baseline_issues=list(checker.baseline_issues) if checker else [],
+        pass_seconds=runner.pass_seconds,
+        check_seconds=runner.check_seconds,
+        probe_shapes=tuple(
+            {name: list(shape) for name, shape in probe.items()} for probe in (checker.probe_shapes if checker else [])
+        ),
+        baseline_issues=tuple(checker.baseline_issues) if checker else (),
         checks_enabled=options.check,
         model=final,
     )

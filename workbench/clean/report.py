@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.artifact import NOT_SERIALIZED, Artifact
 
 # Pass statuses. "accepted": changed the graph and passed every check. "unchanged": the pass found nothing
 # to do (no check needed). "rolled_back": the pass raised or failed a check; the graph before it was kept.
@@ -13,7 +15,7 @@ PASS_STATUSES = ("accepted", "unchanged", "rolled_back", "unchecked", "report_on
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Artifact):
     """One problem a lint found: which rule, on which node, explained in words."""
 
     rule: str
@@ -21,16 +23,13 @@ class Finding:
     message: str
     severity: str = "warning"  # "error": TensorRT rejects it; "warning": TensorRT accepts it but runs slower
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-@dataclass
-class PassReport:
+@dataclass(frozen=True)
+class PassReport(Artifact):
     """What one named pass did to the graph and whether it was proven harmless."""
 
     name: str
-    status: str
+    status: str  # one of PASS_STATUSES
     nodes_before: int
     nodes_after: int
     op_counts_before: dict[str, int]
@@ -40,14 +39,14 @@ class PassReport:
     seconds: float  # time of the pass itself
     check_seconds: float  # time of the checks after it
     max_abs_diff: float | None  # largest |cleaned - original| over every output and probe shape; None if not run
-    nodes_removed: list[str] = field(default_factory=list)
-    nodes_added: list[str] = field(default_factory=list)
+    nodes_removed: tuple[str, ...] = ()
+    nodes_added: tuple[str, ...] = ()
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
-    findings: list[Finding] = field(default_factory=list)
-    # node-only snapshots (onnx.GraphProto without weights) for the before/after picture; not in to_json()
-    graph_before: Any = field(default=None, repr=False, compare=False)
-    graph_after: Any = field(default=None, repr=False, compare=False)
+    findings: tuple[Finding, ...] = ()
+    # node-only snapshots (onnx.GraphProto without weights) for the before/after picture
+    graph_before: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
+    graph_after: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
 
     @property
     def changed(self) -> bool:
@@ -59,22 +58,13 @@ class PassReport:
         delta = {op: self.op_counts_after.get(op, 0) - self.op_counts_before.get(op, 0) for op in ops}
         return {op: d for op, d in sorted(delta.items(), key=lambda item: (item[1], item[0])) if d}
 
-    def to_json(self) -> dict[str, Any]:
-        data = {
-            name: getattr(self, name)
-            for name in self.__dataclass_fields__
-            if name not in ("graph_before", "graph_after")
-        }
-        data["findings"] = [finding.to_json() for finding in self.findings]
-        return data
 
-
-@dataclass
-class CleanResult:
+@dataclass(frozen=True)
+class CleanResult(Artifact):
     """Summary of a whole cleaning run, plus the cleaned model in memory."""
 
     source: str
-    passes: list[PassReport]
+    passes: tuple[PassReport, ...]
     nodes_before: int
     nodes_after: int
     bytes_before: int
@@ -84,10 +74,10 @@ class CleanResult:
     seconds: float  # whole run, checks included
     pass_seconds: float  # the passes alone
     check_seconds: float  # the checks alone (baseline reference outputs included)
-    probe_shapes: list[dict[str, list[int]]]  # the input shapes the outputs were compared at
-    baseline_issues: list[str] = field(default_factory=list)  # checks the original itself fails (skipped after)
+    probe_shapes: tuple[dict[str, list[int]], ...]  # the input shapes the outputs were compared at
+    baseline_issues: tuple[str, ...] = ()  # checks the original itself fails (skipped after)
     checks_enabled: bool = True
-    model: Any = field(default=None, repr=False)  # the cleaned onnx.ModelProto
+    model: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)  # the cleaned ModelProto
 
     @property
     def rolled_back(self) -> list[PassReport]:
@@ -104,20 +94,5 @@ class CleanResult:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "nodes_before": self.nodes_before,
-            "nodes_after": self.nodes_after,
-            "bytes_before": self.bytes_before,
-            "bytes_after": self.bytes_after,
-            "seconds": self.seconds,
-            "pass_seconds": self.pass_seconds,
-            "check_seconds": self.check_seconds,
-            "checks_enabled": self.checks_enabled,
-            "probe_shapes": self.probe_shapes,
-            "baseline_issues": self.baseline_issues,
-            "op_counts_before": self.op_counts_before,
-            "op_counts_after": self.op_counts_after,
-            "rolled_back": [report.name for report in self.rolled_back],
-            "passes": [report.to_json() for report in self.passes],
-        }
+        # the names of the rolled-back passes, for a reader of the JSON alone; from_json ignores the key
+        return super().to_json() | {"rolled_back": [report.name for report in self.rolled_back]}

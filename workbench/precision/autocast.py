@@ -28,10 +28,12 @@ is refused with a WorkbenchError.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, has_qdq, onnx_node_name
 from workbench.precision.plan import PrecisionPlan
@@ -97,16 +99,22 @@ _FLOAT = 1  # onnx.TensorProto.FLOAT
 _FLOAT16 = 10  # onnx.TensorProto.FLOAT16
 
 
-@dataclass
-class AutocastResult:
+@dataclass(frozen=True)
+class AutocastResult(Artifact):
     """The rewritten model and what happened to every node."""
 
-    proto: Any = field(repr=False)  # onnx.ModelProto, a new object; the input model is untouched
     plan: PrecisionPlan
-    fp16_nodes: list[str]
+    fp16_nodes: tuple[str, ...]
     kept_fp32: dict[str, str]  # node name -> rule that kept it FP32 although the plan asked for FP16
     casts_added: int
     initializers_converted: int
+    # the rewritten onnx.ModelProto, a new object (the input model is untouched); saved with save(), not in JSON
+    proto: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
+
+    @property
+    def kept_fp32_by_rule(self) -> dict[str, int]:
+        """Rule -> how many nodes it kept FP32."""
+        return dict(Counter(self.kept_fp32.values()))
 
     def save(self, path: str | Path) -> OnnxModel:
         """Write the rewritten model atomically and load it back as an :class:`OnnxModel`."""
@@ -121,17 +129,8 @@ class AutocastResult:
         return load_onnx(path)
 
     def to_json(self) -> dict[str, Any]:
-        reasons: dict[str, int] = {}
-        for reason in self.kept_fp32.values():
-            reasons[reason] = reasons.get(reason, 0) + 1
-        return {
-            "plan": self.plan.to_json(),
-            "fp16_nodes": len(self.fp16_nodes),
-            "kept_fp32": dict(self.kept_fp32),
-            "kept_fp32_by_rule": reasons,
-            "casts_added": self.casts_added,
-            "initializers_converted": self.initializers_converted,
-        }
+        # the per-rule counts, for a reader of the JSON alone; from_json ignores the key
+        return super().to_json() | {"kept_fp32_by_rule": self.kept_fp32_by_rule}
 
 
 def _shape_only_nodes(graph: Any) -> set[int]:
@@ -157,12 +156,19 @@ def _shape_only_nodes(graph: Any) -> set[int]:
     return shape_only
 
 
-def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResult:
-    """A copy of ``model`` in which every node the plan puts at FP16 computes in float16 (rules above)."""
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
+@dataclass(frozen=True)
+class _TensorTypes:
+    """Element types of the graph's tensors, and its constants (initializers and Constant-node values)."""
 
+    dtype: dict[str, int]
+    initializers: dict[str, Any]
+    constants: dict[str, Any]  # outputs of Constant nodes: converted like initializers, without a Cast
+
+    def constant(self, name: str) -> Any:
+        return self.initializers.get(name, self.constants.get(name))
+
+
+def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
     source = model.proto
     wants_int8 = plan.default == "int8" or any(p == "int8" for p in plan.overrides.values())
     if wants_int8 and not has_qdq(source):
@@ -179,131 +185,182 @@ def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResul
             expected="override keys that are ONNX node names of this model",
         )
 
-    proto = copy.deepcopy(source)
+
+def _tensor_types(proto: Any) -> _TensorTypes:
+    import onnx
+
     try:
         inferred = onnx.shape_inference.infer_shapes(proto)
     except Exception:  # inference is best effort; unknown dtypes keep nodes FP32 below
         inferred = proto
-    graph = proto.graph
     dtype: dict[str, int] = {}
     for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
         if info.type.HasField("tensor_type"):
             dtype[info.name] = info.type.tensor_type.elem_type
-    initializers = {init.name: init for init in graph.initializer}
+    initializers = {init.name: init for init in proto.graph.initializer}
     for name, init in initializers.items():
         dtype[name] = init.data_type
-    constants: dict[str, Any] = {}  # outputs of Constant nodes: converted like initializers, without a Cast
-    for node in graph.node:
+    constants: dict[str, Any] = {}
+    for node in proto.graph.node:
         if node.op_type == "Constant":
             for attribute in node.attribute:
                 if attribute.name == "value":
                     dtype[node.output[0]] = attribute.t.data_type
                     constants[node.output[0]] = attribute.t
+    return _TensorTypes(dtype, initializers, constants)
 
+
+def _keep_fp32_reason(node: Any, shape_only: bool, types: _TensorTypes) -> str:
+    """The rule (module docstring) that keeps a node planned for FP16 in FP32, or "" to convert it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    dtype = types.dtype
+    data_inputs = [
+        name for slot, name in enumerate(node.input) if name and slot not in SHAPE_INPUTS.get(node.op_type, ())
+    ]
+    if node.op_type in SENSITIVE_OPS:
+        return "sensitive-op"
+    if node.op_type in TYPED_BY_ATTRIBUTE_OPS:
+        return "typed-by-attribute"
+    if node.op_type in CONTROL_FLOW_OPS or node.domain not in ("", "ai.onnx"):
+        return "control-flow"
+    if shape_only:
+        return "shape-tensor"
+    if any(name not in dtype for name in data_inputs) or any(o and o not in dtype for o in node.output):
+        return "unknown-dtype"
+    if not any(dtype[name] == _FLOAT for name in data_inputs) and not any(dtype.get(o) == _FLOAT for o in node.output):
+        return "no-float-io"
+    for name in data_inputs:
+        init = types.constant(name)
+        if init is not None and dtype[name] == _FLOAT:
+            values = numpy_helper.to_array(init)
+            finite = values[np.isfinite(values)]
+            if finite.size and float(np.abs(finite).max()) > FP16_MAX:
+                return "large-initializer"
+    return ""
+
+
+def _choose_fp16_nodes(
+    graph: Any, plan: PrecisionPlan, types: _TensorTypes
+) -> tuple[set[int], list[str], dict[str, str]]:
+    """(indices of the nodes to convert, their names, node -> rule for those the plan wanted FP16 but stay FP32)."""
     shape_only = _shape_only_nodes(graph)
+    fp16_set: set[int] = set()
     fp16_names: list[str] = []
     kept: dict[str, str] = {}
-    fp16_set: set[int] = set()
     for index, node in enumerate(graph.node):
-        if plan.precision_of(onnx_node_name(node)) != "fp16":
+        name = onnx_node_name(node)
+        if plan.precision_of(name) != "fp16":
             continue
-        data_inputs = [
-            name for slot, name in enumerate(node.input) if name and slot not in SHAPE_INPUTS.get(node.op_type, ())
-        ]
-        reason = ""
-        if node.op_type in SENSITIVE_OPS:
-            reason = "sensitive-op"
-        elif node.op_type in TYPED_BY_ATTRIBUTE_OPS:
-            reason = "typed-by-attribute"
-        elif node.op_type in CONTROL_FLOW_OPS or node.domain not in ("", "ai.onnx"):
-            reason = "control-flow"
-        elif index in shape_only:
-            reason = "shape-tensor"
-        elif any(name not in dtype for name in data_inputs) or any(o and o not in dtype for o in node.output):
-            reason = "unknown-dtype"
-        elif not any(dtype[name] == _FLOAT for name in data_inputs) and not any(
-            dtype.get(o) == _FLOAT for o in node.output
-        ):
-            reason = "no-float-io"
-        else:
-            for name in data_inputs:
-                init = initializers.get(name, constants.get(name))
-                if init is not None and dtype[name] == _FLOAT:
-                    values = numpy_helper.to_array(init)
-                    finite = values[np.isfinite(values)]
-                    if finite.size and float(np.abs(finite).max()) > FP16_MAX:
-                        reason = "large-initializer"
-                        break
+        reason = _keep_fp32_reason(node, index in shape_only, types)
         if reason:
-            kept[onnx_node_name(node)] = reason
+            kept[name] = reason
         else:
             fp16_set.add(index)
-            fp16_names.append(onnx_node_name(node))
+            fp16_names.append(name)
+    return fp16_set, fp16_names, kept
 
-    graph_output_names = {output.name for output in graph.output}
-    # float32 graph outputs produced by FP16 nodes: the node writes "<name>__fp16", a Cast restores "<name>".
-    renamed_outputs: dict[str, str] = {}
-    for index in fp16_set:
-        node = graph.node[index]
-        for slot, name in enumerate(node.output):
-            if name in graph_output_names and dtype.get(name) == _FLOAT:
-                renamed_outputs[name] = f"{name}__fp16"
-                node.output[slot] = renamed_outputs[name]
 
-    current: dict[str, int] = dict(dtype)  # element type of each tensor after the rewrite
-    cast_cache: dict[tuple[str, int], str] = {}
-    new_nodes: list[Any] = []
-    new_initializers: list[Any] = []
-    casts_added = 0
-    initializers_converted = 0
+class _CastInserter:
+    """Rewrites the graph in place so the chosen nodes compute in float16: a Cast (or an FP16 copy of a constant)
+    wherever a tensor's type differs from what its consumer now computes in. Mutable: it builds one rewrite."""
 
-    def as_type(name: str, to: int) -> str:
-        nonlocal casts_added, initializers_converted
+    def __init__(self, graph: Any, fp16_set: set[int], types: _TensorTypes) -> None:
+        self.graph = graph
+        self.fp16_set = fp16_set
+        self.types = types
+        self.dtype = dict(types.dtype)  # the original element types (FP16 outputs are added as FP32-originals)
+        self.current: dict[str, int] = dict(types.dtype)  # element type of each tensor after the rewrite
+        self.cast_cache: dict[tuple[str, int], str] = {}
+        self.new_nodes: list[Any] = []
+        self.new_initializers: list[Any] = []
+        self.casts_added = 0
+        self.initializers_converted = 0
+
+    def as_type(self, name: str, to: int) -> str:
+        """The name of ``name`` converted to element type ``to`` (made once, reused by every consumer)."""
+        import numpy as np
+        from onnx import helper, numpy_helper
+
         key = (name, to)
-        if key in cast_cache:
-            return cast_cache[key]
-        suffix = "fp16" if to == _FLOAT16 else "fp32"
-        cast_name = f"{name}__{suffix}"
-        init = initializers.get(name, constants.get(name))
+        if key in self.cast_cache:
+            return self.cast_cache[key]
+        cast_name = f"{name}__{'fp16' if to == _FLOAT16 else 'fp32'}"
+        init = self.types.constant(name)
         if init is not None and to == _FLOAT16:
             array = numpy_helper.to_array(init).astype(np.float16)
-            new_initializers.append(numpy_helper.from_array(array, cast_name))
-            initializers_converted += 1
+            self.new_initializers.append(numpy_helper.from_array(array, cast_name))
+            self.initializers_converted += 1
         else:
-            new_nodes.append(helper.make_node("Cast", [name], [cast_name], name=f"autocast/{cast_name}", to=to))
-            casts_added += 1
-        current[cast_name] = to
-        cast_cache[key] = cast_name
+            self.new_nodes.append(helper.make_node("Cast", [name], [cast_name], name=f"autocast/{cast_name}", to=to))
+            self.casts_added += 1
+        self.current[cast_name] = to
+        self.cast_cache[key] = cast_name
         return cast_name
 
-    for index, node in enumerate(graph.node):
-        in_fp16 = index in fp16_set
-        for slot, name in enumerate(node.input):
-            if not name or slot in SHAPE_INPUTS.get(node.op_type, ()):
-                continue
-            if in_fp16 and current.get(name) == _FLOAT:
-                node.input[slot] = as_type(name, _FLOAT16)
-            elif not in_fp16 and current.get(name) == _FLOAT16 and dtype.get(name) == _FLOAT:
-                node.input[slot] = as_type(name, _FLOAT)
-        if in_fp16:
-            for output in node.output:
-                original = next((k for k, v in renamed_outputs.items() if v == output), output)
-                if dtype.get(original) == _FLOAT:
-                    current[output] = _FLOAT16
-                    dtype.setdefault(output, _FLOAT)
-        new_nodes.append(node)
-    for original, renamed in renamed_outputs.items():
-        new_nodes.append(helper.make_node("Cast", [renamed], [original], name=f"autocast/{original}__out", to=_FLOAT))
-        casts_added += 1
+    def rename_fp16_graph_outputs(self) -> dict[str, str]:
+        """float32 graph outputs produced by FP16 nodes: the node writes "<name>__fp16", a Cast restores "<name>"."""
+        graph_output_names = {output.name for output in self.graph.output}
+        renamed: dict[str, str] = {}
+        for index in self.fp16_set:
+            node = self.graph.node[index]
+            for slot, name in enumerate(node.output):
+                if name in graph_output_names and self.dtype.get(name) == _FLOAT:
+                    renamed[name] = f"{name}__fp16"
+                    node.output[slot] = renamed[name]
+        return renamed
 
-    # drop what the conversion left unused (FP32 originals of converted constants)
-    used = {name for node in new_nodes for name in node.input} | {output.name for output in graph.output}
-    new_nodes = [node for node in new_nodes if node.op_type != "Constant" or any(o in used for o in node.output)]
-    kept_initializers = [init for init in graph.initializer if init.name in used] + new_initializers
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    del graph.initializer[:]
-    graph.initializer.extend(kept_initializers)
-    # stale value_info would contradict the new types; TensorRT and ORT re-infer them
-    del graph.value_info[:]
-    return AutocastResult(proto, plan, fp16_names, kept, casts_added, initializers_converted)
+    def rewrite(self) -> None:
+        from onnx import helper
+
+        graph = self.graph
+        renamed_outputs = self.rename_fp16_graph_outputs()
+        original_of = {renamed: original for original, renamed in renamed_outputs.items()}
+        for index, node in enumerate(graph.node):
+            in_fp16 = index in self.fp16_set
+            for slot, name in enumerate(node.input):
+                if not name or slot in SHAPE_INPUTS.get(node.op_type, ()):
+                    continue
+                if in_fp16 and self.current.get(name) == _FLOAT:
+                    node.input[slot] = self.as_type(name, _FLOAT16)
+                elif not in_fp16 and self.current.get(name) == _FLOAT16 and self.dtype.get(name) == _FLOAT:
+                    node.input[slot] = self.as_type(name, _FLOAT)
+            if in_fp16:
+                for output in node.output:
+                    if self.dtype.get(original_of.get(output, output)) == _FLOAT:
+                        self.current[output] = _FLOAT16
+                        self.dtype.setdefault(output, _FLOAT)
+            self.new_nodes.append(node)
+        for original, renamed in renamed_outputs.items():
+            self.new_nodes.append(
+                helper.make_node("Cast", [renamed], [original], name=f"autocast/{original}__out", to=_FLOAT)
+            )
+            self.casts_added += 1
+        self._replace_graph_contents()
+
+    def _replace_graph_contents(self) -> None:
+        graph = self.graph
+        # drop what the conversion left unused (FP32 originals of converted constants)
+        used = {name for node in self.new_nodes for name in node.input} | {output.name for output in graph.output}
+        nodes = [node for node in self.new_nodes if node.op_type != "Constant" or any(o in used for o in node.output)]
+        initializers = [init for init in graph.initializer if init.name in used] + self.new_initializers
+        del graph.node[:]
+        graph.node.extend(nodes)
+        del graph.initializer[:]
+        graph.initializer.extend(initializers)
+        # stale value_info would contradict the new types; TensorRT and ORT re-infer them
+        del graph.value_info[:]
+
+
+def apply_precision_plan(model: OnnxModel, plan: PrecisionPlan) -> AutocastResult:
+    """A copy of ``model`` in which every node the plan puts at FP16 computes in float16 (rules above)."""
+    _check_plan(model, plan)
+    proto = copy.deepcopy(model.proto)
+    types = _tensor_types(proto)
+    fp16_set, fp16_names, kept = _choose_fp16_nodes(proto.graph, plan, types)
+    inserter = _CastInserter(proto.graph, fp16_set, types)
+    inserter.rewrite()
+    return AutocastResult(
+        plan, tuple(fp16_names), kept, inserter.casts_added, inserter.initializers_converted, proto=proto
+    )

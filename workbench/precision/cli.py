@@ -69,7 +69,7 @@ def _cli_precision(args: argparse.Namespace) -> int:
     if "autocast" in report:
         cast = report["autocast"]
         print(
-            f"fp16        {cast['fp16_nodes']} nodes compute in float16; {cast['casts_added']} casts added, "
+            f"fp16        {len(cast['fp16_nodes'])} nodes compute in float16; {cast['casts_added']} casts added, "
             f"{cast['initializers_converted']} initializers converted"
         )
         if cast["kept_fp32_by_rule"]:

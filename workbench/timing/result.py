@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.timing import stats
 
 STAGES = ("queue", "enqueue", "wait", "h2d", "compute", "d2h")
 
 
-@dataclass
-class BatchRecord:
+@dataclass(frozen=True)
+class BatchRecord(Artifact):
     """One dispatched unit of work (a batch of one or more requests). Times are ms since the run's t=0.
 
     Host clock: ``arrivals_ms`` (per request), ``dispatch_ms`` and ``enqueue_end_ms`` (around the enqueue calls).
@@ -25,8 +26,8 @@ class BatchRecord:
     slot: int
     size: int  # samples actually requested
     padded_size: int  # size the executor ran (>= size when padded to a prepared batch size)
-    arrivals_ms: list[float]
-    request_samples: list[int]
+    arrivals_ms: tuple[float, ...]
+    request_samples: tuple[int, ...]
     dispatch_ms: float
     enqueue_end_ms: float = math.nan
     h2d_start_ms: float = math.nan
@@ -45,12 +46,15 @@ class BatchRecord:
             "d2h": self.d2h_end_ms - self.compute_end_ms,
         }
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
+@dataclass(frozen=True)
+class TimingResult(Artifact):
+    """One timed configuration: throughput, latency percentiles with intervals, stage medians and checks.
 
-@dataclass
-class TimingResult:
+    ``records`` (every batch, for timelines and traces) and ``latencies_ms`` stay in memory; the JSON carries
+    ``records`` only when asked (``to_json(include_records=True)``).
+    """
+
     executor: str
     executor_label: str
     model: str
@@ -64,7 +68,7 @@ class TimingResult:
     throughput_per_s: float  # samples (images) per second
     requests_per_s: float
     latency_ms: dict[str, float]
-    latency_ci_ms: dict[str, list[float]]
+    latency_ci_ms: dict[str, tuple[float, float]]
     latency_reliable: dict[str, bool]
     stages_ms: dict[str, float]  # medians
     enqueue_us_p50: float
@@ -73,23 +77,23 @@ class TimingResult:
     n_requests: int
     n_batches: int
     window_s: float
-    window_throughputs: list[float]
+    window_throughputs: tuple[float, ...]
     stable: bool
     warmup_ms: float
     span_ms: float
-    littles_law: dict[str, Any]
+    littles_law: stats.LittleCheck
     timeouts: dict[str, int]
     mean_padded_fraction: float
     device: str
-    clocks: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    records: list[BatchRecord] = field(default_factory=list, repr=False)
-    latencies_ms: list[float] = field(default_factory=list, repr=False)
+    clocks: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+    records: tuple[BatchRecord, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
+    latencies_ms: tuple[float, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
 
     def to_json(self, include_records: bool = False) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("records", "latencies_ms")}
+        out = super().to_json()
         if include_records:
-            out["records"] = [r.to_json() for r in self.records]
+            out["records"] = [record.to_json() for record in self.records]
         return out
 
 
@@ -115,13 +119,13 @@ def summarize_records(records: list[BatchRecord], t_start_ms: float, t_stop_ms: 
         "requests_per_s": requests_done / span * 1e3 if span > 0 else math.nan,
         "latency_ms": {f"p{int(q)}": e.value for q, e in estimates.items()}
         | {"mean": float(np.mean(latencies)) if latencies else math.nan},
-        "latency_ci_ms": {f"p{int(q)}": [e.ci_low, e.ci_high] for q, e in estimates.items()},
+        "latency_ci_ms": {f"p{int(q)}": (e.ci_low, e.ci_high) for q, e in estimates.items()},
         "latency_reliable": {f"p{int(q)}": e.reliable for q, e in estimates.items()},
         "stages_ms": {k: (float(np.median(v)) if v else math.nan) for k, v in stage_lists.items()},
         "enqueue_us_p50": float(np.median(stage_lists["enqueue"])) * 1e3 if stage_lists["enqueue"] else math.nan,
         "busy_fraction": stats.busy_fraction(compute_spans, t_start_ms, t_stop_ms),
         "compute_overlap": stats.overlap_concurrency(stats.clip_spans(compute_spans, t_start_ms, t_stop_ms)),
-        "littles_law": little.to_json(),
+        "littles_law": little,
         "latencies_ms": latencies,
         "n_requests": len(latencies),
         "n_batches": len(measured),

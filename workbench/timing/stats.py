@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
+
+from workbench.artifact import Artifact
 
 DEFAULT_QUANTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 # A percentile is only trusted when at least this many samples lie at or beyond it (p99 needs 500 samples).
@@ -25,16 +26,13 @@ def min_samples_for(percentile: float, tail_samples: int = MIN_TAIL_SAMPLES) -> 
 
 
 @dataclass(frozen=True)
-class PercentileEstimate:
+class PercentileEstimate(Artifact):
     percentile: float
     value: float
     ci_low: float
     ci_high: float
     n_samples: int
     reliable: bool  # False when fewer than min_samples_for(percentile) samples were available
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float] = DEFAULT_QUANTILES) -> dict[float, float]:
@@ -129,7 +127,7 @@ def time_average_in_flight(intervals: Iterable[tuple[float, float]], lo: float, 
 
 
 @dataclass(frozen=True)
-class LittleCheck:
+class LittleCheck(Artifact):
     """Little's law: throughput x mean latency should equal the mean number of requests in flight."""
 
     throughput_per_ms: float
@@ -138,9 +136,7 @@ class LittleCheck:
     measured_in_flight: float
     relative_error: float
     ok: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    configured_in_flight: int | None = None  # closed loop: requests the dispatcher keeps outstanding
 
 
 def littles_law_check(
