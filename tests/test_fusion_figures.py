@@ -12,6 +12,7 @@ from workbench.cli import main
 from workbench.engine.layermap import LayerEntry, LayerMap, NodeEntry, diff_layer_maps
 from workbench.engine.records import read_layers
 from workbench.viz import engine as ff
+from workbench.viz.palette import PRECISION_COLORS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "layers"
 sys.path.insert(0, str(FIXTURES))  # capture_rtx: the fixtures' model builders
@@ -51,8 +52,8 @@ def test_side_by_side_has_one_marker_per_node_and_layer_and_every_link(cls_maps)
     assert len(links.x) == 3 * pairs  # x0, x1, None per link
     # colours: folded nodes grey, mapped nodes and layers fp32 blue; the inserted reformat is a diamond
     folded = sum(1 for node in fp32.nodes if node.folded)
-    assert list(nodes.marker.color).count(ff.PRECISION_COLORS["folded"]) == folded
-    assert set(layers.marker.color) == {ff.PRECISION_COLORS["fp32"]}
+    assert list(nodes.marker.color).count(PRECISION_COLORS["folded"]) == folded
+    assert set(layers.marker.color) == {PRECISION_COLORS["fp32"]}
     assert list(layers.marker.symbol).count(ff.INSERTED_SYMBOL) == len(fp32.inserted_layers) == 1
     assert "Conv@0" in nodes.hovertext[[n.name for n in fp32.nodes].index("Conv@0")]
     assert "566 ONNX nodes" in fig.layout.title.text

@@ -90,13 +90,14 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.refresh_count == 0 and not panel.session.run.stages  # nothing runs or displays on construction
     panel.run()
     assert panel.status.kind == "ok", panel.status.text
-    timing_x = list(panel.timing_figure.data[0].x)
-    assert timing_x[0] == "2 stream(s) x batch 8"
+    assert "chosen 2 stream(s) x batch 8" in panel.timing_figure.layout.title.text
+    assert _streams_timed(panel, "batch 8") == {"1 stream", "2 streams"}
     timing_table = panel.timing_table.value
 
     panel.streams.value = 5
     assert panel.status.kind == "ok", panel.status.text
-    assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 8"
+    assert "chosen 5 stream(s) x batch 8" in panel.timing_figure.layout.title.text
+    assert _streams_timed(panel, "batch 8") == {"1 stream", "5 streams"}
     assert panel.timing_table.value != timing_table
     assert panel.session.run.timing.chosen.streams == 5
 
@@ -110,7 +111,8 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.session.run.selection.engine.engine_path.name.endswith("fp16.engine")
 
     panel.batch.value = 4
-    assert list(panel.timing_figure.data[0].x)[0] == "5 stream(s) x batch 4"
+    assert "chosen 5 stream(s) x batch 4" in panel.timing_figure.layout.title.text
+    assert _streams_timed(panel, "batch 4") == {"1 stream", "5 streams"}
 
     diff_before = [trace.y for trace in panel.diff_figure.data]
     panel.calibration_method.value = "max"
@@ -123,6 +125,11 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.status.kind == "error"
     assert panel.status.text == "Error: streams=99 is out of range. Expected: 1..16."
     assert "Traceback" not in panel.status.widget.value
+
+
+def _streams_timed(panel, series: str) -> set[str]:
+    """The stream counts the timing figure shows on one curve (one curve per batch size)."""
+    return {text for trace in panel.timing_figure.data if trace.name == series for text in trace.text}
 
 
 def _execute(notebook: str, workdir: Path) -> list[str]:
@@ -153,6 +160,7 @@ def test_export_notebook_executes_headless(tmp_path: Path) -> None:
 
 def test_shared_controls() -> None:
     from workbench.ui import controls
+    from workbench.ui.progress import ProgressAdapter
 
     assert (controls.streams_slider().min, controls.streams_slider().max) == (1, 16)
     assert controls.precision_dropdown("fp16").value == "fp16"
@@ -167,9 +175,10 @@ def test_shared_controls() -> None:
     except KeyError as error:
         status.error(error)
     assert status.text.startswith("Unexpected error KeyError: 'missing' (at test_quickstart.py:")
-    progress = controls.ProgressAdapter()
+    progress = ProgressAdapter()
     progress("calibrate", 3, 11, "Calibrate INT8 ranges")  # a flow stage
-    assert (progress.bar.value, progress.bar.max, progress.label.value) == (3, 11, "Calibrate INT8 ranges")
+    assert (progress.bar.value, progress.bar.max, progress.message) == (3, 11, "Calibrate INT8 ranges")
+    assert progress.label.value.startswith("Calibrate INT8 ranges (")  # and the seconds since it started
     assert progress("start", "Building engine", "", 0, 4) is True  # a TensorRT builder phase
     progress("step", "Building engine", "", 1, 0)
     assert (progress.bar.value, progress.bar.max) == (2, 4)

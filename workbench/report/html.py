@@ -27,18 +27,24 @@ from workbench.report.tables import (
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
 from workbench.viz import engine as engine_figures
-from workbench.viz import flow as flow_figures
+from workbench.viz import metrics as metric_figures
+from workbench.viz import palette
+from workbench.viz import timing as timing_figures
 
 SECTION_IDS = ("summary", "cleaning", "fusion", "layer-diff", "metrics", "timing", "diagnosis", "export")
 
-_CSS = """
+_CSS = (
+    """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
 h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem} td,th{border:1px solid #ddd;padding:.3rem .55rem;text-align:left;vertical-align:top}
-th{background:#f5f5f5} .status-done{color:#2a7a2a} .status-failed{color:#b00} .status-skipped{color:#a66d00}
+th{background:#f5f5f5} """
+    + " ".join(f".status-{k}{{color:{palette.STATUS_COLORS[k]}}}" for k in ("done", "failed", "skipped"))
+    + """
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5rem .8rem;margin:.6rem 0} .muted{color:#666;font-size:.9rem}
 code{background:#f3f3f3;padding:0 .25rem;border-radius:3px;overflow-wrap:anywhere} pre{white-space:pre-wrap}
 """
+)
 
 
 def _figure_html(figure: Any, div_id: str) -> str:
@@ -135,7 +141,7 @@ def _metrics_section(run: QuickstartRun) -> str:
     rows, chosen = run.metrics.rows, run.config.variant
     return (
         metrics_table_html(rows, chosen)
-        + _figure_html(flow_figures.metrics_figure(rows, chosen), "fig-metrics")
+        + _figure_html(metric_figures.metrics_figure(rows, chosen), "fig-metrics")
         + f'<p class="muted">{esc(run.metrics.how)}.</p>'
     )
 
@@ -147,7 +153,10 @@ def _timing_section(run: QuickstartRun) -> str:
     content = (
         f'<p class="note">{esc(run.timing.reason)}.</p>'
         + timing_table_html(results)
-        + _figure_html(flow_figures.timing_figure(results), "fig-timing")
+        + _figure_html(
+            timing_figures.latency_throughput_figure(results, title=timing_figures.chosen_title(run.timing.chosen)),
+            "fig-timing",
+        )
     )
     notes = sorted({note for r in results for note in r.notes})
     if notes:

@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.precision import PrecisionPlan
+from workbench.ui.figures import replace_figure
+from workbench.ui.progress import ProgressAdapter
+from workbench.viz.calib import histogram_figure, sqnr_figure
+from workbench.viz.metrics import metric_table_figure
 
 
 class CalibrationPanel:
@@ -65,6 +69,7 @@ class CalibrationPanel:
         self.fallback_button = widgets.Button(description="Fall back worst N", button_style="warning")
         self.run_button = widgets.Button(description="Calibrate", button_style="primary")
         self.status = StatusArea()
+        self.progress = ProgressAdapter("calibration")
         self.sqnr = go.FigureWidget()
         self.histogram = go.FigureWidget()
         self.table = go.FigureWidget()
@@ -82,6 +87,7 @@ class CalibrationPanel:
                 widgets.HBox([self.method, self.percentile, self.batches, self.run_button]),
                 widgets.HBox([self.node, self.node_precision]),
                 widgets.HBox([self.worst_n, self.fallback_button]),
+                self.progress.widget,
                 self.status.widget,
                 self.table,
                 self.sqnr,
@@ -95,7 +101,9 @@ class CalibrationPanel:
         """(Re)calibrate with the current widget values and redraw everything."""
         try:
             self.status.busy("calibrating…")
+            self.progress.start("loading the model", total=4)
             self._ensure_session()
+            self.progress.step(f"statistics over {self.batches.value} batch(es)", 1)
             self.statistics = self.session.statistics(self.batches.value)
             self.ranges = self.statistics.ranges(self.method.value, percentile=self.percentile.value)
             self._quiet = True
@@ -108,12 +116,14 @@ class CalibrationPanel:
             self._requantize()
             self._draw_histogram()
             warnings = "; ".join(self.ranges.warnings)
+            self.progress.done("calibrated")
             self.status.ok(
                 f"{len(self.statistics.histograms)} tensors from {self.statistics.num_samples} samples "
                 f"({self.statistics.seconds:.1f} s), method {self.method.value}"
                 + (f" — {warnings}" if warnings else "")
             )
         except Exception as error:  # shown in the panel, never as a traceback
+            self.progress.failed("failed")
             self.status.error(error)
 
     def fall_back_worst(self, n: int | None = None) -> list[str]:
@@ -122,6 +132,8 @@ class CalibrationPanel:
             if self.diff is None:
                 self.run()
             n = self.worst_n.value if n is None else n
+            self.status.busy(f"falling back the worst {n} layer(s)…")
+            self.progress.start(f"ranking INT8 layers, falling back {n}", total=4)
             ranked = [
                 node
                 for node in self.session.rank_int8_nodes(self.diff, self.plan)
@@ -131,9 +143,11 @@ class CalibrationPanel:
             self.plan = self.plan.with_overrides({node: self.fallback_precision for node in self.worst})  # type: ignore[misc]
             self._requantize()
             self._show_node_precision()
+            self.progress.done("done")
             self.status.ok(f"fell back to {self.fallback_precision}: {', '.join(self.worst)}")
             return self.worst
         except Exception as error:
+            self.progress.failed("failed")
             self.status.error(error)
             return []
 
@@ -158,16 +172,15 @@ class CalibrationPanel:
         self.run()
 
     def _requantize(self) -> None:
+        self.progress.step("inserting Q/DQ and diffing every layer", 2)
         int8_model = self.session.quantize(self.ranges)
         self.quantized = int8_model if not self.plan.overrides else self.session.quantize(self.ranges, self.plan)
         self.diff = self.session.diff(self.quantized, max_batches=self.diff_batches)
-        self.sqnr.data = []
-        figure = _sqnr(self.diff, self._worst_tensors())
-        self.sqnr.add_traces(list(figure.data))
-        self.sqnr.layout = figure.layout
+        replace_figure(self.sqnr, sqnr_figure(self.diff, highlight=self.worst_tensors()))
         self._metrics(int8_model)
 
-    def _worst_tensors(self) -> list[str]:
+    def worst_tensors(self) -> list[str]:
+        """The output tensors of the layers "fall back worst N" moved out of INT8 (what the SQNR chart marks)."""
         if not self.worst:
             return []
         outputs = {n.name: list(n.output) for n in self.session.model.proto.graph.node}
@@ -175,6 +188,7 @@ class CalibrationPanel:
 
     def _metrics(self, int8_model: Any) -> None:
         rows = []
+        self.progress.step("task metric of each variant", 3)
         total = len(self.session.int8_nodes())
         if self.session.entry is not None:
             fp32 = self.session.evaluate(limit=self.eval_limit)
@@ -202,20 +216,13 @@ class CalibrationPanel:
                     }
                 )
         self.metric_rows = rows
-        figure = _table(rows)
-        self.table.data = []
-        self.table.add_traces(list(figure.data))
-        self.table.layout = figure.layout
+        replace_figure(self.table, metric_table_figure(rows))
 
     def _draw_histogram(self) -> None:
         if self._quiet or self.statistics is None or not self.tensor.value:
             return
         thresholds = self.statistics.all_methods(self.tensor.value, percentile=self.percentile.value)
-        figure = _histogram(self.statistics.histograms[self.tensor.value], thresholds)
-        self.histogram.data = []
-        self.histogram.layout = {}
-        self.histogram.add_traces(list(figure.data))
-        self.histogram.layout = figure.layout
+        replace_figure(self.histogram, histogram_figure(self.statistics.histograms[self.tensor.value], thresholds))
 
     def _show_node_precision(self) -> None:
         if not self.node.value:
@@ -230,26 +237,12 @@ class CalibrationPanel:
         if self._quiet or self.session is None or not self.node.value:
             return
         try:
+            self.status.busy(f"{self.node.value} -> {self.node_precision.value}…")
+            self.progress.start(f"{self.node.value} -> {self.node_precision.value}", total=4)
             self.plan = self.plan.with_overrides({self.node.value: self.node_precision.value})
             self._requantize()
+            self.progress.done("done")
             self.status.ok(f"{self.node.value} -> {self.node_precision.value}")
         except Exception as error:
+            self.progress.failed("failed")
             self.status.error(error)
-
-
-def _sqnr(diff: Any, highlight: list[str]) -> Any:
-    from workbench.viz.calib import sqnr_figure
-
-    return sqnr_figure(diff, highlight=highlight)
-
-
-def _histogram(hist: Any, thresholds: dict[str, float]) -> Any:
-    from workbench.viz.calib import histogram_figure
-
-    return histogram_figure(hist, thresholds)
-
-
-def _table(rows: list[dict[str, Any]]) -> Any:
-    from workbench.viz.calib import metric_table_figure
-
-    return metric_table_figure(rows)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.clean import DEFAULT_PASSES, CleanOptions, CleanResult, clean_model
+from workbench.ui.figures import replace_figure
+from workbench.ui.progress import ProgressAdapter
 from workbench.viz import clean as figures
 
 _PATH_CHOICE = "(path below)"
@@ -35,6 +37,7 @@ class CleanPanel:
         self.run_button = widgets.Button(description="Clean", button_style="primary")
         self.pass_picker = widgets.Dropdown(options=[], description="show pass")
         self.status = StatusArea()
+        self.progress = ProgressAdapter("cleaning")
         self.waterfall = go.FigureWidget()
         self.table = go.FigureWidget()
         self.neighbourhood = go.FigureWidget()
@@ -48,6 +51,7 @@ class CleanPanel:
                     list(self.pass_boxes.values()), layout=widgets.Layout(grid_template_columns="repeat(4, 240px)")
                 ),
                 widgets.HBox([self.check_box, self.run_button]),
+                self.progress.widget,
                 self.status.widget,
                 self.waterfall,
                 self.table,
@@ -60,7 +64,8 @@ class CleanPanel:
     def selected_passes(self) -> list[str]:
         return [name for name, box in self.pass_boxes.items() if box.value]
 
-    def _source(self) -> tuple[Any, dict | None]:
+    def source(self) -> tuple[Any, dict | None]:
+        """The chosen model (zoo entry's ONNX path, or the typed path) and its input profile (None for a path)."""
         if self.model_picker.value == _PATH_CHOICE:
             return Path(self.path_text.value.strip()), None
         from workbench.zoo import get_entry
@@ -71,21 +76,24 @@ class CleanPanel:
     def run(self) -> CleanResult | None:
         """Clean the chosen model with the ticked passes and redraw every figure; errors go to the status line."""
         self.status.busy("cleaning…")
+        self.progress.start(f"cleaning with {len(self.selected_passes)} pass(es)")
         try:
-            source, profile = self._source()
+            source, profile = self.source()
             self.result = clean_model(
                 source, CleanOptions(passes=self.selected_passes, profile=profile, check=self.check_box.value)
             )
         except Exception as error:  # shown, not raised: a panel must survive bad input
+            self.progress.failed("failed")
             self.status.error(error)
             return None
+        self.progress.done("cleaned")
         result = self.result
         rolled = ", ".join(r.name for r in result.rolled_back) or "none"
         self.status.ok(
             f"{result.nodes_before} → {result.nodes_after} nodes in {result.seconds:.2f} s (checks {result.check_seconds:.2f} s); rolled back: {rolled}"
         )
-        self._replace(self.waterfall, figures.node_waterfall_figure(result))
-        self._replace(self.table, figures.op_delta_table_figure(result))
+        replace_figure(self.waterfall, figures.node_waterfall_figure(result))
+        replace_figure(self.table, figures.op_delta_table_figure(result))
         changed = [r.name for r in result.passes if r.nodes_removed or r.nodes_added]
         options = changed or [r.name for r in result.passes]
         self.pass_picker.options = options
@@ -98,12 +106,5 @@ class CleanPanel:
     def select_pass(self, name: str | None) -> None:
         if not name or self.result is None:
             return
-        self._replace(self.neighbourhood, figures.neighbourhood_figure(self.result.report(name)))
-        self._replace(self.table, figures.op_delta_table_figure(self.result, name))
-
-    @staticmethod
-    def _replace(target: Any, figure: Any) -> None:
-        with target.batch_update():
-            target.data = []
-            target.add_traces(list(figure.data))
-            target.layout = figure.layout
+        replace_figure(self.neighbourhood, figures.neighbourhood_figure(self.result.report(name)))
+        replace_figure(self.table, figures.op_delta_table_figure(self.result, name))

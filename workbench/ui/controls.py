@@ -1,7 +1,7 @@
 """The shared widgets: one widget per concept, the same in every notebook panel.
 
-Thin factories and two small helpers (a status area that shows a WorkbenchError as a readable message, and a
-progress-bar adapter usable as a stage / build callback). Nothing here displays anything or computes anything.
+Thin factories and a status area that shows a WorkbenchError as a readable message (the progress adapter is in
+:mod:`workbench.ui.progress`). Nothing here displays anything or computes anything.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import html
 import traceback
 from collections.abc import Sequence
-from typing import Any
 
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
+from workbench.viz.palette import STATUS_COLORS
 
 PRECISIONS = (("FP32", "fp32"), ("FP16", "fp16"), ("INT8 + FP32 fallback", "int8"))
 CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
@@ -63,57 +63,28 @@ class StatusArea:
         self.kind = "idle"
         self.text = ""
 
-    def _set(self, kind: str, text: str, color: str) -> None:
+    def _set(self, kind: str, text: str) -> None:
         self.kind, self.text = kind, text
+        color = STATUS_COLORS[kind]
         self.widget.value = f'<div style="color:{color};white-space:pre-wrap">{html.escape(text)}</div>'
 
     def info(self, text: str) -> None:
-        self._set("info", text, "#333")
+        self._set("info", text)
 
     def busy(self, text: str) -> None:
-        self._set("busy", text, "#555")
+        self._set("busy", text)
 
     def ok(self, text: str) -> None:
-        self._set("ok", text, "#2a7a2a")
+        self._set("ok", text)
 
     def warn(self, text: str) -> None:
-        self._set("warning", text, "#a66d00")
+        self._set("warning", text)
 
     def error(self, error: BaseException) -> None:
         """A WorkbenchError as its message; anything else as 'unexpected error' with its type and last frame."""
         if isinstance(error, WorkbenchError):
-            self._set("error", f"Error: {error}", "#b00")
+            self._set("error", f"Error: {error}")
         else:
             frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
             where = f" (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
-            self._set("error", f"Unexpected error {type(error).__name__}: {error}{where}. Please report it.", "#b00")
-
-
-class ProgressAdapter:
-    """A progress bar plus label, callable as ``(stage, index, total, message)`` (the flow's progress hook)
-    or as a build progress callback ``(kind, phase, parent, step, total) -> bool``."""
-
-    def __init__(self, description: str = "progress") -> None:
-        self.bar = widgets.IntProgress(
-            value=0, min=0, max=1, description=description, style=_STYLE, layout=widgets.Layout(width="340px")
-        )
-        self.label = widgets.Label(value="")
-        self.widget = widgets.HBox([self.bar, self.label])
-
-    def __call__(self, *event: Any) -> bool:
-        if len(event) == 4:  # flow stage: (stage, index, total, message)
-            _stage, index, total, message = event
-            self.bar.max = max(int(total), 1)
-            self.bar.value = min(int(index), self.bar.max)
-            self.label.value = str(message)
-        elif len(event) == 5:  # builder: (kind, phase, parent, step, total)
-            kind, phase, parent, step, total = event
-            if kind == "start" and not parent and total:
-                self.bar.max, self.bar.value, self.label.value = int(total), 0, str(phase)
-            elif kind == "step" and phase == self.label.value:
-                self.bar.value = min(int(step) + 1, self.bar.max)
-        return True
-
-    def done(self, message: str = "done") -> None:
-        self.bar.value = self.bar.max
-        self.label.value = message
+            self._set("error", f"Unexpected error {type(error).__name__}: {error}{where}. Please report it.")

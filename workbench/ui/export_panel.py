@@ -14,6 +14,9 @@ import plotly.graph_objects as go
 from workbench.export import Bundle
 from workbench.flow import EngineCandidate, QuickstartConfig, QuickstartSession, compare_precisions, recommend
 from workbench.ui import controls
+from workbench.ui.figures import replace_figure
+from workbench.ui.progress import ProgressAdapter
+from workbench.viz.metrics import candidates_figure
 
 
 def candidates_table_html(candidates: list[EngineCandidate], chosen: str | None = None) -> str:
@@ -33,33 +36,10 @@ def candidates_table_html(candidates: list[EngineCandidate], chosen: str | None 
     )
 
 
-def candidates_figure(candidates: list[EngineCandidate], chosen: str | None = None) -> go.Figure:
-    """Accuracy against throughput, one marker per engine."""
-    shown = [c for c in candidates if c.metric is not None and c.throughput_per_s is not None]
-    figure = go.Figure(
-        go.Scatter(
-            x=[c.throughput_per_s for c in shown],
-            y=[c.metric for c in shown],
-            text=[c.precision for c in shown],
-            mode="markers+text",
-            textposition="top center",
-            marker=dict(
-                size=[18 if c.precision == chosen else 12 for c in shown],
-                color=["#54A24B" if c.precision == chosen else "#4C78A8" for c in shown],
-            ),
-        )
-    )
-    metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
-    figure.update_layout(
-        title="Accuracy vs speed", xaxis_title="samples / s", yaxis_title=metric, template="plotly_white", height=360
-    )
-    return figure
-
-
 class ExportPanel:
     def __init__(self, config: QuickstartConfig | None = None, *, session: QuickstartSession | None = None) -> None:
         self.session = session or QuickstartSession(config or QuickstartConfig(sweep=False))
-        self.progress = controls.ProgressAdapter("stages")
+        self.progress = ProgressAdapter("stages")
         self.session.progress = self.progress
         self.status = controls.StatusArea()
         self.precision = controls.precision_dropdown(self.session.config.precision)
@@ -116,8 +96,4 @@ class ExportPanel:
 
     def _render(self) -> None:
         self.table.value = candidates_table_html(self.candidates, self.precision.value)
-        source = candidates_figure(self.candidates, self.precision.value)
-        with self.figure.batch_update():
-            self.figure.data = ()
-            self.figure.add_traces(list(source.data))
-            self.figure.layout = source.layout
+        replace_figure(self.figure, candidates_figure(self.candidates, self.precision.value))

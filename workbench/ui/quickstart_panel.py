@@ -16,34 +16,22 @@ import plotly.graph_objects as go
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession
 from workbench.report import diagnose, metrics_table_html, stage_table_html, timing_table_html, verdicts_html
 from workbench.ui import controls
+from workbench.ui.figures import note_figure, replace_figure
+from workbench.ui.progress import ProgressAdapter
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
 from workbench.viz import engine as engine_figures
-from workbench.viz import flow as flow_figures
+from workbench.viz import metrics as metric_figures
+from workbench.viz import timing as timing_figures
 
 _TABS = ("Stages", "Cleaning", "Fusion", "Per-layer diff", "Task metric", "Timing", "Diagnosis")
-
-
-def _replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
-    """Swap a FigureWidget's content in place (the widget on screen stays the same object)."""
-    with target.batch_update():
-        target.data = ()
-        target.add_traces(list(source.data))
-        target.layout = source.layout
-
-
-def _note(text: str) -> go.Figure:
-    figure = go.Figure()
-    figure.add_annotation(text=html.escape(text), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    figure.update_layout(template="plotly_white", height=200, xaxis_visible=False, yaxis_visible=False)
-    return figure
 
 
 class QuickstartPanel:
     """Precision, calibration method, streams, batch and model widgets over a QuickstartSession."""
 
     def __init__(self, config: QuickstartConfig | None = None, *, session: QuickstartSession | None = None) -> None:
-        self.progress = controls.ProgressAdapter("stages")
+        self.progress = ProgressAdapter("stages")
         self.status = controls.StatusArea()
         self.session = session or QuickstartSession(config or QuickstartConfig())
         self.session.progress = self.progress
@@ -136,34 +124,41 @@ class QuickstartPanel:
         """Redraw every table and figure from the session's current run (the panel only reads the typed record)."""
         run = self.session.run
         self.stage_table.value = stage_table_html(run)
-        _replace_figure(
+        replace_figure(
             self.cleaning_figure,
             clean_figures.node_waterfall_figure(run.cleaning.result)
             if run.cleaning
-            else _note(run.stage("clean").summary),
+            else note_figure(run.stage("clean").summary),
         )
-        _replace_figure(self.fusion_figure, self._fusion_figure(run))
+        replace_figure(self.fusion_figure, self._fusion_figure(run))
         kept = [node for node, p in run.fallback.plan.overrides.items() if p == "fp32"] if run.fallback else []
-        _replace_figure(
+        replace_figure(
             self.diff_figure,
             calib_figures.sqnr_figure(run.layer_diff.diff, highlight=kept)
             if run.layer_diff
-            else _note(run.stage("layer_diff").summary),
+            else note_figure(run.stage("layer_diff").summary),
         )
         rows = run.metrics.rows if run.metrics else ()
         self.metrics_table.value = (
             metrics_table_html(rows, run.config.variant) if rows else html.escape(run.stage("metrics").summary)
         )
-        _replace_figure(
+        replace_figure(
             self.metrics_figure,
-            flow_figures.metrics_figure(rows, run.config.variant) if rows else _note(run.stage("metrics").summary),
+            metric_figures.metrics_figure(rows, run.config.variant)
+            if rows
+            else note_figure(run.stage("metrics").summary),
         )
         if run.timing is not None:
             self.timing_table.value = f"<p>{html.escape(run.timing.reason)}</p>" + timing_table_html(run.timing.results)
-            _replace_figure(self.timing_figure, flow_figures.timing_figure(run.timing.results))
+            replace_figure(
+                self.timing_figure,
+                timing_figures.latency_throughput_figure(
+                    run.timing.results, title=timing_figures.chosen_title(run.timing.chosen)
+                ),
+            )
         else:
             self.timing_table.value = html.escape(run.stage("timing").summary)
-            _replace_figure(self.timing_figure, _note(run.stage("timing").summary))
+            replace_figure(self.timing_figure, note_figure(run.stage("timing").summary))
         self.diagnosis.value = verdicts_html(diagnose(run))
         self.refresh_count += 1
 
@@ -172,5 +167,5 @@ class QuickstartPanel:
         """The fusion view of the chosen engine (the FP32 one until an engine is chosen), from its layer map."""
         engine = run.selection.engine if run.selection else run.fp32_engine
         if engine is None:
-            return _note(run.stage("fusion").summary)
+            return note_figure(run.stage("fusion").summary)
         return engine_figures.side_by_side_figure(engine.layer_map, title=f"Fusion view: {engine.engine_path.name}")

@@ -16,17 +16,11 @@ import plotly.graph_objects as go
 
 from workbench.timing import RunConfig, TimingResult, run_pipeline
 from workbench.ui import controls
+from workbench.ui.figures import replace_figure
+from workbench.ui.progress import ProgressAdapter
 from workbench.viz import timing as timing_figures
 
 ExecutorFactory = Callable[[str, bool], Any]  # (executor name, cuda_graph) -> executor
-
-
-def _replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
-    """Swap a FigureWidget's content in place (the widget on screen stays the same object)."""
-    with target.batch_update():
-        target.data = ()
-        target.add_traces(list(source.data))
-        target.layout = source.layout
 
 
 class TimingPanel:
@@ -69,6 +63,7 @@ class TimingPanel:
         self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
         self.sweep_button = widgets.Button(description="Sweep streams 1,2,4,8", icon="line-chart")
         self.status = controls.StatusArea()
+        self.progress = ProgressAdapter("timing")
         self.summary = widgets.HTML()
         self.timeline_figure = go.FigureWidget()
         self.histogram_figure = go.FigureWidget()
@@ -99,6 +94,7 @@ class TimingPanel:
                         widgets.VBox([self.sla_ms, self.run_button, self.sweep_button]),
                     ]
                 ),
+                self.progress.widget,
                 self.status.widget,
                 self.summary,
                 self.timeline_figure,
@@ -133,12 +129,18 @@ class TimingPanel:
         )
 
     def run(self, streams: int | None = None, redraw: bool = True) -> TimingResult | None:
+        n = int(streams or self.streams.value)
         self.status.busy("running...")
+        if redraw:  # a sweep reports its own steps
+            self.progress.start(f"timing {n} stream(s)")
         try:
             result = run_pipeline(self._get_executor(), self.config(streams), model=self.model)
         except Exception as error:  # shown as a message in the panel
+            self.progress.failed("failed")
             self.status.error(error)
             return None
+        if redraw:
+            self.progress.done(f"timed {n} stream(s)")
         self.results.append(result)
         self.last = result
         self.sweep_points.append(self._point(result))
@@ -152,10 +154,13 @@ class TimingPanel:
 
     def sweep(self, streams: tuple[int, ...] = (1, 2, 4, 8)) -> list[TimingResult]:
         out = []
-        for n in streams:
+        self.progress.start("sweep", total=len(streams))
+        for index, n in enumerate(streams):
+            self.progress.step(f"timing {n} stream(s)", index, len(streams))
             result = self.run(streams=n, redraw=False)
             if result is not None:
                 out.append(result)
+        self.progress.done(f"swept {len(out)} of {len(streams)} configurations")
         if out:
             self._draw(out[-1])
         return out
@@ -177,13 +182,13 @@ class TimingPanel:
 
     # --- drawing -------------------------------------------------------------------------------------------
     def _draw(self, result: TimingResult) -> None:
-        _replace_figure(
+        replace_figure(
             self.timeline_figure,
             timing_figures.gantt_figure(
                 result.records, title=f"Timeline: {result.streams} stream(s), batch {result.batch}, {result.load}"
             ),
         )
-        _replace_figure(
+        replace_figure(
             self.histogram_figure,
             timing_figures.latency_histogram(
                 result.latencies_ms, percentiles={k: result.latency_ms[k] for k in ("p50", "p99")}
@@ -193,7 +198,7 @@ class TimingPanel:
         self.summary.value = self._summary_html(result)
 
     def _draw_sweep(self) -> None:
-        _replace_figure(
+        replace_figure(
             self.sweep_figure,
             timing_figures.latency_throughput_figure(
                 self.sweep_points, sla_ms=float(self.sla_ms.value) if self.sla_ms.value else None

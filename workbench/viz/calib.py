@@ -10,8 +10,7 @@ import numpy as np
 
 from workbench.calib.diff import LayerDiff
 from workbench.calib.histogram import TensorHistogram
-
-METHOD_COLORS = {"max": "#444444", "percentile": "#1f77b4", "entropy": "#d62728", "mse": "#2ca02c"}
+from workbench.viz import palette
 
 
 def sqnr_figure(
@@ -58,7 +57,7 @@ def sqnr_figure(
             marker={
                 "symbol": "diamond",
                 "size": 7,
-                "color": ["#d62728" if r.cause and r.cause != "ok" else "#ff7f0e" for _, r in local],
+                "color": [palette.ERROR if r.cause and r.cause != "ok" else palette.WARNING for _, r in local],
             },
         )
     )
@@ -71,7 +70,7 @@ def sqnr_figure(
                 mode="markers",
                 name="worst layers",
                 text=[r.name for _, r in marked],
-                marker={"symbol": "x", "size": 12, "color": "black"},
+                marker={"symbol": "x", "size": 12, "color": palette.WORST},
             )
         )
     figure.update_layout(
@@ -104,14 +103,14 @@ def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, 
             y=np.maximum(merged, 0),
             width=width,
             name="|x| counts",
-            marker={"color": "#9ecae1"},
+            marker={"color": palette.NEUTRAL_LIGHT},
             hovertemplate="|x|≈%{x:.4g}: %{y}<extra></extra>",
         )
     )
     for method, amax in thresholds.items():
         figure.add_vline(
             x=float(amax),
-            line={"color": METHOD_COLORS.get(method, "#888"), "dash": "dash"},
+            line={"color": palette.METHOD_COLORS.get(method, palette.MUTED), "dash": "dash"},
             annotation_text=f"{method} {amax:.3g}",
             annotation_position="top",
         )
@@ -139,7 +138,7 @@ def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
     ]
     figure = go.Figure(
         go.Table(
-            header={"values": header, "fill_color": "#eeeeee", "align": "left"},
+            header={"values": header, "fill_color": palette.HEADER_FILL, "align": "left"},
             cells={"values": columns, "align": "left"},
         )
     )

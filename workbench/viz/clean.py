@@ -12,14 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.clean.report import CleanResult, PassReport
-
-STATUS_COLORS = {
-    "accepted": "#2a7a2a",
-    "unchecked": "#a66d00",
-    "rolled_back": "#b00",
-    "unchanged": "#999",
-    "report_only": "#999",
-}
+from workbench.viz import palette
 
 
 def node_waterfall_figure(result: CleanResult) -> go.Figure:
@@ -53,10 +46,10 @@ def node_waterfall_figure(result: CleanResult) -> go.Figure:
             textposition="outside",
             hovertext=hover,
             hoverinfo="text",
-            decreasing={"marker": {"color": "#2a7a2a"}},
-            increasing={"marker": {"color": "#b00"}},
-            totals={"marker": {"color": "#4a6fa5"}},
-            connector={"line": {"color": "#bbb"}},
+            decreasing={"marker": {"color": palette.DECREASE}},
+            increasing={"marker": {"color": palette.INCREASE}},
+            totals={"marker": {"color": palette.TOTAL}},
+            connector={"line": {"color": palette.EDGE}},
         )
     )
     figure.update_layout(
@@ -86,10 +79,14 @@ def op_delta_rows(result: CleanResult, pass_name: str | None = None) -> list[tup
 def op_delta_table_figure(result: CleanResult, pass_name: str | None = None) -> go.Figure:
     rows = op_delta_rows(result, pass_name)
     columns: list[tuple[Any, ...]] = list(zip(*rows)) if rows else [(), (), (), ()]
-    colors = [["#e6f4e6" if delta < 0 else "#f8e0e0" for delta in columns[3]]] * 4
+    colors = [[palette.ADDED_FILL if delta < 0 else palette.REMOVED_FILL for delta in columns[3]]] * 4
     figure = go.Figure(
         go.Table(
-            header={"values": ["op type", "before", "after", "delta"], "fill_color": "#dde3ee", "align": "left"},
+            header={
+                "values": ["op type", "before", "after", "delta"],
+                "fill_color": palette.HEADER_FILL,
+                "align": "left",
+            },
             cells={"values": [list(c) for c in columns], "fill_color": colors, "align": "left"},
         )
     )
@@ -164,7 +161,12 @@ def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.
     keys = [_node_key(node) for node in nodes]
     return [
         go.Scatter(
-            x=edge_x, y=edge_y, mode="lines", line={"color": "#bbb", "width": 1}, hoverinfo="skip", showlegend=False
+            x=edge_x,
+            y=edge_y,
+            mode="lines",
+            line={"color": palette.EDGE, "width": 1},
+            hoverinfo="skip",
+            showlegend=False,
         ),
         go.Scatter(
             x=[positions[k][0] for k in keys],
@@ -179,8 +181,8 @@ def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.
             hoverinfo="text",
             marker={
                 "size": 12,
-                "color": [color if k in highlight else "#8aa0c8" for k in keys],
-                "line": {"width": 1, "color": "#333"},
+                "color": [color if k in highlight else palette.GRAPH_NODE for k in keys],
+                "line": {"width": 1, "color": palette.MARKER_EDGE},
             },
             showlegend=False,
         ),
@@ -202,9 +204,9 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
     before_nodes = _neighbourhood(report.graph_before, removed, radius)
     shown_before = {_node_key(node) for node in before_nodes}
     after_nodes = _neighbourhood(report.graph_after, added | (shown_before - removed), radius if added else 0)
-    for trace in _graph_traces(before_nodes, removed, "#d9534f"):
+    for trace in _graph_traces(before_nodes, removed, palette.REMOVED):
         figure.add_trace(trace, row=1, col=1)
-    for trace in _graph_traces(after_nodes, added, "#3c9a3c"):
+    for trace in _graph_traces(after_nodes, added, palette.ADDED):
         figure.add_trace(trace, row=1, col=2)
     shown = (
         f" (first {max_changed} changes)"

@@ -15,30 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
+from workbench.viz import palette
+from workbench.viz.palette import precision_color
 
-PRECISION_COLORS = {
-    "fp32": "#1f77b4",
-    "fp16": "#2ca02c",
-    "bf16": "#17becf",
-    "int8": "#d62728",
-    "fp8": "#ff7f0e",
-    "int4": "#8c564b",
-    "fp4": "#e377c2",
-    "int32": "#7f7f7f",
-    "int64": "#7f7f7f",
-    "bool": "#7f7f7f",
-    "folded": "#d0d0d0",
-    "none": "#9e9e9e",  # layers without tensors: stream signal/wait, shape calls
-}
-OTHER_COLOR = "#bcbd22"
 INSERTED_SYMBOL = "diamond"
 # Trace names the panel looks traces up by.
 LINKS_TRACE, NODES_TRACE, LAYERS_TRACE, HIGHLIGHT_TRACE = "links", "ONNX nodes", "engine layers", "selection"
 SORT_COLUMNS = ("index", "name", "type", "precision", "onnx nodes", "tactic")
-
-
-def precision_color(precision: str) -> str:
-    return PRECISION_COLORS.get(precision, OTHER_COLOR)
 
 
 @dataclass
@@ -230,7 +213,7 @@ def side_by_side_figure(
             name=LINKS_TRACE,
             hoverinfo="skip",
             showlegend=False,
-            line={"color": "rgba(120,120,120,0.35)", "width": 1},
+            line={"color": palette.LINK, "width": 1},
         )
     )
     fig.add_trace(
@@ -245,7 +228,7 @@ def side_by_side_figure(
                 "color": [precision_color(item.precision) for item in view.items],
                 "size": [12 if item.collapsed else 9 for item in view.items],
                 "symbol": ["square" if item.collapsed else "circle" for item in view.items],
-                "line": {"width": 0.5, "color": "#444"},
+                "line": {"width": 0.5, "color": palette.MARKER_EDGE},
             },
             hovertext=[_node_hover(item, view.layers) for item in view.items],
             hoverinfo="text",
@@ -267,7 +250,7 @@ def side_by_side_figure(
                 "color": [precision_color(layer.precision) for layer in view.layers],
                 "size": [9 + min(len(layer.onnx_nodes), 12) for layer in view.layers],
                 "symbol": [INSERTED_SYMBOL if layer.inserted else "circle" for layer in view.layers],
-                "line": {"width": 0.5, "color": "#444"},
+                "line": {"width": 0.5, "color": palette.MARKER_EDGE},
             },
             hovertext=[_layer_hover(layer) for layer in view.layers],
             hoverinfo="text",
@@ -285,7 +268,7 @@ def side_by_side_figure(
             name=HIGHLIGHT_TRACE,
             hoverinfo="skip",
             showlegend=False,
-            line={"color": "#ff7f0e", "width": 3},
+            line={"color": palette.SELECTION, "width": 3},
         )
     )
     present = sorted({item.precision for item in view.items} | {layer.precision for layer in view.layers})
@@ -306,7 +289,7 @@ def side_by_side_figure(
                 y=[None],
                 mode="markers",
                 name="inserted by TensorRT",
-                marker={"color": "#777", "symbol": INSERTED_SYMBOL, "size": 10},
+                marker={"color": palette.INSERTED, "symbol": INSERTED_SYMBOL, "size": 10},
             )
         )
     stats = layer_map.stats()
@@ -367,7 +350,7 @@ def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: 
 
     rows = layer_table_rows(layer_map, sort_by, descending)
     columns = ["index", "name", "type", "precision", "onnx nodes", "nodes", "tactic"]
-    fill = [["white"] * len(rows) for _ in columns]
+    fill = [[palette.CELL_FILL] * len(rows) for _ in columns]
     fill[3] = [precision_color(row["precision"]) for row in rows]
     fig = go.Figure(
         go.Table(
@@ -377,7 +360,7 @@ def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: 
                     f"<b>{c}</b>" + (" ▼" if c == sort_by and descending else " ▲" if c == sort_by else "")
                     for c in columns
                 ],
-                "fill_color": "#eee",
+                "fill_color": palette.HEADER_FILL,
                 "align": "left",
             },
             cells={
@@ -412,7 +395,7 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
             x=[str(s) for s in sizes],
             y=[stats.group_sizes[s] for s in sizes],
             name="layers",
-            marker_color="#1f77b4",
+            marker_color=palette.NEUTRAL,
             showlegend=False,
         ),
         row=1,
@@ -434,7 +417,7 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
             x=statuses,
             y=[audit.get(s, 0) for s in statuses],
             showlegend=False,
-            marker_color=["#d62728", "#ff7f0e", "#c7c7c7"],
+            marker_color=[palette.INT8, palette.WARNING, palette.FOLDED],
         ),
         row=1,
         col=3,
@@ -462,7 +445,7 @@ def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
         go.Bar(
             x=names,
             y=[summary[n] for n in names],
-            marker_color=["#7f7f7f", "#2ca02c", "#d62728", "#ff7f0e"],
+            marker_color=[palette.UNCHANGED, palette.ADDED, palette.REMOVED, palette.CHANGED],
             text=[summary[n] for n in names],
             textposition="outside",
             showlegend=False,
@@ -486,18 +469,18 @@ def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
             )
         )
     rows = rows[:max_rows]
-    colors = {"gained": "#dff0d8", "lost": "#f2dede", "precision": "#fcf8e3"}
+    colors = {"gained": palette.ADDED_FILL, "lost": palette.REMOVED_FILL, "precision": palette.CHANGED_FILL}
     fig.add_trace(
         go.Table(
             columnwidth=[60, 220, 90, 80, 400],
             header={
                 "values": ["<b>change</b>", "<b>layer</b>", "<b>type</b>", "<b>precision</b>", "<b>ONNX nodes</b>"],
-                "fill_color": "#eee",
+                "fill_color": palette.HEADER_FILL,
                 "align": "left",
             },
             cells={
                 "values": [list(col) for col in zip(*rows)] if rows else [[] for _ in range(5)],
-                "fill_color": [[colors[r[0]] for r in rows]] * 5 if rows else "white",
+                "fill_color": [[colors[r[0]] for r in rows]] * 5 if rows else palette.CELL_FILL,
                 "align": "left",
                 "font": {"size": 11},
             },

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-STAGE_COLORS = {"enqueue": "#7f7f7f", "queue": "#bcbd22", "h2d": "#1f77b4", "compute": "#2ca02c", "d2h": "#ff7f0e"}
+from workbench.viz import palette
+
 HOST_LANE = "host enqueue"
 QUEUE_LANE = "host queue"
 
@@ -26,7 +27,7 @@ def timeline_spans(
     records: Iterable[Any], start_ms: float | None = None, window_ms: float | None = None
 ) -> dict[str, list[tuple[str, float, float]]]:
     """Spans per stage as (lane label, start_ms, duration_ms), restricted to [start_ms, start_ms + window_ms)."""
-    spans: dict[str, list[tuple[str, float, float]]] = {k: [] for k in STAGE_COLORS}
+    spans: dict[str, list[tuple[str, float, float]]] = {k: [] for k in palette.PIPELINE_STAGE_COLORS}
     lo = -math.inf if start_ms is None else start_ms
     hi = math.inf if window_ms is None else lo + window_ms
 
@@ -84,7 +85,7 @@ def gantt_figure(
                 y=[i[0] for i in items],
                 base=[i[1] for i in items],
                 x=[i[2] for i in items],
-                marker_color=STAGE_COLORS[stage],
+                marker_color=palette.PIPELINE_STAGE_COLORS[stage],
                 marker_line_width=0,
                 hovertemplate=f"{stage}<br>start %{{base:.3f}} ms<br>%{{x:.3f}} ms<extra>%{{y}}</extra>",
             )
@@ -92,7 +93,7 @@ def gantt_figure(
     figure.update_layout(
         title=title,
         barmode="overlay",
-        template="plotly_white",
+        template=palette.TEMPLATE,
         height=160 + 28 * len(order),
         xaxis=dict(title="time since t0 (ms)", type="linear", range=[start_ms, start_ms + window_ms]),
         yaxis=dict(categoryorder="array", categoryarray=list(reversed(order)), title=None),
@@ -106,19 +107,19 @@ def latency_histogram(
     latencies_ms: Sequence[float], *, percentiles: Mapping[str, float] | None = None, title: str = "Request latency"
 ) -> go.Figure:
     data = np.asarray(latencies_ms, dtype=float)
-    figure = go.Figure(go.Histogram(x=data, nbinsx=60, marker_color="#1f77b4", name="requests"))
+    figure = go.Figure(go.Histogram(x=data, nbinsx=60, marker_color=palette.NEUTRAL, name="requests"))
     for name, value in (percentiles or {}).items():
         if value is not None and not math.isnan(value):
             figure.add_vline(
                 x=value,
                 line_dash="dash",
-                line_color="#d62728",
+                line_color=palette.THRESHOLD,
                 annotation_text=f"{name} {value:.2f} ms",
                 annotation_position="top",
             )
     figure.update_layout(
         title=title,
-        template="plotly_white",
+        template=palette.TEMPLATE,
         xaxis_title="latency (ms)",
         yaxis_title="requests",
         height=320,
@@ -127,46 +128,64 @@ def latency_histogram(
     return figure
 
 
+def chosen_title(chosen: Any) -> str:
+    """The title of a timing figure whose first result is the configuration the user chose."""
+    return f"Pipeline timing, chosen {chosen.streams} stream(s) x batch {chosen.batch}: {chosen.executor_label}"
+
+
+def _field(point: Any, key: str, default: Any = None) -> Any:
+    if isinstance(point, Mapping):
+        return point.get(key, default)
+    return getattr(point, key, default)
+
+
 def latency_throughput_figure(
-    points: Sequence[Mapping[str, Any]],
+    points: Sequence[Any],
     *,
     sla_ms: float | None = None,
     percentile: str = "p99",
     title: str = "Latency vs throughput",
 ) -> go.Figure:
-    """One curve per series (e.g. batch size or batching on/off); points need throughput_per_s, latency_ms, streams.
+    """One curve per series (e.g. batch size or batching on/off); one marker per timed configuration.
 
-    ``points`` are TimingResult.to_json() dicts (or anything with those keys) plus an optional "series" label.
+    ``points`` are :class:`~workbench.timing.TimingResult` objects or their ``to_json()`` dicts (anything with
+    throughput_per_s, latency_ms, streams, batch), each with an optional "series" label (default: its batch size).
     """
     figure = go.Figure()
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[Any]] = {}
     for p in points:
-        label = str(p.get("series") or f"batch {p.get('batch')}")
+        label = str(_field(p, "series") or f"batch {_field(p, 'batch')}")
         groups.setdefault(label, []).append(p)
-    for label, items in groups.items():
-        items = sorted(items, key=lambda p: p["throughput_per_s"])
+    for index, (label, items) in enumerate(groups.items()):
+        items = sorted(items, key=lambda p: _field(p, "throughput_per_s"))
+        streams = [_field(p, "streams") for p in items]
         figure.add_trace(
             go.Scatter(
-                x=[p["throughput_per_s"] for p in items],
-                y=[p["latency_ms"][percentile] for p in items],
+                x=[_field(p, "throughput_per_s") for p in items],
+                y=[_field(p, "latency_ms")[percentile] for p in items],
                 mode="lines+markers+text",
                 name=label,
-                text=[f"{p.get('streams')}s" for p in items],
+                line_color=palette.SERIES_COLORS[index % len(palette.SERIES_COLORS)],
+                text=[f"{n} stream{'s' if n != 1 else ''}" for n in streams],
                 textposition="top center",
-                hovertemplate="%{x:.0f}/s<br>" + percentile + " %{y:.2f} ms<br>%{text}<extra>" + label + "</extra>",
+                hovertemplate="%{x:.0f} samples/s<br>"
+                + percentile
+                + " %{y:.2f} ms<br>%{text}<extra>"
+                + label
+                + "</extra>",
             )
         )
     if sla_ms is not None:
         figure.add_hline(
             y=sla_ms,
             line_dash="dot",
-            line_color="#d62728",
+            line_color=palette.THRESHOLD,
             annotation_text=f"SLA {sla_ms:g} ms",
             annotation_position="bottom right",
         )
     figure.update_layout(
         title=title,
-        template="plotly_white",
+        template=palette.TEMPLATE,
         xaxis_title="throughput (samples/s)",
         yaxis_title=f"{percentile} latency (ms)",
         height=380,
