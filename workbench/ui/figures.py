@@ -14,9 +14,11 @@ from workbench.viz import palette
 
 def replace_figure(widget: go.FigureWidget, figure: go.Figure) -> None:
     """Swap ``widget``'s traces and layout for ``figure``'s (nothing of the old figure survives)."""
+    # Clearing the layout inside the batch made the front end drop the traces added with it (seen in Chromium:
+    # empty axes after a re-run), so the old layout is cleared on its own first.
+    widget.layout = {}
     with widget.batch_update():
         widget.data = ()
-        widget.layout = {}
         widget.add_traces(list(figure.data))
         widget.layout = figure.layout
 
