@@ -53,7 +53,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", help="zoo model name (default: ocr-cls, ~25 s on 2 cores)")
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
     parser.add_argument(
-        "--precision", choices=["fp32", "fp16", "int8"], help="engine to time and export (default int8)"
+        "--precision",
+        choices=["auto", "fp32", "fp16", "int8"],
+        help="engine to time and export (default auto: the cheapest within --max-metric-drop of FP32)",
+    )
+    parser.add_argument(
+        "--max-metric-drop", type=float, help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)"
     )
     parser.add_argument(
         "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
@@ -77,6 +82,7 @@ def _cli(args: argparse.Namespace) -> int:
             "batch": args.batch,
             "calibration_samples": args.calibration_samples,
             "evaluation_samples": args.eval_samples,
+            "max_metric_drop": args.max_metric_drop,
         }.items()
         if value is not None
     }

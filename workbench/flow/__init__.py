@@ -5,7 +5,6 @@ from workbench.flow.quickstart import (
     PRECISION_CHOICES,
     STAGE_NAMES,
     STAGES,
-    VARIANT_OF_PRECISION,
     Calibration,
     Cleaning,
     Fallback,
@@ -18,15 +17,17 @@ from workbench.flow.quickstart import (
     Selection,
     StageResult,
     Timing,
+    export_selection,
     run_quickstart,
 )
+from workbench.flow.rule import Choice, choose
 
 __all__ = [
     "PRECISION_CHOICES",
     "STAGES",
     "STAGE_NAMES",
-    "VARIANT_OF_PRECISION",
     "Calibration",
+    "Choice",
     "Cleaning",
     "EngineCandidate",
     "Fallback",
@@ -39,7 +40,9 @@ __all__ = [
     "Selection",
     "StageResult",
     "Timing",
+    "choose",
     "compare_precisions",
     "recommend",
+    "export_selection",
     "run_quickstart",
 ]

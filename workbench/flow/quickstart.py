@@ -31,6 +31,8 @@ from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_g
 from workbench.engine.backend import get_backend
 from workbench.errors import WorkbenchError
 from workbench.export import Bundle, export_bundle
+from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, choose
+from workbench.flow.uncertainty import Estimate, estimate
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan, apply_precision_plan
 from workbench.timing import RunConfig, TimingResult, run_pipeline
@@ -38,9 +40,9 @@ from workbench.timing.executors import OrtCpuExecutor
 from workbench.timing.trt_executor import TrtExecutor
 from workbench.zoo import DEFAULT_MODEL, ZooEntry, get_entry
 
-PRECISION_CHOICES = ("fp32", "fp16", "int8")  # int8 = the calibrated engine with its worst layers back in FP32
-# The task-metric variant that measures each engine choice (the one place this mapping is written).
-VARIANT_OF_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "int8-mixed"}
+# auto = the engine rule (workbench.flow.rule) picks; int8 = all-INT8, or the mixed plan (worst layers back in FP32)
+# where that measured better
+PRECISION_CHOICES = ("auto", "fp32", "fp16", "int8")
 CALIBRATION_METHODS = ("entropy", "percentile", "mse", "max")
 STATUSES = ("done", "skipped", "failed")
 CALIBRATION_BATCH = 8
@@ -49,7 +51,8 @@ METRIC_HOW = (
     "reference; TensorRT engine outputs need a GPU"
 )
 
-ProgressFn = Callable[[str, int, int, str], object]  # (stage, index, total, message) before each stage
+# (stage, index, total, message) before each stage; returning False cancels the stages not yet run
+ProgressFn = Callable[[str, int, int, str], object]
 ResultFn = Callable[["StageResult", int, int], None]  # (result, index, total) after each stage
 
 
@@ -58,7 +61,7 @@ class QuickstartConfig(Artifact):
     """Every setting the panel's widgets control, with built-in defaults that run in well under a minute on CPU."""
 
     model: str = DEFAULT_MODEL
-    precision: str = "int8"
+    precision: str = "auto"
     calibration_method: str = "entropy"
     streams: int = 2
     batch: int = 8
@@ -66,9 +69,11 @@ class QuickstartConfig(Artifact):
     diff_samples: int = 32
     evaluation_samples: int = 450  # capped by the model's evaluation split (ocr-cls 400, digits-cnn 450)
     fallback_layers: int = 2
+    max_metric_drop: float = DEFAULT_MAX_DROP  # the task-metric loss vs FP32 an engine may have and still be chosen
     timing_window_s: float = 0.25
     sweep: bool = True  # also time streams=1 and batch=1 so the diagnosis can say whether streams/batching help
     out_dir: str = "out"
+    export: bool = True  # the export stage writes a bundle (a new folder under <out_dir>/export each run)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISION_CHOICES:
@@ -88,15 +93,22 @@ class QuickstartConfig(Artifact):
                 raise WorkbenchError(f"{name}={getattr(self, name)} must be at least 1.")
         if not 0 <= int(self.fallback_layers) <= 64:
             raise WorkbenchError(f"fallback_layers={self.fallback_layers} is out of range.", expected="0..64")
+        if not (isinstance(self.max_metric_drop, (int, float)) and 0 <= self.max_metric_drop <= 1):
+            raise WorkbenchError(f"max_metric_drop={self.max_metric_drop} is out of range.", expected="0..1")
         if not (isinstance(self.timing_window_s, (int, float)) and math.isfinite(self.timing_window_s)) or not (
             self.timing_window_s > 0
         ):
             raise WorkbenchError(f"timing_window_s={self.timing_window_s} must be a positive number of seconds.")
 
-    @property
-    def variant(self) -> str:
-        """The task-metric variant of the chosen precision."""
-        return VARIANT_OF_PRECISION[self.precision]
+    def validated(self, **changes: Any) -> QuickstartConfig:
+        """This config with ``changes``; an unknown setting or a value out of range raises (nothing is clamped)."""
+        unknown = set(changes) - set(QuickstartConfig.__dataclass_fields__)
+        if unknown:
+            raise WorkbenchError(
+                f"unknown quickstart setting(s) {sorted(unknown)}.",
+                expected=", ".join(QuickstartConfig.__dataclass_fields__),
+            )
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,12 @@ class MetricRow(Artifact):
     n_samples: int
     higher_is_better: bool
     delta_vs_fp32: float = 0.0
+    scores: tuple[float, ...] = field(default=(), repr=False)  # per sample, evaluation order (for intervals)
+
+    @property
+    def estimate(self) -> Estimate:
+        """The value with its sample count and 95 % interval (Wilson for right/wrong scores, else bootstrap)."""
+        return estimate(self.value, self.n_samples, self.scores)
 
 
 @dataclass(frozen=True)
@@ -194,11 +212,13 @@ class Metrics(Artifact):
 
 @dataclass(frozen=True)
 class Selection(Artifact):
-    """The engine chosen for timing and export, and the ONNX it was built from (what the metric measured)."""
+    """The engine chosen for timing and export, the ONNX it was built from (what the metric measured), and why."""
 
-    precision: str
+    precision: str  # as asked for (auto / fp32 / fp16 / int8)
     engine: EngineArtifact
     onnx_path: Path
+    variant: str  # the task-metric variant of that engine: fp32 / fp16 / int8-all / int8-mixed
+    choice: Choice
 
 
 @dataclass(frozen=True)
@@ -241,8 +261,15 @@ class QuickstartRun(Artifact):
         return self.stages[name]
 
     @property
+    def chosen_variant(self) -> str | None:
+        """The task-metric variant of the chosen engine (None until the select stage ran)."""
+        return self.selection.variant if self.selection else None
+
+    @property
     def chosen_metric(self) -> MetricRow | None:
-        return self.metrics.row(self.config.variant) if self.metrics else None
+        if self.metrics is None or self.selection is None:
+            return None
+        return self.metrics.row(self.selection.variant)
 
     @property
     def model_for_build(self) -> OnnxModel | None:
@@ -262,13 +289,10 @@ class Workspace:
         self.out = Path(config.out_dir)
         self._calibration: tuple[tuple[str, int], CalibrationSession] | None = None
         self._fp16: dict[str, Any] = {}
+        self._int8_all: EngineArtifact | None = None
 
     def path(self, suffix: str) -> Path:
         return self.out / f"{self.model_name}.{suffix}"
-
-    @property
-    def export_dir(self) -> Path:
-        return self.out / "export"
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(shapes=dict(self.entry.input_profiles()), progress=False, **overrides)
@@ -296,6 +320,16 @@ class Workspace:
             apply_precision_plan(model, PrecisionPlan(default="fp16")).save(path)
             self._fp16["onnx_source"] = model.sha256
         return path
+
+    def int8_all_engine(self, run: QuickstartRun) -> EngineArtifact:
+        """The engine of the all-INT8 Q/DQ model (built on first use, kept while the calibration is the same)."""
+        calibration = _need(run.calibration, "calibrate")
+        model = load_onnx(calibration.onnx_path)
+        engine = self._int8_all
+        if engine is None or engine.onnx_sha256 != model.sha256:
+            engine = engine_from_onnx(model, self.path("int8-all.engine"), self.build_options(precision="int8"))
+            self._int8_all = engine
+        return engine
 
     def fp16_engine(self, run: QuickstartRun) -> EngineArtifact:
         model = self.source_model(run)
@@ -414,6 +448,7 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
             result.n_samples,
             result.higher_is_better,
             float(result.value) - reference if reference is not None else math.nan,
+            tuple(float(score) for score in result.scores),
         )
         for variant, path, result in measured
     )
@@ -421,18 +456,29 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
 
 
 def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
-    precision = run.config.precision
-    if precision == "fp32":
-        return Selection("fp32", _need(run.fp32_engine, "build_fp32"), ws.source_model(run).path)
-    if precision == "fp16":
-        onnx_path = ws.fp16_onnx(run)
-        return Selection("fp16", ws.fp16_engine(run), onnx_path)
-    if run.mixed_engine is None or run.fallback is None:
+    """The engine of the requested precision ("auto": the rule's pick), with the verdict on its task metric."""
+    available = (
+        ["fp32", "fp16"] + (["int8-all"] if run.calibration else []) + (["int8-mixed"] if run.mixed_engine else [])
+    )
+    if run.config.precision == "int8" and not {"int8-all", "int8-mixed"} & set(available):
         raise WorkbenchError(
             "the INT8 engine was not built (see the calibration stages above).",
-            expected="precision fp32 or fp16 until calibration works",
+            expected="precision fp32, fp16 or auto until calibration works",
         )
-    return Selection("int8", run.mixed_engine, run.fallback.onnx_path)
+    rows = run.metrics.rows if run.metrics else ()
+    choice = choose(rows, run.config.precision, run.config.max_metric_drop, available=available)
+    variant = choice.variant
+    if variant == "fp32":
+        engine = _need(run.fp32_engine, "build_fp32")
+        return Selection(run.config.precision, engine, ws.source_model(run).path, variant, choice)
+    if variant == "fp16":
+        onnx_path = ws.fp16_onnx(run)
+        return Selection(run.config.precision, ws.fp16_engine(run), onnx_path, variant, choice)
+    if variant == "int8-all":
+        calibration = _need(run.calibration, "calibrate")
+        return Selection(run.config.precision, ws.int8_all_engine(run), calibration.onnx_path, variant, choice)
+    fallback = _need(run.fallback, "fallback")
+    return Selection(run.config.precision, _need(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice)
 
 
 def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
@@ -481,20 +527,52 @@ def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     return Timing(tuple(results), reason)
 
 
-def stage_export(run: QuickstartRun, ws: Workspace) -> Bundle:
+def new_export_dir(run: QuickstartRun, root: Path) -> Path:
+    """A folder no export has used: ``<root>/<model>-<variant>-<UTC time>`` (``-2``, ``-3`` ... within one second)."""
     selection = _need(run.selection, "select")
-    int8 = selection.precision == "int8" and run.fallback is not None and run.calibration is not None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = root / f"{run.config.model}-{selection.variant}-{stamp}"
+    path, suffix = base, 2
+    while path.exists():
+        path, suffix = base.with_name(f"{base.name}-{suffix}"), suffix + 1
+    return path
+
+
+def export_selection(run: QuickstartRun, output_dir: str | Path | None = None, *, overwrite: bool = False) -> Bundle:
+    """Export the chosen engine with its accuracy and timing: into ``output_dir``, or a new folder under the run's
+    ``<out_dir>/export`` (so exports never replace each other); an existing ``output_dir`` needs ``overwrite``."""
+    selection = _need(run.selection, "select")
+    int8 = selection.variant.startswith("int8") and run.calibration is not None
+    mixed = selection.variant == "int8-mixed" and run.fallback is not None
     metric = run.chosen_metric
     timing = run.timing
+    target = Path(output_dir) if output_dir else new_export_dir(run, Path(run.config.out_dir) / "export")
+    accuracy = None
+    if metric is not None:
+        estimate = metric.estimate
+        accuracy = metric.to_json() | {
+            "how": "ONNX Runtime CPU, optimizations off",
+            "interval_95": [estimate.low, estimate.high] if estimate.has_interval else None,
+            "interval_method": estimate.method,
+            "choice": selection.choice.reason,
+            "choice_level": selection.choice.level,
+        }
+        accuracy.pop("scores", None)
     return export_bundle(
         selection.engine,
-        ws.export_dir,
-        overwrite=True,
-        plan=run.fallback.plan if int8 and run.fallback else None,
+        target,
+        overwrite=overwrite,
+        plan=run.fallback.plan if mixed and run.fallback else None,
         calibration_cache=run.calibration.cache_path if int8 and run.calibration else None,
-        accuracy=metric.to_json() | {"how": "ONNX Runtime CPU, optimizations off"} if metric else None,
+        accuracy=accuracy,
         timing=timing.chosen.to_json() | {"how": timing.reason} if timing else None,
     )
+
+
+def stage_export(run: QuickstartRun, ws: Workspace) -> Bundle:
+    if not run.config.export:
+        raise WorkbenchError("export is off for this session (export=False): export from the panel's button.")
+    return export_selection(run)
 
 
 # --- what each stage reports in one line ----------------------------------------------------------------------------
@@ -504,7 +582,7 @@ def _summary_clean(cleaning: Cleaning, run: QuickstartRun) -> str:
     result = cleaning.result
     accepted = [p.name for p in result.passes if p.changed]
     return (
-        f"{result.nodes_before} -> {result.nodes_after} ONNX nodes (cleaned graph), {len(accepted)} pass(es) changed "
+        f"{result.nodes_before} ONNX nodes (raw graph) -> {result.nodes_after} (cleaned graph), {len(accepted)} pass(es) changed "
         f"the graph, {len(result.rolled_back)} rolled back"
     )
 
@@ -512,7 +590,8 @@ def _summary_clean(cleaning: Cleaning, run: QuickstartRun) -> str:
 def _summary_engine(artifact: EngineArtifact, run: QuickstartRun) -> str:
     by_precision = ", ".join(f"{k} {v}" for k, v in sorted(artifact.summary()["by_precision"].items()))
     return (
-        f"{artifact.onnx_node_count} ONNX nodes (as built) -> {artifact.layer_count} engine layers ({by_precision}) in "
+        f"{artifact.onnx_node_count} ONNX nodes of {Path(artifact.onnx_path).name} (the graph built) -> "
+        f"{artifact.layer_count} engine layers ({by_precision}) in "
         f"{artifact.build_seconds:.1f} s ({artifact.backend} {artifact.backend_version})"
     )
 
@@ -561,14 +640,16 @@ def _summary_metrics(metrics: Metrics, run: QuickstartRun) -> str:
 
 def _summary_select(selection: Selection, run: QuickstartRun) -> str:
     engine = selection.engine
+    asked = f" (asked: {selection.precision})" if selection.precision != selection.variant else ""
     text = (
-        f"{selection.precision} engine {engine.engine_path} ({engine.layer_count} layers, "
+        f"{selection.variant} engine{asked} {engine.engine_path} ({engine.layer_count} layers, "
         f"{engine.engine_bytes / 1e6:.2f} MB)"
     )
     metric = run.chosen_metric
     if metric is not None:
-        text += f"; {metric.metric} {metric.value:.4f} ({metric.delta_vs_fp32:+.4f} vs FP32)"
-    return text
+        text += f"; {metric.metric} {metric.estimate.text()} ({metric.delta_vs_fp32:+.4f} vs FP32)"
+    choice = selection.choice
+    return text + ("" if choice.ok else f". WARNING: {choice.reason}")
 
 
 def _summary_timing(timing: Timing, run: QuickstartRun) -> str:
@@ -640,7 +721,15 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "metrics", "Task metric per precision", ("evaluation_samples",), (), "metrics", stage_metrics, _summary_metrics
     ),
-    Stage("select", "Choose the engine", ("precision",), ("build_fp32",), "selection", stage_select, _summary_select),
+    Stage(
+        "select",
+        "Choose the engine",
+        ("precision", "max_metric_drop"),
+        ("build_fp32",),
+        "selection",
+        stage_select,
+        _summary_select,
+    ),
     Stage(
         "timing",
         "Time the pipeline",
@@ -650,7 +739,7 @@ STAGES: tuple[Stage, ...] = (
         stage_timing,
         _summary_timing,
     ),
-    Stage("export", "Export the chosen engine", (), ("select",), "bundle", stage_export, _summary_export),
+    Stage("export", "Export the chosen engine", ("export",), ("select",), "bundle", stage_export, _summary_export),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
@@ -677,6 +766,17 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
             text = stage.summary(artifact, with_artifact)
             result = StageResult(name, stage.title, "done", seconds, text)
     return replace(run, **{stage.field: artifact, "stages": {**run.stages, name: result}})
+
+
+def cancel_stages(run: QuickstartRun, names: Iterable[str]) -> QuickstartRun:
+    """Mark ``names`` skipped ("cancelled") and clear their artifacts: a cancelled run shows no stale result."""
+    fields: dict[str, Any] = {}
+    stages = dict(run.stages)
+    for name in names:
+        stage = STAGE_BY_NAME[name]
+        fields[stage.field] = None
+        stages[name] = StageResult(name, stage.title, "skipped", summary="cancelled before this stage ran")
+    return replace(run, stages=stages, **fields)
 
 
 def _environment() -> Environment:
@@ -728,8 +828,9 @@ class QuickstartSession:
         ws = self._prepare()
         names = STAGE_NAMES[STAGE_NAMES.index(first) :]
         for index, name in enumerate(names):
-            if self.progress:
-                self.progress(name, index, len(names), STAGE_BY_NAME[name].title)
+            if self.progress and self.progress(name, index, len(names), STAGE_BY_NAME[name].title) is False:
+                self.run = cancel_stages(self.run, names[index:])  # nothing from the old settings stays
+                return self.run
             self.run = run_stage(self.run, name, ws)
             if self.on_result:
                 self.on_result(self.run.stages[name], index, len(names))
@@ -746,13 +847,7 @@ class QuickstartSession:
 
     def update(self, **changes: Any) -> QuickstartRun:
         """Apply new settings and re-run from the first stage that reads any of them."""
-        unknown = set(changes) - set(QuickstartConfig.__dataclass_fields__)
-        if unknown:
-            raise WorkbenchError(
-                f"unknown quickstart setting(s) {sorted(unknown)}.",
-                expected=", ".join(QuickstartConfig.__dataclass_fields__),
-            )
-        new = replace(self.config, **changes)  # validates
+        new = self.config.validated(**changes)
         changed = {key for key, value in changes.items() if getattr(self.config, key) != value}
         self.config = new
         self.run = replace(self.run, config=new)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from workbench.artifact import Artifact
 from workbench.engine import EngineArtifact
 from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
+from workbench.flow.rule import Choice, judge, next_steps
 
 STREAMS_HELP_RATIO = 1.15  # a configuration "helps" when it gives at least 15 % more throughput
 
@@ -19,6 +20,7 @@ class Verdict(Artifact):
     topic: str
     text: str
     evidence: dict[str, float] = field(default_factory=dict)
+    level: str = "info"  # info, or the engine choice's ok / warning / bad
 
 
 def diagnose(run: QuickstartRun) -> list[Verdict]:
@@ -30,9 +32,24 @@ def diagnose(run: QuickstartRun) -> list[Verdict]:
         verdicts += _accuracy_verdicts(run.layer_diff, run.fallback)
     if run.metrics is not None:
         verdicts += _metric_verdicts(run.metrics, run.fallback)
+    if run.selection is not None:
+        verdicts.append(_choice_verdict(run.selection.choice))
     if run.fp32_engine is not None:
         verdicts += _fusion_verdicts(run.fp32_engine)
     return verdicts
+
+
+def _choice_verdict(choice: Choice) -> Verdict:
+    """The engine chosen, by which rule, and (when it loses too much or the samples cannot tell) what to try next."""
+    text = f"{choice.variant} engine ({choice.level}): {choice.reason}."
+    steps = next_steps(choice)
+    if steps:
+        text += " " + steps
+    chosen = next((j for j in choice.judgements if j.variant == choice.variant), None)
+    evidence = {"max_metric_drop": choice.max_drop}
+    if chosen is not None:
+        evidence |= {"loss_vs_fp32": chosen.loss, "samples": float(chosen.estimate.n)}
+    return Verdict("engine choice", text + " " + choice.rule, evidence, level=choice.level)
 
 
 def _fallback_nodes(fallback: Fallback | None) -> list[str]:
@@ -161,16 +178,27 @@ def _metric_verdicts(metrics: Metrics, fallback: Fallback | None) -> list[Verdic
     rows = {row.variant: row for row in metrics.rows}
     if "fp32" in rows and ("int8-all" in rows or "int8-mixed" in rows):
         fp32 = rows["fp32"]
+        judged = judge(metrics.rows)
         text = f"{fp32.metric}: FP32 {fp32.value:.4f}"
         evidence = {"fp32": fp32.value}
         for variant in ("fp16", "int8-all", "int8-mixed"):
             if variant in rows:
-                text += f", {variant} {rows[variant].value:.4f} ({rows[variant].delta_vs_fp32:+.4f})"
+                difference = judged[variant].vs_fp32
+                text += f", {variant} {rows[variant].value:.4f} ({difference.text()}"
+                text += ", within noise)" if difference.within_noise else ")"
                 evidence[variant] = rows[variant].value
         kept = _fallback_nodes(fallback)
         if kept:
             text += f"; falling back {len(kept)} layer(s) to FP32: {', '.join(kept)}"
-        verdicts.append(Verdict("task metric", text + f" (ONNX Runtime CPU, {fp32.n_samples} samples).", evidence))
+        method = fp32.estimate.method or "no interval"
+        verdicts.append(
+            Verdict(
+                "task metric",
+                text + f" (ONNX Runtime CPU, {fp32.n_samples} samples; differences with paired 95% intervals, "
+                f"FP32 {fp32.estimate.text()} by {method}).",
+                evidence,
+            )
+        )
     return verdicts
 
 

@@ -17,6 +17,7 @@ from workbench._io import write_text_atomic
 from workbench.flow.quickstart import QuickstartRun
 from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
+    choice_html,
     esc,
     html_table,
     metrics_table_html,
@@ -138,9 +139,10 @@ def _layer_diff_section(run: QuickstartRun) -> str:
 def _metrics_section(run: QuickstartRun) -> str:
     if run.metrics is None or not run.metrics.rows:
         return _stage_note(run, "metrics")
-    rows, chosen = run.metrics.rows, run.config.variant
+    rows, chosen = run.metrics.rows, run.chosen_variant
     return (
-        metrics_table_html(rows, chosen)
+        (choice_html(run.selection.choice) if run.selection else "")
+        + metrics_table_html(rows, chosen, run.config.max_metric_drop)
         + _figure_html(metric_figures.metrics_figure(rows, chosen), "fig-metrics")
         + f'<p class="muted">{esc(run.metrics.how)}.</p>'
     )

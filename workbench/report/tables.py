@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from workbench.flow.quickstart import STAGE_NAMES, MetricRow, QuickstartRun
+from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.report.diagnosis import Verdict
 from workbench.timing import TimingResult
+from workbench.viz.palette import STATUS_COLORS
 
 
 def esc(value: Any) -> str:
@@ -27,37 +29,74 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], raw_column
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def stage_table_html(run: QuickstartRun) -> str:
-    """Every stage that ran: title, status, seconds and its one-line result."""
-    rows = [
-        [
-            esc(run.stage(name).title),
-            f'<span class="status-{run.stage(name).status}">{run.stage(name).status}</span>',
-            f"{run.stage(name).seconds:.2f}",
-            esc(run.stage(name).summary),
-        ]
-        for name in STAGE_NAMES
-        if name in run.stages
-    ]
+def _status_span(kind: str, text: str) -> str:
+    return f'<span class="status-{kind}" style="color:{STATUS_COLORS.get(kind, "inherit")}">{esc(text)}</span>'
+
+
+def stage_table_html(run: QuickstartRun, pending: Collection[str] = ()) -> str:
+    """Every stage that ran: title, status, seconds and its one-line result. Stages in ``pending`` are about to re-run:
+    their old result is shown struck through as stale."""
+    rows = []
+    for name in STAGE_NAMES:
+        if name not in run.stages and name not in pending:
+            continue
+        result = run.stage(name)
+        if name in pending:
+            status = _status_span("stale", "stale: re-running")
+            summary = f"<s>{esc(result.summary)}</s>" if name in run.stages else ""
+        else:
+            status, summary = _status_span(result.status, result.status), esc(result.summary)
+        rows.append([esc(result.title), status, f"{result.seconds:.2f}" if name not in pending else "", summary])
     return html_table(["stage", "status", "seconds", "result"], rows, raw_columns=(0, 1, 3))
 
 
-def metrics_table_html(rows: Sequence[MetricRow], chosen: str | None = None) -> str:
-    """The task metric per precision variant; ``chosen`` (a variant) is marked."""
-    body = [
-        [
-            ("&#9654; " if row.variant == chosen else "") + esc(row.variant),
-            f"{row.value:.4f}",
-            f"{row.delta_vs_fp32:+.4f}",
-            row.n_samples,
-            esc(Path(row.onnx_path).name),
-        ]
-        for row in rows
-    ]
+def metrics_table_html(rows: Sequence[MetricRow], chosen: str | None = None, max_drop: float = DEFAULT_MAX_DROP) -> str:
+    """The task metric per precision variant with its 95 % interval and sample count, the paired difference to FP32
+    (and whether it is within noise), and whether it is within the allowed drop; ``chosen`` (a variant) is marked."""
+    judged = judge(rows, max_drop)
+    body = []
+    for row in rows:
+        verdict = judged.get(row.variant)
+        estimate = row.estimate
+        interval = f" [{estimate.low:.4f}, {estimate.high:.4f}]" if estimate.has_interval else ""
+        if verdict is None or row.variant == "fp32":
+            versus, allowed = ("reference" if row.variant == "fp32" else f"{row.delta_vs_fp32:+.4f}"), "-"
+        else:
+            versus = verdict.vs_fp32.text() + (" (within noise)" if verdict.vs_fp32.within_noise else "")
+            allowed = ("yes" if verdict.acceptable else "no") + ("" if verdict.resolved else " (unresolved)")
+        body.append(
+            [
+                ("&#9654; " if row.variant == chosen else "") + esc(row.variant),
+                f"{row.value:.4f}{interval}",
+                versus,
+                allowed,
+                row.n_samples,
+                esc(Path(row.onnx_path).name),
+            ]
+        )
+    method = next((row.estimate.method for row in rows if row.estimate.has_interval), "")
     return html_table(
-        ["variant", rows[0].metric if rows else "metric", "vs FP32", "samples", "ONNX evaluated"],
+        [
+            (rows[0].metric if rows else "metric") + (f" [{method}]" if method else ""),
+            "value",
+            "vs FP32 [paired 95%]",
+            f"within {max_drop:g} of FP32",
+            "samples",
+            "ONNX evaluated",
+        ],
         body,
-        raw_columns=(0, 4),
+        raw_columns=(0, 5),
+    )
+
+
+def choice_html(choice: Choice) -> str:
+    """The rule, the engine chosen and the verdict, coloured by level (green ok, amber unresolved/unchecked, red)."""
+    color = STATUS_COLORS[{"ok": "ok", "warning": "warning", "bad": "error"}[choice.level]]
+    steps = next_steps(choice)
+    return (
+        f'<p class="choice choice-{choice.level}" style="color:{color}"><b>Engine choice: {esc(choice.variant)}</b> '
+        f"({esc(choice.level)}): {esc(choice.reason)}." + (f" {esc(steps)}" if steps else "") + "</p>"
+        f'<p class="muted">{esc(choice.rule)}</p>'
     )
 
 
@@ -81,4 +120,10 @@ def timing_table_html(results: Sequence[TimingResult]) -> str:
 def verdicts_html(verdicts: Sequence[Verdict]) -> str:
     if not verdicts:
         return "<p>No stage produced numbers to diagnose.</p>"
-    return "<ul>" + "".join(f"<li><b>{esc(v.topic)}</b>: {esc(v.text)}</li>" for v in verdicts) + "</ul>"
+    colors = {"ok": STATUS_COLORS["ok"], "warning": STATUS_COLORS["warning"], "bad": STATUS_COLORS["error"]}
+
+    def item(verdict: Verdict) -> str:
+        style = f' style="color:{colors[verdict.level]}"' if verdict.level in colors else ""
+        return f"<li{style}><b>{esc(verdict.topic)}</b>: {esc(verdict.text)}</li>"
+
+    return "<ul>" + "".join(item(v) for v in verdicts) + "</ul>"

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.errors import WorkbenchError
+from workbench.flow.uncertainty import estimate, paired_difference
 from workbench.precision import PrecisionPlan
+from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz.calib import histogram_figure, sqnr_figure
@@ -36,7 +39,6 @@ class CalibrationPanel:
         data: Any = None,
     ) -> None:
         import ipywidgets as widgets
-        import plotly.graph_objects as go
 
         from workbench.ui.controls import StatusArea, calibration_method_dropdown
 
@@ -55,9 +57,9 @@ class CalibrationPanel:
         self.worst: list[str] = []
 
         self.method = calibration_method_dropdown(method)
-        self.percentile = widgets.BoundedFloatText(
-            value=percentile, min=90.0, max=100.0, step=0.001, description="percentile"
-        )
+        # plain text fields: a bounded field clamps 100.5 to 100 silently; the panel refuses out-of-range values
+        self.percentile = widgets.FloatText(value=percentile, step=0.001, description="percentile (90-100)")
+        self._in_use = {"percentile": percentile, "worst_n": worst_n}
         choices = sorted(set(batch_choices) | {max_batches})
         self.batches = widgets.Dropdown(options=choices, value=max_batches, description="batches")
         self.node = widgets.Dropdown(options=[], description="layer")
@@ -65,20 +67,21 @@ class CalibrationPanel:
             options=["int8", "fp16", "fp32"], value="int8", description="precision"
         )
         self.tensor = widgets.Dropdown(options=[], description="histogram of")
-        self.worst_n = widgets.BoundedIntText(value=worst_n, min=1, max=500, description="N")
+        self.worst_n = widgets.IntText(value=worst_n, description="N")
         self.fallback_button = widgets.Button(description="Fall back worst N", button_style="warning")
         self.run_button = widgets.Button(description="Calibrate", button_style="primary")
         self.status = StatusArea()
         self.progress = ProgressAdapter("calibration")
-        self.sqnr = go.FigureWidget()
-        self.histogram = go.FigureWidget()
-        self.table = go.FigureWidget()
+        self.sqnr = figure_widget()
+        self.histogram = figure_widget()
+        self.table = figure_widget()
         self._quiet = False  # set while the panel itself changes widget values
 
         self.run_button.on_click(lambda _: self.run())
         self.fallback_button.on_click(lambda _: self.fall_back_worst())
         for control in (self.method, self.percentile, self.batches):
             control.observe(lambda change: self._recalibrate(), names="value")
+        self.worst_n.observe(lambda change: self._check_worst_n(), names="value")
         self.node.observe(lambda change: self._show_node_precision(), names="value")
         self.node_precision.observe(lambda change: self._set_node_precision(), names="value")
         self.tensor.observe(lambda change: self._draw_histogram(), names="value")
@@ -114,6 +117,7 @@ class CalibrationPanel:
             finally:
                 self._quiet = False
             self._requantize()
+            self._select_defaults()
             self._draw_histogram()
             warnings = "; ".join(self.ranges.warnings)
             self.progress.done("calibrated")
@@ -131,7 +135,10 @@ class CalibrationPanel:
         try:
             if self.diff is None:
                 self.run()
-            n = self.worst_n.value if n is None else n
+            if n is None:
+                if not self._check_worst_n():
+                    return []
+                n = self.worst_n.value
             self.status.busy(f"falling back the worst {n} layer(s)…")
             self.progress.start(f"ranking INT8 layers, falling back {n}", total=4)
             ranked = [
@@ -167,9 +174,42 @@ class CalibrationPanel:
         self.session = CalibrationSession(entry.load(), entry=entry, data=self.data, progress=False)
 
     def _recalibrate(self) -> None:
-        if self._quiet or self.session is None:
+        if self._quiet:
+            return
+        value = self.percentile.value
+        if not 90.0 <= value <= 100.0:
+            self._refuse(
+                self.percentile,
+                "percentile",
+                WorkbenchError(f"percentile={value} is out of range.", expected="90..100"),
+            )
+            return
+        self._in_use["percentile"] = value
+        if self.session is None:
             return
         self.run()
+
+    def _check_worst_n(self) -> bool:
+        """N must name at least one and at most every INT8 layer; otherwise refused (the field goes back)."""
+        if self._quiet:
+            return True
+        limit = len(self.session.int8_nodes()) if self.session is not None else None
+        n = self.worst_n.value
+        if n < 1 or (limit is not None and n > limit):
+            expected = f"1..{limit} (the INT8 layers of this model)" if limit is not None else "at least 1"
+            self._refuse(self.worst_n, "worst_n", WorkbenchError(f"N={n} is out of range.", expected=expected))
+            return False
+        self._in_use["worst_n"] = n
+        return True
+
+    def _refuse(self, widget: Any, key: str, error: WorkbenchError) -> None:
+        """Show the error and put the value in use back, changing nothing else."""
+        self.status.error(error)
+        self._quiet = True
+        try:
+            widget.value = self._in_use[key]
+        finally:
+            self._quiet = False
 
     def _requantize(self) -> None:
         self.progress.step("inserting Q/DQ and diffing every layer", 2)
@@ -178,6 +218,23 @@ class CalibrationPanel:
         self.diff = self.session.diff(self.quantized, max_batches=self.diff_batches)
         replace_figure(self.sqnr, sqnr_figure(self.diff, highlight=self.worst_tensors()))
         self._metrics(int8_model)
+
+    def _select_defaults(self) -> None:
+        """First render not blank: the layer and histogram pickers start on the worst INT8 layer and its input."""
+        ranked = self.session.rank_int8_nodes(self.diff, self.plan)
+        self._quiet = True
+        try:
+            if self.node.value not in self.node.options and self.node.options:
+                self.node.value = next((n for n in ranked if n in self.node.options), self.node.options[0])
+            if self.tensor.value not in self.tensor.options and self.tensor.options:
+                worst = self.diff.ranking(1)
+                inputs = {n.name: list(n.input) for n in self.session.model.proto.graph.node}
+                candidates = [t for t in inputs.get(ranked[0], []) if t in self.tensor.options] if ranked else []
+                name = worst[0].name if worst and worst[0].name in self.tensor.options else None
+                self.tensor.value = name or (candidates[0] if candidates else self.tensor.options[0])
+        finally:
+            self._quiet = False
+        self._show_node_precision()
 
     def worst_tensors(self) -> list[str]:
         """The output tensors of the layers "fall back worst N" moved out of INT8 (what the SQNR chart marks)."""
@@ -215,8 +272,24 @@ class CalibrationPanel:
                         "fallback": total - kept,
                     }
                 )
+        if rows:
+            self._add_intervals(rows, [fp32, int8] + ([mixed] if self.plan.overrides else []))
         self.metric_rows = rows
         replace_figure(self.table, metric_table_figure(rows))
+
+    @staticmethod
+    def _add_intervals(rows: list[dict[str, Any]], results: list[Any]) -> None:
+        """Each row's sample count, 95 % interval and paired difference to FP32 (and whether it is within noise)."""
+        reference = results[0]
+        for row, result in zip(rows, results):
+            interval = estimate(result.value, result.n_samples, result.scores)
+            row["n"] = result.n_samples
+            row["interval"] = f"[{interval.low:.4f}, {interval.high:.4f}]" if interval.has_interval else "-"
+            if result is reference:
+                row["vs_fp32"] = "reference"
+                continue
+            difference = paired_difference(reference.value, reference.scores, result.value, result.scores)
+            row["vs_fp32"] = difference.text() + (" within noise" if difference.within_noise else "")
 
     def _draw_histogram(self) -> None:
         if self._quiet or self.statistics is None or not self.tensor.value:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.clean import DEFAULT_PASSES, CleanOptions, CleanResult, clean_model
+from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import clean as figures
@@ -22,7 +23,6 @@ class CleanPanel:
 
     def __init__(self, model: str = "ocr-cls", passes: tuple[str, ...] = DEFAULT_PASSES, path: str = "") -> None:
         import ipywidgets as widgets
-        import plotly.graph_objects as go
 
         from workbench.ui.controls import StatusArea, model_picker
         from workbench.zoo import entry_names
@@ -38,9 +38,9 @@ class CleanPanel:
         self.pass_picker = widgets.Dropdown(options=[], description="show pass")
         self.status = StatusArea()
         self.progress = ProgressAdapter("cleaning")
-        self.waterfall = go.FigureWidget()
-        self.table = go.FigureWidget()
-        self.neighbourhood = go.FigureWidget()
+        self.waterfall = figure_widget()
+        self.table = figure_widget()
+        self.neighbourhood = figure_widget()
         self.result: CleanResult | None = None
         self.run_button.on_click(lambda _: self.run())
         self.pass_picker.observe(lambda change: self.select_pass(change["new"]), names="value")

@@ -11,18 +11,24 @@ import traceback
 from collections.abc import Sequence
 
 import ipywidgets as widgets
+import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
 from workbench.viz.palette import STATUS_COLORS
 
-PRECISIONS = (("FP32", "fp32"), ("FP16", "fp16"), ("INT8 + FP32 fallback", "int8"))
+PRECISIONS = (
+    ("auto (rule)", "auto"),
+    ("FP32", "fp32"),
+    ("FP16", "fp16"),
+    ("INT8 (mixed where better)", "int8"),
+)
 CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 _STYLE = {"description_width": "110px"}
 _LAYOUT = widgets.Layout(width="340px")
 
 
-def precision_dropdown(value: str = "int8", options: Sequence[tuple[str, str]] = PRECISIONS) -> widgets.Dropdown:
+def precision_dropdown(value: str = "auto", options: Sequence[tuple[str, str]] = PRECISIONS) -> widgets.Dropdown:
     return widgets.Dropdown(options=list(options), value=value, description="precision", style=_STYLE, layout=_LAYOUT)
 
 
@@ -32,11 +38,19 @@ def calibration_method_dropdown(value: str = "entropy") -> widgets.Dropdown:
     )
 
 
-def streams_slider(value: int = 2) -> widgets.IntSlider:
-    """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), 1 to 16."""
-    return widgets.IntSlider(
-        value=value, min=1, max=16, step=1, description="streams", continuous_update=False, style=_STYLE, layout=_LAYOUT
-    )
+def streams_input(value: int = 2) -> widgets.IntText:
+    """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), 1 to 16.
+
+    A text field, not a slider: a slider clamps 99 to 16 without a word; the panel refuses an out-of-range value
+    with the message the CLI gives."""
+    return widgets.IntText(value=value, description="streams (1-16)", style=_STYLE, layout=_LAYOUT)
+
+
+def figure_widget() -> go.FigureWidget:
+    """An empty figure that takes the width of the output area (its figures set no fixed width)."""
+    figure = go.FigureWidget()
+    figure.layout.autosize = True
+    return figure
 
 
 def batch_dropdown(value: int = 8, options: Sequence[int] = BATCH_SIZES) -> widgets.Dropdown:
@@ -80,6 +94,10 @@ class StatusArea:
     def warn(self, text: str) -> None:
         self._set("warning", text)
 
+    def alert(self, text: str) -> None:
+        """A result that is wrong to use (red), though nothing raised."""
+        self._set("error", text)
+
     def error(self, error: BaseException) -> None:
         """A WorkbenchError as its message; anything else as 'unexpected error' with its type and last frame."""
         if isinstance(error, WorkbenchError):
@@ -88,3 +106,39 @@ class StatusArea:
             frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
             where = f" (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
             self._set("error", f"Unexpected error {type(error).__name__}: {error}{where}. Please report it.")
+
+
+class StaleBanner:
+    """A line above a panel's results saying they are stale (and why), plus notes such as warnings of the run."""
+
+    def __init__(self) -> None:
+        self.widget = widgets.HTML(value="")
+        self.text = ""
+        self.notes: list[str] = []
+
+    @property
+    def is_stale(self) -> bool:
+        return bool(self.text)
+
+    def mark(self, why: str) -> None:
+        self.text = why
+        self._render()
+
+    def note(self, text: str) -> None:
+        """Something the user should see that is not an error (e.g. warnings raised during the run)."""
+        self.notes = [text]
+        self._render()
+
+    def clear(self) -> None:
+        self.text = ""
+        self._render()
+
+    def _render(self) -> None:
+        parts = []
+        if self.text:
+            parts.append(
+                f'<div class="workbench-stale-banner" style="color:{STATUS_COLORS["stale"]}">'
+                f"&#9888; Stale: {html.escape(self.text)}</div>"
+            )
+        parts += [f'<div style="color:{STATUS_COLORS["warning"]}">{html.escape(n)}</div>' for n in self.notes]
+        self.widget.value = "".join(parts)

@@ -9,90 +9,146 @@ import html
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 from workbench.export import Bundle
-from workbench.flow import EngineCandidate, QuickstartConfig, QuickstartSession, compare_precisions, recommend
+from workbench.flow import (
+    EngineCandidate,
+    QuickstartConfig,
+    QuickstartSession,
+    compare_precisions,
+    export_selection,
+    recommend,
+)
 from workbench.ui import controls
+from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
-from workbench.ui.progress import ProgressAdapter
+from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz.metrics import candidates_figure
 
 
+def _interval(c: EngineCandidate) -> str:
+    return "-" if not c.interval_method else f"[{c.metric_low:.4f}, {c.metric_high:.4f}]"
+
+
 def candidates_table_html(candidates: list[EngineCandidate], chosen: str | None = None) -> str:
+    """One row per built engine: its metric with 95 % interval and samples, speed, size, and the rule's verdict."""
     rows = "".join(
         f"<tr><td>{'&#9654; ' if c.precision == chosen else ''}{html.escape(c.precision)}</td>"
-        f"<td>{'-' if c.metric is None else f'{c.metric:.4f}'}</td>"
+        f"<td>{html.escape(c.variant)}</td>"
+        f"<td>{'-' if c.metric is None else f'{c.metric:.4f}'}</td><td>{_interval(c)}</td><td>{c.n_samples}</td>"
         f"<td>{'-' if c.delta_vs_fp32 is None else f'{c.delta_vs_fp32:+.4f}'}</td>"
         f"<td>{'-' if c.throughput_per_s is None else f'{c.throughput_per_s:.0f}'}</td>"
         f"<td>{'-' if c.p50_ms is None else f'{c.p50_ms:.2f}'}</td><td>{c.engine_mb:.2f}</td><td>{c.layers}</td>"
+        f"<td title='{html.escape(c.verdict_reason)}'>{html.escape(c.verdict or '-')}</td>"
         f"<td>{html.escape(c.how)}</td></tr>"
         for c in candidates
     )
     metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
     return (
-        "<table><tr><th>precision</th><th>" + html.escape(metric) + "</th><th>vs FP32</th><th>samples/s</th>"
-        "<th>p50 ms</th><th>engine MB</th><th>layers</th><th>how measured</th></tr>" + rows + "</table>"
+        "<table><tr><th>precision</th><th>engine</th><th>" + html.escape(metric) + "</th><th>95% interval</th>"
+        "<th>samples</th><th>vs FP32</th><th>samples/s</th><th>p50 ms</th><th>engine MB</th><th>layers</th>"
+        "<th>rule</th><th>how measured</th></tr>" + rows + "</table>"
     )
 
 
 class ExportPanel:
-    def __init__(self, config: QuickstartConfig | None = None, *, session: QuickstartSession | None = None) -> None:
-        self.session = session or QuickstartSession(config or QuickstartConfig(sweep=False))
-        self.progress = ProgressAdapter("stages")
+    def __init__(
+        self,
+        config: QuickstartConfig | None = None,
+        *,
+        session: QuickstartSession | None = None,
+        background: bool = True,
+    ) -> None:
+        self.session = session or QuickstartSession(config or QuickstartConfig(sweep=False, export=False))
+        self.progress = ProgressAdapter("stages", cancellable=True)
+        self.worker = Worker(self.progress, background=background)
         self.session.progress = self.progress
         self.status = controls.StatusArea()
         self.precision = controls.precision_dropdown(self.session.config.precision)
+        self.folder = widgets.Text(
+            value="", description="folder", placeholder="(new folder per export)", style={"description_width": "110px"}
+        )
+        self.replace = widgets.Checkbox(value=False, description="replace an existing bundle there", indent=False)
         self.compare_button = widgets.Button(description="Build and compare", icon="balance-scale")
         self.export_button = widgets.Button(description="Export chosen", button_style="primary", icon="download")
-        self.table = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.table = widgets.HTML(value="<p>Nothing compared yet: press <b>Build and compare</b>.</p>")
+        self.figure = figure_widget()
         self.candidates: list[EngineCandidate] = []
         self.bundle: Bundle | None = None
-        self.compare_button.on_click(lambda _b: self.compare())
-        self.export_button.on_click(lambda _b: self._guarded(lambda: self.export(self.precision.value)))
+        self.bundles: list[Bundle] = []
+        self.compare_button.on_click(lambda _b: self.compare(wait=False))
+        self.export_button.on_click(lambda _b: self.export(self.precision.value, wait=False))
         self.precision.observe(lambda _change: self._render(), names="value")
         self.widget = widgets.VBox(
             [
-                widgets.HBox([self.precision, self.compare_button, self.export_button]),
+                widgets.HBox([self.precision, self.compare_button]),
+                widgets.HBox([self.folder, self.replace, self.export_button]),
                 self.progress.widget,
                 self.status.widget,
                 self.table,
                 self.figure,
-            ]
+            ],
+            layout=widgets.Layout(width="100%"),
         )
+        self.widget.add_class("workbench-export-panel")
 
     def _guarded(self, action: Any) -> Any:
         try:
             return action()
         except Exception as error:
+            self.progress.failed("failed")
             self.status.error(error)
             return None
 
-    def compare(self) -> list[EngineCandidate]:
+    def compare(self, wait: bool = True) -> list[EngineCandidate]:
+        """Run the journey once (if needed), then build and time the engine of every precision."""
         self.status.busy("building and timing every precision...")
-        result = self._guarded(lambda: compare_precisions(self.session))
-        if result is not None:
-            self.candidates = result
-            self._render()
-            self.status.ok(f"{len(result)} engines compared")
+        self.progress.start("building and timing every precision", total=3)
+
+        def work() -> None:
+            result = self._guarded(lambda: compare_precisions(self.session, progress=self.progress))
+            if result is not None:
+                self.candidates = result
+                self._render()
+                self.progress.done(f"{len(result)} engines compared")
+                self.status.ok(f"{len(result)} engines compared")
+
+        self.worker.submit(work, wait=wait)
         return self.candidates
 
     def recommend(self, max_metric_drop: float = 0.005) -> EngineCandidate | None:
         return recommend(self.candidates, max_metric_drop)
 
-    def export(self, precision: str) -> Bundle | None:
-        """Export the engine of ``precision`` (its bundle records accuracy and timing)."""
-        run = self.session.update(precision=precision)
-        if self.precision.value != precision:
-            self.precision.value = precision
-        result = run.stage("export")
-        if not result.ok:
-            self.status.warn(f"export {result.status}: {result.summary}")
-            return None
-        self.bundle = run.bundle
-        self.status.ok(result.summary)
-        return self.bundle
+    def export(self, precision: str, wait: bool = True) -> Bundle | None:
+        """Export the engine of ``precision`` (its bundle records accuracy with its interval, and timing): into a
+        new folder per export, or the folder typed in the panel (an existing one only with "replace" ticked)."""
+        self.status.busy(f"exporting the {precision} engine...")
+        self.progress.start(f"exporting {precision}", total=2)
+        exported: list[Bundle] = []
+
+        def work() -> None:
+            def act() -> None:
+                run = self.session.update(precision=precision)
+                if self.precision.value != precision:
+                    self.precision.value = precision
+                bundle = export_selection(run, self.folder.value.strip() or None, overwrite=self.replace.value)
+                exported.append(bundle)
+
+            self._guarded(act)
+            if not exported:
+                return
+            self.bundle = exported[0]
+            self.bundles.append(self.bundle)
+            choice = self.session.run.selection.choice if self.session.run.selection else None
+            self.progress.done("exported")
+            text = f"exported to {self.bundle.path}"
+            if choice is not None and not choice.ok:
+                self.status.warn(f"{text}; but {choice.reason}")
+            else:
+                self.status.ok(text)
+
+        self.worker.submit(work, wait=wait)
+        return exported[0] if exported else None
 
     def _render(self) -> None:
         self.table.value = candidates_table_html(self.candidates, self.precision.value)

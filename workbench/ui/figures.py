@@ -21,6 +21,8 @@ def replace_figure(widget: go.FigureWidget, figure: go.Figure) -> None:
         widget.data = ()
         widget.add_traces(list(figure.data))
         widget.layout = figure.layout
+        widget.layout.autosize = True  # the width of the output area: figures here never fix a width
+        widget.layout.width = None
 
 
 def note_figure(text: str, *, height: int = 200) -> go.Figure:

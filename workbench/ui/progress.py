@@ -1,38 +1,64 @@
-"""The one progress adapter every panel shows: a bar, the current step, and the time since the action started.
+"""The one progress adapter every panel shows, and the worker that keeps long actions off the kernel's main thread.
 
-Callable as the flow's stage hook ``(stage, index, total, message)`` and as a TensorRT build progress callback
-``(kind, phase, parent, step, total) -> bool``; panels whose stage reports no steps call :meth:`start` and
-:meth:`step` themselves. Nothing here computes or displays anything.
+:class:`ProgressAdapter`: a bar, the current step, the seconds since the action started (ticking while it runs) and a
+Cancel button. Callable as the flow's stage hook ``(stage, index, total, message)`` (it returns False once Cancel was
+pressed, which stops the flow before its next stage) and as a TensorRT build callback ``(kind, phase, parent, step,
+total) -> bool``. Panels whose stage reports no steps call :meth:`start` / :meth:`step` themselves.
+
+:class:`Worker`: runs one panel action at a time on a background thread so widgets stay responsive; a new request
+while one runs cancels it and runs after it (the latest settings win). ``Worker(background=False)`` runs inline
+(scripts and tests that read results right after setting a widget).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
 
 _STYLE = {"description_width": "110px"}
+TICK_S = 0.5
 
 
 class ProgressAdapter:
-    """A progress bar, a label with the current step and the elapsed seconds."""
+    """A progress bar, the current step with elapsed seconds, and a Cancel button (shown only while busy)."""
 
-    def __init__(self, description: str = "progress") -> None:
+    def __init__(self, description: str = "progress", *, cancellable: bool = False) -> None:
         self.bar = widgets.IntProgress(
             value=0, min=0, max=1, description=description, style=_STYLE, layout=widgets.Layout(width="340px")
         )
         self.label = widgets.Label(value="")
-        self.widget = widgets.HBox([self.bar, self.label])
+        self.cancel_button = widgets.Button(
+            description="Cancel",
+            icon="stop",
+            button_style="danger",
+            layout=widgets.Layout(display="none", width="90px"),
+        )
+        self.cancel_button.on_click(lambda _button: self.cancel())
+        self.widget = widgets.HBox([self.bar, self.label, self.cancel_button])
+        self.widget.add_class("workbench-progress")
+        self.cancellable = cancellable
         self.started: float | None = None
         self.message = ""
+        self.cancel_requested = False
+        self._ticker: threading.Thread | None = None
 
     # --- what panels call ---------------------------------------------------------------------------------------
     def start(self, message: str, total: int = 1) -> None:
-        """A new action: the bar restarts at 0 of ``total`` and the clock at 0 s."""
+        """A new action: the bar restarts at 0 of ``total``, the clock at 0 s; Cancel shows if the action allows it."""
         self.started = time.monotonic()
+        self.cancel_requested = False
         self.bar.max, self.bar.value, self.bar.bar_style = max(int(total), 1), 0, "info"
+        self.cancel_button.layout.display = "" if self.cancellable else "none"
+        self.cancel_button.disabled = False
         self._show(message)
+        if self._ticker is None or not self._ticker.is_alive():
+            self._ticker = threading.Thread(target=self._tick, name="workbench-progress-clock", daemon=True)
+            self._ticker.start()
 
     def step(self, message: str, index: int | None = None, total: int | None = None) -> None:
         """The action moved on to ``message`` (step ``index`` of ``total`` when known)."""
@@ -46,13 +72,22 @@ class ProgressAdapter:
 
     def done(self, message: str = "done") -> None:
         self.bar.value, self.bar.bar_style = self.bar.max, "success"
-        self._show(message)
-        self.started = None
+        self._finish(message)
 
     def failed(self, message: str = "failed") -> None:
         self.bar.bar_style = "danger"
-        self._show(message)
-        self.started = None
+        self._finish(message)
+
+    def cancel(self) -> None:
+        """Ask the running action to stop at its next step (the flow stops between stages)."""
+        if self.started is not None:
+            self.cancel_requested = True
+            self.cancel_button.disabled = True
+            self._show(f"{self.message}: cancelling after this step")
+
+    @property
+    def busy(self) -> bool:
+        return self.started is not None
 
     @property
     def elapsed_s(self) -> float:
@@ -62,6 +97,8 @@ class ProgressAdapter:
     def __call__(self, *event: Any) -> bool:
         if len(event) == 4:  # flow stage: (stage, index, total, message)
             _stage, index, total, message = event
+            if self.cancel_requested:
+                return False
             self.step(str(message), int(index), int(total))
         elif len(event) == 5:  # builder: (kind, phase, parent, step, total)
             kind, phase, parent, step, total = event
@@ -71,9 +108,87 @@ class ProgressAdapter:
             elif kind == "step" and phase == self.message:
                 self.bar.value = min(int(step) + 1, self.bar.max)
                 self._show(str(phase))
-        return True
+        return not self.cancel_requested
+
+    # --- internals ----------------------------------------------------------------------------------------------
+    def _finish(self, message: str) -> None:
+        seconds = self.elapsed_s
+        self.started = None
+        self.cancel_button.layout.display = "none"
+        self.message = message
+        self.label.value = f"{message} ({seconds:.1f} s)"
 
     def _show(self, message: str) -> None:
         self.message = message
-        elapsed = f" ({self.elapsed_s:.1f} s)" if self.started is not None else ""
-        self.label.value = f"{message}{elapsed}"
+        self.label.value = f"{message} ({self.elapsed_s:.1f} s)" if self.started is not None else message
+
+    def _tick(self) -> None:
+        """Keep the elapsed seconds moving while a step runs (the widget update is sent from this thread)."""
+        while self.started is not None:
+            time.sleep(TICK_S)
+            if self.started is not None:
+                self._show(self.message)
+
+
+class Worker:
+    """One action at a time, off the kernel's main thread (or inline with ``background=False``).
+
+    Every action runs under ``warnings.catch_warnings``: what it warns (e.g. a torch export warning) is handed to
+    ``on_warnings`` for the panel to show, not only printed to the log console.
+    """
+
+    def __init__(self, progress: ProgressAdapter, *, background: bool = True) -> None:
+        self.progress = progress
+        self.background = background
+        self._thread: threading.Thread | None = None
+        self._pending: tuple[Callable[[], None], Callable[[list[str]], None] | None] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(
+        self, action: Callable[[], None], *, wait: bool = False, on_warnings: Callable[[list[str]], None] | None = None
+    ) -> None:
+        """Run ``action`` (inline when ``wait`` or not in background mode); a busy worker cancels and queues it."""
+        if wait or not self.background:
+            self.wait()
+            self._run(action, on_warnings)
+            return
+        with self._lock:
+            if self.busy:
+                self._pending = (action, on_warnings)
+                self.progress.cancel()
+                return
+            self._thread = threading.Thread(
+                target=self._loop, args=(action, on_warnings), name="workbench-panel", daemon=True
+            )
+            self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the running (and any queued) action finished."""
+        while True:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            thread.join(timeout)
+            if timeout is not None:
+                return
+
+    def _loop(self, action: Callable[[], None], on_warnings: Callable[[list[str]], None] | None) -> None:
+        while True:
+            self._run(action, on_warnings)
+            with self._lock:
+                if self._pending is None:
+                    return
+                (action, on_warnings), self._pending = self._pending, None
+
+    @staticmethod
+    def _run(action: Callable[[], None], on_warnings: Callable[[list[str]], None] | None) -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            action()
+        if on_warnings is not None and caught:
+            unique = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
+            on_warnings(unique)

@@ -8,16 +8,26 @@ show ``panel.widget`` yourself.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession
-from workbench.report import diagnose, metrics_table_html, stage_table_html, timing_table_html, verdicts_html
+from workbench.errors import WorkbenchError
+from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession
+from workbench.flow.quickstart import first_affected_stage
+from workbench.report import (
+    choice_html,
+    diagnose,
+    metrics_table_html,
+    stage_table_html,
+    timing_table_html,
+    verdicts_html,
+)
 from workbench.ui import controls
-from workbench.ui.figures import note_figure, replace_figure
-from workbench.ui.progress import ProgressAdapter
+from workbench.ui.figures import note_figure, replace_figure, show_note
+from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
 from workbench.viz import engine as engine_figures
@@ -28,31 +38,47 @@ _TABS = ("Stages", "Cleaning", "Fusion", "Per-layer diff", "Task metric", "Timin
 
 
 class QuickstartPanel:
-    """Precision, calibration method, streams, batch and model widgets over a QuickstartSession."""
+    """Precision, calibration method, streams, batch and model widgets over a QuickstartSession.
 
-    def __init__(self, config: QuickstartConfig | None = None, *, session: QuickstartSession | None = None) -> None:
-        self.progress = ProgressAdapter("stages")
+    Show ``panel.widget`` first, then call :meth:`run`: the progress bar, the current stage and the elapsed time show
+    while it works. Changes made in the widgets run on a background thread (``background=True``), so the Cancel button
+    and the other widgets stay live; a change while a run is busy cancels it and runs the latest settings.
+    """
+
+    def __init__(
+        self,
+        config: QuickstartConfig | None = None,
+        *,
+        session: QuickstartSession | None = None,
+        background: bool = True,
+    ) -> None:
+        self.progress = ProgressAdapter("stages", cancellable=True)
+        self.worker = Worker(self.progress, background=background)
         self.status = controls.StatusArea()
+        self.stale = controls.StaleBanner()
         self.session = session or QuickstartSession(config or QuickstartConfig())
         self.session.progress = self.progress
+        self.session.on_result = self._stage_finished
         cfg = self.session.config
         self.model = controls.model_picker(cfg.model)
         self.precision = controls.precision_dropdown(cfg.precision)
         self.calibration_method = controls.calibration_method_dropdown(cfg.calibration_method)
-        self.streams = controls.streams_slider(cfg.streams)
+        self.streams = controls.streams_input(cfg.streams)
         self.batch = controls.batch_dropdown(cfg.batch)
         self.run_button = widgets.Button(description="Run all stages", button_style="primary", icon="play")
         self.stage_table = widgets.HTML()
         self.metrics_table = widgets.HTML()
         self.timing_table = widgets.HTML()
         self.diagnosis = widgets.HTML()
-        self.cleaning_figure = go.FigureWidget()
-        self.fusion_figure = go.FigureWidget()
-        self.diff_figure = go.FigureWidget()
-        self.metrics_figure = go.FigureWidget()
-        self.timing_figure = go.FigureWidget()
+        self.cleaning_figure = controls.figure_widget()
+        self.fusion_figure = controls.figure_widget()
+        self.diff_figure = controls.figure_widget()
+        self.metrics_figure = controls.figure_widget()
+        self.timing_figure = controls.figure_widget()
         self.refresh_count = 0
-        self.run_button.on_click(lambda _button: self.run())
+        self._quiet = False  # set while the panel itself puts a value back into a widget
+        self._pending: list[str] = []  # stages of the current action not re-run yet (shown as stale)
+        self.run_button.on_click(lambda _button: self.run(wait=False))
         for name in ("model", "precision", "calibration_method", "streams", "batch"):
             getattr(self, name).observe(self._observer(name), names="value")
         tabs = widgets.Tab(
@@ -69,6 +95,7 @@ class QuickstartPanel:
         for index, title in enumerate(_TABS):
             tabs.set_title(index, title)
         self.tabs = tabs
+        self.stage_table.value = "<p>Nothing has run yet: press <b>Run all stages</b>.</p>"
         self.widget = widgets.VBox(
             [
                 widgets.HBox(
@@ -79,45 +106,143 @@ class QuickstartPanel:
                 ),
                 self.progress.widget,
                 self.status.widget,
+                self.stale.widget,
                 tabs,
-            ]
+            ],
+            layout=widgets.Layout(width="100%"),
         )
         self.widget.add_class("workbench-quickstart-panel")
 
     # --- actions ---------------------------------------------------------------------------------------------
     def _observer(self, name: str) -> Any:
         def changed(change: dict[str, Any]) -> None:
-            self.apply(**{name: change["new"]})
+            if not self._quiet:
+                self.apply(wait=False, **{name: change["new"]})
 
         return changed
 
-    def run(self) -> None:
-        """Run every stage with the current settings."""
-        self._guarded("running all stages", self.session.run_all)
+    def run(self, wait: bool = True) -> None:
+        """Run every stage with the current settings (``wait=False``: on the background thread)."""
+        self._start(STAGE_NAMES, "running all stages", f"running every stage for {self.session.config.model}")
+        self.worker.submit(lambda: self._act(self.session.run_all), wait=wait, on_warnings=self._warnings)
 
-    def apply(self, **changes: Any) -> None:
-        """Change settings and re-run the affected stages (what the widgets call)."""
-        self._guarded(
-            "updating " + ", ".join(f"{k}={v}" for k, v in changes.items()), lambda: self.session.update(**changes)
+    def apply(self, wait: bool = True, **changes: Any) -> None:
+        """Change settings and re-run the affected stages (what the widgets call).
+
+        An invalid value is refused with the message the CLI gives; the widget goes back to the value in use and no
+        result changes."""
+        try:
+            validated = self.session.config.validated(**changes)
+        except WorkbenchError as error:
+            self._show_settings(self.session.config)
+            self.status.error(error)
+            return
+        changed = {k for k, v in changes.items() if getattr(self.session.config, k) != getattr(validated, k)}
+        if not changed:
+            return
+        what = "updating " + ", ".join(f"{k}={v}" for k, v in changes.items())
+        if "model" in changed or not self.session.run.stages:
+            self._start(STAGE_NAMES, what, f"model changed to {validated.model}: every stage re-runs", clear=True)
+        else:
+            first = first_affected_stage(changed)
+            self._start(STAGE_NAMES[STAGE_NAMES.index(first) :], what, f"{', '.join(sorted(changed))} changed")
+        self.worker.submit(
+            lambda: self._act(lambda: self.session.update(**changes)), wait=wait, on_warnings=self._warnings
         )
 
-    def _guarded(self, what: str, action: Any) -> None:
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the background action (and any queued one) finished."""
+        self.worker.wait(timeout)
+
+    def _start(self, stages: Sequence[str], what: str, why: str, *, clear: bool = False) -> None:
+        """Before any work: the progress bar and busy status show, and every result about to be replaced is marked
+        stale (``clear``: removed, e.g. on a model switch, so nothing of the old model stays on screen)."""
+        self._pending = list(stages)
+        self.stale.notes.clear()
         self.status.busy(f"{what}...")
+        self.progress.start(what, total=len(stages))
+        if clear:
+            self._clear(why)
+        else:
+            self.stale.mark(f"{why}: the results below are being replaced, stage by stage")
+            self.stage_table.value = stage_table_html(self.session.run, pending=self._pending)
+
+    def _act(self, action: Any) -> None:
         try:
             action()
         except Exception as error:  # shown as a message in the panel, never as a traceback
+            self.progress.failed("failed")
             self.status.error(error)
+            self.stale.mark(
+                f"the last action failed; the results below are from the previous run ({self._settings_text()})"
+            )
             return
-        self.progress.done("finished")
+        finally:
+            self._pending = []
+        self._show_settings(self.session.config)
         self.refresh()
-        failed = [r for r in self.session.run.stages.values() if not r.ok]
-        if failed:
+        self.stale.clear()
+        run = self.session.run
+        failed = [r for r in run.stages.values() if not r.ok]
+        cancelled = [r for r in failed if r.summary.startswith("cancelled")]
+        choice = run.selection.choice if run.selection else None
+        if cancelled:
+            self.progress.failed("cancelled")
+            self.status.warn(f"cancelled: {len(cancelled)} stage(s) did not run; their results are cleared")
+        elif failed:
+            self.progress.done("finished with problems")
             self.status.warn(
                 f"done; {len(failed)} stage(s) did not complete: "
                 + "; ".join(f"{r.title}: {r.summary}" for r in failed)
             )
+        elif choice is not None and not choice.ok:
+            self.progress.done("finished with a warning")
+            text = f"done, but the {choice.variant} engine is not a safe choice: {choice.reason}"
+            if choice.level == "bad":
+                self.status.alert(text)
+            else:
+                self.status.warn(text)
         else:
-            self.status.ok(f"done: {len(self.session.run.stages)} stages complete")
+            self.progress.done("finished")
+            self.status.ok(f"done: {len(run.stages)} stages complete" + (f"; {choice.reason}" if choice else ""))
+
+    def _stage_finished(self, result: Any, index: int, total: int) -> None:
+        if result.name in self._pending:
+            self._pending.remove(result.name)
+        self.stage_table.value = stage_table_html(self.session.run, pending=self._pending)
+
+    def _warnings(self, messages: list[str]) -> None:
+        self.stale.note("warnings during the run: " + "; ".join(messages[:5]))
+
+    def _show_settings(self, config: QuickstartConfig) -> None:
+        """Put the values in use back into the widgets (without triggering a run)."""
+        self._quiet = True
+        try:
+            for name in ("model", "precision", "calibration_method", "streams", "batch"):
+                widget = getattr(self, name)
+                if widget.value != getattr(config, name):
+                    widget.value = getattr(config, name)
+        finally:
+            self._quiet = False
+
+    def _settings_text(self) -> str:
+        cfg = self.session.config
+        return f"model {cfg.model}, precision {cfg.precision}, {cfg.calibration_method}, {cfg.streams} stream(s), batch {cfg.batch}"
+
+    def _clear(self, why: str) -> None:
+        """Remove every result from the panel (a model switch): tables say why, figures say so."""
+        self.stale.mark(why)
+        self.stage_table.value = f"<p>{html.escape(why)}.</p>"
+        for table in (self.metrics_table, self.timing_table, self.diagnosis):
+            table.value = ""
+        for figure in (
+            self.cleaning_figure,
+            self.fusion_figure,
+            self.diff_figure,
+            self.metrics_figure,
+            self.timing_figure,
+        ):
+            show_note(figure, why)
 
     # --- rendering -------------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -140,11 +265,14 @@ class QuickstartPanel:
         )
         rows = run.metrics.rows if run.metrics else ()
         self.metrics_table.value = (
-            metrics_table_html(rows, run.config.variant) if rows else html.escape(run.stage("metrics").summary)
+            (choice_html(run.selection.choice) if run.selection else "")
+            + metrics_table_html(rows, run.chosen_variant, run.config.max_metric_drop)
+            if rows
+            else html.escape(run.stage("metrics").summary)
         )
         replace_figure(
             self.metrics_figure,
-            metric_figures.metrics_figure(rows, run.config.variant)
+            metric_figures.metrics_figure(rows, run.chosen_variant)
             if rows
             else note_figure(run.stage("metrics").summary),
         )

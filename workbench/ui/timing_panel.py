@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
+from workbench.errors import WorkbenchError
 from workbench.timing import RunConfig, TimingResult, run_pipeline
 from workbench.ui import controls
+from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import timing as timing_figures
@@ -46,7 +47,9 @@ class TimingPanel:
         self.window_s = window_s
         self.auto_run = auto_run
         self.executor = widgets.Dropdown(options=list(executors), value=executors[0], description="executor")
-        self.streams = controls.streams_slider(streams)
+        self.streams = controls.streams_input(streams)
+        self._quiet = False  # set while the panel puts a value back into a widget
+        self._streams_in_use = streams
         self.batch = controls.batch_dropdown(batch, options=(1, 2, 4, 8, 16))
         self.load = widgets.Dropdown(
             options=[("closed loop", "closed"), ("open loop (Poisson)", "open"), ("synchronous baseline", "sync")],
@@ -65,9 +68,9 @@ class TimingPanel:
         self.status = controls.StatusArea()
         self.progress = ProgressAdapter("timing")
         self.summary = widgets.HTML()
-        self.timeline_figure = go.FigureWidget()
-        self.histogram_figure = go.FigureWidget()
-        self.sweep_figure = go.FigureWidget()
+        self.timeline_figure = figure_widget()
+        self.histogram_figure = figure_widget()
+        self.sweep_figure = figure_widget()
         self.results: list[TimingResult] = []
         self.sweep_points: list[dict[str, Any]] = []
         self.last: TimingResult | None = None
@@ -98,14 +101,28 @@ class TimingPanel:
                 self.status.widget,
                 self.summary,
                 self.timeline_figure,
-                widgets.HBox([self.histogram_figure, self.sweep_figure]),
+                self.histogram_figure,
+                self.sweep_figure,
             ]
         )
 
     # --- actions -------------------------------------------------------------------------------------------
     def _changed(self, _change: Any) -> None:
+        if self._quiet:
+            return
+        if not 1 <= int(self.streams.value) <= 16:  # refused with the CLI's message, not clamped
+            self.status.error(WorkbenchError(f"streams={self.streams.value} is out of range.", expected="1..16"))
+            self._set_quietly(self.streams, self._streams_in_use)
+            return
         if self.auto_run:
             self.run()
+
+    def _set_quietly(self, widget: Any, value: Any) -> None:
+        self._quiet = True
+        try:
+            widget.value = value
+        finally:
+            self._quiet = False
 
     def _get_executor(self) -> Any:
         key = (self.executor.value, bool(self.cuda_graph.value))
@@ -182,10 +199,15 @@ class TimingPanel:
 
     # --- drawing -------------------------------------------------------------------------------------------
     def _draw(self, result: TimingResult) -> None:
+        """Draw ``result`` and make the streams field show the streams it was timed with."""
+        self._streams_in_use = result.streams
+        if self.streams.value != result.streams:
+            self._set_quietly(self.streams, result.streams)
         replace_figure(
             self.timeline_figure,
             timing_figures.gantt_figure(
-                result.records, title=f"Timeline: {result.streams} stream(s), batch {result.batch}, {result.load}"
+                result.records,
+                title=f"Timeline: {result.streams} stream(s), batch {result.batch}, {result.load} (shown: the last run)",
             ),
         )
         replace_figure(

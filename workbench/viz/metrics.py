@@ -42,19 +42,21 @@ def metrics_figure(rows: Sequence[Any], highlight: str | None = None) -> go.Figu
 
 
 def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its metric and INT8 node count."""
-    header = ["variant", "metric", "value", "INT8 nodes", "fallback nodes"]
+    """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its value, 95 % interval, sample count,
+    paired difference to FP32, and INT8 node counts. Every cell has text (a dash where there is no number)."""
+    keys = ("variant", "metric", "value", "interval", "n", "vs_fp32", "int8_nodes", "fallback")
+    header = ["variant", "metric", "value", "95% interval", "samples", "vs FP32 [paired 95%]", "INT8 nodes", "fallback"]
     columns = [
-        [str(r.get(key, "")) if not isinstance(r.get(key), float) else f"{r[key]:.4f}" for r in rows]
-        for key in ("variant", "metric", "value", "int8_nodes", "fallback")
+        [f"{r[key]:.4f}" if isinstance(r.get(key), float) else str(r.get(key, "-")) for r in rows] for key in keys
     ]
     figure = go.Figure(
         go.Table(
             header={"values": header, "fill_color": palette.HEADER_FILL, "align": "left"},
             cells={"values": columns, "align": "left"},
+            columnwidth=[110, 110, 60, 120, 60, 200, 70, 60],
         )
     )
-    figure.update_layout(height=60 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    figure.update_layout(height=70 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
     return figure
 
 

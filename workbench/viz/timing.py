@@ -94,11 +94,11 @@ def gantt_figure(
         title=title,
         barmode="overlay",
         template=palette.TEMPLATE,
-        height=160 + 28 * len(order),
+        height=220 + 28 * len(order),
         xaxis=dict(title="time since t0 (ms)", type="linear", range=[start_ms, start_ms + window_ms]),
         yaxis=dict(categoryorder="array", categoryarray=list(reversed(order)), title=None),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom"),
-        margin=dict(l=110, r=20, t=60, b=40),
+        legend=dict(orientation="h", y=-0.15, yanchor="top", x=0, xanchor="left"),  # below the axis: covers nothing
+        margin=dict(l=110, r=20, t=60, b=90),
     )
     return figure
 
@@ -107,7 +107,14 @@ def latency_histogram(
     latencies_ms: Sequence[float], *, percentiles: Mapping[str, float] | None = None, title: str = "Request latency"
 ) -> go.Figure:
     data = np.asarray(latencies_ms, dtype=float)
-    figure = go.Figure(go.Histogram(x=data, nbinsx=60, marker_color=palette.NEUTRAL, name="requests"))
+    data = data[np.isfinite(data)]
+    # robust range: a few outliers (e.g. one 155 ms request among 2 ms ones) must not squash the histogram;
+    # they are counted in the title instead of drawn
+    limit = float(np.percentile(data, 99.5)) * 1.5 if data.size else math.inf
+    shown, outliers = data[data <= limit], data[data > limit]
+    figure = go.Figure(go.Histogram(x=shown, nbinsx=60, marker_color=palette.NEUTRAL, name="requests"))
+    if outliers.size:
+        title += f" ({outliers.size} outlier(s) up to {outliers.max():.1f} ms not drawn)"
     for name, value in (percentiles or {}).items():
         if value is not None and not math.isnan(value):
             figure.add_vline(
@@ -124,6 +131,7 @@ def latency_histogram(
         yaxis_title="requests",
         height=320,
         bargap=0.02,
+        margin=dict(t=70),
     )
     return figure
 
@@ -186,8 +194,10 @@ def latency_throughput_figure(
     figure.update_layout(
         title=title,
         template=palette.TEMPLATE,
-        xaxis_title="throughput (samples/s)",
+        xaxis_title="throughput (samples/s); markers labelled by streams",
         yaxis_title=f"{percentile} latency (ms)",
-        height=380,
+        height=400,
+        legend=dict(orientation="h", y=-0.25, yanchor="top", x=0, xanchor="left"),  # below: covers no title
+        margin=dict(t=60, b=110),
     )
     return figure

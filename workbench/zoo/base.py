@@ -58,6 +58,9 @@ class MetricResult:
     higher_is_better: bool
     n_samples: int
     details: dict[str, Any] = field(default_factory=dict)
+    # one score per evaluated sample (1/0 for right/wrong, or the sample's cosine), in evaluation order, for
+    # confidence intervals and paired comparisons; empty where the metric is not a mean over samples
+    scores: list[float] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -146,6 +146,7 @@ def classification_metric(name: str, predictions: list[Any], labels: list[Any]) 
         value=float(correct.mean()) if len(correct) else float("nan"),
         higher_is_better=True,
         n_samples=int(len(correct)),
+        scores=[float(c) for c in correct],
         details={
             "correct": int(correct.sum()),
             "first_errors": [[int(i), int(truth[i]), int(predicted[i])] for i in wrong[:10]],

@@ -195,6 +195,7 @@ class EfficientNetLite0Entry(ZooEntry):
             value=float(agree.mean()) if len(agree) else float("nan"),
             higher_is_better=True,
             n_samples=int(len(agree)),
+            scores=[float(a) for a in agree],
             details={
                 "agreeing": int(agree.sum()),
                 "first_disagreements": [

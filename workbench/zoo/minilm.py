@@ -213,6 +213,7 @@ class MiniLmEntry(ZooEntry):
             value=float(cosine.mean()) if len(cosine) else float("nan"),
             higher_is_better=True,
             n_samples=int(len(cosine)),
+            scores=[float(c) for c in cosine],
             details={
                 "min_cosine": float(cosine.min()) if len(cosine) else float("nan"),
                 "p05_cosine": float(np.percentile(cosine, 5)) if len(cosine) else float("nan"),

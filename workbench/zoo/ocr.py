@@ -307,6 +307,7 @@ class OcrRecEntry(_OcrEntry):
             value=float(np.mean(exact)) if exact else float("nan"),
             higher_is_better=True,
             n_samples=len(exact),
+            scores=[float(e) for e in exact],
             details={
                 "cer": edits / max(characters, 1),
                 "exact": int(sum(exact)),

@@ -1,0 +1,92 @@
+"""The engine-choice rule and the intervals it rests on, on metric tables recorded from real runs (issue 16).
+
+Scores are per-sample right/wrong lists with the recorded counts; the rule sees what the quickstart's metrics stage
+hands it (MetricRow with scores).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.flow import MetricRow, choose, recommend
+from workbench.flow.choose import EngineCandidate
+from workbench.flow.uncertainty import bootstrap_interval, estimate, paired_difference, wilson_interval
+
+
+def _row(variant: str, right: int, n: int, wrong_first: bool = False, metric: str = "top1_agreement") -> MetricRow:
+    scores = [0.0] * (n - right) + [1.0] * right if wrong_first else [1.0] * right + [0.0] * (n - right)
+    return MetricRow(variant, f"{variant}.onnx", metric, right / n, n, True, 0.0, tuple(scores))
+
+
+def test_wilson_interval_matches_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for k, n in ((57, 64), (64, 64), (0, 10), (397, 400), (31, 32)):
+        expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-9)
+
+
+def test_estimate_picks_wilson_for_right_wrong_and_bootstrap_otherwise() -> None:
+    accuracy = estimate(0.5, 4, (1.0, 0.0, 1.0, 0.0))
+    assert accuracy.method == "Wilson 95%" and accuracy.low < 0.5 < accuracy.high
+    cosine = estimate(0.95, 5, (0.9, 0.95, 1.0, 0.93, 0.97))
+    assert cosine.method == "bootstrap 95%" and 0.9 <= cosine.low < 0.95 < cosine.high <= 1.0
+    assert bootstrap_interval([0.9, 0.95, 1.0, 0.93, 0.97]) == bootstrap_interval([0.9, 0.95, 1.0, 0.93, 0.97])
+    assert not estimate(0.4, 10).has_interval and "no interval" in estimate(0.4, 10).text()
+
+
+def test_efficientnet_mixed_int8_losing_eleven_points_is_not_chosen_under_green() -> None:
+    """Recorded: FP32 1.0, mixed INT8 0.8906 on 64 samples was chosen and exported under 'done'."""
+    rows = [_row("fp32", 64, 64), _row("fp16", 64, 64), _row("int8-all", 58, 64), _row("int8-mixed", 57, 64)]
+    asked_int8 = choose(rows, "int8", 0.01)
+    assert asked_int8.variant == "int8-all"  # the mixed plan measured worse and costs more: never taken
+    assert asked_int8.level == "bad" and not asked_int8.ok  # a resolved loss beyond the allowed drop
+    assert "loses 0.0938" in asked_int8.reason and "the rule picks fp16" in asked_int8.reason
+    auto = choose(rows, "auto", 0.01)
+    assert auto.variant == "fp16" and auto.ok
+
+
+def test_max_calibration_all_int8_beats_mixed_so_mixed_is_not_chosen() -> None:
+    """Recorded: int8-all 0.9950, int8-mixed 0.9925 (400 samples) and mixed was chosen."""
+    rows = [_row("fp32", 400, 400), _row("fp16", 400, 400), _row("int8-all", 398, 400), _row("int8-mixed", 397, 400)]
+    for precision in ("int8", "auto"):
+        choice = choose(rows, precision, 0.01)
+        assert choice.variant == "int8-all" and choice.ok, choice
+    # with a tighter tolerance the samples cannot say whether all-INT8 loses too much: amber, not red, not green
+    tight = choose(rows, "int8", 0.001)
+    assert tight.level == "warning" and "not resolved" in tight.reason and tight.rule_variant == "fp16"
+
+
+def test_differences_small_samples_cannot_resolve_are_called_noise() -> None:
+    """Recorded in notebook 03 (32 samples): 0.9688 -> 0.9375 -> 0.8750 as more layers go to FP32."""
+    fp32 = _row("fp32", 31, 32)
+    one_more_wrong = _row("int8-mixed", 30, 32)
+    difference = paired_difference(fp32.value, fp32.scores, one_more_wrong.value, one_more_wrong.scores)
+    assert difference.delta == pytest.approx(-1 / 32) and difference.within_noise
+    rows = [fp32, _row("int8-all", 31, 32), one_more_wrong]
+    judged = choose(rows, "auto", 0.01).judgements
+    assert {j.variant: j.vs_fp32.within_noise for j in judged}["int8-mixed"]
+    # the same one-in-32 difference, 32x more often, is resolved
+    big = paired_difference(1.0, [1.0] * 1024, 31 / 32, [1.0] * 992 + [0.0] * 32)
+    assert not big.within_noise and big.high < 0
+
+
+def test_metric_where_lower_is_better_and_missing_rows() -> None:
+    lower = [
+        MetricRow("fp32", "a", "cer", 0.10, 4, False, 0.0, (0.1, 0.1, 0.1, 0.1)),
+        MetricRow("int8-all", "b", "cer", 0.30, 4, False, 0.2, (0.3, 0.3, 0.3, 0.3)),
+    ]
+    choice = choose(lower, "int8", 0.05)
+    assert choice.level == "bad" and choice.rule_variant == "fp32"
+    unchecked = choose([], "int8", 0.01)
+    assert unchecked.level == "warning" and "unchecked" in unchecked.reason
+
+
+def test_recommend_over_candidates_uses_the_same_rule() -> None:
+    def candidate(precision: str, variant: str, delta: float, throughput: float) -> EngineCandidate:
+        return EngineCandidate(precision, variant, "", 1.0, 10, "acc", 1 + delta, delta, True, throughput, 1.0, "cpu")
+
+    fast_but_bad = candidate("int8", "int8-mixed", -0.109, 900.0)
+    fp16 = candidate("fp16", "fp16", 0.0, 300.0)
+    fp32 = candidate("fp32", "fp32", 0.0, 500.0)  # faster on this CPU, but not the cheaper TensorRT engine
+    assert recommend([fast_but_bad, fp16, fp32], 0.01) is fp16
+    assert recommend([fast_but_bad], 0.01) is None

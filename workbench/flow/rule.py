@@ -1,0 +1,191 @@
+"""The rule that chooses an engine from measured task metrics, and the verdict on any choice: said to the user.
+
+Rule: among the variants whose task metric is at most ``max_drop`` worse than FP32's (point estimate on the
+evaluation samples), take the one expected to cost least on TensorRT: all-INT8, then mixed INT8 (some layers kept
+FP32), then FP16, then FP32 itself. A mixed plan is never taken over all-INT8 unless it measured better: it costs more
+(wider layers, extra reformats), so it must buy accuracy. Every comparison carries its sample count and a 95 %
+interval (:mod:`workbench.flow.uncertainty`); a difference whose interval contains 0 is reported as within noise, and a
+verdict whose interval straddles the allowed drop is reported as unresolved (more samples would settle it).
+
+Rows are anything with ``variant``, ``metric``, ``value``, ``n_samples``, ``higher_is_better`` and ``scores``
+(a quickstart :class:`~workbench.flow.quickstart.MetricRow`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.artifact import Artifact
+from workbench.errors import WorkbenchError
+from workbench.flow.uncertainty import Difference, Estimate, estimate, paired_difference
+
+# cheapest first: the order in which TensorRT engines of these plans are expected to cost time
+COST_ORDER = ("int8-all", "int8-mixed", "fp16", "fp32")
+PRECISION_OF_VARIANT = {"int8-all": "int8", "int8-mixed": "int8", "fp16": "fp16", "fp32": "fp32"}
+DEFAULT_MAX_DROP = 0.01
+LEVELS = ("ok", "warning", "bad")
+
+
+def rule_text(max_drop: float, metric: str = "task metric") -> str:
+    return (
+        f"Rule: the engine expected to cost least on TensorRT (INT8 < mixed INT8 < FP16 < FP32) whose {metric} is at "
+        f"most {max_drop:g} below FP32's; mixed INT8 only where it measured better than all-INT8."
+    )
+
+
+@dataclass(frozen=True)
+class Judgement(Artifact):
+    """One variant against FP32: its estimate, the paired difference, and whether it is within the allowed drop."""
+
+    variant: str
+    estimate: Estimate
+    vs_fp32: Difference  # variant - FP32, in the metric's own direction
+    loss: float  # how much worse than FP32 (positive = worse, whatever the metric's direction)
+    loss_high: float  # the upper end of the loss's 95 % interval (NaN without one)
+    acceptable: bool  # loss <= max_drop
+    resolved: bool  # the loss's interval lies on one side of max_drop
+
+    def text(self) -> str:
+        if self.variant == "fp32":
+            return f"fp32 {self.estimate.text()}"
+        noise = "; within noise of FP32" if self.vs_fp32.within_noise else ""
+        return f"{self.variant} {self.estimate.text()}, vs FP32 {self.vs_fp32.text()}{noise}"
+
+
+def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float, float]:
+    """(loss, loss interval low, loss interval high) from a variant-minus-FP32 difference."""
+    if higher_is_better:
+        return -difference.delta, -difference.high, -difference.low
+    return difference.delta, difference.low, difference.high
+
+
+def judge(rows: Sequence[Any], max_drop: float = DEFAULT_MAX_DROP) -> dict[str, Judgement]:
+    """Every measured variant against FP32 (empty when FP32 has no row)."""
+    if not (isinstance(max_drop, (int, float)) and math.isfinite(max_drop) and max_drop >= 0):
+        raise WorkbenchError(f"max_metric_drop={max_drop} must be a number >= 0.", expected="e.g. 0.01")
+    by_variant = {row.variant: row for row in rows}
+    fp32 = by_variant.get("fp32")
+    if fp32 is None:
+        return {}
+    out: dict[str, Judgement] = {}
+    for row in rows:
+        difference = paired_difference(fp32.value, fp32.scores, row.value, row.scores)
+        loss, low, high = _loss(difference, row.higher_is_better)
+        out[row.variant] = Judgement(
+            row.variant,
+            estimate(row.value, row.n_samples, row.scores),
+            difference,
+            loss,
+            high,
+            loss <= max_drop + 1e-12,
+            difference.has_interval and (high <= max_drop or low > max_drop),
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Choice(Artifact):
+    """The engine variant chosen for a requested precision, what the rule would pick, and the verdict on it."""
+
+    precision: str  # what was asked for: fp32 / fp16 / int8 / auto
+    variant: str  # the metric variant whose engine is used (int8 -> int8-all or int8-mixed)
+    rule_variant: str  # what the rule picks
+    level: str  # ok / warning / bad
+    reason: str
+    rule: str
+    max_drop: float
+    judgements: tuple[Judgement, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.level == "ok"
+
+
+def _int8_variant(judged: dict[str, Judgement]) -> str:
+    """All-INT8 unless it is out of bounds and the mixed plan measured better (never pay for worse)."""
+    every, mixed = judged.get("int8-all"), judged.get("int8-mixed")
+    if every is None:
+        return "int8-mixed"
+    if mixed is None or every.acceptable or every.loss <= mixed.loss:
+        return "int8-all"
+    return "int8-mixed"
+
+
+def choose(
+    rows: Sequence[Any], precision: str = "auto", max_drop: float = DEFAULT_MAX_DROP, *, available: Sequence[str] = ()
+) -> Choice:
+    """The variant to build/export for ``precision`` ("auto" follows the rule) and the verdict on it.
+
+    ``available`` lists the variants that have an engine (default: every variant with a metric row, plus fp32).
+    """
+    judged = judge(rows, max_drop)
+    metric = rows[0].metric if rows else "task metric"
+    rule = rule_text(max_drop, metric)
+    usable = set(available) if available else set(judged) | {"fp32"}
+    candidates = [v for v in COST_ORDER if v in usable]
+    rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), "fp32")
+    if rule_variant == "int8-mixed" and "int8-all" in judged and "int8-all" in usable:
+        rule_variant = _int8_variant(judged)
+    if precision == "auto":
+        variant = rule_variant
+    elif precision == "int8":
+        variant = _int8_variant({k: v for k, v in judged.items() if k in usable}) if judged else "int8-mixed"
+    else:
+        variant = precision
+    judgements = tuple(judged[v] for v in COST_ORDER if v in judged)
+    if not judged:
+        reason = "no task metric was measured against FP32, so this choice is unchecked"
+        return Choice(precision, variant, variant, "warning", reason, rule, max_drop, judgements)
+    chosen = judged.get(variant)
+    if chosen is None:
+        reason = f"{variant} has no measured task metric, so this choice is unchecked"
+        return Choice(precision, variant, rule_variant, "warning", reason, rule, max_drop, judgements)
+    n = chosen.estimate.n
+    if variant == "fp32":
+        level = "ok"
+        reason = f"FP32 is the reference ({metric} {chosen.estimate.text()})"
+    elif chosen.acceptable:
+        level = "ok"
+        reason = f"{variant} loses {chosen.loss:.4f} of {metric} vs FP32 (allowed {max_drop:g}) on {n} samples"
+        if not chosen.resolved and chosen.vs_fp32.has_interval:
+            reason += f"; but {n} samples cannot rule out a loss up to {chosen.loss_high:.4f}"
+    else:
+        level = "bad" if chosen.resolved else "warning"
+        reason = (
+            f"{variant} loses {chosen.loss:.4f} of {metric} vs FP32 (95% interval up to {chosen.loss_high:.4f}), more "
+            f"than the allowed {max_drop:g}, on {n} samples"
+        )
+        if not chosen.resolved:
+            reason += " (not resolved: evaluate more samples to be sure)"
+    if precision == "int8" and variant == "int8-all" and "int8-mixed" in judged:
+        mixed = judged["int8-mixed"]
+        reason += (
+            f"; all-INT8 used instead of the mixed plan, which did not measure better "
+            f"({mixed.estimate.value:.4f} vs {chosen.estimate.value:.4f})"
+            if mixed.loss >= chosen.loss
+            else "; all-INT8 used: it is within the allowed drop and costs less than the mixed plan"
+        )
+    if variant != rule_variant and level != "ok":
+        reason += f"; the rule picks {rule_variant}"
+    return Choice(precision, variant, rule_variant, level, reason, rule, max_drop, judgements)
+
+
+def next_steps(choice: Choice) -> str:
+    """What to try when the chosen engine loses too much."""
+    if choice.ok:
+        return ""
+    steps = []
+    if choice.variant.startswith("int8"):
+        steps += [
+            "fall back more layers (fallback_layers)",
+            "another calibration method (percentile or mse often beat max)",
+            "more calibration samples",
+        ]
+    if choice.rule_variant != choice.variant:
+        steps.append(f"choose {choice.rule_variant} (what the rule picks) or precision 'auto'")
+    if choice.level == "warning":
+        steps.append("evaluate more samples (evaluation_samples) to resolve the difference")
+    return "Try: " + "; ".join(steps) + "." if steps else ""
