@@ -57,6 +57,9 @@ class TorchExecutor:
         self.cuda_graph_active = bool(cuda_graph)
         self.fallback_reason = ""
         self.description = description or type(module).__name__
+        # "thread_local" lets other threads keep launching work while this executor captures (hot reload under
+        # load); torch's default "global" forbids unsafe CUDA calls in every thread during a capture.
+        self.capture_error_mode = "global"
         with torch.inference_mode():
             probe = self.module(_host_random((1, *self.sample_shape)).to(device="cuda", dtype=self._dtype))
         out_shape = tuple(int(d) for d in probe.shape[1:])
@@ -160,7 +163,7 @@ class _TorchLane:
             torch.cuda.synchronize()
             for s in self.sizes:
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph, capture_error_mode=self.owner.capture_error_mode):
                     self.outputs[s] = self.owner.module(self.static_in[:s])
                 self.graphs[s] = graph
                 self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))
