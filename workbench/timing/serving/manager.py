@@ -52,10 +52,20 @@ class EngineManager:
         *,
         golden: Mapping[str, np.ndarray] | None = None,
         seed: int = 0,
+        owns_executor: bool = True,
     ) -> ModelServer:
         if name in self._servers:
             raise WorkbenchError(f"a model named {name!r} is already served.", expected="a new model name")
-        server = ModelServer(name, loader, version, config, golden=golden, may_dispatch=self._may_dispatch, seed=seed)
+        server = ModelServer(
+            name,
+            loader,
+            version,
+            config,
+            golden=golden,
+            may_dispatch=self._may_dispatch,
+            seed=seed,
+            owns_executor=owns_executor,
+        )
         self._servers[name] = server
         return server
 

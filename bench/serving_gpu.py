@@ -1,0 +1,416 @@
+"""H200 benchmark of serving (issue 15). Run ON the GPU machine; prints a table, writes JSON (and .md).
+
+    python3 bench/serving_gpu.py --out $OUT/serving_h200.json [--quick] [--sections ceiling,sla,priority,reload,layers]
+
+One process, ResNet-50 FP16 (torchvision, random weights), PyTorch CUDA-graph executor (one graph per lane and
+batch bucket), pinned copies both ways on every batch, open-loop Poisson arrivals of single-image requests:
+
+  * ceiling: back-to-back batch-256 graph launches on one stream (no copies), and the closed-loop pipeline at
+    batch 256 on 2 lanes (copies included); the larger is "the batch-256 ceiling";
+  * sla: p99-budget searches over lanes x max batch x max queue delay: coordinate ascent at 10 ms and 25 ms, and the
+    exhaustive grid at 10 ms to check the coordinate search against (rate found, runs used);
+  * priority: a high-priority model at a fixed rate alone, then next to a low-priority model offered far more than
+    it can serve (admission control refuses the excess); stream priorities only, plus host-side dispatch gating, plus
+    an equal-priority control;
+  * reload: hot reload of a new version (same weights, fresh executor) under a steady load at 80 % of the 10 ms
+    sustainable rate, then a broken version (perturbed weights) that must be rejected while serving continues;
+  * layers: per-layer CUDA kernel time of ResNet-50 at batch 1 and 32 from torch.profiler, mapped to the node names
+    of the model exported to ONNX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.timing.lanes import request_hardware_queues  # noqa: E402
+
+request_hardware_queues()  # before anything touches CUDA
+
+from workbench.timing import RunConfig, measure_compute_limit, run_pipeline  # noqa: E402
+from workbench.timing.layer_profile import torch_layer_profile  # noqa: E402
+from workbench.timing.serving import (  # noqa: E402
+    EngineManager,
+    ModelServer,
+    ServeConfig,
+    sla_search,
+)
+from workbench.timing.serving.search import ServingProbe  # noqa: E402
+from workbench.timing.torch_executor import TorchExecutor, torch_module_for  # noqa: E402
+
+SHAPE = (3, 224, 224)
+
+
+def log(line: str) -> None:
+    print(line, flush=True)
+
+
+def resnet() -> Any:
+    module, _shape, _desc = torch_module_for("resnet50")
+    return module.eval()
+
+
+def executor_for(module: Any) -> TorchExecutor:
+    return TorchExecutor(copy.deepcopy(module), SHAPE, dtype="float16", description="resnet50 (torchvision, random)")
+
+
+def section_ceiling(module: Any, quick: bool) -> dict[str, Any]:
+    import torch
+
+    ex = executor_for(module)
+    limit = measure_compute_limit(ex, 256, iterations=10 if quick else 30, warmup=3)
+    window = dict(warmup_s=0.3, window_s=0.5, min_windows=3, max_windows=4 if quick else 6)
+    piped = run_pipeline(ex, RunConfig(streams=2, batch=256, depth=2, **window), model="resnet50")
+    out = {
+        "gpu_limit_b256": limit,
+        "pipeline_b256_2lanes": {
+            "throughput_per_s": piped.throughput_per_s,
+            "p99_ms": piped.latency_ms["p99"],
+            "n_requests": piped.n_requests,
+            "stable": piped.stable,
+        },
+    }
+    out["ceiling_per_s"] = max(limit["throughput_per_s"], piped.throughput_per_s)
+    log(
+        f"ceiling: one-stream b256 {limit['throughput_per_s']:,.0f} img/s ({limit['iterations']} launches), "
+        f"pipeline b256 x2 lanes {piped.throughput_per_s:,.0f} img/s (n={piped.n_requests} batches)"
+    )
+    del ex
+    torch.cuda.empty_cache()
+    return out
+
+
+def make_probe(executor: TorchExecutor, budget_ms: float, quick: bool) -> ServingProbe:
+    return ServingProbe(
+        lambda c: ModelServer("resnet50", lambda: executor, "1", c, owns_executor=False),
+        budget_ms,
+        duration_s=0.3 if quick else 0.4,
+        warmup_s=0.15,
+        min_requests=600,
+    )
+
+
+def print_probe(result: Any) -> None:
+    c = result.config
+    best = result.best
+    log(
+        f"  L={c.lanes} B={c.max_batch:3d} D={c.max_queue_delay_ms:g}ms: best {result.best_rate_per_s:8,.0f} req/s "
+        f"({len(result.probes)} probes"
+        + (
+            f"; p99 {best.p99_ms:.2f} ms n={best.n_requests}, mean batch {best.mean_batch:.1f}, "
+            f"padding {best.padding_fraction:.1%})"
+            if best
+            else ")"
+        )
+    )
+
+
+def section_sla(module: Any, quick: bool, doc: dict[str, Any]) -> dict[str, Any]:
+    executor = executor_for(module)
+    if quick:
+        space10 = {"lanes": (1, 2), "max_batch": (16, 64), "max_queue_delay_ms": (0, 2)}
+        space25 = space10
+    else:
+        space10 = {"lanes": (1, 2, 4), "max_batch": (16, 32, 64, 128), "max_queue_delay_ms": (0, 1, 2, 4)}
+        space25 = {"lanes": (1, 2, 4), "max_batch": (32, 64, 128, 256), "max_queue_delay_ms": (0, 2, 5, 10)}
+    # Capture every lane's graphs for every bucket once (the searches' servers reuse them).
+    for space in (space10, space25):
+        warm = ModelServer(
+            "resnet50",
+            lambda: executor,
+            "1",
+            ServeConfig(lanes=max(space["lanes"]), max_batch=max(space["max_batch"])),
+            owns_executor=False,
+        )
+        warm.close()
+    out: dict[str, Any] = {}
+    for budget, space, strategies in ((10.0, space10, ("coordinate", "grid")), (25.0, space25, ("coordinate",))):
+        for strategy in strategies:
+            probe = make_probe(executor, budget, quick)
+            t0 = time.perf_counter()
+            log(f"SLA search p99 <= {budget:g} ms, {strategy}:")
+            try:
+                result = sla_search(
+                    probe,
+                    budget,
+                    space,
+                    base=ServeConfig(depth=2, queue_capacity=4096),
+                    strategy=strategy,
+                    start_rate=lambda c, probe=probe: 0.6 * probe.capacity_estimate(c),
+                    max_probes=6,
+                    rel_tol=0.05,
+                    model="resnet50",
+                    progress=print_probe,
+                )
+            finally:
+                probe.close()
+            key = f"sla_{budget:g}ms_{strategy}"
+            out[key] = result.to_json()
+            out[key + "_seconds"] = time.perf_counter() - t0
+            chosen = result.chosen
+            log(
+                f"=> {strategy} {budget:g} ms: {result.best_rate_per_s:,.0f} req/s at "
+                f"{chosen.config.label() if chosen else '-'}; {result.configurations}/{result.grid_size} "
+                f"configurations, {result.runs} runs, {out[key + '_seconds']:.0f} s"
+            )
+            doc["sections"]["sla"] = out
+            write(doc)
+    return out
+
+
+def section_priority(module: Any, quick: bool, hi_rate: float) -> dict[str, Any]:
+    seconds = 1.0 if quick else 2.0
+    hi_ex, lo_ex = executor_for(module), executor_for(module)
+    hi_cfg = dict(lanes=2, depth=2, max_batch=8, max_queue_delay_ms=0.5, queue_capacity=4096)
+    lo_cfg = dict(lanes=2, depth=2, max_batch=64, max_queue_delay_ms=2.0, queue_capacity=256)
+    lo_rate = 30000.0  # far above what ResNet-50 can serve: admission control refuses the excess
+    out: dict[str, Any] = {"hi_rate_per_s": hi_rate, "lo_offered_per_s": lo_rate, "seconds": seconds}
+
+    def run(label: str, hi_priority: str, lo_priority: str, gate: int | None, with_hi: bool, with_lo: bool) -> None:
+        manager = EngineManager(contended_inflight=gate)
+        try:
+            servers = {}
+            if with_hi:
+                servers["hi"] = manager.add(
+                    "hi", lambda: hi_ex, "1", ServeConfig(priority=hi_priority, **hi_cfg), seed=1, owns_executor=False
+                )
+            if with_lo:
+                servers["lo"] = manager.add(
+                    "lo", lambda: lo_ex, "1", ServeConfig(priority=lo_priority, **lo_cfg), seed=2, owns_executor=False
+                )
+            warm = 0.3
+            starts = {}
+            for name, server in servers.items():
+                starts[name] = server.start_load(hi_rate if name == "hi" else lo_rate, seconds + warm, seed=11)
+            for server in servers.values():
+                server.wait_load(timeout_s=seconds + 60)
+            result = {}
+            for name, server in servers.items():
+                s = server.stats(since_s=starts[name] + warm, until_s=starts[name] + warm + seconds)
+                result[name] = s.to_json()
+                log(f"  {label:28s} {s.summary()}")
+            out[label] = result
+        finally:
+            manager.close()
+
+    run("hi alone", "high", "low", None, True, False)
+    run("lo alone", "high", "low", None, False, True)
+    run("both, stream priorities", "high", "low", None, True, True)
+    run("both, priorities + gate 1", "high", "low", 1, True, True)
+    run("both, equal priority", "normal", "normal", None, True, True)
+    hi_alone = out["hi alone"]["hi"]["latency_ms"]["p99"]
+    lo_alone = out["lo alone"]["lo"]["throughput_per_s"]
+    for label in ("both, stream priorities", "both, priorities + gate 1", "both, equal priority"):
+        hi = out[label]["hi"]["latency_ms"]["p99"]
+        lo = out[label]["lo"]["throughput_per_s"]
+        out[label]["verdict"] = {
+            "hi_p99_over_alone": hi / hi_alone,
+            "lo_throughput_over_alone": lo / lo_alone,
+            "target_hi_p99_1.25x": hi <= 1.25 * hi_alone,
+            "target_lo_0.6x": lo >= 0.6 * lo_alone,
+        }
+        log(f"  => {label}: hi p99 {hi / hi_alone:.2f}x alone, lo throughput {lo / lo_alone:.2f}x alone")
+    return out
+
+
+def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -> dict[str, Any]:
+    import torch
+
+    broken = copy.deepcopy(module)
+    with torch.no_grad():
+        broken.fc.weight.mul_(1.5)  # loads and runs, answers differently
+        broken.fc.bias.add_(1.0)
+    server = ModelServer("resnet50", lambda: executor_for(module), "v1", config, seed=3)
+    total = 4.0 if quick else 7.0
+    start = server.start_load(rate, total, seed=21)
+    time.sleep(1.5 if quick else 2.5)
+    good = server.reload(lambda: executor_for(module), "v2", rtol=2e-2, atol=2e-2)
+    time.sleep(0.5 if quick else 1.5)
+    bad = server.reload(lambda: executor_for(broken), "v3-broken", rtol=2e-2, atol=2e-2)
+    server.wait_load(timeout_s=total + 60)
+    arrivals, latencies = server.latencies()
+    whole = server.stats(since_s=start + 0.3, until_s=start + total)
+    steady = server.stats(since_s=start + 0.3, until_s=good.started_s)
+    swap_end = max(good.swapped_s, good.drained_s if math.isfinite(good.drained_s) else good.swapped_s)
+    during = server.stats(since_s=good.started_s, until_s=swap_end)
+    during_bad = server.stats(since_s=bad.started_s, until_s=bad.started_s + bad.load_s + bad.check_s)
+    after = server.stats(since_s=swap_end, until_s=bad.started_s)
+    server.close()
+    out = {
+        "rate_per_s": rate,
+        "config": config.to_json(),
+        "good": good.to_json(),
+        "bad": bad.to_json(),
+        "whole": whole.to_json(),
+        "steady": steady.to_json(),
+        "during_swap": during.to_json(),
+        "during_rejected_load": during_bad.to_json(),
+        "after_swap": after.to_json(),
+        "timeline": {
+            "t0_s": start,
+            "arrival_s": [round(a - start, 5) for a in arrivals[::5].tolist()],
+            "latency_ms": [round(v, 3) for v in latencies[::5].tolist()],
+            "note": "every 5th completed request",
+        },
+    }
+    ratio = during.latency_ms["p99"] / steady.latency_ms["p99"]
+    out["verdict"] = {
+        "failed_or_refused": whole.refused + whole.failed + whole.expired,
+        "responses_by_version": whole.responses_by_version,
+        "rejected_version_responses": whole.responses_by_version.get("v3-broken", 0),
+        "p99_swap_over_steady": ratio,
+        "target_p99_2x": ratio <= 2.0,
+        "broken_rejected": not bad.accepted,
+    }
+    log(f"  steady      {steady.summary()}")
+    log(f"  during swap {during.summary()} (window {during.window_s:.2f} s)")
+    log(f"  rejected    {during_bad.summary()}")
+    log(f"  whole run   {whole.summary()}")
+    log(
+        f"  good reload: load {good.load_s:.2f} s, check {good.check_s * 1e3:.1f} ms, max abs err {good.max_abs_error:.3g}"
+    )
+    log(f"  bad reload: accepted={bad.accepted} stage={bad.stage}: {bad.reason}")
+    return out
+
+
+def section_layers(module: Any, quick: bool) -> dict[str, Any]:
+    import onnx
+    import torch
+
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        copy.deepcopy(module).float().cpu(),
+        (torch.randn(1, *SHAPE),),
+        buffer,
+        dynamo=False,
+        opset_version=17,
+        input_names=["input"],
+        output_names=["output"],
+    )
+    proto = onnx.load_from_string(buffer.getvalue())
+    gpu_module = copy.deepcopy(module).cuda().half()
+    out: dict[str, Any] = {"onnx_nodes": len(proto.graph.node)}
+    for batch in (1, 32):
+        x = torch.randn(batch, *SHAPE, device="cuda", dtype=torch.float16)
+        profile = torch_layer_profile(gpu_module, x, onnx_model=proto, iterations=10 if quick else 30, model="resnet50")
+        mapped = sum(layer.time_ms for layer in profile.layers if layer.onnx_nodes)
+        out[f"batch{batch}"] = profile.to_json()
+        out[f"batch{batch}_mapped_fraction"] = mapped / profile.total_ms if profile.total_ms else math.nan
+        log(
+            f"layers b{batch}: {profile.total_ms:.3f} ms kernel time per forward, {len(profile.layers)} modules, "
+            f"{mapped / profile.total_ms:.1%} of it on ONNX nodes, unmapped ONNX nodes {len(profile.unmapped_onnx_nodes)}"
+        )
+        for layer in profile.top(5):
+            log(f"    {layer.name:28s} {layer.time_ms:7.3f} ms  {layer.share:5.1%}  {','.join(layer.onnx_nodes)[:60]}")
+    return out
+
+
+DOC_PATH: Path | None = None
+
+
+def write(doc: dict[str, Any]) -> None:
+    assert DOC_PATH is not None
+    DOC_PATH.write_text(json.dumps(doc, indent=1, default=float))
+
+
+def main() -> int:
+    global DOC_PATH
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "serving_h200.json"))
+    parser.add_argument("--quick", action="store_true", help="small spaces, short runs (smoke test)")
+    parser.add_argument("--sections", default="ceiling,sla,priority,reload,layers")
+    args = parser.parse_args()
+    DOC_PATH = Path(args.out)
+    import torch
+
+    env = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "precision": "fp16",
+        "model": "resnet50 (torchvision, random weights)",
+        "load": "open loop, Poisson arrivals, 1 image per request",
+        "transfers": "pinned H2D + D2H on every batch",
+        "CUDA_DEVICE_MAX_CONNECTIONS": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+        "quick": args.quick,
+    }
+    log(json.dumps(env))
+    doc: dict[str, Any] = {"environment": env, "sections": {}, "errors": {}}
+    module = resnet()
+    sections = args.sections.split(",")
+    t_start = time.perf_counter()
+
+    def guarded(name: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            value = fn()
+            doc["sections"][name] = value
+            return value
+        except Exception as error:
+            doc["errors"][name] = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+            log(f"SECTION {name} FAILED: {doc['errors'][name]}")
+            return None
+        finally:
+            doc.setdefault("seconds", {})[name] = time.perf_counter() - t0
+            write(doc)
+
+    ceiling = guarded("ceiling", lambda: section_ceiling(module, args.quick)) if "ceiling" in sections else None
+    sla = guarded("sla", lambda: section_sla(module, args.quick, doc)) if "sla" in sections else None
+    chosen10 = None
+    if sla and sla.get("sla_10ms_coordinate", {}).get("chosen"):
+        chosen10 = sla["sla_10ms_coordinate"]["chosen"]
+    if "priority" in sections:
+        guarded("priority", lambda: section_priority(module, args.quick, hi_rate=1000.0))
+    if "reload" in sections:
+        if chosen10:
+            config = ServeConfig.from_json(chosen10["config"])
+            rate = 0.8 * chosen10["best_rate_per_s"]
+        else:
+            config = ServeConfig(lanes=2, max_batch=32, max_queue_delay_ms=2.0, queue_capacity=4096)
+            rate = 3000.0
+        guarded("reload", lambda: section_reload(module, args.quick, rate, config))
+    if "layers" in sections:
+        guarded("layers", lambda: section_layers(module, args.quick))
+    verdicts: dict[str, Any] = {}
+    if ceiling and sla:
+        c = ceiling["ceiling_per_s"]
+        for key, factor in (("sla_10ms_coordinate", 0.6), ("sla_10ms_grid", 0.6), ("sla_25ms_coordinate", 0.8)):
+            if key in sla:
+                best = (sla[key].get("chosen") or {}).get("best_rate_per_s", 0.0)
+                verdicts[key] = {"rate_per_s": best, "over_ceiling": best / c, f"target_{factor}x": best >= factor * c}
+        if "sla_10ms_grid" in sla and "sla_10ms_coordinate" in sla:
+            g, q = sla["sla_10ms_grid"], sla["sla_10ms_coordinate"]
+            g_best = (g.get("chosen") or {}).get("best_rate_per_s", 0.0)
+            q_best = (q.get("chosen") or {}).get("best_rate_per_s", 0.0)
+            verdicts["coordinate_vs_grid_10ms"] = {
+                "rate_fraction": q_best / g_best if g_best else math.nan,
+                "runs_fraction": q["runs"] / g["runs"],
+                "configurations": [q["configurations"], g["configurations"]],
+                "target_95pct_rate_25pct_runs": bool(
+                    g_best and q_best >= 0.95 * g_best and q["runs"] <= 0.25 * g["runs"]
+                ),
+            }
+    doc["verdicts"] = verdicts
+    doc["total_seconds"] = time.perf_counter() - t_start
+    write(doc)
+    log("VERDICTS " + json.dumps(verdicts, indent=1, default=float))
+    log(f"total {doc['total_seconds']:.0f} s; errors: {list(doc['errors'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
