@@ -297,3 +297,29 @@ def test_bad_settings_are_refused_with_what_was_expected(tmp_path: Path) -> None
             server.submit(samples=5)
         assert server.reload(lambda: OrtCpuExecutor(DIGITS_ONNX), "1").reason.startswith("version '1' was already")
     assert server.submit(samples=1).result().status == "refused"  # closed: refused, not dropped
+
+
+def test_serving_settings_become_a_valid_triton_config() -> None:
+    from workbench.export.triton import TritonOptions, triton_config, validate_triton_config
+
+    config = ServeConfig(
+        lanes=3, max_batch=64, max_queue_delay_ms=2.5, queue_capacity=500, timeout_ms=40.0, priority="high"
+    )
+    io = [
+        {
+            "name": "x",
+            "io_mode": "input",
+            "datatype": "half",
+            "dimensions": [-1, 3, 224, 224],
+            "profiles": [{"min": [1, 3, 224, 224], "opt": [8, 3, 224, 224], "max": [64, 3, 224, 224]}],
+        },
+        {"name": "y", "io_mode": "output", "datatype": "half", "dimensions": [-1, 1000]},
+    ]
+    parsed = validate_triton_config(triton_config(io, TritonOptions.from_serving(config, "resnet50")))
+    assert parsed.max_batch_size == 64 and parsed.instance_group[0].count == 3
+    assert parsed.instance_group[0].rate_limiter.priority == 1
+    assert parsed.dynamic_batching.max_queue_delay_microseconds == 2500
+    assert parsed.dynamic_batching.default_queue_policy.max_queue_size == 500
+    assert parsed.dynamic_batching.default_queue_policy.default_timeout_microseconds == 40000
+    assert [g.batch_size for g in parsed.optimization.cuda.graph_spec] == [1, 2, 4, 8, 16, 32, 64]
+    assert parsed.version_policy.latest.num_versions == 1
