@@ -176,7 +176,7 @@ def section_priority(module: Any, quick: bool, hi_rate: float) -> dict[str, Any]
     hi_ex, lo_ex = executor_for(module), executor_for(module)
     hi_cfg = dict(lanes=2, depth=2, max_batch=8, max_queue_delay_ms=0.5, queue_capacity=4096)
     lo_cfg = dict(lanes=2, depth=2, max_batch=64, max_queue_delay_ms=2.0, queue_capacity=256)
-    lo_rate = 30000.0  # far above what ResNet-50 can serve: admission control refuses the excess
+    lo_rate = 13000.0  # above what ResNet-50 serves (~10k/s at batch 64): admission control refuses the excess
     out: dict[str, Any] = {"hi_rate_per_s": hi_rate, "lo_offered_per_s": lo_rate, "seconds": seconds}
 
     def run(label: str, hi_priority: str, lo_priority: str, gate: int | None, with_hi: bool, with_lo: bool) -> None:
@@ -248,6 +248,17 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
     during = server.stats(since_s=good.started_s, until_s=swap_end)
     during_bad = server.stats(since_s=bad.started_s, until_s=bad.started_s + bad.load_s + bad.check_s)
     after = server.stats(since_s=swap_end, until_s=bad.started_s)
+    phase_p99 = {}
+    marks = [("started", good.started_s)] + sorted(good.phases.items(), key=lambda kv: kv[1])
+    marks = [m for m in marks if m[1] <= swap_end + 1e-9] + [("swap_end", swap_end)]
+    for (a, ta), (b, tb) in zip(marks, marks[1:]):
+        if tb > ta:
+            s_ = server.stats(since_s=ta, until_s=tb)
+            phase_p99[f"{a} -> {b}"] = {
+                "seconds": tb - ta,
+                "p99_ms": s_.latency_ms["p99"],
+                "n": s_.latency_n,
+            }
     server.close()
     out = {
         "rate_per_s": rate,
@@ -259,6 +270,8 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
         "during_swap": during.to_json(),
         "during_rejected_load": during_bad.to_json(),
         "after_swap": after.to_json(),
+        "phase_p99": phase_p99,
+        "phases_rel_s": {k: v - good.started_s for k, v in good.phases.items()},
         "timeline": {
             "t0_s": start,
             "arrival_s": [round(a - start, 5) for a in arrivals[::5].tolist()],
@@ -283,6 +296,8 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
         f"  good reload: load {good.load_s:.2f} s, check {good.check_s * 1e3:.1f} ms, max abs err {good.max_abs_error:.3g}"
     )
     log(f"  bad reload: accepted={bad.accepted} stage={bad.stage}: {bad.reason}")
+    for name, value in phase_p99.items():
+        log(f"    {name:32s} {value['seconds']:.3f} s  p99 {value['p99_ms']:.2f} ms (n={value['n']})")
     return out
 
 

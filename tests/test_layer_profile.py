@@ -60,7 +60,8 @@ def test_module_times_map_to_every_exported_onnx_node() -> None:
     by_name = {layer.name: layer for layer in profile.layers}
     assert by_name["1.0.conv"].onnx_nodes == ("/1/1.0/conv/Conv",) and by_name["1.0.conv"].time_ms > 0
     assert set(by_name["1.0.relu"].onnx_nodes) == {"/1/1.0/relu/Relu", "/1/1.0/relu_1/Relu"}
-    assert "1.0.down.1" in profile.unmapped_modules  # BatchNorm folded into the Conv on export
+    assert "1.0.down.1" in profile.unmapped_modules  # BatchNorm folded into the Conv on export ...
+    assert by_name["1.0.down.0"].folded == ("1.0.down.1",) and "1.0.down.1" not in by_name  # ... and its time too
     # self times add up to the whole forward (nothing counted twice, nothing lost)
     assert sum(layer.time_ms for layer in profile.layers) == pytest.approx(profile.total_ms, rel=0.02)
     per_node = profile.per_onnx_node()

@@ -268,20 +268,20 @@ def test_real_saturation_search_on_the_cpu_executor() -> None:
     executor = OrtCpuExecutor(DIGITS_ONNX)
     probe = ServingProbe(
         lambda c: ModelServer("digits", lambda: executor, "1", c, owns_executor=False),
-        budget_ms=5.0,
+        budget_ms=20.0,
         duration_s=0.15,
         warmup_s=0.05,
         min_requests=100,
     )
     try:
         config = ServeConfig(lanes=1, depth=2, max_batch=8, max_queue_delay_ms=1.0)
-        start = 0.3 * probe.capacity_estimate(config)
-        result = saturation_search(lambda r: probe(config, r), config, 5.0, start, max_probes=4, rel_tol=0.2)
+        start = 0.2 * probe.capacity_estimate(config)
+        result = saturation_search(lambda r: probe(config, r), config, 20.0, start, max_probes=4, rel_tol=0.2)
     finally:
         probe.close()
     assert len(result.probes) >= 2 and all(p.n_requests > 0 for p in result.probes)
     for p in result.probes:  # the verdicts follow from the measurements
-        assert p.passed == (p.p99_ms <= 5.0 and p.refused == 0 and p.expired == 0)
+        assert p.passed == (p.p99_ms <= 20.0 and p.refused == 0 and p.expired == 0)
     assert result.best_rate_per_s > 0 and result.best.throughput_per_s > 0.5 * result.best_rate_per_s
 
 

@@ -39,6 +39,7 @@ class LayerTime(Artifact):
     time_ms: float  # mean per inference (self time for modules)
     onnx_nodes: tuple[str, ...] = ()
     share: float = math.nan  # of the profile's total
+    folded: tuple[str, ...] = ()  # modules with no ONNX node whose time is counted here (e.g. BatchNorm -> Conv)
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,10 @@ def torch_layer_profile(
     cuda = bool(getattr(example, "is_cuda", False))
     names = {id(m): n for n, m in module.named_modules()}
     stack: list[Any] = []
+    order: dict[str, int] = {}  # first-call order, to fold node-less modules into the one run before them
 
     def pre(mod: Any, _inputs: Any) -> None:
+        order.setdefault(names[id(mod)], len(order))
         rf = record_function(PREFIX + names[id(mod)])
         rf.__enter__()
         stack.append(rf)
@@ -163,20 +166,39 @@ def torch_layer_profile(
                 unmapped_nodes.append(node.name)
             else:
                 nodes_by_module.setdefault(owner, []).append(node.name)
+    unmapped_modules: list[str] = []
+    folded: dict[str, list[str]] = {}
+    if onnx_model is not None:
+        # A module with time but no ONNX node was folded away on export (BatchNorm into the Conv before it): count
+        # its time on the mapped leaf module that ran just before it.
+        ran = sorted(order, key=order.__getitem__)
+        for name in ran:
+            if self_ms.get(name, 0.0) > 0 and not nodes_by_module.get(name):
+                unmapped_modules.append(name)
+                before = [m for m in ran[: order[name]] if nodes_by_module.get(m)]
+                if before:
+                    folded.setdefault(before[-1], []).append(name)
+    moved = {m for names_ in folded.values() for m in names_}
     layers = tuple(
-        LayerTime(name or "(top)", ms, tuple(nodes_by_module.get(name, ())), ms / total if total > 0 else math.nan)
+        LayerTime(
+            name or "(top)",
+            ms + sum(self_ms[m] for m in folded.get(name, ())),
+            tuple(nodes_by_module.get(name, ())),
+            (ms + sum(self_ms[m] for m in folded.get(name, ()))) / total if total > 0 else math.nan,
+            tuple(folded.get(name, ())),
+        )
         for name, ms in self_ms.items()
-        if ms > 0 or nodes_by_module.get(name)
-    )
-    unmapped_modules = tuple(
-        layer.name for layer in layers if onnx_model is not None and not layer.onnx_nodes and layer.time_ms > 0
+        if name not in moved and (ms > 0 or nodes_by_module.get(name))
     )
     batch = int(example.shape[0]) if hasattr(example, "shape") else 1
     notes = ["eager execution (a CUDA graph replay has no module boundaries; it runs the same kernels)"]
     if unmapped_modules:
         notes.append(
-            f"{len(unmapped_modules)} module(s) with time but no ONNX node (e.g. BatchNorm folded into Conv on export)"
+            f"{len(unmapped_modules)} module(s) with time but no ONNX node (e.g. BatchNorm folded into Conv on export);"
+            " their time is counted on the module that ran just before them"
         )
+    if unmapped_nodes:
+        notes.append(f"{len(unmapped_nodes)} ONNX node(s) without a module scope (exporter-added, e.g. Identity)")
     return LayerProfile(
         model=model or type(module).__name__,
         source="torch.profiler",
@@ -185,7 +207,7 @@ def torch_layer_profile(
         iterations=iterations,
         total_ms=total,
         layers=layers,
-        unmapped_modules=unmapped_modules,
+        unmapped_modules=tuple(unmapped_modules),
         unmapped_onnx_nodes=tuple(unmapped_nodes),
         notes=tuple(notes),
     )

@@ -163,8 +163,18 @@ class _TorchLane:
             torch.cuda.synchronize()
             for s in self.sizes:
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, capture_error_mode=self.owner.capture_error_mode):
-                    self.outputs[s] = self.owner.module(self.static_in[:s])
+                if self.owner.capture_error_mode == "thread_local":
+                    # Capturing next to live traffic: torch.cuda.graph() would also gc.collect() (holding the GIL)
+                    # and empty_cache() (cudaFree synchronizes the device) before every capture.
+                    with torch.cuda.stream(side):
+                        graph.capture_begin(capture_error_mode="thread_local")
+                        try:
+                            self.outputs[s] = self.owner.module(self.static_in[:s])
+                        finally:
+                            graph.capture_end()
+                else:
+                    with torch.cuda.graph(graph, capture_error_mode=self.owner.capture_error_mode):
+                        self.outputs[s] = self.owner.module(self.static_in[:s])
                 self.graphs[s] = graph
                 self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))
             # A graph's first launch uploads it (slow); do that here, not inside a measurement window.

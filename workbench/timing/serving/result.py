@@ -116,6 +116,7 @@ class ReloadReport(Artifact):
     started_s: float = math.nan  # host clock (perf_counter) when the reload began
     swapped_s: float = math.nan  # host clock when new requests started going to the new version
     drained_s: float = math.nan  # host clock when the old version's last in-flight batch completed
+    phases: dict[str, float] = field(default_factory=dict)  # host clock at each step (executor built, lanes ready...)
 
 
 @dataclass(frozen=True)

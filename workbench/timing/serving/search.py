@@ -6,7 +6,7 @@ can pass any other, which is how the search logic is checked without a GPU.
 
 Saturation search: probe upward by ``growth`` until a rate fails, then bisect (geometrically) between the best
 passing and the lowest failing rate until they are within ``rel_tol``. With an incumbent (``beat``), the first probe
-is just above it, and a configuration that fails there stops at once: it cannot be the best.
+is at its rate, and a configuration that fails there stops at once: it cannot be the best.
 
 SLA search, ``coordinate`` strategy (pattern search, as model_analyzer's quick search does): from a start point,
 try one step up and down along each axis (max batch, lanes, max delay), move to any neighbour that beats the
@@ -76,7 +76,11 @@ def saturation_search(
     probes: list[LoadProbe] = []
     best: LoadProbe | None = None
     fail_rate = math.inf
-    rate = beat * (1 + rel_tol) if beat else float(start_rate)
+    # With an incumbent, start at its rate: failing there proves this configuration is no better; passing there
+    # (a tie so far) continues upward in small steps, since the answer is near.
+    rate = float(beat) if beat else float(start_rate)
+    if beat:
+        growth = min(growth, 1 + 3 * rel_tol)
     while len(probes) < max_probes and rate >= min_rate:
         result = probe(rate)
         probes.append(result)
@@ -86,7 +90,7 @@ def saturation_search(
         else:
             fail_rate = min(fail_rate, rate)
             if beat and len(probes) == 1:
-                break  # cannot beat the incumbent
+                break  # cannot even match the incumbent
         lo = best.rate_per_s if best is not None else None
         if math.isinf(fail_rate):
             rate = rate * growth

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -231,12 +232,41 @@ class ModelServer:
         on the same golden batch, elementwise within ``atol + rtol * |expected|``; non-finite outputs fail. A version
         that fails to load or to check is closed and reported (``accepted=False``); the old one keeps serving.
         """
+        # The reload's Python work (building the executor, capturing graphs) shares the interpreter with the
+        # dispatcher thread; a short switch interval keeps the dispatcher's waits for the GIL short meanwhile.
+        previous_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(previous_interval, 0.0005))
+        try:
+            return self._reload(loader, version, reference, rtol, atol, drain_timeout_s)
+        finally:
+            sys.setswitchinterval(previous_interval)
+
+    def _reload(
+        self,
+        loader: Loader,
+        version: str,
+        reference: Sequence[np.ndarray] | None,
+        rtol: float,
+        atol: float,
+        drain_timeout_s: float,
+    ) -> ReloadReport:
         old = self._active
         started = time.perf_counter()
+        phases: dict[str, float] = {}
 
         def rejected(stage: str, reason: str, **extra: Any) -> ReloadReport:
             report = ReloadReport(
-                self.name, old.version, version, False, stage, reason, rtol=rtol, atol=atol, started_s=started, **extra
+                self.name,
+                old.version,
+                version,
+                False,
+                stage,
+                reason,
+                rtol=rtol,
+                atol=atol,
+                started_s=started,
+                phases=dict(phases),
+                **extra,
             )
             self.reloads.append(report)
             return report
@@ -246,8 +276,11 @@ class ModelServer:
         runtime: VersionRuntime | None = None
         try:
             executor = loader()
+            phases["executor_built"] = time.perf_counter()
             runtime = VersionRuntime(self.name, version, executor, self.config, seed=self._seed)
+            phases["lanes_ready"] = time.perf_counter()
             runtime.warm_up()
+            phases["warmed_up"] = time.perf_counter()
         except Exception as error:
             if runtime is not None:
                 runtime.close()
@@ -262,6 +295,7 @@ class ModelServer:
             runtime.close()
             return rejected("check", f"{type(error).__name__}: {error}", load_s=load_s)
         check_s = time.perf_counter() - checked
+        phases["checked"] = time.perf_counter()
         n_golden = int(np.asarray(next(iter(self.golden.values()))).shape[0])
         if why:
             runtime.close()
@@ -289,6 +323,7 @@ class ModelServer:
         old.close()
         if self._owns_executor or old.version != self._all_versions[0]:
             _close_executor(old.executor)
+        phases["old_closed"] = time.perf_counter()
         self.versions.append(version)
         report = ReloadReport(
             self.name,
@@ -307,6 +342,7 @@ class ModelServer:
             started,
             swapped,
             drained,
+            phases,
         )
         self.reloads.append(report)
         return report
