@@ -234,11 +234,11 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
         broken.fc.weight.mul_(1.5)  # loads and runs, answers differently
         broken.fc.bias.add_(1.0)
     server = ModelServer("resnet50", lambda: executor_for(module), "v1", config, seed=3)
-    total = 4.0 if quick else 7.0
+    total = 6.0 if quick else 13.0  # long enough for both reloads (each ~3.5 s with 4 lanes) to happen under load
     start = server.start_load(rate, total, seed=21)
     time.sleep(1.5 if quick else 2.5)
     good = server.reload(lambda: executor_for(module), "v2", rtol=2e-2, atol=2e-2)
-    time.sleep(0.5 if quick else 1.5)
+    time.sleep(0.5 if quick else 1.0)
     bad = server.reload(lambda: executor_for(broken), "v3-broken", rtol=2e-2, atol=2e-2)
     server.wait_load(timeout_s=total + 60)
     arrivals, latencies = server.latencies()
@@ -246,7 +246,9 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
     steady = server.stats(since_s=start + 0.3, until_s=good.started_s)
     swap_end = max(good.swapped_s, good.drained_s if math.isfinite(good.drained_s) else good.swapped_s)
     during = server.stats(since_s=good.started_s, until_s=swap_end)
-    during_bad = server.stats(since_s=bad.started_s, until_s=bad.started_s + bad.load_s + bad.check_s)
+    bad_end = bad.started_s + (bad.load_s if math.isfinite(bad.load_s) else 0.0)
+    bad_end += bad.check_s if math.isfinite(bad.check_s) else 0.0
+    during_bad = server.stats(since_s=bad.started_s, until_s=bad_end)
     after = server.stats(since_s=swap_end, until_s=bad.started_s)
     phase_p99 = {}
     marks = [("started", good.started_s)] + sorted(good.phases.items(), key=lambda kv: kv[1])

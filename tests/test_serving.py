@@ -323,3 +323,22 @@ def test_serving_settings_become_a_valid_triton_config() -> None:
     assert parsed.dynamic_batching.default_queue_policy.default_timeout_microseconds == 40000
     assert [g.batch_size for g in parsed.optimization.cuda.graph_spec] == [1, 2, 4, 8, 16, 32, 64]
     assert parsed.version_policy.latest.num_versions == 1
+
+
+def test_coordinate_search_on_the_h200_grid_replayed() -> None:
+    """Replays the committed H200 grid (each configuration passes exactly up to its measured best rate): the
+    coordinate search must reach 95 % of the grid's best with at most a quarter of its runs. A check of the search
+    logic on a measured landscape, not a new measurement."""
+    from workbench.repo import bench_results_dir
+
+    doc = json.loads((bench_results_dir() / "serving_h200_2026-12-03.json").read_text())
+    grid = SlaSearchResult.from_json(doc["sections"]["sla"]["sla_10ms_grid"])
+    best = {(t.config.lanes, t.config.max_batch, t.config.max_queue_delay_ms): t.best_rate_per_s for t in grid.tried}
+
+    def replay(config: ServeConfig, rate: float) -> LoadProbe:
+        ok = rate <= best[(config.lanes, config.max_batch, config.max_queue_delay_ms)]
+        return LoadProbe(config, rate, rate, 5.0 if ok else 50.0, (5.0, 50.0), 2.0, 1000, 0, 0, 1.0, 0.0, ok, "")
+
+    quick = sla_search(replay, 10.0, grid.space, start_rate=3000.0, max_probes=6)
+    assert quick.best_rate_per_s >= 0.95 * grid.best_rate_per_s
+    assert quick.runs <= 0.25 * grid.runs
