@@ -1,6 +1,7 @@
 """H200 benchmark of serving (issue 15). Run ON the GPU machine; prints a table, writes JSON (and .md).
 
     python3 bench/serving_gpu.py --out $OUT/serving_h200.json [--quick] [--sections ceiling,sla,priority,reload,layers]
+    python3 bench/serving_gpu.py --render RUN.json [RUN2.json ...]   # markdown tables (no GPU needed)
 
 One process, ResNet-50 FP16 (torchvision, random weights), PyTorch CUDA-graph executor (one graph per lane and
 batch bucket), pinned copies both ways on every batch, open-loop Poisson arrivals of single-image requests:
@@ -429,5 +430,129 @@ def main() -> int:
     return 0
 
 
+def render_markdown(docs: list[dict[str, Any]], names: list[str]) -> str:
+    """Tables of one or more runs (each run's ratios are computed within that run)."""
+    lines: list[str] = []
+
+    def _n(value: Any) -> float:  # JSON null (a NaN when written) back to NaN for formatting
+        return math.nan if value is None else value
+
+    for doc, name in zip(docs, names):
+        env, sections = doc["environment"], doc["sections"]
+        lines += [f"## Run `{name}` ({env['date_utc']}, {env['gpu']}, torch {env['torch']})", ""]
+        ceiling = sections.get("ceiling")
+        if ceiling:
+            lim, pipe = ceiling["gpu_limit_b256"], ceiling["pipeline_b256_2lanes"]
+            lines += [
+                f"Batch-256 ceiling: {lim['throughput_per_s']:,.0f} img/s one stream without copies "
+                f"({lim['iterations']} launches); {pipe['throughput_per_s']:,.0f} img/s pipeline with copies, 2 lanes "
+                f"({pipe['n_requests']} batches). Ceiling used: {ceiling['ceiling_per_s']:,.0f} img/s.",
+                "",
+            ]
+        sla = sections.get("sla") or {}
+        rows = [k for k in sla if not k.endswith("_seconds")]
+        if rows:
+            lines += [
+                "| search | best rate (req/s) | x ceiling | chosen lanes / max batch / delay | p99 at best (ms, 95 % CI, n) "
+                "| mean batch | padding | configurations | runs | seconds |",
+                "|---|---:|---:|---|---|---:|---:|---:|---:|---:|",
+            ]
+            for key in rows:
+                r = sla[key]
+                ch = r.get("chosen") or {}
+                best = ch.get("best") or {}
+                c = ch.get("config") or {}
+                ci = best.get("p99_ci_ms") or [math.nan, math.nan]
+                ratio = ch.get("best_rate_per_s", 0.0) / ceiling["ceiling_per_s"] if ceiling else math.nan
+                lines.append(
+                    f"| {r['strategy']}, p99 <= {r['budget_ms']:g} ms | {ch.get('best_rate_per_s', 0):,.0f} | "
+                    f"{_n(ratio):.2f} | {c.get('lanes')} / {c.get('max_batch')} / {c.get('max_queue_delay_ms')} ms | "
+                    f"{_n(best.get('p99_ms', math.nan)):.2f} ({_n(ci[0]):.2f}-{_n(ci[1]):.2f}, n={best.get('n_requests')}) | "
+                    f"{_n(best.get('mean_batch', math.nan)):.1f} | {_n(best.get('padding_fraction', math.nan)):.1%} | "
+                    f"{r['configurations']}/{r['grid_size']} | {r['runs']} | {_n(sla.get(key + '_seconds', math.nan)):.0f} |"
+                )
+            lines.append("")
+        prio = sections.get("priority")
+        if prio:
+            lines += [
+                f"Priorities: high-priority model offered {prio['hi_rate_per_s']:,.0f} req/s (2 lanes, max batch 8), "
+                f"low-priority model offered {prio['lo_offered_per_s']:,.0f} req/s (2 lanes, max batch 64, queue 256); "
+                f"{prio['seconds']:g} s measured each.",
+                "",
+                "| run | high: p99 ms (95 % CI, n) | high: x alone | low: req/s | low: x alone | low refused |",
+                "|---|---|---:|---:|---:|---:|",
+            ]
+            for label, value in prio.items():
+                if not isinstance(value, dict):
+                    continue
+                hi, lo, v = value.get("hi"), value.get("lo"), value.get("verdict", {})
+                hi_cell = (
+                    f"{_n(hi['latency_ms']['p99']):.2f} ({_n(hi['latency_ci_ms']['p99'][0]):.2f}-"
+                    f"{_n(hi['latency_ci_ms']['p99'][1]):.2f}, n={hi['latency_n']})"
+                    if hi
+                    else ""
+                )
+                lines.append(
+                    f"| {label} | {hi_cell} | {_n(v.get('hi_p99_over_alone', math.nan)):.2f} | "
+                    f"{lo['throughput_per_s'] if lo else math.nan:,.0f} | {_n(v.get('lo_throughput_over_alone', math.nan)):.2f} | "
+                    f"{lo['refused'] if lo else ''} |"
+                )
+            lines.append("")
+        reload = sections.get("reload")
+        if reload:
+            c = reload["config"]
+            v = reload["verdict"]
+            lines += [
+                f"Hot reload: {c['lanes']} lanes, max batch {c['max_batch']}, delay {c['max_queue_delay_ms']} ms, "
+                f"open loop at {reload['rate_per_s']:,.0f} req/s (0.8 x the 10 ms sustainable rate). "
+                f"Failed + refused + expired: {v['failed_or_refused']}; responses by version "
+                f"{v['responses_by_version']}; broken version rejected: {v['broken_rejected']} "
+                f"({reload['bad']['reason'][:90]}...).",
+                "",
+                "| window | seconds | p99 ms (95 % CI) | n |",
+                "|---|---:|---|---:|",
+            ]
+            for label in ("steady", "during_swap", "after_swap", "during_rejected_load"):
+                s = reload[label]
+                ci = s["latency_ci_ms"]["p99"]
+                lines.append(
+                    f"| {label.replace('_', ' ')} | {_n(s['window_s']):.2f} | {_n(s['latency_ms']['p99']):.2f} "
+                    f"({_n(ci[0]):.2f}-{_n(ci[1]):.2f}) | {s['latency_n']} |"
+                )
+            for label, value in reload.get("phase_p99", {}).items():
+                lines.append(
+                    f"| reload phase {label} | {_n(value['seconds']):.3f} | {_n(value['p99_ms']):.2f} | {value['n']} |"
+                )
+            lines += ["", f"p99 during swap / steady: {_n(v['p99_swap_over_steady']):.2f} (target <= 2).", ""]
+        layers = sections.get("layers")
+        if layers:
+            for batch in (1, 32):
+                p = layers[f"batch{batch}"]
+                lines += [
+                    f"Per-layer CUDA kernel time, batch {batch}: {_n(p['total_ms']):.3f} ms per forward (eager, "
+                    f"{p['iterations']} forwards), {layers[f'batch{batch}_mapped_fraction']:.0%} on ONNX nodes of "
+                    f"the exported model ({layers['onnx_nodes']} nodes; {len(p['unmapped_onnx_nodes'])} unscoped "
+                    "Identity nodes). Top 5:",
+                    "",
+                    "| module | ms | share | ONNX node | folded in |",
+                    "|---|---:|---:|---|---|",
+                ]
+                top = sorted(p["layers"], key=lambda layer: layer["time_ms"], reverse=True)[:5]
+                for layer in top:
+                    lines.append(
+                        f"| {layer['name']} | {_n(layer['time_ms']):.3f} | {_n(layer['share']):.1%} | "
+                        f"{', '.join(layer['onnx_nodes'])} | {', '.join(layer['folded'])} |"
+                    )
+                lines.append("")
+    return "\n".join(lines)
+
+
+def _render_cli() -> int:
+    paths = sys.argv[2:]
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    print(render_markdown(docs, [Path(p).stem for p in paths]))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_render_cli() if sys.argv[1:2] == ["--render"] else main())
