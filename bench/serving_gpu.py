@@ -242,7 +242,7 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
     time.sleep(0.5 if quick else 1.0)
     bad = server.reload(lambda: executor_for(broken), "v3-broken", rtol=2e-2, atol=2e-2)
     server.wait_load(timeout_s=total + 60)
-    arrivals, latencies = server.latencies()
+    arrivals, latencies, versions = server.responses_log()
     whole = server.stats(since_s=start + 0.3, until_s=start + total)
     steady = server.stats(since_s=start + 0.3, until_s=good.started_s)
     swap_end = max(good.swapped_s, good.drained_s if math.isfinite(good.drained_s) else good.swapped_s)
@@ -279,6 +279,7 @@ def section_reload(module: Any, quick: bool, rate: float, config: ServeConfig) -
             "t0_s": start,
             "arrival_s": [round(a - start, 5) for a in arrivals[::5].tolist()],
             "latency_ms": [round(v, 3) for v in latencies[::5].tolist()],
+            "version": versions[::5],
             "note": "every 5th completed request",
         },
     }

@@ -420,6 +420,24 @@ class ModelServer:
             mask &= arrival <= until_s
         return arrival[mask], (done[mask] - arrival[mask]) * 1e3
 
+    def responses_log(
+        self, since_s: float | None = None, until_s: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(arrival_s, latency_ms, version) of every completed request that arrived in [since_s, until_s]."""
+        with self._lock:
+            n = len(self._status)
+            arrival = np.asarray(self._arrival[:n])
+            done = np.asarray(self._done[:n])
+            status = np.asarray(self._status[:n])
+            version_of = np.asarray(self._version_of[:n], dtype=np.int64)
+        mask = status == 0
+        if since_s is not None:
+            mask &= arrival >= since_s
+        if until_s is not None:
+            mask &= arrival <= until_s
+        names = [self._all_versions[i] for i in version_of[mask]]
+        return arrival[mask], (done[mask] - arrival[mask]) * 1e3, names
+
     def reset_stats(self) -> None:
         with self._lock:
             for items in (self._arrival, self._done, self._queue_s, self._status, self._version_of, self._batch_log):
