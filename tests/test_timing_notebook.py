@@ -19,6 +19,11 @@ def test_notebook_04_runs_headless_and_says_which_executor() -> None:
         assert "runs the CPU executor" in text and "not GPU or TensorRT timings" in text
     assert "'executor': 'cpu'" in text or "'executor': 'torch'" in text
     assert "H200" in text  # the committed H200 timeline is drawn from bench/results
+    # serving: live manager (admission refusals, hot reload with a rejected version) and the committed H200 search
+    assert "refused at once (queue full (4 requests waiting))" in text
+    assert "reload v2: accepted=True; v3: accepted=False at load" in text
+    assert "'v1'" in text and "'v2'" in text  # responses by version
+    assert "H200: coordinate search" in text
 
 
 def test_panel_widgets_drive_the_figures_in_place() -> None:

@@ -35,6 +35,36 @@ class TritonOptions:
     dynamic_batching: bool = True
     max_queue_delay_microseconds: int = 100
     preferred_batch_sizes: tuple[int, ...] = ()
+    # Serving settings (see from_serving); None / () leaves Triton's defaults.
+    max_queue_size: int | None = None  # dynamic_batching.default_queue_policy: requests beyond it are rejected
+    queue_timeout_microseconds: int | None = None  # ... and requests waiting longer are rejected (REJECT)
+    rate_limiter_priority: int | None = None  # instance_group.rate_limiter.priority (1 = scheduled most often)
+    cuda_graph_batch_sizes: tuple[int, ...] = ()  # optimization.cuda graphs, one graph_spec per batch size
+    version_policy_latest: int | None = None  # version_policy.latest.num_versions (hot reload: serve the newest)
+
+    @classmethod
+    def from_serving(cls, config: Any, model_name: str = "model", versions: int = 1) -> TritonOptions:
+        """Triton settings for a :class:`workbench.timing.serving.ServeConfig` (e.g. an SLA search's choice).
+
+        lanes -> instance_group count; max_batch -> max_batch_size; max_queue_delay_ms -> max_queue_delay_microseconds;
+        queue_capacity -> default_queue_policy.max_queue_size; timeout_ms -> default_timeout_microseconds (REJECT);
+        priority -> rate_limiter priority (high 1, normal 2, low 4); bucket sizes -> one CUDA graph_spec each;
+        hot reload -> version_policy latest (``versions`` kept loaded).
+        """
+        from workbench.timing.serving.config import TRITON_PRIORITY
+
+        return cls(
+            model_name=model_name,
+            max_batch_size=int(config.max_batch),
+            instance_count=int(config.lanes),
+            dynamic_batching=True,
+            max_queue_delay_microseconds=int(round(config.max_queue_delay_ms * 1000)),
+            max_queue_size=int(config.queue_capacity),
+            queue_timeout_microseconds=None if config.timeout_ms is None else int(round(config.timeout_ms * 1000)),
+            rate_limiter_priority=TRITON_PRIORITY[config.priority],
+            cuda_graph_batch_sizes=tuple(config.bucket_sizes()),
+            version_policy_latest=int(versions),
+        )
 
 
 def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOptions) -> str:
@@ -78,9 +108,23 @@ def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOption
     if max_batch and options.dynamic_batching:
         config.dynamic_batching.max_queue_delay_microseconds = int(options.max_queue_delay_microseconds)
         config.dynamic_batching.preferred_batch_size.extend(int(b) for b in options.preferred_batch_sizes)
+        policy = config.dynamic_batching.default_queue_policy
+        if options.max_queue_size is not None:
+            policy.max_queue_size = int(options.max_queue_size)
+        if options.queue_timeout_microseconds is not None:
+            policy.default_timeout_microseconds = int(options.queue_timeout_microseconds)
+            policy.timeout_action = policy.REJECT
     group = config.instance_group.add()
     group.count = int(options.instance_count)
     group.kind = group.KIND_GPU
+    if options.rate_limiter_priority is not None:
+        group.rate_limiter.priority = int(options.rate_limiter_priority)
+    if options.cuda_graph_batch_sizes:
+        config.optimization.cuda.graphs = True
+        for size in options.cuda_graph_batch_sizes:
+            config.optimization.cuda.graph_spec.add().batch_size = int(size)
+    if options.version_policy_latest is not None:
+        config.version_policy.latest.num_versions = int(options.version_policy_latest)
     text = text_format.MessageToString(config)
     validate_triton_config(text)
     return text

@@ -205,3 +205,7 @@ class _OrtLane:
     def enqueue(self, size: int, stream: Any = None) -> None:
         # Synchronous: returns when the outputs exist.
         self.last_outputs = self._session.run(None, self._feeds[size])
+
+    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the lane's session on caller-owned inputs (the serving layer's per-slot buffers); synchronous."""
+        return self._session.run(None, feed)

@@ -196,6 +196,10 @@ class CudaLanes:
     def output_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray:
         return self._host_out[lane][slot][index].array.view(self.executor.outputs[index].dtype)
 
+    def input_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray:
+        """The slot's pinned input buffer (flat, max batch): what the next ``submit`` of that slot copies to the GPU."""
+        return self._host_in[lane][slot][index].array.view(self.executor.inputs[index].dtype)
+
     def close(self) -> None:
         self.device.sync()
         for lane in self._host_in + self._host_out:

@@ -57,6 +57,9 @@ class TorchExecutor:
         self.cuda_graph_active = bool(cuda_graph)
         self.fallback_reason = ""
         self.description = description or type(module).__name__
+        # "thread_local" lets other threads keep launching work while this executor captures (hot reload under
+        # load); torch's default "global" forbids unsafe CUDA calls in every thread during a capture.
+        self.capture_error_mode = "global"
         with torch.inference_mode():
             probe = self.module(_host_random((1, *self.sample_shape)).to(device="cuda", dtype=self._dtype))
         out_shape = tuple(int(d) for d in probe.shape[1:])
@@ -153,15 +156,27 @@ class _TorchLane:
         side.wait_stream(torch.cuda.current_stream())
         with torch.inference_mode():
             with torch.cuda.stream(side):  # warm up on a side stream before capture (cuDNN/cuBLAS handles)
+                # next to live traffic (thread_local capture) one warm-up pass per size: each pass takes GPU time
+                passes = 1 if self.owner.capture_error_mode == "thread_local" else 3
                 for s in self.sizes:
-                    for _ in range(3):
+                    for _ in range(passes):
                         self.owner.module(self.static_in[:s])
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             for s in self.sizes:
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    self.outputs[s] = self.owner.module(self.static_in[:s])
+                if self.owner.capture_error_mode == "thread_local":
+                    # Capturing next to live traffic: torch.cuda.graph() would also gc.collect() (holding the GIL)
+                    # and empty_cache() (cudaFree synchronizes the device) before every capture.
+                    with torch.cuda.stream(side):
+                        graph.capture_begin(capture_error_mode="thread_local")
+                        try:
+                            self.outputs[s] = self.owner.module(self.static_in[:s])
+                        finally:
+                            graph.capture_end()
+                else:
+                    with torch.cuda.graph(graph, capture_error_mode=self.owner.capture_error_mode):
+                        self.outputs[s] = self.owner.module(self.static_in[:s])
                 self.graphs[s] = graph
                 self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))
             # A graph's first launch uploads it (slow); do that here, not inside a measurement window.

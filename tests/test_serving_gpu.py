@@ -1,0 +1,134 @@
+"""GPU tests of serving (torch CUDA-graph executor, cuda.core lanes). Skipped without a CUDA GPU.
+
+Run on the H200: ``python3 -m pytest tests/test_serving_gpu.py -q``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("cuda.core")
+
+from workbench.timing.layer_profile import torch_layer_profile  # noqa: E402
+from workbench.timing.serving import EngineManager, ModelServer, ServeConfig  # noqa: E402
+from workbench.timing.torch_executor import TorchExecutor  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def small_cnn(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    ).eval()
+
+
+def eager(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return module.cuda().float()(torch.from_numpy(x).cuda()).cpu().numpy()
+
+
+def test_gpu_server_outputs_versions_buckets_and_stream_priorities() -> None:
+    from cuda.bindings import runtime
+
+    _, least, greatest = runtime.cudaDeviceGetStreamPriorityRange()
+    module = small_cnn()
+    x = np.random.default_rng(0).standard_normal((24, 3, 32, 32)).astype(np.float32)
+    expected = eager(copy.deepcopy(module), x)
+    with EngineManager() as manager:
+        hi = manager.add(
+            "hi",
+            lambda: TorchExecutor(copy.deepcopy(module), (3, 32, 32), dtype="float32"),
+            "1",
+            ServeConfig(lanes=2, max_batch=8, priority="high", max_queue_delay_ms=1.0),
+        )
+        lo = manager.add(
+            "lo",
+            lambda: TorchExecutor(copy.deepcopy(module), (3, 32, 32), dtype="float32"),
+            "1",
+            ServeConfig(lanes=1, max_batch=16, priority="low"),
+        )
+        assert hi._active.stream_priority == int(greatest) and lo._active.stream_priority == int(least)
+        futures = [(i, manager.submit("hi" if i % 2 else "lo", [x[i : i + 1]])) for i in range(24)]
+        responses = [(i, f.result(timeout=30)) for i, f in futures]
+        burst = [hi.submit([x[i : i + 3]]) for i in range(0, 15, 3)]  # 3-sample requests batch and pad
+        burst_responses = [f.result(timeout=30) for f in burst]
+    for i, r in responses:
+        assert r.ok and r.version == "1"
+        np.testing.assert_allclose(r.outputs[0][0], expected[i], rtol=1e-3, atol=1e-3)
+    for j, r in enumerate(burst_responses):
+        np.testing.assert_allclose(r.outputs[0], expected[3 * j : 3 * j + 3], rtol=1e-3, atol=1e-3)
+        assert r.padded_samples in (4, 8) and r.padded_samples >= r.batch_samples
+
+
+def test_gpu_hot_reload_under_load_rejects_a_broken_version_and_keeps_serving() -> None:
+    module = small_cnn()
+    broken = copy.deepcopy(module)
+    with torch.no_grad():
+        broken[0].weight.mul_(3.0)
+    x = np.random.default_rng(1).standard_normal((64, 3, 32, 32)).astype(np.float32)
+    expected = eager(copy.deepcopy(module), x)
+    server = ModelServer(
+        "cnn",
+        lambda: TorchExecutor(copy.deepcopy(module), (3, 32, 32), dtype="float32"),
+        "v1",
+        ServeConfig(lanes=2, depth=2, max_batch=16, max_queue_delay_ms=0.5),
+    )
+    futures: list = []
+    stop = threading.Event()
+
+    def client() -> None:
+        i = 0
+        while not stop.is_set():
+            futures.append((i % 64, server.submit([x[i % 64 : i % 64 + 1]])))
+            i += 1
+            time.sleep(0.0002)
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(0.1)
+    bad = server.reload(lambda: TorchExecutor(copy.deepcopy(broken), (3, 32, 32), dtype="float32"), "v-bad")
+    good = server.reload(lambda: TorchExecutor(copy.deepcopy(module), (3, 32, 32), dtype="float32"), "v2")
+    time.sleep(0.1)
+    stop.set()
+    thread.join()
+    responses = [(i, f.result(timeout=30)) for i, f in futures]
+    server.close()
+    assert not bad.accepted and bad.stage == "check"
+    assert good.accepted, good.reason
+    assert all(r.ok for _, r in responses) and {r.version for _, r in responses} == {"v1", "v2"}
+    for i, r in responses:
+        np.testing.assert_allclose(r.outputs[0][0], expected[i], rtol=1e-3, atol=1e-3)
+
+
+def test_gpu_layer_profile_reports_kernel_time_per_module() -> None:
+    import io
+
+    import onnx
+
+    module = small_cnn().cuda().half()
+    x = torch.randn(8, 3, 64, 64, device="cuda", dtype=torch.float16)
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        small_cnn(), (torch.randn(1, 3, 64, 64),), buffer, dynamo=False, opset_version=17, input_names=["x"]
+    )
+    profile = torch_layer_profile(module, x, onnx_model=onnx.load_from_string(buffer.getvalue()), iterations=10)
+    assert profile.clock == "CUDA kernel time" and profile.total_ms > 0
+    by_name = {layer.name: layer for layer in profile.layers}
+    assert by_name["0"].time_ms > 0 and by_name["0"].onnx_nodes == ("/0/Conv",)
+    assert profile.unmapped_onnx_nodes == ()
+    assert sum(layer.time_ms for layer in profile.layers) == pytest.approx(profile.total_ms, rel=0.05)
