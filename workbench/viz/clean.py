@@ -146,6 +146,15 @@ def _layered_positions(nodes: list[Any]) -> dict[str, tuple[float, float]]:
     return positions
 
 
+def _elide(text: str, limit: int = 12) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _rows_needed(nodes: list[Any]) -> int:
+    """The most nodes stacked in one depth column (the figure's height follows it)."""
+    return max((-int(y) + 1 for _, y in _layered_positions(nodes).values()), default=1)
+
+
 def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.Scatter]:
     positions = _layered_positions(nodes)
     produced_by = {name: _node_key(node) for node in nodes for name in node.output}
@@ -159,6 +168,9 @@ def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.
                 edge_x += [source[0], target[0], None]
                 edge_y += [source[1], target[1], None]
     keys = [_node_key(node) for node in nodes]
+    # neighbouring columns put their labels on opposite sides, and long op names are elided (full name on hover),
+    # so labels of adjacent nodes do not pile on top of each other
+    positions_of_depth = [positions[k][0] for k in keys]
     return [
         go.Scatter(
             x=edge_x,
@@ -172,8 +184,9 @@ def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.
             x=[positions[k][0] for k in keys],
             y=[positions[k][1] for k in keys],
             mode="markers+text",
-            text=[node.op_type for node in nodes],
-            textposition="top center",
+            text=[_elide(node.op_type) for node in nodes],
+            textposition=["top center" if int(x) % 2 == 0 else "bottom center" for x in positions_of_depth],
+            textfont={"size": 10},
             hovertext=[
                 f"{k}<br>{node.op_type}<br>in: {', '.join(node.input)}<br>out: {', '.join(node.output)}"
                 for k, node in zip(keys, nodes)
@@ -215,7 +228,8 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
     )
     figure.update_layout(
         title=f"{title}: −{len(report.nodes_removed)} / +{len(report.nodes_added)} nodes{shown}",
-        height=480,
+        # about 46 px per stacked node, so labels above and below markers never meet the next row
+        height=int(min(1400, max(360, 140 + 46 * max(_rows_needed(before_nodes), _rows_needed(after_nodes))))),
         margin={"t": 70},
     )
     figure.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
