@@ -31,7 +31,7 @@ def test_clean_panel_is_driven_by_its_widgets():
 
     panel.pass_picker.value = "fuse_conv_affine"
     title = panel.neighbourhood.layout.title.text
-    assert title.startswith("fuse_conv_affine") and "BatchNormalization" in str(panel.neighbourhood.data[1].text)
+    assert title.startswith("fuse_conv_affine") and "BatchNormalization" in str(panel.neighbourhood.data[1].hovertext)
     assert "fuse_conv_affine" in panel.table.layout.title.text
 
     panel.pass_picker.value = "constants_to_initializers"

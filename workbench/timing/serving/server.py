@@ -656,7 +656,8 @@ class ModelServer:
         if runtime is self._active:
             runtime.free.append(batch.key)
         elif not any(b.runtime is runtime for b in self._inflight.values()):
-            runtime.drained_s = done  # type: ignore[attr-defined]
+            # A batch timed before the swap can be handed back after it: the old version is drained at the swap then.
+            runtime.drained_s = max(done, self._swapped_at)  # type: ignore[attr-defined]
             runtime.drained.set()  # type: ignore[attr-defined]
 
     def _finish_unrun(self, requests: list[Request], status: str, reason: str) -> None:
