@@ -351,6 +351,11 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "serving_h200.json"))
     parser.add_argument("--quick", action="store_true", help="small spaces, short runs (smoke test)")
     parser.add_argument("--sections", default="ceiling,sla,priority,reload,layers")
+    parser.add_argument(
+        "--reload-from",
+        help="results JSON of an earlier run on the same GPU: the reload section takes the configuration chosen by "
+        "its 10 ms SLA search and 80 %% of that rate (when this run has no sla section)",
+    )
     args = parser.parse_args()
     DOC_PATH = Path(args.out)
     import torch
@@ -392,6 +397,10 @@ def main() -> int:
     chosen10 = None
     if sla and sla.get("sla_10ms_coordinate", {}).get("chosen"):
         chosen10 = sla["sla_10ms_coordinate"]["chosen"]
+    elif args.reload_from:
+        earlier = json.loads(Path(args.reload_from).read_text())
+        chosen10 = earlier["sections"]["sla"]["sla_10ms_coordinate"]["chosen"]
+        doc["environment"]["reload_config_from"] = f"{args.reload_from} ({earlier['environment']['date_utc']})"
     if "priority" in sections:
         guarded("priority", lambda: section_priority(module, args.quick, hi_rate=1000.0))
     if "reload" in sections:

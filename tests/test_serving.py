@@ -4,6 +4,7 @@ buckets with measured padding, the adaptive delay, the saturation and SLA search
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import threading
@@ -156,6 +157,7 @@ def test_hot_reload_under_load_switches_at_request_boundaries_and_rejects_bad_ve
     assert not bad.accepted and bad.stage == "check" and "differ beyond" in bad.reason and bad.max_abs_error > 0.1
     assert not missing.accepted and missing.stage == "load" and "no such ONNX file" in missing.reason
     assert good.accepted and good.stage == "swapped" and 0 < good.max_abs_error < 1e-4
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # the reload gave the collector back
     assert good.started_s <= good.swapped_s <= good.drained_s  # a v1 batch timed before the swap drains at it
     assert after.version == "v2" and server.versions == ["v1", "v2"]
     assert all(r.ok for _, r in responses)  # nothing refused or failed during three reloads

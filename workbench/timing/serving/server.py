@@ -15,6 +15,8 @@ version that loaded and passed its golden-batch check is handed to the dispatche
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import itertools
 import math
 import sys
@@ -37,6 +39,25 @@ from workbench.timing.serving.runtime import VersionRuntime
 Loader = Callable[[], Executor]
 _STATUS_CODE = {"ok": 0, "refused": 1, "expired": 2, "failed": 3}
 _CODE_STATUS = {v: k for k, v in _STATUS_CODE.items()}
+
+
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """Hold Python's cyclic collector off while a new version loads next to live traffic.
+
+    Why: loading allocates many objects, and the full collection that triggers scans every object the process holds
+    (torch's included) with the GIL held, so the dispatcher thread stalls for tens to hundreds of milliseconds.
+    ``gc.freeze`` moves what exists out of the collector's view; both are undone when the reload ends.
+    """
+    was_enabled = gc.isenabled()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
 
 
 @dataclass
@@ -237,7 +258,8 @@ class ModelServer:
         previous_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(previous_interval, 0.0005))
         try:
-            return self._reload(loader, version, reference, rtol, atol, drain_timeout_s)
+            with quiet_gc():
+                return self._reload(loader, version, reference, rtol, atol, drain_timeout_s)
         finally:
             sys.setswitchinterval(previous_interval)
 
