@@ -293,6 +293,7 @@ def validate_outputs(
     directories: Iterable[str] = (),
     overwrite: bool = False,
     is_ours: Any = None,
+    ours: str = "a bundle written by `workbench export`",
 ) -> None:
     """Check every output path of a command before it does any work; raise :class:`WorkbenchError` otherwise.
 
@@ -317,7 +318,7 @@ def validate_outputs(
             if path.exists() or path.is_symlink():
                 if not path.is_dir() or path.is_symlink():
                     raise WorkbenchError(
-                        f"{label} {path}: exists and is not a directory.", expected="a new directory to create"
+                        f"{label} {path}: exists and is not a folder.", expected="a new folder to create"
                     )
                 if not overwrite:
                     raise WorkbenchError(
@@ -327,9 +328,9 @@ def validate_outputs(
                     )
                 if is_ours is not None and not is_ours(path):
                     raise WorkbenchError(
-                        f"{label} {path}: exists and is not a bundle written by `workbench export`; --overwrite "
-                        "replaces only an earlier bundle, never a folder with other files.",
-                        expected="a new directory, or an existing bundle (with its manifest.json)",
+                        f"{label} {path}: exists and is not {ours}; --overwrite replaces only that, never a "
+                        "folder with other files.",
+                        expected=f"a new directory, or {ours}",
                     )
         else:
             if path.is_dir():

@@ -146,7 +146,13 @@ def _calib_data_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder holds nothing to lose
-    validate_outputs({"FOLDER": out}, directories=("FOLDER",), overwrite=args.overwrite, is_ours=_is_calib_folder)
+    validate_outputs(
+        {"FOLDER": out},
+        directories=("FOLDER",),
+        overwrite=args.overwrite,
+        is_ours=_is_calib_folder,
+        ours="a calibration folder (only .npz batches or images)",
+    )
     # written into a staging folder and swapped in whole: a failed run keeps the old set, no stale batches mix in
     with staging_directory(out) as staging:
         if args.images:
@@ -164,5 +170,5 @@ def _calib_data_command(args: argparse.Namespace) -> int:
 
 def _is_calib_folder(path: Path) -> bool:
     """--overwrite replaces only a folder of calibration batches/images (what calib-data writes), nothing else."""
-    allowed = {".npz", ".png", ".jpg", ".jpeg", ".json", ".txt", ".md"}
+    allowed = {".npz", ".png", ".jpg", ".jpeg"}
     return all(item.is_file() and item.suffix.lower() in allowed for item in path.iterdir())
