@@ -18,6 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,13 +39,45 @@ def _preimport() -> None:
     import workbench.cli  # noqa: F401
 
 
-def run_cli_forked(
-    argv: list[str], cwd: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 120.0
-) -> CliRun:
-    """``workbench ARGV`` in a forked child process; returns its exit status and output."""
-    _preimport()
+@dataclass
+class ForkedCli:
+    """A `workbench` child process started by :func:`spawn_cli_forked`."""
+
+    argv: list[str]
+    pid: int
+    out: Any
+    err: Any
+
+    def wait(self, timeout: float = 120.0) -> CliRun:
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                raise TimeoutError(f"workbench {' '.join(self.argv)} ran past {timeout} s")
+            time.sleep(0.005)
+        code = os.waitstatus_to_exitcode(status)
+        self.out.seek(0)
+        self.err.seek(0)
+        return CliRun(
+            self.argv, code, self.out.read().decode("utf-8", "replace"), self.err.read().decode("utf-8", "replace")
+        )
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str, str] | None = None) -> ForkedCli:
+    """Start ``workbench ARGV`` in a forked child process and return at once."""
     import tempfile
 
+    _preimport()
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     sys.stdout.flush()
@@ -77,21 +110,14 @@ def run_cli_forked(
                 sys.stderr.flush()
             finally:
                 os._exit(code)
-    deadline = time.monotonic() + timeout
-    status = None
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise TimeoutError(f"workbench {' '.join(argv)} ran past {timeout} s")
-        time.sleep(0.005)
-    code = os.waitstatus_to_exitcode(status)
-    out.seek(0)
-    err.seek(0)
-    return CliRun(argv, code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+    return ForkedCli(argv, pid, out, err)
+
+
+def run_cli_forked(
+    argv: list[str], cwd: str | os.PathLike[str], env: dict[str, str] | None = None, timeout: float = 120.0
+) -> CliRun:
+    """``workbench ARGV`` in a forked child process; returns its exit status and output."""
+    return spawn_cli_forked(argv, cwd, env).wait(timeout)
 
 
 def run_cli_subprocess(
