@@ -471,6 +471,11 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
     """
     if isinstance(source, (Mapping, list)):
         return _read_parsed(source, "the given JSON")
+    if not isinstance(source, (str, os.PathLike)):
+        raise WorkbenchError(
+            f"layer records given as a JSON {type(source).__name__}.",
+            expected="a .layers.json / inspector JSON object or list, or a path",
+        )
     path = Path(source)
     if not path.is_file():
         raise WorkbenchError(

@@ -350,6 +350,12 @@ def _manifest_problems(manifest: Any, where: Path) -> list[str]:
         problems.append(f"{where}: 'backend' needs string 'name' and 'version', got {backend!r}")
     if not all(isinstance(item, str) for item in manifest["target_compute_capabilities"]):
         problems.append(f"{where}: 'target_compute_capabilities' must be a list of strings")
+    for section, keys in (("layers", ("file",)), ("calibration_cache", ("file",)), ("triton", ("plan", "config"))):
+        value = manifest.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(value.get(key), str) for key in keys):
+            problems.append(f"{where}: {section!r} is {value!r}, expected null or an object with string {keys}")
     if manifest["format_version"] >= 2:
         files = manifest.get("files")
         if not isinstance(files, dict) or not files:
