@@ -135,6 +135,13 @@ class CalibrationRanges(Artifact):
             raise WorkbenchError(
                 f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache"
             )
+        from workbench._io import MAX_JSON_BYTES
+
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise WorkbenchError(
+                f"{path}: {path.stat().st_size} bytes is above the {MAX_JSON_BYTES}-byte limit for a calibration cache.",
+                expected="a calibration cache written by `workbench calibrate` or TensorRT",
+            )
         raw = path.read_bytes()
         if raw.startswith(b"TRT-"):
             return load_tensorrt_cache(path)
