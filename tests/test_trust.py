@@ -427,3 +427,15 @@ def test_zoo_calib_data_overwrite_replaces_the_whole_set(tmp_path: Path) -> None
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in out.iterdir()) == ["batch_00000.npz", "batch_00001.npz"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calib"]  # no staging folder left
+
+
+def test_swap_directories_fallback_without_renameat2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import workbench._io as io_module
+
+    monkeypatch.setattr(io_module, "_renameat2_exchange", lambda a, b: False)
+    for name, text in (("new", "new"), ("target", "old")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text(text)
+    swap_directories(tmp_path / "new", tmp_path / "target")
+    assert (tmp_path / "target" / "f").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
