@@ -319,6 +319,7 @@ def collect_statistics(
     digests: list[str] = []
     batches = samples = 0
     input_peak: dict[str, float] = {}
+    input_span: dict[str, tuple[float, float]] = {}
     total = len(source) or None
     if total is not None and limit is not None:
         total = min(total, limit)
@@ -337,6 +338,9 @@ def collect_statistics(
                 finite = array[np.isfinite(array)]
                 peak = float(np.abs(finite).max()) if finite.size else 0.0
                 input_peak[name] = max(input_peak.get(name, 0.0), peak)
+                if finite.size:
+                    low, high = input_span.get(name, (math.inf, -math.inf))
+                    input_span[name] = (min(low, float(finite.min())), max(high, float(finite.max())))
         digests.append(feed_digest(feed))
         try:
             values = session.run(names, feed)
@@ -366,6 +370,16 @@ def collect_statistics(
         warnings.warn(RANDOM_DATA_WARNING, stacklevel=2)
     if samples < 16:
         notes.append(f"only {samples} calibration sample(s): ranges may not cover real inputs.")
+    constant = [name for name, (low, high) in input_span.items() if low == high]
+    if constant:
+        note = f"float input(s) {constant} are constant over the whole calibration set: not representative data."
+        notes.append(note)
+        warnings.warn(note, stacklevel=2)
+    flat = [n for n, h in histograms.items() if h.count and h.minimum == h.maximum]
+    if flat:
+        notes.append(
+            f"{len(flat)} tensor(s) are constant over the calibration set (ranges of zero width), e.g. {flat[:3]}."
+        )
     bad = [n for n, h in histograms.items() if h.nonfinite]
     if bad:
         notes.append(f"{len(bad)} tensor(s) had NaN/Inf values (ignored in the histograms), e.g. {bad[:3]}.")
