@@ -439,3 +439,13 @@ def test_swap_directories_fallback_without_renameat2(tmp_path: Path, monkeypatch
     swap_directories(tmp_path / "new", tmp_path / "target")
     assert (tmp_path / "target" / "f").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_constant_calibration_data_is_warned_about(ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "const").mkdir()
+    np.savez(tmp_path / "const" / "b.npz", x=np.full((8, 4), 0.5, np.float32))
+    argv = ["calibrate", str(ws / "tiny.onnx"), "--data", "const", "-o", "q.onnx", "--no-progress"]
+    run = run_cli_forked(argv, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "warning: float input(s) ['x'] are constant" in run.stdout
+    assert "ranges of zero width" in run.stdout
