@@ -95,6 +95,10 @@ def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if env:
                 os.environ.update(env)
+            import workbench._io
+
+            workbench._io._HANDLERS_INSTALLED = False  # a fresh process has installed no handlers yet
+            workbench._io._SWEPT.clear()
             from workbench.cli import main
 
             try:
@@ -106,6 +110,9 @@ def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str
             code = 1
         finally:
             try:
+                import workbench._io
+
+                workbench._io.cleanup_temps()  # what the package's atexit handler does in a fresh interpreter
                 sys.stdout.flush()
                 sys.stderr.flush()
             finally:

@@ -97,6 +97,19 @@ def _unregister(path: str | Path) -> None:
         _LIVE_TEMPS.discard(str(path))
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM (main thread, POSIX) for a few statements; pending ones arrive when the block ends."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
 _STALE_WITHOUT_PID_S = 3600.0
 
@@ -111,6 +124,17 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_SWEPT: set[str] = set()
+
+
+def _sweep_once(folder: Path) -> None:
+    """Sweep a folder the first time this process writes into it (later writes skip the directory scan)."""
+    key = os.path.abspath(folder)
+    if key not in _SWEPT:
+        _SWEPT.add(key)
+        sweep_stale_temps(folder)
 
 
 def sweep_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
@@ -156,12 +180,14 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         raise WorkbenchError(f"{target}: is a directory.", expected="a file path to write")
     target.parent.mkdir(parents=True, exist_ok=True)
     install_cleanup_handlers()
-    sweep_stale_temps(target.parent)
-    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
-    _register(tmp_name)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    _sweep_once(target.parent)
+    tmp_name = None
     try:
+        with _signals_held():  # a signal between creating and registering the temp file would leak it
+            fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
+            _register(tmp_name)
+        os.close(fd)
+        tmp = Path(tmp_name)
         yield tmp
         # mkstemp creates 0600 files; give the result the permissions a plain open() would have
         umask = os.umask(0)
@@ -169,9 +195,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     finally:
-        if tmp.exists():
-            tmp.unlink()
-        _unregister(tmp_name)
+        if tmp_name is not None:
+            if os.path.exists(tmp_name):
+                os.unlink(tmp_name)
+            _unregister(tmp_name)
 
 
 @contextlib.contextmanager
@@ -180,18 +207,21 @@ def staging_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     install_cleanup_handlers()
-    sweep_stale_temps(target.parent)
-    staging = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
-    _register(staging)
+    _sweep_once(target.parent)
+    staging = None
     try:
+        with _signals_held():
+            staging = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
+            _register(staging)
         umask = os.umask(0)
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
         yield staging
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        _unregister(staging)
+        if staging is not None:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+            _unregister(staging)
 
 
 _RENAME_EXCHANGE = 2
