@@ -63,9 +63,11 @@ def cleanup_temps() -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    cleanup_temps()
     if signum == signal.SIGINT:
+        # unwinds through every atomic_path/staging_directory `finally` (which remove their temp files); what is
+        # still registered at exit is removed by the atexit hook. Not removed here: a caller may catch it.
         raise KeyboardInterrupt
+    cleanup_temps()
     # die of the same signal, so the parent sees the usual status
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
