@@ -1,15 +1,148 @@
-"""Small file helpers: atomic writes (temp file + rename) and content digests."""
+"""Small file helpers: output validation, atomic writes (temp file + rename), directory swaps, safe JSON, digests.
+
+Guarantees (see the README section "What the workbench guarantees, and what it refuses"):
+
+- :func:`validate_outputs` is called by every command before any work: an output that is a directory where a file
+  is meant, an unwritable parent, or the same file as an input is refused with a :class:`WorkbenchError`.
+- :func:`atomic_path` writes into ``.NAME.<pid>.XXXX.tmp`` beside the target and renames it into place; the temp
+  file is removed on error, on SIGINT/SIGTERM and at exit, and stale temp files of killed runs (their process is
+  gone) are swept on the next write into that folder.
+- :func:`swap_directories` replaces a directory atomically (``renameat2(RENAME_EXCHANGE)`` on Linux, else two renames).
+- :func:`write_json_atomic` writes valid JSON only: NaN and infinities become ``null``.
+- :func:`read_json` refuses files above a size limit and documents nested deeper than a depth limit.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
+import math
 import os
+import re
+import shutil
+import signal
+import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from workbench.errors import WorkbenchError
+
+MAX_JSON_BYTES = 512 * 1024 * 1024
+MAX_JSON_DEPTH = 64
+
+# --- temporary files: registered, removed on signals / exit, stale ones swept -------------------------------
+
+_LIVE_TEMPS: set[str] = set()
+_LOCK = threading.Lock()
+_HANDLERS_INSTALLED = False
+
+
+def _remove_path(path: str) -> None:
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def cleanup_temps() -> None:
+    """Remove every temporary file or directory this process still has open (signal handlers, atexit)."""
+    with _LOCK:
+        paths = list(_LIVE_TEMPS)
+        _LIVE_TEMPS.clear()
+    for path in paths:
+        _remove_path(path)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    cleanup_temps()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    # die of the same signal, so the parent sees the usual status
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def install_cleanup_handlers() -> None:
+    """SIGTERM/SIGINT remove our temp files before the process ends; atexit does the same. Main thread only."""
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED or threading.current_thread() is not threading.main_thread():
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(cleanup_temps)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            current = signal.getsignal(signum)
+            if current in (signal.SIG_DFL, signal.default_int_handler, None):
+                signal.signal(signum, _on_signal)
+        except (ValueError, OSError):  # not the main thread of the main interpreter
+            pass
+
+
+def _register(path: str | Path) -> None:
+    with _LOCK:
+        _LIVE_TEMPS.add(str(path))
+
+
+def _unregister(path: str | Path) -> None:
+    with _LOCK:
+        _LIVE_TEMPS.discard(str(path))
+
+
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
+_STALE_WITHOUT_PID_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove ``.NAME.<pid>.XXXX.tmp`` files/dirs in ``folder`` whose process is gone (left by a killed run).
+
+    Temp names without a pid (older versions) are removed when older than an hour. Returns what was removed.
+    """
+    folder = Path(folder)
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith(".tmp")):
+            continue
+        match = _TEMP_NAME.match(entry.name)
+        stale = False
+        if match is not None:
+            stale = not _pid_alive(int(match.group("pid")))
+        else:
+            with contextlib.suppress(OSError):
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > _STALE_WITHOUT_PID_S
+        if stale:
+            _remove_path(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def temp_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
 
 
 @contextlib.contextmanager
@@ -19,8 +152,13 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     A crash or exception leaves any existing ``target`` untouched and removes the partial file.
     """
     target = Path(target)
+    if target.is_dir():
+        raise WorkbenchError(f"{target}: is a directory.", expected="a file path to write")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    install_cleanup_handlers()
+    sweep_stale_temps(target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
+    _register(tmp_name)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -33,6 +171,233 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+        _unregister(tmp_name)
+
+
+@contextlib.contextmanager
+def staging_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary directory beside ``target`` (registered for cleanup); removed when the block ends if still there."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    install_cleanup_handlers()
+    sweep_stale_temps(target.parent)
+    staging = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
+    _register(staging)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
+        yield staging
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        _unregister(staging)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return result == 0
+
+
+def swap_directories(new: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Put directory ``new`` at ``target``; an existing ``target`` is replaced atomically where the OS allows.
+
+    On Linux the two directories are exchanged in one ``renameat2(RENAME_EXCHANGE)`` call, so at every instant
+    ``target`` is either the complete old or the complete new directory; the old one is then deleted. Elsewhere
+    (or on filesystems without it) the old directory is renamed aside first, then the new one into place.
+    """
+    new, target = Path(new), Path(target)
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if _renameat2_exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # ``new`` now holds the old contents
+        return
+    aside = Path(tempfile.mkdtemp(prefix=temp_prefix(target) + "old.", suffix=".tmp", dir=target.parent))
+    _register(aside)
+    try:
+        os.rmdir(aside)
+        os.replace(target, aside)
+        os.replace(new, target)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+        _unregister(aside)
+
+
+# --- output validation --------------------------------------------------------------------------------------
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.abspath(a) == os.path.abspath(b) or a.resolve() == b.resolve()
+
+
+def _inside(child: Path, folder: Path) -> bool:
+    try:
+        child.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _check_writable_parent(label: str, path: Path) -> None:
+    ancestor = path.parent if str(path.parent) else Path(".")
+    while not ancestor.exists():
+        if ancestor.is_symlink():  # dangling link
+            break
+        if ancestor.parent == ancestor:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise WorkbenchError(
+            f"{label} {path}: {ancestor} is not a directory, so nothing can be written there.",
+            expected="an output path inside a writable folder",
+        )
+    # a probe file tells the truth (read-only mounts, ACLs, root on read-only filesystems)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".workbench-write-probe.", suffix=".tmp", dir=ancestor)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise WorkbenchError(
+            f"{label} {path}: the folder {ancestor} is not writable ({error.strerror or error}).",
+            expected="an output path inside a writable folder",
+        ) from None
+
+
+def validate_outputs(
+    outputs: Mapping[str, str | os.PathLike[str] | None] | Iterable[tuple[str, str | os.PathLike[str] | None]],
+    *,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
+    directories: Iterable[str] = (),
+    overwrite: bool = False,
+    is_ours: Any = None,
+    ours: str = "a bundle written by `workbench export`",
+) -> None:
+    """Check every output path of a command before it does any work; raise :class:`WorkbenchError` otherwise.
+
+    ``outputs`` maps an option label (``-o``, ``--html``) to a path (``None`` = not given). Labels listed in
+    ``directories`` are directory outputs (an export bundle): an existing one is refused unless ``overwrite`` and
+    ``is_ours(path)`` says it is recognisably ours. File outputs may not be existing directories. Every output's
+    folder must be writable; no output may be the same file as an input, lie inside an input folder, or be given
+    twice.
+    """
+    items = list(outputs.items()) if isinstance(outputs, Mapping) else list(outputs)
+    dir_labels = set(directories)
+    input_paths = [Path(p) for p in inputs if p not in (None, "")]
+    seen: list[tuple[str, Path]] = []
+    for label, value in items:
+        if value is None or value == "":
+            continue
+        path = Path(value)
+        text = str(value)
+        if "\x00" in text:
+            raise WorkbenchError(f"{label} {text!r}: contains a NUL byte.", expected="a file path")
+        if label in dir_labels:
+            if path.exists() or path.is_symlink():
+                if not path.is_dir() or path.is_symlink():
+                    raise WorkbenchError(
+                        f"{label} {path}: exists and is not a folder.", expected="a new folder to create"
+                    )
+                if not overwrite:
+                    raise WorkbenchError(
+                        f"{label} {path}: already exists.",
+                        expected="a new directory",
+                        hint="use --overwrite to replace an earlier bundle",
+                    )
+                if is_ours is not None and not is_ours(path):
+                    raise WorkbenchError(
+                        f"{label} {path}: exists and is not {ours}; --overwrite replaces only that, never a "
+                        "folder with other files.",
+                        expected=f"a new directory, or {ours}",
+                    )
+        else:
+            if path.is_dir():
+                raise WorkbenchError(
+                    f"{label} {path}: is a directory.", expected="a file path (e.g. add a file name to the folder)"
+                )
+            if text.endswith(("/", os.sep)):
+                raise WorkbenchError(f"{label} {path}: ends with a path separator.", expected="a file path")
+        _check_writable_parent(label, path)
+        for source in input_paths:
+            if _same_file(path, source):
+                raise WorkbenchError(
+                    f"{label} {path}: is the input {source}; writing it would destroy the input.",
+                    expected="an output path different from every input",
+                )
+            if source.is_dir() and _inside(path, source):
+                raise WorkbenchError(
+                    f"{label} {path}: lies inside the input folder {source}.",
+                    expected="an output outside the input folders",
+                )
+            if label in dir_labels and path.exists() and _inside(source, path):
+                raise WorkbenchError(
+                    f"{label} {path}: contains the input {source}; replacing it would delete the input.",
+                    expected="an output directory that holds no input",
+                )
+        for other_label, other in seen:
+            if _same_file(path, other):
+                raise WorkbenchError(
+                    f"{label} {path}: is also given as {other_label}.", expected="a different path for each output"
+                )
+        seen.append((label, path))
+
+
+# --- JSON ---------------------------------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN/±Infinity replaced by ``None`` and numpy scalars/arrays and paths made plain."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {(k if isinstance(k, str) else str(k)): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None  # type: ignore[assignment]
+    if np is not None:
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            return json_safe(float(value))
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.ndarray):
+            return json_safe(value.tolist())
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text (no NaN/Infinity tokens: non-finite numbers become null)."""
+    return json.dumps(json_safe(obj), indent=indent, sort_keys=False, allow_nan=False)
 
 
 def write_bytes_atomic(target: str | os.PathLike[str], data: bytes) -> Path:
@@ -48,21 +413,80 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> Path:
 
 
 def write_json_atomic(target: str | os.PathLike[str], obj: Any) -> Path:
-    return write_text_atomic(target, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return write_text_atomic(target, dumps_json(obj) + "\n")
 
 
-def _json_default(value: Any) -> Any:
-    import numpy as np
+def _json_depth_ok(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in item)
+    return True
 
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def loads_json(
+    text: str | bytes, *, where: str, what: str, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False
+) -> Any:
+    """Parse JSON text, raising :class:`WorkbenchError` naming ``where`` for bad syntax, NaN tokens or deep nesting."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        kwargs: dict[str, Any] = {} if allow_nan else {"parse_constant": _reject_constant}
+        data = json.loads(text, **kwargs)
+    except UnicodeDecodeError as error:
+        raise WorkbenchError(f"{where}: not UTF-8 text ({error.reason}).", expected=what) from None
+    except RecursionError:
+        raise WorkbenchError(
+            f"{where}: JSON nested too deeply.", expected=f"{what}, nested at most {max_depth} levels"
+        ) from None
+    except ValueError as error:  # JSONDecodeError is a ValueError
+        raise WorkbenchError(f"{where}: not valid JSON ({error}).", expected=what) from None
+    if not _json_depth_ok(data, max_depth):
+        raise WorkbenchError(
+            f"{where}: JSON nested deeper than {max_depth} levels.", expected=f"{what}, nested at most {max_depth}"
+        )
+    return data
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    what: str,
+    max_bytes: int = MAX_JSON_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
+    allow_nan: bool = False,
+) -> Any:
+    """Read a JSON file with size and depth limits; every failure is a :class:`WorkbenchError` naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise WorkbenchError(f"{path}: is a directory.", expected=what)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise WorkbenchError(f"{path}: no such file.", expected=what) from None
+    except OSError as error:
+        raise WorkbenchError(f"{path}: cannot be read ({error.strerror}).", expected=what) from None
+    if size > max_bytes:
+        raise WorkbenchError(f"{path}: {size} bytes is above the {max_bytes}-byte limit for JSON.", expected=what)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise WorkbenchError(f"{path}: cannot be read ({error.strerror}).", expected=what) from None
+    return loads_json(raw, where=str(path), what=what, max_depth=max_depth, allow_nan=allow_nan)
+
+
+# --- digests ------------------------------------------------------------------------------------------------
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:

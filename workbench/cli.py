@@ -38,7 +38,10 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse refused an option (status 2, usage line printed) or printed --help
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench._args import bounded_float, bounded_int, non_negative_int, positive_int
+from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 
 
@@ -25,7 +27,12 @@ def register(subparsers: Any) -> None:
         "'zoo' for the zoo model's calibration split, or 'random' (warned about)",
     )
     calibrate.add_argument("--method", default="entropy", choices=("max", "percentile", "entropy", "mse"))
-    calibrate.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
+    calibrate.add_argument(
+        "--percentile",
+        type=bounded_float(0.0, 100.0, low_inclusive=False),
+        default=99.99,
+        help="for --method percentile (default 99.99)",
+    )
     calibrate.add_argument("-o", "--output", required=True, help="Q/DQ ONNX to write")
     calibrate.add_argument(
         "--cache",
@@ -33,13 +40,15 @@ def register(subparsers: Any) -> None:
         help="calibration cache JSON: read if it exists (also a TensorRT <=10 text cache), written otherwise",
     )
     calibrate.add_argument("--recalibrate", action="store_true", help="ignore an existing --cache and overwrite it")
-    calibrate.add_argument("--max-batches", type=int, default=None, help="use at most this many calibration batches")
+    calibrate.add_argument(
+        "--max-batches", type=positive_int, default=None, help="use at most this many calibration batches"
+    )
     calibrate.add_argument(
         "--keep", default="", help="comma-separated node names kept out of INT8 (at --fallback-precision)"
     )
     calibrate.add_argument(
         "--fallback-worst",
-        type=int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="fall back the N layers with the largest accumulated SQNR drop",
@@ -47,7 +56,7 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument("--fallback-precision", default="fp32", choices=("fp16", "fp32"))
     calibrate.add_argument(
         "--target",
-        type=float,
+        type=bounded_float(),
         default=None,
         help="zoo models: search the smallest fallback set that reaches this task metric",
     )
@@ -66,8 +75,8 @@ def register(subparsers: Any) -> None:
     diff.add_argument("quantized", help="Q/DQ .onnx made from it")
     diff.add_argument("--data", default=None, help="folder of .npz batches / images, 'zoo' or 'random'")
     diff.add_argument("-o", "--output", required=True, help="DIFF.json to write")
-    diff.add_argument("--max-batches", type=int, default=8)
-    diff.add_argument("--top", type=int, default=10, help="print this many worst layers")
+    diff.add_argument("--max-batches", type=positive_int, default=8)
+    diff.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="print this many worst layers")
     diff.add_argument("--no-progress", action="store_true")
     diff.set_defaults(func=_cli_diff)
 
@@ -91,6 +100,15 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.precision import PrecisionPlan
 
     model, entry = resolve_model(args.model)
+    data_dir = args.data if args.data not in (None, "zoo", "random") else None
+    # the cache is read when it exists, so it is an output only when it will be (re)written
+    validate_outputs(
+        {"-o": args.output, "--cache": args.cache, "--diff": args.diff},
+        inputs=[model.path, args.plan, data_dir],
+    )
+    from workbench.model.resources import guard_model_inputs
+
+    guard_model_inputs(model, what=str(model.path), batch=8, copies=2)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
     cache_path = Path(args.cache) if args.cache else None
     session = (
@@ -198,6 +216,11 @@ def _cli_diff(args: argparse.Namespace) -> int:
     from workbench.model import load_onnx
 
     model, entry = resolve_model(args.fp32)
+    data_dir = args.data if args.data not in (None, "zoo", "random") else None
+    validate_outputs({"-o": args.output}, inputs=[model.path, args.quantized, data_dir])
+    from workbench.model.resources import guard_model_inputs
+
+    guard_model_inputs(model, what=str(model.path), batch=8, copies=2)
     quantized = load_onnx(args.quantized, check=False)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
     if data is None:

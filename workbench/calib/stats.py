@@ -6,7 +6,6 @@ per-tensor histograms and dropped, so memory does not grow with the number of ba
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -139,13 +138,13 @@ class CalibrationRanges(Artifact):
         raw = path.read_bytes()
         if raw.startswith(b"TRT-"):
             return load_tensorrt_cache(path)
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise WorkbenchError(
-                f"{path}: neither a JSON calibration cache nor a TensorRT text cache ({error}).",
-                expected=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header",
-            ) from error
+        from workbench._io import loads_json
+
+        data = loads_json(
+            raw,
+            where=f"{path} (neither a JSON calibration cache nor a TensorRT text cache)",
+            what=f"JSON with format {CACHE_FORMAT!r}, or a 'TRT-...' header",
+        )
         if model_sha256 and isinstance(data, dict) and data.get("model_sha256") not in (None, "", model_sha256):
             raise WorkbenchError(
                 f"{path}: the cache was made for a different model (sha256 {str(data['model_sha256'])[:12]}…).",
@@ -188,7 +187,7 @@ class CalibrationRanges(Artifact):
                 raise bad(f"{key!r} is {data[key]!r}", "a string")
         try:
             statistics = CalibrationStatistics.from_json(data["statistics"]) if data.get("statistics") else None
-        except (KeyError, TypeError, ValueError, AttributeError, WorkbenchError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, WorkbenchError) as error:
             raise bad(
                 f"its histograms cannot be read ({error})", "the 'statistics' section that to_json writes"
             ) from error
@@ -234,12 +233,18 @@ def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
             raise WorkbenchError(
                 f"{path}:{number}: {value.strip()!r} is not a hex float32.", expected="8 hex digits"
             ) from error
-        if not math.isfinite(scale) or scale < 0:
+        if not math.isfinite(scale) or scale <= 0:
             raise WorkbenchError(
                 f"{path}:{number}: scale {scale} for {name.strip()!r} is not a finite positive number.",
                 expected="a positive float32 scale",
             )
+        if not name.strip():
+            raise WorkbenchError(f"{path}:{number}: a range with no tensor name.", expected="'tensor_name: 3c010a14'")
         amax[name.strip()] = float(scale) * 127.0
+    if not amax:
+        raise WorkbenchError(
+            f"{path}: holds no tensor ranges.", expected="lines 'tensor_name: 3c010a14' after the header"
+        )
     method = header.split("-", 2)[-1] if header.count("-") >= 2 else header
     return CalibrationRanges(amax=amax, method=f"tensorrt:{method}", source=f"tensorrt-cache:{header}")
 
@@ -257,7 +262,24 @@ def check_feed(feed: Mapping[str, np.ndarray], input_names: list[str], batch_ind
             f"calibration batch {batch_index} lacks model input(s) {missing} (it has {sorted(feed)}).",
             expected=f"feeds keyed by {input_names}",
         )
-    return {n: feed[n] for n in input_names}
+    checked = {n: np.asarray(feed[n]) for n in input_names}
+    for name, array in checked.items():
+        if array.dtype.kind not in "biuf":
+            raise WorkbenchError(
+                f"calibration batch {batch_index}: input {name!r} has dtype {array.dtype}.",
+                expected="numeric arrays (float, integer or bool)",
+            )
+        if array.size == 0 or (array.ndim and array.shape[0] == 0):
+            raise WorkbenchError(
+                f"calibration batch {batch_index}: input {name!r} has no samples (shape {array.shape}).",
+                expected="at least one sample per batch",
+            )
+        if array.dtype.kind == "f" and not np.isfinite(array).any():
+            raise WorkbenchError(
+                f"calibration batch {batch_index}: input {name!r} is entirely NaN/Inf.",
+                expected="finite calibration data",
+            )
+    return checked
 
 
 def collect_statistics(
@@ -289,6 +311,7 @@ def collect_statistics(
     histograms = {name: TensorHistogram(name) for name in names}
     digests: list[str] = []
     batches = samples = 0
+    input_peak: dict[str, float] = {}
     total = len(source) or None
     if total is not None and limit is not None:
         total = min(total, limit)
@@ -302,6 +325,10 @@ def collect_statistics(
     )
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
+        for name, array in feed.items():
+            finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
+            peak = float(np.abs(finite).max()) if finite.size else 0.0
+            input_peak[name] = max(input_peak.get(name, 0.0), peak)
         digests.append(feed_digest(feed))
         try:
             values = session.run(names, feed)
@@ -318,6 +345,13 @@ def collect_statistics(
         samples += int(first.shape[0]) if first.ndim else 1
     if batches == 0:
         raise WorkbenchError(f"calibration data {source.name!r} yielded no batches.", expected="at least one batch")
+    zero = [name for name, peak in input_peak.items() if peak == 0.0]
+    if zero:
+        raise WorkbenchError(
+            f"calibration data {source.name!r}: input(s) {zero} are zero in every batch; ranges from them would be "
+            "meaningless.",
+            expected="representative (non-constant) calibration data",
+        )
     notes = []
     if source.is_random:
         notes.append(RANDOM_DATA_WARNING)

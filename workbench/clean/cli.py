@@ -6,7 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from workbench._args import bounded_int
+from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
+from workbench.model.resources import MAX_DIM
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +40,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--no-check", action="store_true", help="skip the equivalence checks (faster, unproven)")
     parser.add_argument(
-        "--fold-size-threshold", type=int, default=None, help="largest folded tensor in bytes (default 16 MiB)"
+        "--fold-size-threshold",
+        type=bounded_int(0, 2**40),
+        default=None,
+        help="largest folded tensor in bytes (default 16 MiB)",
     )
     parser.add_argument("--list-passes", action="store_true", help="list the available passes and exit")
     parser.set_defaults(func=run_clean)
@@ -50,7 +56,10 @@ def _parse_shape(text: str) -> tuple[str, list[Any]]:
     parsed: list[Any] = []
     for dim in dims.split(","):
         dim = dim.strip()
-        parsed.append(None if dim in ("?", "") else int(dim) if dim.lstrip("-").isdigit() else dim)
+        value = None if dim in ("?", "") else int(dim) if dim.lstrip("-").isdigit() else dim
+        if isinstance(value, int) and not 0 < value <= MAX_DIM:
+            raise WorkbenchError(f"--shape {text!r}: dimension {value} is out of range.", expected=f"1..{MAX_DIM}")
+        parsed.append(value)
     return name, parsed
 
 
@@ -65,6 +74,12 @@ def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
             f"--profile {text!r} is not NAME:MIN/OPT/MAX.",
             expected="e.g. --profile x:1x3x48x320/8x3x48x320/32x3x48x320",
         )
+    from workbench.model.resources import ensure_fits, tensor_bytes
+
+    for shape in shapes:
+        if any(not 0 < d <= MAX_DIM for d in shape):
+            raise WorkbenchError(f"--profile {text!r}: dimension out of range in {shape}.", expected=f"1..{MAX_DIM}")
+        ensure_fits(tensor_bytes(shape, "float32", what=f"--profile {name}"), what=f"--profile {name} shape {shape}")
     return name, shapes
 
 
@@ -93,6 +108,8 @@ def run_clean(args: argparse.Namespace) -> int:
             expected="workbench clean IN.onnx -o OUT.onnx [--report REPORT.json]",
         )
     model_path, zoo_profile = _resolve_model(args.model)
+    validate_outputs({"-o": args.output, "--report": args.report}, inputs=[model_path])
+    _guard_inputs(model_path)
     passes = [name.strip() for name in args.passes.split(",") if name.strip()] if args.passes else list(DEFAULT_PASSES)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     for name in list(skip) + passes:
@@ -130,3 +147,11 @@ def run_clean(args: argparse.Namespace) -> int:
     if args.report:
         write_json_atomic(args.report, result.to_json())
     return 0
+
+
+def _guard_inputs(model_path: Path) -> None:
+    """String inputs and inputs too large to feed are refused before the equivalence checks allocate them."""
+    from workbench.model import load_onnx
+    from workbench.model.resources import guard_model_inputs
+
+    guard_model_inputs(load_onnx(model_path, check=False), what=str(model_path), copies=2)

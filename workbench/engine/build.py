@@ -87,6 +87,9 @@ class BuildOptions(Artifact):
         return self.plan or PrecisionPlan(default=self.precision)
 
 
+_MAX_DIM = 2**31 - 1  # TensorRT dimensions are int64, real ones far smaller; keeps overflow out of the builder
+
+
 def _check_range(name: str, rng: Any) -> ShapeRange:
     try:
         low, opt, high = (tuple(int(d) for d in shape) for shape in rng)
@@ -98,6 +101,11 @@ def _check_range(name: str, rng: Any) -> ShapeRange:
         raise WorkbenchError(
             f"input {name!r}: min/opt/max shapes {low}/{opt}/{high} differ in rank.",
             expected="three shapes of equal rank",
+        )
+    if any(d > _MAX_DIM for d in high + opt + low):
+        raise WorkbenchError(
+            f"input {name!r}: shape range {low}/{opt}/{high} has a dimension above {_MAX_DIM}.",
+            expected=f"dimensions in 1..{_MAX_DIM}",
         )
     if not all(a <= b <= c and a > 0 for a, b, c in zip(low, opt, high)):
         raise WorkbenchError(
@@ -188,8 +196,14 @@ class EngineArtifact(Artifact):
                 expected="the .layers.json written together with this engine",
                 hint="rebuild, or pass the layer records of this engine",
             )
-        engine_layers = engine_layers_from_document(document)
-        options = BuildOptions.from_json(build.get("options") or {})
+        try:
+            engine_layers = engine_layers_from_document(document)
+            options = BuildOptions.from_json(build.get("options") or {})
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise WorkbenchError(
+                f"{layers_path}: the build section cannot be read ({error}).",
+                expected="the .layers.json written by `workbench build`",
+            ) from error
         return cls(
             engine_path=engine_path,
             layers_path=layers_path,

@@ -8,7 +8,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workbench.engine.build import BuildOptions, EngineArtifact, ShapeRange, engine_from_onnx, parse_shapes_arg
+from workbench._args import bounded_int
+from workbench._io import validate_outputs
+from workbench.engine.build import (
+    BuildOptions,
+    EngineArtifact,
+    ShapeRange,
+    engine_from_onnx,
+    layers_path_for,
+    parse_shapes_arg,
+)
 from workbench.engine.doctor import diagnose, format_report
 from workbench.engine.layermap import LayerMap, diff_layer_maps
 from workbench.model import OnnxModel, load_onnx
@@ -32,13 +41,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fusions.add_argument("--compare", help="another build's layer records: adds a fusion diff (it is the 'before')")
     fusions.add_argument("--compare-onnx", help="the ONNX of the --compare build")
     fusions.add_argument(
-        "--max-items", type=int, default=400, help="collapse ONNX nodes by name scope above this many (default 400)"
+        "--max-items",
+        type=bounded_int(1, 1_000_000),
+        default=400,
+        help="collapse ONNX nodes by name scope above this many (default 400)",
     )
     fusions.add_argument("--json", action="store_true", help="print the full layer map as JSON")
     fusions.set_defaults(func=_cli_fusions)
 
 
 def _cli_fusions(args: argparse.Namespace) -> int:
+    validate_outputs({"--html": args.html}, inputs=[args.layers, args.onnx, args.compare, args.compare_onnx])
     layer_map = LayerMap.load(args.layers, args.onnx)
     before = LayerMap.load(args.compare, args.compare_onnx) if args.compare else None
     if args.json:
@@ -106,8 +119,10 @@ def _register_build(subparsers: Any) -> None:
         metavar="NAME:MIN[,OPT,MAX]",
         help="optimization profile for an input (repeatable)",
     )
-    parser.add_argument("--workspace-mib", type=int, help="memory-pool (workspace) limit in MiB")
-    parser.add_argument("--opt-level", type=int, default=3, help="builder optimization level 0..5 (default 3)")
+    parser.add_argument("--workspace-mib", type=bounded_int(1, 2**30), help="memory-pool (workspace) limit in MiB")
+    parser.add_argument(
+        "--opt-level", type=bounded_int(0, 5), default=3, help="builder optimization level 0..5 (default 3)"
+    )
     parser.add_argument(
         "--compute-capability",
         action="append",
@@ -128,10 +143,20 @@ def _register_build(subparsers: Any) -> None:
 def _cli_build(args: argparse.Namespace) -> int:
     import json
 
+    shapes_arg = parse_shapes_arg(args.shapes)
     model, zoo_shapes = _resolve_model_arg(args.model)
-    shapes = {**zoo_shapes, **parse_shapes_arg(args.shapes)}
+    shapes = {**zoo_shapes, **shapes_arg}
     output = args.output or (
         str(model.path.with_suffix(".engine")) if os.path.exists(args.model) else f"out/{args.model}.engine"
+    )
+    validate_outputs(
+        {
+            "-o": output,
+            "layer records": str(layers_path_for(output)),
+            "build log": str(Path(output).with_name(Path(output).stem + ".build.log")),
+            "--timing-cache": args.timing_cache,
+        },
+        inputs=[model.path, args.plan],
     )
     options = BuildOptions(
         shapes=shapes,

@@ -12,7 +12,6 @@ built; the figures in :mod:`workbench.viz.engine` only read it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -256,13 +255,12 @@ class LayerMap:
             onnx_proto = load_onnx(onnx_path, check=False).proto
         label = label or path.name.removesuffix(".layers.json")
         if path.suffix == ".json" and path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
-                raise WorkbenchError(
-                    f"{path}: not valid JSON ({error}).", expected="a .layers.json document"
-                ) from error
+            from workbench._io import read_json
+            from workbench.engine.records import validate_layers_document
+
+            data = read_json(path, what="a .layers.json document")
             if isinstance(data, Mapping) and "engine_layers" in data:
+                validate_layers_document(data, str(path))
                 return cls.from_document(data, onnx_proto=onnx_proto, label=label)
             return (
                 cls.from_engine_layers(read_layers(data), onnx_proto=onnx_proto, label=label)

@@ -15,6 +15,7 @@ joined by ``\x1f`` (TensorRT 10/11, RTX), ``\x1e`` (8.6) or nothing; all three f
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -470,6 +471,11 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
     """
     if isinstance(source, (Mapping, list)):
         return _read_parsed(source, "the given JSON")
+    if not isinstance(source, (str, os.PathLike)):
+        raise WorkbenchError(
+            f"layer records given as a JSON {type(source).__name__}.",
+            expected="a .layers.json / inspector JSON object or list, or a path",
+        )
     path = Path(source)
     if not path.is_file():
         raise WorkbenchError(
@@ -483,6 +489,8 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
     if stripped.startswith(("{", "[")):
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise WorkbenchError(f"{path}: JSON nested too deeply.", expected="a layer-records JSON file") from None
         except json.JSONDecodeError as error:
             # "[VERBOSE] ..." lines of a build log also start with "["
             if stripped.startswith("{") or _layers_message_in_log(text) is None:
@@ -503,7 +511,7 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
 
 def _read_parsed(data: Any, where: str) -> EngineLayers:
     if isinstance(data, Mapping) and "engine_layers" in data:
-        return engine_layers_from_document(data)
+        return engine_layers_from_document(validate_layers_document(dict(data), where))
     try:
         return read_inspector_json(data)
     except WorkbenchError as error:
@@ -525,13 +533,154 @@ def read_layers_document(path: str | os.PathLike[str]) -> dict[str, Any]:
             expected="the .layers.json that `workbench build` writes next to the engine",
             hint="pass --layers",
         )
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected="a .layers.json document") from error
-    if not isinstance(document, dict) or not isinstance(document.get("engine_layers"), list):
+    from workbench._io import read_json
+
+    document = read_json(path, what="a .layers.json document")
+    return validate_layers_document(document, str(path))
+
+
+# --- schema of the .layers.json document ---------------------------------------------------------------------
+
+
+def _schema_error(where: str, field: str, value: Any, expected: str) -> WorkbenchError:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return WorkbenchError(f"{where}: field {field} is {text}.", expected=expected)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_str_list(where: str, field: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _schema_error(where, field, value, "a list of strings")
+
+
+def _check_dims(where: str, field: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(_is_int(d) and -1 <= d <= 2**63 - 1 for d in value):
+        raise _schema_error(where, field, value, "a list of integers (-1 for dynamic)")
+
+
+def _check_tensor_list(where: str, field: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise _schema_error(where, field, value, "a list of tensor records")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _schema_error(where, f"{field}[{index}]", item, "an object with name, dimensions, datatype")
+        for key in ("name", "datatype", "format"):
+            if key in item and not isinstance(item[key], str):
+                raise _schema_error(where, f"{field}[{index}].{key}", item[key], "a string")
+        if "dimensions" in item:
+            _check_dims(where, f"{field}[{index}].dimensions", item["dimensions"])
+
+
+def validate_layers_document(document: Any, where: str = ".layers.json") -> dict[str, Any]:
+    """Check every field of a ``.layers.json`` document (types, required keys, ranges); a WorkbenchError names
+    the first bad field, its value and what was expected. Returns the document."""
+    if not isinstance(document, dict):
         raise WorkbenchError(
-            f"{path}: not a workbench .layers.json document (no 'engine_layers' list).",
+            f"{where}: is a JSON {type(document).__name__}, not an object.",
             expected="the MODEL.layers.json written by `workbench build`",
         )
+    layers = document.get("engine_layers")
+    if not isinstance(layers, list):
+        raise WorkbenchError(
+            f"{where}: not a workbench .layers.json document (no 'engine_layers' list).",
+            expected="the MODEL.layers.json written by `workbench build`",
+        )
+    if "source_format" in document and not isinstance(document["source_format"], str):
+        raise _schema_error(where, "source_format", document["source_format"], "a string")
+    for index, item in enumerate(layers):
+        field = f"engine_layers[{index}]"
+        if not isinstance(item, dict):
+            raise _schema_error(where, field, item, "an object per engine layer")
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise _schema_error(where, f"{field}.name", item.get("name"), "a non-empty string")
+        for key in ("type", "precision", "tactic", "origin", "metadata"):
+            if key in item and not isinstance(item[key], str):
+                raise _schema_error(where, f"{field}.{key}", item[key], "a string")
+        if "stream_id" in item and item["stream_id"] is not None:
+            if not _is_int(item["stream_id"]) or not 0 <= item["stream_id"] < 2**31:
+                raise _schema_error(where, f"{field}.stream_id", item["stream_id"], "a non-negative integer")
+        if "onnx_nodes" in item:
+            _check_str_list(where, f"{field}.onnx_nodes", item["onnx_nodes"])
+        for key in ("inputs", "outputs", "constants"):
+            _check_tensor_list(where, f"{field}.{key}", item.get(key))
+    nodes = document.get("onnx_nodes", [])
+    if not isinstance(nodes, list):
+        raise _schema_error(where, "onnx_nodes", nodes, "a list of {name, op_type, engine_layers}")
+    for index, node in enumerate(nodes):
+        field = f"onnx_nodes[{index}]"
+        if not isinstance(node, dict) or not isinstance(node.get("name"), str):
+            raise _schema_error(where, field, node, "an object with a string 'name'")
+        if "op_type" in node and not isinstance(node["op_type"], str):
+            raise _schema_error(where, f"{field}.op_type", node["op_type"], "a string")
+        if "engine_layers" in node:
+            _check_str_list(where, f"{field}.engine_layers", node["engine_layers"])
+    ios = document.get("io_tensors", [])
+    if ios is not None:
+        if not isinstance(ios, list):
+            raise _schema_error(where, "io_tensors", ios, "a list of I/O tensor records")
+        for index, io in enumerate(ios):
+            field = f"io_tensors[{index}]"
+            if not isinstance(io, dict) or not isinstance(io.get("name"), str):
+                raise _schema_error(where, field, io, "an object with a string 'name'")
+            for key in ("io_mode", "datatype"):
+                if key in io and not isinstance(io[key], str):
+                    raise _schema_error(where, f"{field}.{key}", io[key], "a string")
+            if "dimensions" in io:
+                _check_dims(where, f"{field}.dimensions", io["dimensions"])
+            if "profiles" in io and not isinstance(io["profiles"], list):
+                raise _schema_error(where, f"{field}.profiles", io["profiles"], "a list")
+    edges = document.get("qdq_edges", [])
+    if not isinstance(edges, list) or not all(
+        isinstance(edge, list) and len(edge) == 4 and all(isinstance(part, (str, bool)) for part in edge)
+        for edge in edges
+    ):
+        raise _schema_error(where, "qdq_edges", edges, "a list of [quantize, dequantize, tensor, is_weight]")
+    build = document.get("build")
+    if build is not None:
+        _validate_build_section(build, where)
     return document
+
+
+def _validate_build_section(build: Any, where: str) -> None:
+    if not isinstance(build, dict):
+        raise _schema_error(where, "build", build, "an object")
+    for key in ("backend", "backend_version", "onnx", "onnx_sha256", "built_onnx_sha256", "precision"):
+        if key in build and not isinstance(build[key], str):
+            raise _schema_error(where, f"build.{key}", build[key], "a string")
+    sha = build.get("engine_sha256")
+    if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise _schema_error(where, "build.engine_sha256", sha, "64 lowercase hex digits")
+    for key in ("engine_bytes",):
+        if key in build and (not _is_int(build[key]) or build[key] < 0):
+            raise _schema_error(where, f"build.{key}", build[key], "a non-negative integer")
+    if "build_seconds" in build:
+        value = build["build_seconds"]
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+        ):
+            raise _schema_error(where, "build.build_seconds", value, "a non-negative number")
+    for key in ("compute_capabilities", "target_compute_capabilities", "warnings"):
+        if key in build:
+            _check_str_list(where, f"build.{key}", build[key])
+    if "options" in build and not isinstance(build["options"], dict):
+        raise _schema_error(where, "build.options", build["options"], "an object")
+    profiles = build.get("profiles")
+    if profiles is not None:
+        if not isinstance(profiles, dict):
+            raise _schema_error(where, "build.profiles", profiles, "{input: [min, opt, max]}")
+        for name, levels in profiles.items():
+            if (
+                not isinstance(levels, list)
+                or len(levels) != 3
+                or not all(isinstance(s, list) and all(_is_int(d) and 0 < d < 2**31 for d in s) for s in levels)
+            ):
+                raise _schema_error(
+                    where, f"build.profiles[{name!r}]", levels, "[min, opt, max] shapes of positive integers"
+                )

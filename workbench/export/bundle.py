@@ -11,24 +11,34 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
+import hashlib
+import hmac
 import os
+import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from workbench._io import sha256_file, write_json_atomic, write_text_atomic
+from workbench._io import (
+    dumps_json,
+    read_json,
+    sha256_file,
+    staging_directory,
+    swap_directories,
+    validate_outputs,
+    write_text_atomic,
+)
 from workbench.artifact import Artifact
 from workbench.engine import EngineArtifact, LayerMap
+from workbench.engine.records import read_layers_document
 from workbench.errors import EngineCannotRun, WorkbenchError
 from workbench.export.triton import TritonOptions, triton_config
 from workbench.precision import PrecisionPlan
 
 BUNDLE_FORMAT = "trt-workbench-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
 ENGINE_FILE = "model.engine"
 LAYERS_FILE = "model.layers.json"
 MANIFEST_FILE = "manifest.json"
@@ -97,6 +107,58 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
 
 # --- export ------------------------------------------------------------------------------------------------
 
+MANIFEST_HMAC_FILE = "manifest.json.hmac"
+BUNDLE_KEY_ENV = "WORKBENCH_BUNDLE_KEY"
+# serialized TensorRT engines start with a 4-byte magic: "vtrt" (TensorRT-RTX, seen here), "ftrt" (full TensorRT)
+_ENGINE_MAGIC = re.compile(rb"^[a-z]trt")
+_MIN_ENGINE_BYTES = 64
+
+
+def check_plausible_engine(path: Path) -> None:
+    """Refuse a file that cannot be a serialized TensorRT engine (empty, tiny, or without the engine magic)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if size < _MIN_ENGINE_BYTES or not _ENGINE_MAGIC.match(head):
+        raise WorkbenchError(
+            f"{path}: {size} bytes that do not look like a serialized TensorRT engine (header {head[:4]!r}).",
+            expected="an engine written by `workbench build` (it starts with 'vtrt' or 'ftrt')",
+        )
+
+
+def is_bundle_dir(path: str | os.PathLike[str]) -> bool:
+    """True for a directory holding our manifest (so ``--overwrite`` may replace it); never for other folders."""
+    manifest = Path(path) / MANIFEST_FILE
+    if not manifest.is_file() or manifest.is_symlink():
+        return False
+    try:
+        data = read_json(manifest, what="a bundle manifest", max_bytes=64 * 1024 * 1024)
+    except WorkbenchError:
+        return False
+    if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
+        return False
+    listed = data.get("files")
+    if isinstance(listed, dict):  # a sealed bundle: any file the user added makes it not only ours
+        root = Path(path)
+        for item in root.rglob("*"):
+            if (item.is_file() or item.is_symlink()) and item.name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE):
+                if item.relative_to(root).as_posix() not in listed:
+                    return False
+    return True
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def _bundle_key() -> bytes | None:
+    key = os.environ.get(BUNDLE_KEY_ENV)
+    return key.encode("utf-8") if key else None
+
+
+def _manifest_hmac(data: bytes, key: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
 
 def export_bundle(
     engine: EngineArtifact,
@@ -109,9 +171,14 @@ def export_bundle(
     triton: TritonOptions | None = None,
     overwrite: bool = False,
 ) -> Bundle:
-    """Write a bundle for a built engine (from :func:`~workbench.engine.engine_from_onnx` or
+    """Write a sealed bundle for a built engine (from :func:`~workbench.engine.engine_from_onnx` or
     :meth:`EngineArtifact.load`). Every manifest field comes from the artifact; the optional extras are recorded
-    when given. ``plan`` defaults to the plan the engine was built with."""
+    when given. ``plan`` defaults to the plan the engine was built with.
+
+    The manifest lists every file of the bundle with its size and sha256; with ``WORKBENCH_BUNDLE_KEY`` set, an
+    HMAC-SHA256 of the manifest is written beside it. ``overwrite`` replaces only an earlier bundle (a directory
+    with our manifest), atomically.
+    """
     engine_path = engine.engine_path
     if not engine_path.is_file():
         raise WorkbenchError(f"{engine_path}: no such engine file.", expected="an engine written by `workbench build`")
@@ -122,17 +189,41 @@ def export_bundle(
             hint="pass --layers",
         )
     output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
+    validate_outputs(
+        {"bundle": output_dir},
+        inputs=[engine_path, engine.layers_path, calibration_cache],
+        directories=("bundle",),
+        overwrite=overwrite,
+        is_ours=is_bundle_dir,
+    )
+    check_plausible_engine(engine_path)
+    engine_sha = sha256_file(engine_path)
+    recorded = read_layers_document(engine.layers_path).get("build", {}).get("engine_sha256")
+    if recorded != engine_sha or engine.engine_sha256 != engine_sha:
         raise WorkbenchError(
-            f"{output_dir}: already exists.", expected="a new bundle directory", hint="use --overwrite to replace it"
+            f"{engine.layers_path}: its layer records belong to an engine with sha256 {str(recorded)[:12]}…, "
+            f"but {engine_path} has {engine_sha[:12]}…; exporting them together would pair a layer map with the "
+            "wrong engine.",
+            expected="the .layers.json written together with this engine by `workbench build`",
+            hint="rebuild the engine (an interrupted build can leave a new engine beside old records)",
         )
+    if calibration_cache is not None:
+        cache = Path(calibration_cache)
+        if not cache.is_file():
+            raise WorkbenchError(
+                f"{cache}: no such calibration cache.", expected="the cache file written by calibration"
+            )
+        from workbench.calib.stats import CalibrationRanges
+
+        CalibrationRanges.load(cache)  # refuses a cache that is not one (schema, ranges)
     plan = plan if plan is not None else engine.options.plan
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_VERSION,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "label": engine.label,
-        "engine": {"file": ENGINE_FILE, "sha256": sha256_file(engine_path), "bytes": engine_path.stat().st_size},
+        "engine": {"file": ENGINE_FILE, "sha256": engine_sha, "bytes": engine_path.stat().st_size},
+        "layers": {"file": LAYERS_FILE},
         "onnx": {"path": str(engine.onnx_path), "sha256": engine.onnx_sha256, "built_sha256": engine.built_onnx_sha256},
         "backend": {"name": engine.backend, "version": engine.backend_version},
         "target_compute_capabilities": target_compute_capabilities(engine.backend, engine.options.compute_capabilities),
@@ -146,31 +237,26 @@ def export_bundle(
         "accuracy": dict(accuracy) if accuracy is not None else None,
         "timing": dict(timing) if timing is not None else None,
         "triton": None,
+        "files": {},
     }
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
-    staging.chmod(0o755)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
-    try:
+    with staging_directory(output_dir) as staging:
         shutil.copyfile(engine_path, staging / ENGINE_FILE)
         shutil.copyfile(engine.layers_path, staging / LAYERS_FILE)
+        if sha256_file(staging / ENGINE_FILE) != engine_sha:  # the engine changed while we copied it
+            raise WorkbenchError(f"{engine_path}: changed while being exported.", expected="a stable engine file")
         if calibration_cache is not None:
-            cache = Path(calibration_cache)
-            if not cache.is_file():
-                raise WorkbenchError(
-                    f"{cache}: no such calibration cache.", expected="the cache file written by calibration"
-                )
-            shutil.copyfile(cache, staging / CALIBRATION_FILE)
+            shutil.copyfile(calibration_cache, staging / CALIBRATION_FILE)
             manifest["calibration_cache"] = {
                 "file": CALIBRATION_FILE,
-                "sha256": sha256_file(cache),
-                "source": str(cache),
+                "sha256": sha256_file(staging / CALIBRATION_FILE),
+                "source": str(calibration_cache),
             }
         if triton is not None:
             text = triton_config(manifest["io_tensors"], triton)
             model_dir = staging / "triton" / triton.model_name
             (model_dir / "1").mkdir(parents=True)
-            shutil.copyfile(engine_path, model_dir / "1" / "model.plan")
+            shutil.copyfile(staging / ENGINE_FILE, model_dir / "1" / "model.plan")
             write_text_atomic(model_dir / "config.pbtxt", text)
             manifest["triton"] = {
                 "repository": "triton",
@@ -180,52 +266,237 @@ def export_bundle(
                 "validated_with": "inference.ModelConfig from tritonclient 2.73.0 (text_format parse)",
                 "note": "Triton's TensorRT backend loads full-TensorRT engines of the same version; not loaded by a server here.",
             }
-        write_json_atomic(staging / MANIFEST_FILE, manifest)
-        if output_dir.exists():
-            old = output_dir.with_name(f".{output_dir.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(output_dir, old)
-            os.replace(staging, output_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        manifest["files"] = {
+            str(path.relative_to(staging).as_posix()): _file_entry(path)
+            for path in sorted(staging.rglob("*"))
+            if path.is_file()
+        }
+        text = dumps_json(manifest) + "\n"
+        write_text_atomic(staging / MANIFEST_FILE, text)
+        key = _bundle_key()
+        if key is not None:
+            write_text_atomic(staging / MANIFEST_HMAC_FILE, _manifest_hmac(text.encode("utf-8"), key) + "\n")
+        swap_directories(staging, output_dir)
     return read_bundle(output_dir)
 
 
-def read_bundle(path: str | os.PathLike[str]) -> Bundle:
-    """Open a bundle and check that its engine is the one the manifest describes."""
-    path = Path(path)
-    manifest_path = path / MANIFEST_FILE
-    if not manifest_path.is_file():
+# --- reading and verifying ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleCheck:
+    """What :func:`verify_bundle` found: every problem (empty = intact) and what was checked."""
+
+    path: Path
+    problems: tuple[str, ...]
+    files_checked: int
+    signed: bool  # an HMAC was present and checked with WORKBENCH_BUNDLE_KEY
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _confined(root: Path, relative: Any, what: str) -> tuple[Path | None, str | None]:
+    """The file a manifest path names, if it is relative, stays inside ``root`` and crosses no symlink."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        return None, f"{what}: path {relative!r} is not a non-empty relative path"
+    pure = PurePosixPath(relative)
+    if pure.is_absolute() or relative.startswith(("/", "\\")) or (len(relative) > 1 and relative[1] == ":"):
+        return None, f"{what}: path {relative!r} is absolute"
+    if any(part in ("..", "") for part in relative.replace("\\", "/").split("/")):
+        return None, f"{what}: path {relative!r} leaves the bundle ('..')"
+    current = root
+    for part in pure.parts:
+        current = current / part
+        if current.is_symlink():
+            return None, f"{what}: {relative!r} goes through a symbolic link ({current.name})"
+    try:
+        current.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None, f"{what}: {relative!r} resolves outside the bundle"
+    return current, None
+
+
+_MANIFEST_SCHEMA: dict[str, tuple[type, ...]] = {
+    "format": (str,),
+    "format_version": (int,),
+    "engine": (dict,),
+    "backend": (dict,),
+    "target_compute_capabilities": (list,),
+}
+
+
+def _manifest_problems(manifest: Any, where: Path) -> list[str]:
+    if not isinstance(manifest, dict):
+        return [f"{where}: the manifest is a {type(manifest).__name__}, not an object"]
+    if manifest.get("format") != BUNDLE_FORMAT:
+        return [f"{where}: format is {manifest.get('format')!r}, expected {BUNDLE_FORMAT!r}"]
+    problems = []
+    for key, types in _MANIFEST_SCHEMA.items():
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, types):
+            problems.append(f"{where}: field {key!r} is {value!r}, expected a {types[0].__name__}")
+    if problems:
+        return problems
+    if manifest["format_version"] not in (1, BUNDLE_VERSION):
+        problems.append(f"{where}: format_version {manifest['format_version']!r} is not 1 or {BUNDLE_VERSION}")
+    engine = manifest["engine"]
+    if not isinstance(engine.get("file"), str) or not _is_sha256(engine.get("sha256")):
+        problems.append(f"{where}: 'engine' needs 'file' (string) and 'sha256' (64 hex digits), got {engine!r}")
+    backend = manifest["backend"]
+    if not isinstance(backend.get("name"), str) or not isinstance(backend.get("version"), str):
+        problems.append(f"{where}: 'backend' needs string 'name' and 'version', got {backend!r}")
+    if not all(isinstance(item, str) for item in manifest["target_compute_capabilities"]):
+        problems.append(f"{where}: 'target_compute_capabilities' must be a list of strings")
+    for section, keys in (("layers", ("file",)), ("calibration_cache", ("file",)), ("triton", ("plan", "config"))):
+        value = manifest.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(value.get(key), str) for key in keys):
+            problems.append(f"{where}: {section!r} is {value!r}, expected null or an object with string {keys}")
+    if manifest["format_version"] >= 2:
+        files = manifest.get("files")
+        if not isinstance(files, dict) or not files:
+            problems.append(f"{where}: 'files' is missing or empty (a sealed bundle lists every file)")
+        else:
+            for name, entry in files.items():
+                if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")):
+                    problems.append(f"{where}: files[{name!r}] needs a 'sha256' of 64 hex digits")
+                elif (
+                    isinstance(entry.get("bytes"), bool)
+                    or not isinstance(entry.get("bytes"), int)
+                    or entry["bytes"] < 0
+                ):
+                    problems.append(f"{where}: files[{name!r}] needs 'bytes', a non-negative integer")
+    return problems
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
+    """Check a bundle against its manifest without trusting it: schema, confinement of every path (no ``..``,
+    absolute paths or symlinks), every listed file's size and sha256, no unlisted files, the engine and its layer
+    records belonging together, and the HMAC when ``WORKBENCH_BUNDLE_KEY`` is set."""
+    root = Path(path)
+    if not root.is_dir():
+        raise WorkbenchError(f"{root}: no such bundle directory.", expected="a directory written by `workbench export`")
+    manifest_path = root / MANIFEST_FILE
+    if not manifest_path.is_file() or manifest_path.is_symlink():
         raise WorkbenchError(
-            f"{path}: not a workbench bundle (no {MANIFEST_FILE}).",
+            f"{root}: not a workbench bundle (no {MANIFEST_FILE}).",
             expected="a directory written by `workbench export`",
         )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    raw = manifest_path.read_bytes()
+    manifest = read_json(manifest_path, what="the manifest written by `workbench export`", max_bytes=64 * 1024 * 1024)
+    problems = _manifest_problems(manifest, manifest_path)
+    notes: list[str] = []
+    signed = False
+    key = _bundle_key()
+    hmac_path = root / MANIFEST_HMAC_FILE
+    if key is not None:
+        if not hmac_path.is_file():
+            problems.append(f"{root}: {BUNDLE_KEY_ENV} is set but the bundle has no {MANIFEST_HMAC_FILE} (unsigned)")
+        else:
+            wanted = hmac_path.read_text(encoding="ascii", errors="replace").strip()
+            if not hmac.compare_digest(wanted, _manifest_hmac(raw, key)):
+                problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
+            else:
+                signed = True
+    elif hmac_path.is_file():
+        notes.append(f"the manifest is signed; set {BUNDLE_KEY_ENV} to check the signature")
+    if problems:
+        return BundleCheck(root, tuple(problems), 0, signed, tuple(notes))
+    checked = 0
+    if manifest["format_version"] >= 2:
+        listed = manifest["files"]
+        named = {manifest["engine"]["file"]: "engine"}
+        for key_name, field_name in (
+            ("layers", "file"),
+            ("calibration_cache", "file"),
+            ("triton", "plan"),
+            ("triton", "config"),
+        ):
+            section = manifest.get(key_name)
+            if isinstance(section, dict) and field_name in section:
+                named[section[field_name]] = f"{key_name}.{field_name}"
+        for name, what in named.items():
+            if name not in listed:
+                problems.append(f"{what} {name!r} is not among the sealed files")
+        for name, entry in listed.items():
+            file_path, problem = _confined(root, name, "files")
+            if problem:
+                problems.append(problem)
+                continue
+            assert file_path is not None
+            if not file_path.is_file():
+                problems.append(f"{name}: missing")
+                continue
+            size = file_path.stat().st_size
+            if size != entry["bytes"]:
+                problems.append(f"{name}: {size} bytes, the manifest says {entry['bytes']}")
+                continue
+            digest = sha256_file(file_path)
+            if digest != entry["sha256"]:
+                problems.append(f"{name}: sha256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
+            checked += 1
+        extra = [
+            item.relative_to(root).as_posix()
+            for item in sorted(root.rglob("*"))
+            if (item.is_file() or item.is_symlink())
+            and item.relative_to(root).as_posix() not in listed
+            and item.name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)
+        ]
+        for name in extra:
+            problems.append(f"{name}: not listed in the manifest (added after export)")
+        if manifest["engine"]["sha256"] != (listed.get(manifest["engine"]["file"]) or {}).get("sha256"):
+            problems.append("engine.sha256 differs from the sealed engine file's sha256")
+        layers = (manifest.get("layers") or {}).get("file")
+        if layers and not problems:
+            try:
+                recorded = (read_layers_document(root / layers).get("build") or {}).get("engine_sha256")
+            except WorkbenchError as error:
+                problems.append(str(error))
+            else:
+                if recorded != manifest["engine"]["sha256"]:
+                    problems.append(
+                        f"{layers}: layer records of an engine with sha256 {str(recorded)[:12]}…, not this engine"
+                    )
+    else:
+        notes.append("format_version 1 bundle: only the engine is hashed (re-export to seal every file)")
+        engine_path, problem = _confined(root, manifest["engine"]["file"], "engine.file")
+        if problem:
+            problems.append(problem)
+        elif engine_path is None or not engine_path.is_file():
+            problems.append(f"the engine file {manifest['engine']['file']} is missing")
+        else:
+            digest = sha256_file(engine_path)
+            if digest != manifest["engine"]["sha256"]:
+                problems.append(
+                    f"{engine_path}: sha256 {digest[:12]}… does not match the manifest "
+                    f"({manifest['engine']['sha256'][:12]}…)"
+                )
+            checked = 1
+    return BundleCheck(root, tuple(problems), checked, signed, tuple(notes))
+
+
+def read_bundle(path: str | os.PathLike[str]) -> Bundle:
+    """Open a bundle after :func:`verify_bundle`; any problem is a WorkbenchError listing what differs."""
+    check = verify_bundle(path)
+    if not check.ok:
         raise WorkbenchError(
-            f"{manifest_path}: not valid JSON ({error}).", expected="the manifest written by `workbench export`"
-        ) from error
-    if manifest.get("format") != BUNDLE_FORMAT:
-        raise WorkbenchError(f"{manifest_path}: format is {manifest.get('format')!r}.", expected=BUNDLE_FORMAT)
-    engine_path = path / manifest["engine"]["file"]
-    if not engine_path.is_file():
-        raise WorkbenchError(
-            f"{path}: the engine file {manifest['engine']['file']} is missing.", expected="a complete bundle"
+            f"{check.path}: the bundle does not match its manifest: "
+            + "; ".join(check.problems[:5])
+            + (f" (and {len(check.problems) - 5} more)" if len(check.problems) > 5 else "")
+            + ".",
+            expected="the files the bundle was exported with",
+            hint="the bundle was modified or truncated; re-export it",
         )
-    digest = sha256_file(engine_path)
-    if digest != manifest["engine"]["sha256"]:
-        raise WorkbenchError(
-            f"{engine_path}: sha256 {digest[:12]}… does not match the manifest ({manifest['engine']['sha256'][:12]}…).",
-            expected="the engine the bundle was exported with",
-            hint="the file was modified or truncated",
-        )
-    return Bundle(path, manifest, engine_path)
+    manifest = read_json(Path(path) / MANIFEST_FILE, what="the manifest written by `workbench export`")
+    return Bundle(Path(path), manifest, Path(path) / manifest["engine"]["file"])
 
 
 @dataclass
@@ -268,7 +539,10 @@ def load_engine(bundle: str | os.PathLike[str] | Bundle, *, gpu: Any = None) -> 
     """Deserialize a bundle's engine after checking backend version and compute capability (refuses mismatches)."""
     from workbench.engine.backend import EngineRunner, get_backend
 
-    bundle = bundle if isinstance(bundle, Bundle) else read_bundle(bundle)
+    bundle = read_bundle(bundle.path if isinstance(bundle, Bundle) else bundle)  # verified now, not when first read
     backend = get_backend(bundle.manifest["backend"]["name"])
     check_engine_compatible(bundle, gpu=gpu, backend=backend)
-    return LoadedEngine(bundle, EngineRunner(backend, bundle.engine_path.read_bytes()))
+    data = bundle.engine_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != bundle.manifest["engine"]["sha256"]:  # changed after the check
+        raise WorkbenchError(f"{bundle.engine_path}: changed while being loaded.", expected="an unchanged bundle")
+    return LoadedEngine(bundle, EngineRunner(backend, data))

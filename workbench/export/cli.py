@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from workbench._args import bounded_int
+from workbench._io import read_json, validate_outputs
 from workbench.engine import EngineArtifact
 from workbench.errors import WorkbenchError
-from workbench.export.bundle import export_bundle
+from workbench.export.bundle import BUNDLE_KEY_ENV, export_bundle, is_bundle_dir, verify_bundle
 from workbench.export.triton import TritonOptions
 from workbench.precision import PrecisionPlan
 
@@ -31,28 +32,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--triton", action="store_true", help="also write a Triton model repository")
     export.add_argument("--model-name", default="model", help="Triton model name (default: model)")
     export.add_argument(
-        "--max-batch", type=int, help="Triton max_batch_size (default: the profile's max batch, 0 if static)"
+        "--max-batch",
+        type=bounded_int(0, 2**31 - 1),
+        help="Triton max_batch_size (default: the profile's max batch, 0 if static)",
     )
-    export.add_argument("--instances", type=int, default=1, help="Triton instance count (default 1)")
+    export.add_argument("--instances", type=bounded_int(1, 4096), default=1, help="Triton instance count (default 1)")
     export.add_argument(
         "--no-dynamic-batching", action="store_true", help="leave dynamic batching off in the Triton config"
     )
-    export.add_argument("--overwrite", action="store_true", help="replace an existing bundle directory")
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing bundle directory (only one written by `workbench export`; atomically)",
+    )
     export.set_defaults(func=_cli_export)
+
+    verify = subparsers.add_parser(
+        "verify",
+        help="check an exported bundle against its manifest (exit 0 intact, 2 with what differs)",
+        description="Verify BUNDLE/ without trusting it: manifest schema, every path relative and inside the bundle "
+        "(no '..', absolute paths or symlinks), every file's size and sha256, no unlisted files, engine and layer "
+        f"records belonging together, and the manifest's HMAC when {BUNDLE_KEY_ENV} is set.",
+    )
+    verify.add_argument("bundle", help="bundle directory written by `workbench export`")
+    verify.set_defaults(func=_cli_verify)
 
 
 def _read_json(path: str | None, what: str) -> dict | None:
     if path is None:
         return None
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as error:
-        raise WorkbenchError(f"{path}: no such {what} file.", expected=f"a JSON {what} file") from error
-    except json.JSONDecodeError as error:
-        raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected=f"a JSON {what} file") from error
+    data = read_json(Path(path), what=f"a JSON {what} file", max_bytes=16 * 1024 * 1024)
+    if not isinstance(data, dict):
+        raise WorkbenchError(f"{path}: the {what} JSON is a {type(data).__name__}.", expected="a JSON object")
+    return data
 
 
 def _cli_export(args: argparse.Namespace) -> int:
+    from workbench.engine.build import layers_path_for
+
+    validate_outputs(
+        {"-o": args.output},
+        inputs=[
+            args.engine,
+            args.layers or layers_path_for(args.engine),
+            args.plan,
+            args.calibration_cache,
+            args.accuracy,
+            args.timing,
+        ],
+        directories=("-o",),
+        overwrite=args.overwrite,
+        is_ours=is_bundle_dir,
+    )
     triton = None
     if args.triton:
         triton = TritonOptions(
@@ -80,4 +111,19 @@ def _cli_export(args: argparse.Namespace) -> int:
     )
     if manifest["triton"]:
         print(f"triton      {bundle.path / manifest['triton']['config']} (validated with Triton's ModelConfig schema)")
+    return 0
+
+
+def _cli_verify(args: argparse.Namespace) -> int:
+    check = verify_bundle(args.bundle)
+    for note in check.notes:
+        print(f"note: {note}")
+    if not check.ok:
+        raise WorkbenchError(
+            f"{check.path}: {len(check.problems)} problem(s): " + "; ".join(check.problems) + ".",
+            expected="a bundle whose files match its manifest",
+            hint="the bundle was modified after export; re-export it",
+        )
+    signature = "HMAC checked" if check.signed else "unsigned (hashes checked; see README for what that protects)"
+    print(f"ok          {check.path}: {check.files_checked} file(s) match the manifest; {signature}")
     return 0

@@ -42,6 +42,22 @@ class TritonOptions:
     cuda_graph_batch_sizes: tuple[int, ...] = ()  # optimization.cuda graphs, one graph_spec per batch size
     version_policy_latest: int | None = None  # version_policy.latest.num_versions (hot reload: serve the newest)
 
+    def __post_init__(self) -> None:
+        import re
+
+        from workbench.errors import WorkbenchError
+
+        name = self.model_name
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", name):
+            raise WorkbenchError(
+                f"Triton model name {name!r} is not a plain folder name.",
+                expected="letters, digits, '_', '.', '-' (no '/', no '..'), at most 128 characters",
+            )
+        if self.max_batch_size is not None and not 0 <= int(self.max_batch_size) <= 2**31 - 1:
+            raise WorkbenchError(f"Triton max_batch_size {self.max_batch_size} is out of range.", expected="0..2**31-1")
+        if not 1 <= int(self.instance_count) <= 4096:
+            raise WorkbenchError(f"Triton instance count {self.instance_count} is out of range.", expected="1..4096")
+
     @classmethod
     def from_serving(cls, config: Any, model_name: str = "model", versions: int = 1) -> TritonOptions:
         """Triton settings for a :class:`workbench.timing.serving.ServeConfig` (e.g. an SLA search's choice).

@@ -41,6 +41,9 @@ def _cli_precision(args: argparse.Namespace) -> int:
     from workbench.zoo import resolve_model
 
     path, _entry = resolve_model(args.model)
+    from workbench._io import validate_outputs
+
+    validate_outputs({"-o": args.output}, inputs=[path, args.plan])
     model = load_onnx(path)
     plan = PrecisionPlan.load(args.plan) if args.plan else PrecisionPlan(default=args.default)
     report: dict[str, Any] = {"model": str(model.path), "plan": plan.to_json()}

@@ -6,7 +6,6 @@ rewriting the ONNX: FP16 nodes get Casts (AutoCast-style), INT8 nodes get Q/DQ p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,10 +77,6 @@ class PrecisionPlan(Artifact):
     @classmethod
     def load(cls, path: str | Path) -> PrecisionPlan:
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError as error:
-            raise WorkbenchError(f"{path}: no such precision plan file.", expected="a JSON precision plan") from error
-        except json.JSONDecodeError as error:
-            raise WorkbenchError(f"{path}: not valid JSON ({error}).", expected="a JSON precision plan") from error
-        return cls.from_json(data)
+        from workbench._io import read_json
+
+        return cls.from_json(read_json(path, what="a JSON precision plan", max_bytes=64 * 1024 * 1024))

@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import Any
 
+from workbench._args import bounded_float, bounded_int, int_list
 from workbench.errors import WorkbenchError
 from workbench.timing.factory import EXECUTORS, make_executor
 
@@ -36,20 +37,29 @@ def register(subparsers: Any) -> None:
         default="cpu",
         help="cpu: ONNX Runtime on worker threads; torch: PyTorch CUDA graphs; trt: TensorRT engine",
     )
-    p.add_argument("--streams", type=_int_list, default=[1, 2, 4], help="lane counts to time, e.g. 1,2,4")
-    p.add_argument("--batch", type=int, default=1, help="samples per request")
-    p.add_argument("--depth", type=int, default=2, help="requests in flight per lane")
+    p.add_argument("--streams", type=int_list(1, 256), default=[1, 2, 4], help="lane counts to time, e.g. 1,2,4")
+    p.add_argument("--batch", type=bounded_int(1, 2**24), default=1, help="samples per request")
+    p.add_argument("--depth", type=bounded_int(1, 1024), default=2, help="requests in flight per lane")
     p.add_argument(
         "--load",
         choices=("closed", "open"),
         default="closed",
         help="closed loop (streams x depth outstanding) or open loop (Poisson arrivals, needs --rate)",
     )
-    p.add_argument("--rate", type=float, default=None, help="open loop: requests per second")
+    p.add_argument(
+        "--rate", type=bounded_float(0.0, 1e9, low_inclusive=False), default=None, help="open loop: requests per second"
+    )
     p.add_argument("--dynamic-batching", action="store_true", help="batch queued requests (open loop)")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-delay-ms", type=float, default=0.5, help="dynamic batcher's max queue delay")
-    p.add_argument("--timeout-ms", type=float, default=None, help="per-request timeout")
+    p.add_argument("--max-batch", type=bounded_int(1, 2**16), default=8)
+    p.add_argument(
+        "--max-delay-ms", type=bounded_float(0.0, 60_000.0), default=0.5, help="dynamic batcher's max queue delay"
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=bounded_float(0.0, 3_600_000.0, low_inclusive=False),
+        default=None,
+        help="per-request timeout",
+    )
     p.add_argument("--no-cuda-graph", action="store_true", help="torch: run eager instead of CUDA graphs")
     p.add_argument(
         "--priorities",
@@ -66,18 +76,29 @@ def register(subparsers: Any) -> None:
         metavar="NAME:DxD",
         help="full input shape for symbolic dims (cpu), e.g. x:1x3x48x192; repeatable",
     )
-    p.add_argument("--warmup", type=float, default=0.2, help="seconds of warm-up, discarded")
-    p.add_argument("--window", type=float, default=0.5, help="seconds per measurement window")
-    p.add_argument("--max-windows", type=int, default=10)
+    p.add_argument("--warmup", type=bounded_float(0.0, 3600.0), default=0.2, help="seconds of warm-up, discarded")
+    p.add_argument(
+        "--window",
+        type=bounded_float(0.0, 3600.0, low_inclusive=False),
+        default=0.5,
+        help="seconds per measurement window",
+    )
+    p.add_argument("--max-windows", type=bounded_int(1, 10_000), default=10)
     p.add_argument("--trace", default=None, metavar="PATH", help="write the best run's Chrome/Perfetto trace here")
     p.add_argument("-o", "--output", required=True, metavar="TIMING.json")
     p.set_defaults(func=run_cli)
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from workbench._io import write_json_atomic
+    from pathlib import Path
+
+    from workbench._io import validate_outputs, write_json_atomic
     from workbench.timing.pipeline import RunConfig, run_pipeline
 
+    model_input = args.model if Path(args.model).exists() else None
+    validate_outputs({"-o": args.output, "--trace": args.trace}, inputs=[model_input])
+    if args.executor == "trt":
+        _check_engine_batch(args.model, args.batch)
     if args.batch < 1:
         raise WorkbenchError(f"--batch {args.batch} is not allowed.", expected="--batch >= 1")
     if args.load == "open" and not args.rate:
@@ -87,6 +108,8 @@ def run_cli(args: argparse.Namespace) -> int:
             "--dynamic-batching needs open-loop load (requests arriving independently).",
             expected="--load open --rate R --dynamic-batching",
         )
+    if args.executor == "cpu":
+        _guard_cpu_memory(args)
     executor, label = make_executor(
         args.model, args.executor, batch=args.batch, shapes=args.shape, cuda_graph=not args.no_cuda_graph
     )
@@ -167,3 +190,47 @@ def _print_row(label: str, r: Any) -> None:
         f"{label:>14s}: {r.throughput_per_s:9.1f} samples/s  p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  "
         f"enqueue {r.enqueue_us_p50:6.1f} us  busy {r.busy_fraction:.2f}"
     )
+
+
+def _guard_cpu_memory(args: argparse.Namespace) -> None:
+    """Refuse a batch whose buffers (inputs and activations, per lane) would not fit, before any allocation."""
+    from workbench.model.resources import ensure_fits, format_bytes, per_sample_activation_bytes
+    from workbench.timing.executors import parse_shape_overrides
+    from workbench.zoo import resolve_model
+
+    overrides = parse_shape_overrides(args.shape)
+    path, _entry = resolve_model(args.model)
+    per_sample = per_sample_activation_bytes(path, overrides)
+    if not per_sample:
+        return
+    lanes = max(max(args.streams), 1)
+    batch = max(args.batch, args.max_batch if args.dynamic_batching else 1)
+    ensure_fits(
+        per_sample * batch * lanes,
+        what=f"--batch {args.batch} on {lanes} lane(s) ({format_bytes(per_sample)} of tensors per sample)",
+        hint="lower --batch or --streams",
+    )
+
+
+def _check_engine_batch(engine: str, batch: int) -> None:
+    """A batch above the engine profile's maximum is refused (read from the engine's .layers.json)."""
+    from pathlib import Path
+
+    from workbench.engine.build import layers_path_for
+    from workbench.engine.records import read_layers_document
+
+    layers = layers_path_for(engine)
+    if not Path(engine).is_file() or not layers.is_file():
+        return  # the executor reports the missing engine
+    profiles = (read_layers_document(layers).get("build") or {}).get("profiles") or {}
+    for name, levels in profiles.items():
+        try:
+            max_batch = int(levels[2][0])
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
+        if batch > max_batch:
+            raise WorkbenchError(
+                f"--batch {batch} is above the engine's profile maximum {max_batch} for input {name!r}.",
+                expected=f"--batch between 1 and {max_batch}",
+                hint="rebuild with a larger profile (`workbench build --shapes NAME:MIN,OPT,MAX`)",
+            )

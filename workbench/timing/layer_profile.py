@@ -18,7 +18,6 @@ reads trtexec's ``--exportProfile`` file. Neither can run here (no GPU TensorRT 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -249,22 +248,27 @@ def read_trtexec_profile(
     """Read ``trtexec --exportProfile=FILE``: a JSON list whose first item is ``{"count": N}`` and whose others are
     ``{"name", "timeMs", "averageMs", "medianMs", "percentage"}`` per layer. ``layer_map`` maps engine layer names
     to the ONNX nodes they fused (the engine's layer map)."""
+    from workbench._io import read_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise WorkbenchError(
-            f"{path}: not a readable JSON file ({error}).", expected="trtexec --exportProfile JSON"
-        ) from error
+    data = read_json(path, what="trtexec --exportProfile JSON")
     if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "count" not in data[0]:
         raise WorkbenchError(
             f"{path}: not a trtexec layer profile.", expected='a JSON list starting with {"count": N}, then layers'
         )
+    count = data[0]["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**63:
+        raise WorkbenchError(f"{path}: count {count!r} is not an iteration count.", expected="an integer >= 0")
     means: dict[str, float] = {}
     for index, item in enumerate(data[1:], start=1):
-        if not isinstance(item, dict) or "name" not in item or "averageMs" not in item:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "averageMs" not in item:
             raise WorkbenchError(f"{path}: item {index} is not a layer record.", expected='{"name", "averageMs", ...}')
-        means[str(item["name"])] = means.get(str(item["name"]), 0.0) + float(item["averageMs"])
+        value = item["averageMs"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise WorkbenchError(
+                f"{path}: item {index} ({item['name']!r}) has averageMs {value!r}.", expected="a finite number >= 0"
+            )
+        means[item["name"]] = means.get(item["name"], 0.0) + float(value)
     return _trt_profile(model, "trtexec --exportProfile", batch, int(data[0]["count"]), means, layer_map)
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench._args import bounded_int, positive_int
 from workbench.errors import WorkbenchError
 
 
@@ -34,7 +35,7 @@ def register(subparsers: Any) -> None:
         "eval", help="FP32 task metric of a zoo model with ONNX Runtime CPU on its evaluation set"
     )
     evaluate.add_argument("name", metavar="NAME")
-    evaluate.add_argument("--limit", type=int, default=None, help="score only the first N evaluation samples")
+    evaluate.add_argument("--limit", type=positive_int, default=None, help="score only the first N evaluation samples")
     evaluate.add_argument(
         "--onnx", type=Path, default=None, help="score this ONNX file (e.g. a cleaned or quantized variant) instead"
     )
@@ -51,8 +52,11 @@ def register(subparsers: Any) -> None:
     )
     calib.add_argument("name", metavar="NAME")
     calib.add_argument("out", type=Path, metavar="FOLDER")
-    calib.add_argument("--limit", type=int, default=None, help="at most N samples")
-    calib.add_argument("--batch-size", type=int, default=8)
+    calib.add_argument("--limit", type=positive_int, default=None, help="at most N samples")
+    calib.add_argument("--batch-size", type=bounded_int(1, 65536), default=8)
+    calib.add_argument(
+        "--overwrite", action="store_true", help="replace an existing FOLDER (atomically; no stale batches kept)"
+    )
     calib.add_argument(
         "--images",
         action="store_true",
@@ -134,14 +138,37 @@ def _eval_command(args: argparse.Namespace) -> int:
 
 
 def _calib_data_command(args: argparse.Namespace) -> int:
+    from workbench._io import staging_directory, swap_directories, validate_outputs
     from workbench.zoo import get_entry
     from workbench.zoo.data import write_npz_batches
 
     entry = get_entry(args.name)
-    if args.images:
-        paths = entry.write_calibration_images(args.out, limit=args.limit)
-        print(f"wrote {len(paths)} image(s) for {entry.name} to {args.out}")
-        return 0
-    paths = write_npz_batches(entry.calibration_batches(limit=args.limit, batch_size=args.batch_size), args.out)
-    print(f"wrote {len(paths)} batch file(s) for {entry.name} to {args.out}")
+    out = Path(args.out)
+    if out.exists() and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()  # an empty folder holds nothing to lose
+    validate_outputs(
+        {"FOLDER": out},
+        directories=("FOLDER",),
+        overwrite=args.overwrite,
+        is_ours=_is_calib_folder,
+        ours="a calibration folder (only .npz batches or images)",
+    )
+    # written into a staging folder and swapped in whole: a failed run keeps the old set, no stale batches mix in
+    with staging_directory(out) as staging:
+        if args.images:
+            paths = entry.write_calibration_images(staging, limit=args.limit)
+            what = "image(s)"
+        else:
+            paths = write_npz_batches(entry.calibration_batches(limit=args.limit, batch_size=args.batch_size), staging)
+            what = "batch file(s)"
+        if not paths:
+            raise WorkbenchError(f"{entry.name}: no calibration samples to write.", expected="--limit >= 1")
+        swap_directories(staging, out)
+    print(f"wrote {len(paths)} {what} for {entry.name} to {args.out}")
     return 0
+
+
+def _is_calib_folder(path: Path) -> bool:
+    """--overwrite replaces only a folder of calibration batches/images (what calib-data writes), nothing else."""
+    allowed = {".npz", ".png", ".jpg", ".jpeg"}
+    return all(item.is_file() and item.suffix.lower() in allowed for item in path.iterdir())
