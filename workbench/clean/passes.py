@@ -18,6 +18,7 @@ import numpy as np
 
 from workbench.clean.graph_utils import (
     RANDOM_OPS,
+    all_subgraphs,
     apply_inferred_shapes,
     bypass_node,
     constant_nbytes,
@@ -50,6 +51,7 @@ class PassContext:
     fold_size_threshold: int | None = DEFAULT_FOLD_SIZE_THRESHOLD
     findings: list[Finding] = field(default_factory=list)
     shapes_fresh: bool = False  # the graph came from a model that just went through shape inference
+    root: Any = None  # the top-level gs graph while a pass runs on one of its subgraphs (None: at the top)
 
 
 PassFunction = Callable[[Any, PassContext], Any]
@@ -64,6 +66,7 @@ class CleanPass:
     tolerance: str = "exact"  # "exact" | "numeric" | "report"
     description: str = ""
     min_opset: int = 0  # below this default-domain opset the pass is skipped (reported unchanged)
+    recurse: bool = True  # also run it on every If/Loop/Scan body (outer-scope tensors are never removed/renamed)
 
     def __post_init__(self) -> None:
         if self.tolerance not in ("exact", "numeric", "report"):
@@ -100,13 +103,20 @@ def available_passes() -> list[str]:
 
 
 def cleaning_pass(
-    name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0
+    name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0, recurse: bool = True
 ) -> Callable[[PassFunction], PassFunction]:
     """Decorator that registers a built-in pass."""
 
     def wrap(function: PassFunction) -> PassFunction:
         register_pass(
-            CleanPass(name, function, tolerance, description or " ".join((function.__doc__ or "").split()), min_opset)
+            CleanPass(
+                name,
+                function,
+                tolerance,
+                description or " ".join((function.__doc__ or "").split()),
+                min_opset,
+                recurse,
+            )
         )
         return function
 
@@ -119,12 +129,13 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 
     if context.shapes_fresh:
         return graph
-    model, _ = light_export(graph, context.template)
+    root = context.root if context.root is not None else graph  # a subgraph is inferred within its whole model
+    model, _ = light_export(root, context.template)
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # a model ONNX cannot infer still cleans, with fewer shape facts
         return graph
-    apply_inferred_shapes(graph, model)
+    apply_inferred_shapes(root, model)
     context.shapes_fresh = True
     return graph
 
@@ -132,7 +143,7 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 # ---------------------------------------------------------------------------------------------- input shapes
 
 
-@cleaning_pass("override_input_shapes", "exact")
+@cleaning_pass("override_input_shapes", "exact", recurse=False)
 def override_input_shapes(graph: Any, context: PassContext) -> None:
     """Pin dynamic input dimensions, or give them the symbolic names of the TensorRT optimization profile."""
     by_name = {tensor.name: tensor for tensor in graph.inputs}
@@ -197,10 +208,11 @@ def constants_to_initializers(graph: Any, context: PassContext) -> None:
     graph.inputs = [tensor for tensor in graph.inputs if not is_constant(tensor)]
 
 
-@cleaning_pass("cleanup_toposort", "exact")
+@cleaning_pass("cleanup_toposort", "exact", recurse=False)
 def cleanup_toposort(graph: Any, context: PassContext) -> None:
-    """Remove nodes and tensors nothing depends on; sort nodes topologically."""
-    prune_dead_nodes(graph)
+    """Remove nodes and tensors nothing depends on; sort nodes topologically (subgraphs included)."""
+    for sub in [graph, *all_subgraphs(graph)]:
+        prune_dead_nodes(sub)
     toposort(graph.cleanup(remove_unused_graph_inputs=False))
 
 
@@ -280,7 +292,11 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
             _fold_known_shape_values(graph)
             toposort(graph)
             fold_options = dict(
-                fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding
+                fold_shapes=False,
+                size_threshold=context.fold_size_threshold,
+                should_exclude_node=_exclude_from_folding,
+                recurse_subgraphs=False,  # the pipeline runs this pass on every subgraph itself
+                flatten_subgraphs=False,  # constant-condition If: the inline_constant_if pass (keeps shapes)
             )
             try:
                 # one ONNX Runtime session for everything foldable: fast when nothing fails
@@ -289,7 +305,7 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
                 # something in the constant subgraph cannot run: partition recursively around it
                 graph.fold_constants(partitioning="recursive", error_ok=True, **fold_options)
             prune_dead_nodes(graph)
-            graph.cleanup(remove_unused_graph_inputs=False)
+            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=False)
             context.shapes_fresh = False
             if len(graph.nodes) == before:
                 break
@@ -1139,7 +1155,7 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
 # ---------------------------------------------------------------------------------------------- Q/DQ lint
 
 
-@cleaning_pass("qdq_lint", "report")
+@cleaning_pass("qdq_lint", "report", recurse=False)
 def qdq_lint_pass(graph: Any, context: PassContext) -> None:
     """Report Q/DQ placements that break TensorRT's rules; never changes the graph."""
     from workbench.clean.qdq_lint import lint_qdq
