@@ -350,14 +350,14 @@ class EquivalenceChecker:
             try:
                 outputs = session.run(self.output_names, feed)
             except Exception as error:
-                where = label or f"generated probe ({_describe_feed(feed)})"
+                where = label or f"probe {_describe_feed(feed)}"
                 if label is not None:
                     raise WorkbenchError(
                         f"the original model fails in ONNX Runtime on {label} ({_describe_feed(feed)}): "
-                        f"{_first_line(error)}",
+                        f"{_ort_reason(error)}",
                         expected="inputs the original model accepts",
                     ) from None
-                failures.append(f"{where}: {_first_line(error)}")
+                failures.append(f"{where}: {_ort_reason(error)}")
                 self.baseline_issues.append(
                     f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped"
                 )
@@ -462,6 +462,15 @@ class EquivalenceChecker:
     def _where(self, shapes: Mapping[str, tuple[int, ...]]) -> str:
         label = self.labels.get(id(shapes))
         return label if label else str(dict(shapes))
+
+
+def _ort_reason(error: BaseException) -> str:
+    """The innermost reason of an ONNX Runtime error (the failing node and its message), one line."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    marker = "Non-zero status code returned while running "
+    if marker in text:
+        text = text[text.rindex(marker) + len(marker) :]
+    return text[:300]
 
 
 def _first_line(error: BaseException) -> str:
