@@ -25,6 +25,7 @@ from workbench.clean.graph_utils import (
     dtype_name,
     is_static,
     light_export,
+    node_subgraphs,
     np_dtype,
     prune_dead_nodes,
     redirect_consumers,
@@ -275,6 +276,16 @@ def _exclude_from_folding(node: Any) -> bool:
     return node.op in RANDOM_OPS or node.op in QDQ_OPS
 
 
+def _has_foldable_node(graph: Any) -> bool:
+    return any(
+        node.outputs
+        and not _exclude_from_folding(node)
+        and not node_subgraphs(node)
+        and all(inp.is_empty() or is_constant(inp) for inp in node.inputs)
+        for node in graph.nodes
+    )
+
+
 @cleaning_pass("fold_constants", "numeric")
 def fold_constants(graph: Any, context: PassContext) -> Any:
     """Fold constant subgraphs and static shapes to a fixed point (recursive partitioning, size threshold,
@@ -297,6 +308,8 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
                 recurse_subgraphs=False,  # the pipeline runs this pass on every subgraph itself
                 flatten_subgraphs=False,  # constant-condition If: the inline_constant_if pass (keeps shapes)
             )
+            if not _has_foldable_node(graph):
+                break  # nothing whose inputs are all constant: skip graphsurgeon's copy, export and ORT session
             try:
                 # one ONNX Runtime session for everything foldable: fast when nothing fails
                 graph.fold_constants(partitioning=None, error_ok=False, **fold_options)
@@ -305,7 +318,10 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
                 graph.fold_constants(partitioning="recursive", error_ok=True, **fold_options)
             prune_dead_nodes(graph)
             graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=False)
-            context.shapes_fresh = False
+            if context.root is None:
+                context.shapes_fresh = False
+            # inside a subgraph the shapes inferred for the whole model stay: folding keeps every value (and its
+            # shape) as it was, and re-inferring the whole model per body and round costs seconds on Silero VAD
             if len(graph.nodes) == before:
                 break
     finally:
