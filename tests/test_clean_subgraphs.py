@@ -221,3 +221,19 @@ def test_a_broken_pass_inside_a_loop_body_is_rolled_back(exported):
     assert "Sub" not in _ops(result.model)
     assert result.report("remove_noops").status == "accepted"  # the run went on from the last good graph
     _same_outputs(model, result.model, [{"x": np.random.default_rng(5).standard_normal((2, 4, 16), np.float32)}])
+
+
+def test_npy_batches_for_a_one_input_model_and_check_batches_bound(exported, tmp_path, capsys):
+    path, _ = exported("torch-gru")
+    data = tmp_path / "npy"
+    data.mkdir()
+    rng = np.random.default_rng(6)
+    for index, steps in enumerate((4, 9, 13)):
+        np.save(data / f"batch_{index}.npy", rng.standard_normal((index + 1, steps, 12), np.float32))
+
+    code = main(["clean", str(path), "-o", str(tmp_path / "gru.onnx"), "--data", str(data), "--check-batches", "2"])
+
+    assert code == 0
+    assert "outputs compared on 2 batch(es)" in capsys.readouterr().out
+    assert main(["clean", str(path), "-o", str(tmp_path / "x.onnx"), "--check-batches", "2"]) == 2
+    assert "--check-batches needs --data" in capsys.readouterr().err

@@ -343,6 +343,7 @@ def _inline_if(graph: Any, node: Any) -> bool:
     if not isinstance(branch, gs.Graph) or len(branch.outputs) != len(node.outputs):
         return False
     branch_nodes = {id(n) for n in branch.nodes}
+    readers = branch_nodes | {id(n) for sub in all_subgraphs(branch) for n in sub.nodes}  # nested bodies read too
     added: list[Any] = []
     rebound: set[int] = set()
     for if_out, branch_out in zip(node.outputs, branch.outputs):
@@ -354,13 +355,18 @@ def _inline_if(graph: Any, node: Any) -> bool:
         source = producer(branch_out)
         if source is not None and id(source) in branch_nodes and id(branch_out) not in rebound:
             rebound.add(id(branch_out))
-            redirect_consumers(branch_out, if_out, within=branch_nodes)
+            redirect_consumers(branch_out, if_out, within=readers)
             source.outputs[source.outputs.index(branch_out)] = if_out
         else:  # an outer tensor, a constant, or a tensor the branch returns twice: copy it
             added.append(
                 gs.Node("Identity", name=f"{node.name or if_out.name}_inlined", inputs=[branch_out], outputs=[])
             )
             added[-1].outputs.append(if_out)
+    # a branch-local name that the enclosing graph already uses would break SSA once inlined: rename it
+    taken = set(graph.tensors())
+    for tensor in (t for n in branch.nodes for t in n.outputs if not t.is_empty()):
+        if tensor.name in taken and not any(tensor is out for out in node.outputs):
+            tensor.name = f"{tensor.name}__{node.name or 'if'}_inlined"
     position = next(i for i, candidate in enumerate(graph.nodes) if candidate is node)
     node.inputs.clear()
     node.outputs.clear()
