@@ -101,9 +101,10 @@ def _kv(key: str, value: Any) -> gb.KeyValue:
 
 
 def _tensor_text(tensors: Sequence[TensorRecord]) -> str:
-    return "; ".join(
-        f"{t.name} {'x'.join(map(str, t.dimensions))} {t.datatype} {t.format}".strip() for t in tensors
-    ) or "-"
+    return (
+        "; ".join(f"{t.name} {'x'.join(map(str, t.dimensions))} {t.datatype} {t.format}".strip() for t in tensors)
+        or "-"
+    )
 
 
 def _layer_attrs(layer: LayerEntry, record: LayerRecord | None) -> list[gb.KeyValue]:
@@ -241,7 +242,9 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
         ]
         if node.engine_layers:
             attrs.append(
-                gb.KeyValue(key="engine layers (select)", value=gb.NodeIdsNodeAttributeValue(nodeIds=list(node.engine_layers)))
+                gb.KeyValue(
+                    key="engine layers (select)", value=gb.NodeIdsNodeAttributeValue(nodeIds=list(node.engine_layers))
+                )
             )
         graph_node = gb.GraphNode(
             id=onnx_node_id(node.name), label=node.op_type or node.name, namespace=namespace, attrs=attrs
@@ -253,17 +256,22 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
                     source, output_index = producers[tensor]
                     graph_node.incomingEdges.append(
                         gb.IncomingEdge(
-                            sourceNodeId=source, sourceNodeOutputId=str(output_index), targetNodeInputId=str(target_index)
+                            sourceNodeId=source,
+                            sourceNodeOutputId=str(output_index),
+                            targetNodeInputId=str(target_index),
                         )
                     )
             graph_node.outputsMetadata = [
-                gb.MetadataItem(id=str(i), attrs=[_kv("__tensor_tag", tensor)]) for i, tensor in enumerate(proto_node.output)
+                gb.MetadataItem(id=str(i), attrs=[_kv("__tensor_tag", tensor)])
+                for i, tensor in enumerate(proto_node.output)
             ]
         graph.nodes.append(graph_node)
 
     if view.onnx_proto is not None:
         for graph_output in view.onnx_proto.graph.output:
-            output_node = gb.GraphNode(id=OUTPUT_ID_PREFIX + graph_output.name, label="Output", attrs=[_kv("name", graph_output.name)])
+            output_node = gb.GraphNode(
+                id=OUTPUT_ID_PREFIX + graph_output.name, label="Output", attrs=[_kv("name", graph_output.name)]
+            )
             if graph_output.name in producers:
                 source, index = producers[graph_output.name]
                 output_node.incomingEdges.append(gb.IncomingEdge(sourceNodeId=source, sourceNodeOutputId=str(index)))
@@ -310,18 +318,24 @@ def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Grap
                     source, output_index = producers[tensor.name]
                     node.incomingEdges.append(
                         gb.IncomingEdge(
-                            sourceNodeId=source, sourceNodeOutputId=str(output_index), targetNodeInputId=str(target_index)
+                            sourceNodeId=source,
+                            sourceNodeOutputId=str(output_index),
+                            targetNodeInputId=str(target_index),
                         )
                     )
             node.outputsMetadata = [
-                gb.MetadataItem(id=str(i), attrs=[_kv("__tensor_tag", t.name), _kv("shape", t.dimensions), _kv("dtype", t.datatype)])
+                gb.MetadataItem(
+                    id=str(i), attrs=[_kv("__tensor_tag", t.name), _kv("shape", t.dimensions), _kv("dtype", t.datatype)]
+                )
                 for i, t in enumerate(record.outputs)
             ]
         graph.nodes.append(node)
     for io in view.engine_layers.io_tensors:
         if io.io_mode.lower().startswith("out"):
             output_node = gb.GraphNode(
-                id=OUTPUT_ID_PREFIX + io.name, label="Output", attrs=[_kv("name", io.name), _kv("datatype", io.datatype)]
+                id=OUTPUT_ID_PREFIX + io.name,
+                label="Output",
+                attrs=[_kv("name", io.name), _kv("datatype", io.datatype)],
             )
             if io.name in producers:
                 source, index = producers[io.name]
