@@ -16,7 +16,7 @@ __all__ = ["WorkbenchError", "__version__", "explore"]
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     """``workbench.explore(...)``: the engine explorer, imported on first use (it pulls in Model Explorer)."""
     if name == "explore":
-        import workbench.explore
+        import workbench.explore  # noqa: F401  (registers the submodule)
 
         return sys.modules["workbench.explore"]
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
