@@ -60,6 +60,26 @@ def register(subparsers: Any) -> None:
         default=None,
         help="zoo models: search the smallest fallback set that reaches this task metric",
     )
+    calibrate.add_argument(
+        "--target-drop",
+        type=float,
+        default=None,
+        help="zoo models: accuracy-target mixed precision (revert the worst fusion group, re-rank, step back): "
+        "the most INT8 whose task metric is within this drop of FP32",
+    )
+    calibrate.add_argument(
+        "--fallback", default="fp16", choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
+    )
+    calibrate.add_argument("--budget", type=int, default=30, help="--target-drop: at most N task evaluations")
+    calibrate.add_argument(
+        "--groups", default="fusion", choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
+    )
+    calibrate.add_argument(
+        "--eval-limit", type=int, default=None, help="--target-drop: evaluation samples (default: the whole set)"
+    )
+    calibrate.add_argument(
+        "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
+    )
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
@@ -164,9 +184,40 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
     quantized = session.quantize(ranges, plan)
     diff = None
-    if args.fallback_worst > 0 or args.diff or args.target is not None:
+    if args.fallback_worst > 0 or args.diff or (args.target is not None and args.target_drop is None):
         diff = session.diff(quantized)
-    if args.target is not None:
+    if args.target_drop is not None:
+        if entry is None:
+            raise WorkbenchError(
+                "--target-drop needs a task metric.", expected="a zoo model name as the model argument"
+            )
+        if args.target is not None:
+            raise WorkbenchError("--target and --target-drop exclude each other.", expected="one of them")
+        from workbench.calib.search import search_mixed_precision
+
+        if args.target_drop < 0 or args.budget < 1:
+            raise WorkbenchError(
+                f"--target-drop {args.target_drop} / --budget {args.budget} out of range.",
+                expected="a drop >= 0 and a budget >= 1",
+            )
+        mixed = search_mixed_precision(
+            session,
+            target_drop=args.target_drop,
+            fallback=args.fallback,
+            budget=args.budget,
+            ranges=ranges,
+            limit=args.eval_limit,
+            granularity=args.groups,
+            base_plan=plan,
+            log=None if args.no_progress else _say,
+        )
+        report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
+        mixed.save(report)
+        _say(f"mixed precision: {mixed.summary()}")
+        _say(f"wrote search report {report} ({len(mixed.evaluated)} evaluated plans, {len(mixed.reverts)} reverts)")
+        plan = mixed.plan
+        quantized = session.quantize(ranges, plan)
+    elif args.target is not None:
         if entry is None:
             raise WorkbenchError("--target needs a task metric.", expected="a zoo model name as the model argument")
         result = session.search_fallback(args.target, ranges=ranges, precision=args.fallback_precision, diff=diff)

@@ -243,6 +243,7 @@ def _quantized_inputs(
     weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     consumer: dict[str, str] = {}
     by_input: dict[str, list[Any]] = {}
+    cast_input = {n.output[0]: n.input[0] for n in quant_proto.graph.node if n.op_type == "Cast" and n.input}
     for node in quant_proto.graph.node:
         for name in node.input:
             by_input.setdefault(name, []).append(node)
@@ -251,6 +252,8 @@ def _quantized_inputs(
             continue
         scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
         source = node.input[0]
+        while source in cast_input:  # FP16 plans: the Q reads a Cast of the tensor back to FP32; measure the tensor
+            source = cast_input[source]
         dq_nodes = [n for n in by_input.get(node.output[0], []) if n.op_type == "DequantizeLinear"]
         users = [u.name for dq in dq_nodes for u in by_input.get(dq.output[0], [])]
         consumer[source] = users[0] if users else node.name
@@ -308,7 +311,8 @@ def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) ->
         raise WorkbenchError(
             "no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model"
         )
-    local_only = [n for n in activation_scales if n not in owners]
+    graph_inputs = {i.name for i in fp32_proto.graph.input}
+    local_only = [n for n in activation_scales if n not in owners and n in graph_inputs]
     return _Compared(compared, local_only, owners, activation_scales, weights, consumer)
 
 
