@@ -195,31 +195,26 @@ def section_priority(
         manager = EngineManager(contended_inflight=gate)
         try:
             servers = {}
+            models = {"hi": (hi_ex, hi_priority, hi_cfg, 1), "lo": (lo_ex, lo_priority, lo_cfg, 2)}
 
-            def add_hi(sms: int | None) -> None:
-                servers["hi"] = manager.add(
-                    "hi",
-                    lambda: hi_ex,
+            def add(name: str, sms: int | None) -> None:
+                executor, priority, cfg, seed = models[name]
+                servers[name] = manager.add(
+                    name,
+                    lambda: executor,
                     "1",
-                    ServeConfig(priority=hi_priority, sm_count=sms, **hi_cfg),
-                    seed=1,
+                    ServeConfig(priority=priority, sm_count=sms, **cfg),
+                    seed=seed,
                     owns_executor=False,
                 )
 
             if with_hi and hi_sms is None:
-                add_hi(None)
+                add("hi", None)
             if with_lo:
-                servers["lo"] = manager.add(
-                    "lo",
-                    lambda: lo_ex,
-                    "1",
-                    ServeConfig(priority=lo_priority, sm_count=lo_sms, **lo_cfg),
-                    seed=2,
-                    owns_executor=False,
-                )
+                add("lo", lo_sms)
             if with_hi and hi_sms is not None:  # the rest of the GPU: what the low partition was granted leaves
-                granted = servers["lo"]._active.lanes.sm_count if with_lo else 0
-                add_hi(min(hi_sms, servers["lo"]._active.lanes.partition.device_sm_count - granted))
+                lanes = servers["lo"]._active.lanes
+                add("hi", min(hi_sms, lanes.partition.device_sm_count - lanes.sm_count))
             warm = 0.3
             starts = {}
             for name, server in servers.items():
