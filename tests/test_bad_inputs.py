@@ -49,6 +49,10 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _write(root, "garbage.onnx", b"\x00\x01not an onnx model" * 10)
     _write(root, "empty.onnx", b"")
     _write(root, "notes.txt", "a user's file\n")
+    (root / "link.onnx").symlink_to("tiny.onnx")
+    import os
+
+    os.link(root / "tiny.onnx", root / "hard.onnx")
     rng = np.random.default_rng(0)
     _npz(root / "data", [{"x": rng.standard_normal((8, 4)).astype(np.float32)} for _ in range(3)])
     _npz(root / "nan", [{"x": np.full((8, 4), np.nan, np.float32)}])
@@ -216,6 +220,13 @@ def _c(id_: str, argv: str | list[str], match: str, env: dict[str, str] | None =
     return pytest.param(argv.split() if isinstance(argv, str) else argv, match, env, id=id_)
 
 
+_DEMO_SETTING = {  # settings are checked by QuickstartConfig, whose messages name the setting
+    "--streams": "streams=",
+    "--batch": "batch=",
+    "--max-metric-drop": "max_metric_drop=",
+    "--calibration-samples": "calibration_samples=",
+    "--eval-samples": "evaluation_samples=",
+}
 TIME = "time tiny.onnx --executor cpu -o t.json --no-baseline --streams 1"
 CAL = "calibrate tiny.onnx --data data -o q2.onnx --no-progress"
 BUILD = "build tiny.onnx --no-progress"
@@ -243,7 +254,9 @@ CASES = [
         "time tiny.onnx -o t.json --batch 100000 --streams 1 --shape x:1x4000000",
         r"needs .*more than",
     ),
+    _c("time-zoo-batch-100000", "time digits-cnn -o t.json --batch 100000", r"needs .*more than this machine"),
     _c("time-o-dir", "time tiny.onnx -o data", "is a directory"),
+    _c("time-o-symlink-to-model", "time tiny.onnx -o link.onnx", "is the input"),
     _c("time-o-is-model", "time tiny.onnx -o tiny.onnx", "is the input"),
     _c("time-trace-dir", f"{TIME} --trace data", "is a directory"),
     _c("time-trace-same-as-o", f"{TIME} --trace t.json", "also given as"),
@@ -261,6 +274,9 @@ CASES = [
     # --- build ------------------------------------------------------------------------------------------------
     _c("build-o-is-model", f"{BUILD} -o tiny.onnx", "is the input"),
     _c("build-o-dir", f"{BUILD} -o data", "is a directory"),
+    _c("build-o-symlink-to-model", f"{BUILD} -o link.onnx", "is the input"),
+    _c("build-o-hardlink-to-model", f"{BUILD} -o hard.onnx", "is the input"),
+    _c("build-string-model", "build string.onnx -o s.engine --no-progress", "string-typed"),
     _c("build-o-proc", f"{BUILD} -o /proc/m.engine", "not writable"),
     _c("build-o-under-file", f"{BUILD} -o notes.txt/m.engine", "not a directory"),
     _c("build-o-trailing-slash", f"{BUILD} -o newdir/", "separator|directory"),
@@ -519,11 +535,11 @@ CASES = [
     _c("zoo-fetch-unknown", "zoo fetch nosuchmodel", "nosuchmodel"),
     # --- demo (the report) ------------------------------------------------------------------------------------
     *[
-        _c(f"demo-{opt}-{value}", f"demo {opt} {value}", re.escape(opt))
+        _c(f"demo-{opt}-{value}", f"demo --out newout {opt} {value}", _DEMO_SETTING[opt])
         for opt, values in {
             "--streams": ["0", "17"],
             "--batch": ["0", "-1"],
-            "--max-metric-drop": ["nan", "-1", "2"],
+            "--max-metric-drop": ["nan", "-1", "2", "inf"],
             "--calibration-samples": ["0"],
             "--eval-samples": ["-5"],
         }.items()

@@ -409,3 +409,15 @@ def test_validate_outputs_sees_through_links(tmp_path: Path) -> None:
         with pytest.raises(WorkbenchError, match="is the input"):
             validate_outputs({"-o": tmp_path / alias}, inputs=[model])
     validate_outputs({"-o": tmp_path / "other.onnx"}, inputs=[model])
+
+
+def test_zoo_calib_data_overwrite_replaces_the_whole_set(tmp_path: Path) -> None:
+    out = tmp_path / "calib"
+    out.mkdir()
+    np.savez(out / "batch_00099.npz", image=np.zeros((1, 1, 32, 32), np.float32))  # a stale batch of an older set
+    refused = run_cli_forked(["zoo", "calib-data", "digits-cnn", "calib", "--limit", "16"], tmp_path)
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+    run = run_cli_forked(["zoo", "calib-data", "digits-cnn", "calib", "--limit", "16", "--overwrite"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["batch_00000.npz", "batch_00001.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calib"]  # no staging folder left

@@ -11,7 +11,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workbench._args import bounded_float, bounded_int, positive_int
 from workbench._io import validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
 from workbench.report import diagnose, write_report
@@ -60,19 +59,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max-metric-drop",
-        type=bounded_float(0.0, 1.0),
+        type=float,
         help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)",
     )
     parser.add_argument(
         "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
     )
-    parser.add_argument("--streams", type=bounded_int(1, 16), help="pipeline streams (lanes), 1..16")
-    parser.add_argument("--batch", type=bounded_int(1, 4096), help="samples per request")
+    parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
+    parser.add_argument("--batch", type=int, help="samples per request")
+    parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
     parser.add_argument(
-        "--calibration-samples", type=positive_int, help="samples for the INT8 range statistics (default 128)"
-    )
-    parser.add_argument(
-        "--eval-samples", type=positive_int, help="evaluation samples per precision for the task metric (default 450)"
+        "--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)"
     )
     parser.set_defaults(func=_cli)
 

@@ -326,9 +326,10 @@ def collect_statistics(
     for feed in iterator:
         feed = check_feed(feed, input_names, batches)
         for name, array in feed.items():
-            finite = array[np.isfinite(array)] if array.dtype.kind == "f" else array
-            peak = float(np.abs(finite).max()) if finite.size else 0.0
-            input_peak[name] = max(input_peak.get(name, 0.0), peak)
+            if array.dtype.kind == "f":  # integer inputs (token ids, masks) may legitimately be all zero
+                finite = array[np.isfinite(array)]
+                peak = float(np.abs(finite).max()) if finite.size else 0.0
+                input_peak[name] = max(input_peak.get(name, 0.0), peak)
         digests.append(feed_digest(feed))
         try:
             values = session.run(names, feed)
@@ -348,8 +349,8 @@ def collect_statistics(
     zero = [name for name, peak in input_peak.items() if peak == 0.0]
     if zero:
         raise WorkbenchError(
-            f"calibration data {source.name!r}: input(s) {zero} are zero in every batch; ranges from them would be "
-            "meaningless.",
+            f"calibration data {source.name!r}: float input(s) {zero} are zero in every batch; ranges from them "
+            "would be meaningless.",
             expected="representative (non-constant) calibration data",
         )
     notes = []

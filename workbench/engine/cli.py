@@ -145,6 +145,9 @@ def _cli_build(args: argparse.Namespace) -> int:
 
     shapes_arg = parse_shapes_arg(args.shapes)
     model, zoo_shapes = _resolve_model_arg(args.model)
+    from workbench.model.resources import refuse_string_inputs
+
+    refuse_string_inputs(model.inputs, what=str(model.path))
     shapes = {**zoo_shapes, **shapes_arg}
     output = args.output or (
         str(model.path.with_suffix(".engine")) if os.path.exists(args.model) else f"out/{args.model}.engine"
