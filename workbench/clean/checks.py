@@ -146,9 +146,10 @@ MAX_HINTS = 4
 
 
 def value_hints(model: Any) -> dict[str, list[Any]]:
-    """Values worth feeding to integer and bool graph inputs: the constants the model compares them with
-    (``Equal(sr, 16000)`` feeding an ``If``, in any subgraph), followed through Cast/Squeeze/Reshape-like
-    nodes. A random integer would send such a model down a branch it rejects. Inputs with no hint are absent."""
+    """Values worth feeding to small fixed-size integer and bool graph inputs (scalars such as a sample rate or a
+    mode flag): the constants the model compares them with (``Equal(sr, 16000)`` feeding an ``If``, in any
+    subgraph), followed through Cast/Squeeze/Reshape-like nodes. A random integer would send such a model down a
+    branch it rejects. Masks and token ids (dynamic shapes) keep random {0, 1}. Inputs with no hint are absent."""
     import onnx
 
     from workbench.clean.graph_utils import iter_graph_protos
@@ -176,6 +177,8 @@ def value_hints(model: Any) -> dict[str, list[Any]]:
     for spec in tensor_specs(model.graph.input, initializers):
         if np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32").kind not in "iub":
             continue
+        if spec.is_dynamic or int(np.prod(spec.shape, dtype=np.int64)) > MAX_HINTS:
+            continue  # only small fixed-size inputs (a sample rate, a mode flag): masks and ids stay random
         found: list[Any] = []
         frontier, seen = [spec.name], {spec.name}
         while frontier:
