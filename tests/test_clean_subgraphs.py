@@ -108,6 +108,12 @@ def test_silero_vad_runs_with_profile_thanks_to_value_hints(silero):
     _assert_clean_run(result)
     assert result.subgraph_nodes_after < result.subgraph_nodes_before
     _same_outputs(model, result.model, silero_feeds(2))
+    # the nodes-per-pass figure counts the nodes inside the If branches too
+    from workbench.viz.clean import node_waterfall_figure
+
+    bars = node_waterfall_figure(result).data[0].y
+    assert bars[0] == len(_ops(model)) == result.nodes_before and bars[-1] == len(_ops(result.model))
+    assert len(model.graph.node) < 10 < result.nodes_after  # the top level alone holds almost nothing
 
 
 def test_no_probe_runs_names_the_inputs_and_suggests_data(silero, capsys):
