@@ -301,7 +301,7 @@ def build_with_rtx(path: Path, profile: dict, workdir: Path) -> dict[str, Any]:
 
 def load_model_set(names: list[str], workdir: Path) -> list[tuple[str, Path, dict, list | None]]:
     """(name, path, profile, real feeds or None) per model."""
-    models = []
+    models: list[tuple[str, Path, dict, list | None]] = []
     for name in names:
         if name in ZOO_MODELS:
             from workbench.zoo import get_entry

@@ -5,6 +5,7 @@ weights in separate parameters). Every pass is checked against ONNX Runtime; a b
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,12 @@ def test_silero_vad_runs_with_profile_thanks_to_value_hints(silero):
     _assert_clean_run(result)
     assert result.subgraph_nodes_after < result.subgraph_nodes_before
     _same_outputs(model, result.model, silero_feeds(2))
+    # the nodes-per-pass figure counts the nodes inside the If branches too
+    from workbench.viz.clean import node_waterfall_figure
+
+    bars = node_waterfall_figure(result).data[0].y
+    assert bars[0] == len(_ops(model)) == result.nodes_before and bars[-1] == len(_ops(result.model))
+    assert len(model.graph.node) < 10 < result.nodes_after  # the top level alone holds almost nothing
 
 
 def test_no_probe_runs_names_the_inputs_and_suggests_data(silero, capsys):
@@ -237,3 +244,37 @@ def test_npy_batches_for_a_one_input_model_and_check_batches_bound(exported, tmp
     assert "outputs compared on 2 batch(es)" in capsys.readouterr().out
     assert main(["clean", str(path), "-o", str(tmp_path / "x.onnx"), "--check-batches", "2"]) == 2
     assert "--check-batches needs --data" in capsys.readouterr().err
+
+
+def test_consecutive_slices_merge_and_identity_reshape_goes(tmp_path):
+    import torch
+
+    class Crop(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x[:, 1:5, 2:7]  # PyTorch writes one Slice per axis
+            z = torch.relu(y).reshape(y.size(0), 4, -1)  # the shape it already has
+            return z[:, :, :] * 2.0  # a whole-range Slice
+
+    path = tmp_path / "crop.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated
+        torch.onnx.export(
+            Crop(),
+            (torch.randn(2, 8, 9),),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+    model = onnx.load(path)
+    assert _ops(model).count("Slice") >= 2 and "Reshape" in _ops(model)
+
+    result = clean_model(model, CleanOptions(profile={"x": [(1, 8, 9), (2, 8, 9), (3, 8, 9)]}))
+
+    _assert_clean_run(result)
+    assert result.report("merge_consecutive").status == "accepted"
+    assert _ops(result.model).count("Slice") == 1  # merged, and the whole-range one removed
+    assert "Reshape" not in _ops(result.model)
+    _same_outputs(model, result.model, [{"x": np.random.default_rng(7).standard_normal((3, 8, 9), np.float32)}])

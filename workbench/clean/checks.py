@@ -3,6 +3,7 @@ ONNX Runtime outputs (graph optimizations off) equal to the original model's at 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -146,9 +147,10 @@ MAX_HINTS = 4
 
 
 def value_hints(model: Any) -> dict[str, list[Any]]:
-    """Values worth feeding to integer and bool graph inputs: the constants the model compares them with
-    (``Equal(sr, 16000)`` feeding an ``If``, in any subgraph), followed through Cast/Squeeze/Reshape-like
-    nodes. A random integer would send such a model down a branch it rejects. Inputs with no hint are absent."""
+    """Values worth feeding to small fixed-size integer and bool graph inputs (scalars such as a sample rate or a
+    mode flag): the constants the model compares them with (``Equal(sr, 16000)`` feeding an ``If``, in any
+    subgraph), followed through Cast/Squeeze/Reshape-like nodes. A random integer would send such a model down a
+    branch it rejects. Masks and token ids (dynamic shapes) keep random {0, 1}. Inputs with no hint are absent."""
     import onnx
 
     from workbench.clean.graph_utils import iter_graph_protos
@@ -176,6 +178,8 @@ def value_hints(model: Any) -> dict[str, list[Any]]:
     for spec in tensor_specs(model.graph.input, initializers):
         if np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32").kind not in "iub":
             continue
+        if spec.is_dynamic or math.prod(int(dim) for dim in spec.shape if isinstance(dim, int)) > MAX_HINTS:
+            continue  # only small fixed-size inputs (a sample rate, a mode flag): masks and ids stay random
         found: list[Any] = []
         frontier, seen = [spec.name], {spec.name}
         while frontier:
@@ -342,13 +346,13 @@ class EquivalenceChecker:
             ]
         real = [(f"sample {index}", feed) for index, feed in enumerate(extra_feeds)]
         real += [(f"{data_label} batch {index}", feed) for index, feed in enumerate(data_feeds)]
-        for label, feed in real:
-            checked = check_batch(feed, self.inputs, label)
-            candidates.append(({name: tuple(value.shape) for name, value in checked.items()}, checked, label))
+        for batch_label, feed in real:
+            checked = check_batch(feed, self.inputs, batch_label)
+            candidates.append(({name: tuple(value.shape) for name, value in checked.items()}, checked, batch_label))
         failures: list[str] = []
         for shapes, feed, label in candidates:
             try:
-                outputs = session.run(self.output_names, feed)
+                outputs: list[np.ndarray] = session.run(self.output_names, feed)
             except Exception as error:
                 where = label or f"probe {_describe_feed(feed)}"
                 if label is not None:
@@ -438,20 +442,20 @@ class EquivalenceChecker:
         # exact passes: bit-exact against the last accepted model (numeric drift of earlier folding does not
         # accumulate into a failure); numeric passes: within tolerance of the original
         references = self.accepted_outputs if tolerance == "exact" else self.references
-        outputs: list[list[np.ndarray]] = []
+        run_outputs: list[list[np.ndarray]] = []
         for shapes, feed, reference in zip(self.probe_shapes, self.feeds, references):
             try:
                 got = session.run(self.output_names, feed)
             except Exception as error:
                 return fail(f"ONNX Runtime fails at {self._where(shapes)}: {_first_line(error)}", inferred=inferred)
-            outputs.append(got)
+            run_outputs.append(got)
             for name, ref, act in zip(self.output_names, reference, got):
                 ok, diff, why = compare_outputs(np.asarray(ref), np.asarray(act), tolerance)
                 worst = max(worst, diff)
                 if not ok:
                     return fail(f"output {name!r} at {self._where(shapes)}: {why}", worst, inferred)
         outcome = CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
-        outcome.outputs = outputs
+        outcome.outputs = run_outputs
         return outcome
 
     def accept(self, outcome: CheckOutcome) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from workbench.model.graph import is_constant, producer
 
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # default-domain ops with graph attributes
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
@@ -46,6 +47,8 @@ def node_subgraphs(node: Any) -> list[Any]:
     """The gs.Graph bodies held in ``node``'s attributes (If branches, Loop/Scan bodies)."""
     import onnx_graphsurgeon as gs
 
+    if node.op not in CONTROL_FLOW_OPS and node.domain in (None, "", "ai.onnx"):
+        return []  # only control-flow ops (and custom-domain ones) hold graphs
     found = []
     for value in node.attrs.values():
         if isinstance(value, gs.Graph):
@@ -165,6 +168,8 @@ def iter_graph_protos(graph: Any) -> Iterable[Any]:
     """An onnx.GraphProto and every GraphProto nested in its nodes' attributes, outer first."""
     yield graph
     for node in graph.node:
+        if node.op_type not in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
+            continue  # only control-flow ops (and custom-domain ones) hold graphs
         for attr in node.attribute:
             if attr.HasField("g"):
                 yield from iter_graph_protos(attr.g)
