@@ -174,11 +174,13 @@ def build_explorer(
         ids = (
             (g.ONNX_GRAPH_ID, g.ENGINE_GRAPH_ID) if len(views) == 1 else (f"{view.label}:onnx", f"{view.label}:engine")
         )
-        collection = g.graph_collection(
-            view.label, [g.onnx_graph(view, graph_id=ids[0]), g.engine_graph(view, graph_id=ids[1])]
-        )
         stem = _file_stem(view.label, index)
-        graph_files.append(g.write_graphs(collection, out / f"{stem}.graphs.json"))
+        # one collection per graph: Model Explorer applies remote node data once per collection, so the ONNX and
+        # engine graphs each get theirs only as separate collections
+        for graph in (g.onnx_graph(view, graph_id=ids[0]), g.engine_graph(view, graph_id=ids[1])):
+            kind = "ONNX" if graph.id == ids[0] else "engine"
+            collection = g.graph_collection(collection_label(view.label, kind), [graph])
+            graph_files.append(g.write_graphs(collection, out / f"{stem}.{kind.lower()}.graphs.json"))
         # INT8 damage goes on the quantized side (the last build); the profile on the first
         overlays = ov.build_overlays(
             view,
@@ -195,13 +197,16 @@ def build_explorer(
         all_overlays += overlays
     if len(views) == 1:
         ui_state = {
-            "paneStates": [_pane(g.ONNX_GRAPH_ID, first.label, 0.5), _pane(g.ENGINE_GRAPH_ID, first.label, 0.5)]
+            "paneStates": [
+                _pane(g.ONNX_GRAPH_ID, collection_label(first.label, "ONNX"), 0.5),
+                _pane(g.ENGINE_GRAPH_ID, collection_label(first.label, "engine"), 0.5),
+            ]
         }
     else:
         ui_state = {
             "paneStates": [
-                _pane(f"{views[0].label}:engine", views[0].label, 0.5),
-                _pane(f"{views[1].label}:engine", views[1].label, 0.5),
+                _pane(f"{views[0].label}:engine", collection_label(views[0].label, "engine"), 0.5),
+                _pane(f"{views[1].label}:engine", collection_label(views[1].label, "engine"), 0.5),
             ]
         }
     return Explorer(
@@ -215,6 +220,10 @@ def build_explorer(
         tuple(all_overlays),
         height,
     )
+
+
+def collection_label(label: str, kind: str) -> str:
+    return f"{label} {kind}"
 
 
 def _file_stem(label: str, index: int) -> str:

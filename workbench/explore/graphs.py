@@ -163,6 +163,36 @@ def node_home_layer(layer_map: LayerMap) -> dict[str, LayerEntry]:
     return {node.name: by_name[node.engine_layers[0]] for node in layer_map.nodes if node.engine_layers}
 
 
+def folded_placement(view: BuildView) -> dict[str, LayerEntry]:
+    """Folded ONNX node -> the layer of its nearest executed consumer (its ``folded by TensorRT`` group is drawn
+    inside that layer's group, so folded constants and shape arithmetic sit where they were used)."""
+    if view.onnx_proto is None:
+        return {}
+    from workbench.model.graph import onnx_node_name
+
+    home = node_home_layer(view.layer_map)
+    consumers: dict[str, list[str]] = {}
+    names = []
+    for proto_node in view.onnx_proto.graph.node:
+        name = onnx_node_name(proto_node)
+        names.append((name, list(proto_node.output)))
+        for tensor in proto_node.input:
+            consumers.setdefault(tensor, []).append(name)
+    placed: dict[str, LayerEntry] = {}
+    for name, outputs in reversed(names):  # consumers come later in topological order: placed first
+        if name in home:
+            continue
+        for tensor in outputs:
+            for consumer in consumers.get(tensor, ()):
+                layer = home.get(consumer) or placed.get(consumer)
+                if layer is not None:
+                    placed[name] = layer
+                    break
+            if name in placed:
+                break
+    return placed
+
+
 def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     """The ONNX graph of ``view`` with every node nested in the group of the engine layer that executes it."""
     layer_map = view.layer_map
@@ -172,7 +202,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     op_types = {node.name: node.op_type for node in layer_map.nodes}
     graph = gb.Graph(id=graph_id, nodes=[])
     graph.groupNodeConfigs = [
-        gb.GroupNodeConfig(namespaceRegex=f"^{FOLDED_GROUP}$", backgroundColor="#f2f2f2", textColor="#777777"),
+        gb.GroupNodeConfig(namespaceRegex=f"(^|/){FOLDED_GROUP}$", backgroundColor="#f2f2f2", textColor="#777777"),
         gb.GroupNodeConfig(namespaceRegex=f"^{INSERTED_GROUP}$", backgroundColor="#e6e6e6"),
     ]
     graph.groupNodeAttributes = {}
@@ -231,9 +261,15 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
                 )
             )
 
+    folded_near = folded_placement(view)
     for node in layer_map.nodes:
         home_layer = home.get(node.name)
-        namespace = FOLDED_GROUP if home_layer is None else layer_namespace(home_layer, use_scopes)
+        if home_layer is not None:
+            namespace = layer_namespace(home_layer, use_scopes)
+        elif node.name in folded_near:
+            namespace = f"{layer_namespace(folded_near[node.name], use_scopes)}/{FOLDED_GROUP}"
+        else:
+            namespace = FOLDED_GROUP
         attrs = [
             _kv("op type", node.op_type or "?"),
             _kv("ONNX node", node.name),

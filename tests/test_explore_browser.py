@@ -1,0 +1,78 @@
+"""The engine explorer in a real browser: headless Debian Chromium (software WebGL) loads our Model Explorer page
+from this process's server and draws both graphs with the overlays loaded."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.engine import engine_for_zoo_model
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--no-sandbox", "--use-angle=swiftshader"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "out" / "browser"
+
+
+def _not_blank(png: bytes) -> int:
+    """Distinct colours in a screenshot (a blank or one-colour page has very few)."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB").resize((400, 300))
+    return len(set(image.getdata()))
+
+
+@pytest.mark.slow
+def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
+    import workbench
+    from workbench.explore.server import get_server, healthy
+
+    fp32 = engine_for_zoo_model("ocr-cls", "fp32", tmp_path)
+    explorer = workbench.explore(fp32)
+    server = get_server()
+    assert server.host == "127.0.0.1" and healthy(server.port)
+    again = workbench.explore(fp32)
+    assert again.url.split("/?")[0] == explorer.url.split("/?")[0] == server.base_url  # one server, reused
+    assert "<iframe" in explorer._repr_html_()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            started = time.monotonic()
+            page.goto(explorer.url)
+            page.wait_for_function(
+                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2", timeout=90_000
+            )
+            first_canvas_s = time.monotonic() - started
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes('NODE DATA PROVIDERS')).length >= 2",
+                timeout=60_000,
+            )
+            panes = page.evaluate(
+                "() => [...document.querySelectorAll('split-pane')].map(p => p.innerText.slice(0, 4000))"
+            )
+            body = page.inner_text("body")
+            time.sleep(2)
+            png = page.screenshot(path=str(ARTIFACTS / "explorer.png"))
+        finally:
+            browser.close()
+    assert len(panes) == 2
+    onnx_pane, engine_pane = panes
+    stats = fp32.layer_map.stats()
+    assert "ocr-cls.fp32 ONNX" in body and "ocr-cls.fp32 engine" in body  # the two panes' titles
+    # Model Explorer counts our nodes: ONNX nodes + layer nodes + graph inputs/outputs on the left, layers + I/O right
+    assert f"{stats.onnx_nodes + stats.engine_layers + 2}" in onnx_pane
+    assert f"{stats.engine_layers + 2}" in engine_pane
+    for pane in panes:  # every overlay listed with its legend/stats in both panes
+        for name in ("precision", "ONNX nodes fused per layer", "lint findings"):
+            assert name in pane
+    assert "Sync" in body  # the split view's sync control is shown (mode "match node id" comes with the URL)
+    assert _not_blank(png) > 50, "the screenshot is (nearly) one colour"
+    assert first_canvas_s < 60
