@@ -88,6 +88,15 @@ def register(subparsers: Any) -> None:
     diff.add_argument("-o", "--output", required=True, help="DIFF.json to write")
     diff.add_argument("--max-batches", type=int, default=8)
     diff.add_argument("--top", type=int, default=10, help="print this many worst layers")
+    diff.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="DB",
+        help="name the first tensor (topological order) whose accumulated SQNR falls below DB, with its ONNX nodes "
+        "and the engine layers of a TensorRT-RTX build of the quantized model",
+    )
+    diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
     diff.set_defaults(func=_cli_diff)
 
@@ -111,6 +120,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.precision import PrecisionPlan
 
     model, entry = resolve_model(args.model)
+    if args.target_drop is not None and entry is None:
+        raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
     cache_path = Path(args.cache) if args.cache else None
     session = (
@@ -269,8 +280,37 @@ def _cli_diff(args: argparse.Namespace) -> int:
         _say(
             f"  lowest local SQNR: {row.name} {row.sqnr_db_local:.1f} dB, clipped {row.clipped_fraction:.2e}: {row.cause}"
         )
+    if args.threshold is not None:
+        _report_divergence(diff, args.threshold, quantized.proto, build=not args.no_engine)
     if diff.task_metric:
         _say(f"task metric {diff.task_metric['name']}: {diff.task_metric['value']:.4f}")
     for note in diff.warnings:
         _say(f"warning: {note}")
     return 0
+
+
+def _report_divergence(diff: Any, threshold: float, quantized_proto: Any, *, build: bool) -> None:
+    from workbench.calib.diff import first_divergence
+
+    layer_map = None
+    if build:
+        from workbench.calib.cost import build_plan_engine
+
+        try:
+            _, layer_map = build_plan_engine(quantized_proto, name="diff")
+        except WorkbenchError as error:
+            _say(f"warning: no engine layers (the build failed: {error.problem})")
+    found = first_divergence(diff, threshold, layer_map)
+    if found is None:
+        _say(f"first divergence: no tensor falls below {threshold:g} dB accumulated SQNR")
+        return
+    _say(
+        f"first divergence below {threshold:g} dB: tensor {found.tensor} (node {found.node}, {found.op}, position "
+        f"{found.index}) at {found.sqnr_db_accumulated:.1f} dB, inputs at {found.sqnr_db_before:.1f} dB"
+    )
+    _say(f"  ONNX nodes: {', '.join(found.onnx_nodes)}")
+    if found.engine_layers:
+        for name, kind, precision in zip(found.engine_layers, found.engine_layer_types, found.engine_layer_precisions):
+            _say(f"  engine layer: {name} ({kind}, {precision})")
+    elif layer_map is not None:
+        _say("  engine layers: none (the node was folded away in the build)")
