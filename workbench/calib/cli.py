@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench._args import bounded_float, bounded_int, non_negative_int, positive_int
+from workbench._args import bounded_float, bounded_int, finite_float, non_negative_int, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
     )
     calibrate.add_argument(
         "--target-drop",
-        type=float,
+        type=bounded_float(0.0, 1.0, low_inclusive=False),
         default=None,
         help="zoo models: accuracy-target mixed precision (revert the worst fusion group, re-rank, step back): "
         "the most INT8 whose task metric is within this drop of FP32",
@@ -70,12 +70,12 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument(
         "--fallback", default="fp16", choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
     )
-    calibrate.add_argument("--budget", type=int, default=30, help="--target-drop: at most N task evaluations")
+    calibrate.add_argument("--budget", type=bounded_int(1, 10_000), default=30, help="--target-drop: at most N task evaluations")
     calibrate.add_argument(
         "--groups", default="fusion", choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
-        "--eval-limit", type=int, default=None, help="--target-drop: evaluation samples (default: the whole set)"
+        "--eval-limit", type=positive_int, default=None, help="--target-drop: evaluation samples (default: the whole set)"
     )
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
@@ -97,6 +97,15 @@ def register(subparsers: Any) -> None:
     diff.add_argument("-o", "--output", required=True, help="DIFF.json to write")
     diff.add_argument("--max-batches", type=positive_int, default=8)
     diff.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="print this many worst layers")
+    diff.add_argument(
+        "--threshold",
+        type=finite_float,
+        default=None,
+        metavar="DB",
+        help="name the first tensor (topological order) whose accumulated SQNR falls below DB, with its ONNX nodes "
+        "and the engine layers of a TensorRT-RTX build of the quantized model",
+    )
+    diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
     diff.set_defaults(func=_cli_diff)
 
@@ -120,6 +129,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.precision import PrecisionPlan
 
     model, entry = resolve_model(args.model)
+    if args.target_drop is not None and entry is None:
+        raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")
     data_dir = args.data if args.data not in (None, "zoo", "random") else None
     # the cache is read when it exists, so it is an output only when it will be (re)written
     validate_outputs(
@@ -292,8 +303,37 @@ def _cli_diff(args: argparse.Namespace) -> int:
         _say(
             f"  lowest local SQNR: {row.name} {row.sqnr_db_local:.1f} dB, clipped {row.clipped_fraction:.2e}: {row.cause}"
         )
+    if args.threshold is not None:
+        _report_divergence(diff, args.threshold, quantized.proto, build=not args.no_engine)
     if diff.task_metric:
         _say(f"task metric {diff.task_metric['name']}: {diff.task_metric['value']:.4f}")
     for note in diff.warnings:
         _say(f"warning: {note}")
     return 0
+
+
+def _report_divergence(diff: Any, threshold: float, quantized_proto: Any, *, build: bool) -> None:
+    from workbench.calib.diff import first_divergence
+
+    layer_map = None
+    if build:
+        from workbench.calib.cost import build_plan_engine
+
+        try:
+            _, layer_map = build_plan_engine(quantized_proto, name="diff")
+        except WorkbenchError as error:
+            _say(f"warning: no engine layers (the build failed: {error.problem})")
+    found = first_divergence(diff, threshold, layer_map)
+    if found is None:
+        _say(f"first divergence: no tensor falls below {threshold:g} dB accumulated SQNR")
+        return
+    _say(
+        f"first divergence below {threshold:g} dB: tensor {found.tensor} (node {found.node}, {found.op}, position "
+        f"{found.index}) at {found.sqnr_db_accumulated:.1f} dB, inputs at {found.sqnr_db_before:.1f} dB"
+    )
+    _say(f"  ONNX nodes: {', '.join(found.onnx_nodes)}")
+    if found.engine_layers:
+        for name, kind, precision in zip(found.engine_layers, found.engine_layer_types, found.engine_layer_precisions):
+            _say(f"  engine layer: {name} ({kind}, {precision})")
+    elif layer_map is not None:
+        _say("  engine layers: none (the node was folded away in the build)")

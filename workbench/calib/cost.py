@@ -78,8 +78,12 @@ def cost_of_layer_map(layer_map: Any, engine_bytes: int, build_seconds: float, b
     )
 
 
-def build_plan_engine(proto: Any, workdir: str | Path | None = None, *, name: str = "plan") -> tuple[EngineCost, Any]:
-    """Build ``proto`` (a Q/DQ and/or FP16-cast model) with the installed TensorRT backend; return (cost, layer map)."""
+def build_plan_engine(
+    proto: Any, workdir: str | Path | None = None, *, name: str = "plan", shapes: Any = None
+) -> tuple[EngineCost, Any]:
+    """Build ``proto`` (a Q/DQ and/or FP16-cast model) with the installed TensorRT backend; return (cost, layer map).
+
+    ``shapes``: (min, opt, max) per dynamic input, e.g. a zoo entry's ``input_profiles()``."""
     import onnx
 
     from workbench.engine.build import BuildOptions, engine_from_onnx
@@ -92,7 +96,9 @@ def build_plan_engine(proto: Any, workdir: str | Path | None = None, *, name: st
         onnx_path = Path(folder) / f"{name}.onnx"
         onnx.save(proto, str(onnx_path))
         artifact = engine_from_onnx(
-            load_onnx(onnx_path, check=False), Path(folder) / f"{name}.engine", BuildOptions(progress=False)
+            load_onnx(onnx_path, check=False),
+            Path(folder) / f"{name}.engine",
+            BuildOptions(shapes=dict(shapes or {}), progress=False),
         )
     cost = cost_of_layer_map(artifact.layer_map, artifact.engine_bytes, artifact.build_seconds, artifact.backend)
     return cost, artifact.layer_map

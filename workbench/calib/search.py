@@ -3,8 +3,9 @@
 NNCF's accuracy-control loop, over groups that follow the engine's fusions (:mod:`.groups`):
 
 1. evaluate the all-INT8 plan on the task metric; stop if it meets the target;
-2. rank the INT8 groups by the damage the per-layer diff of the *current* plan attributes to them
-   (:meth:`~workbench.calib.session.CalibrationSession.score_int8_nodes`, summed over the group);
+2. rank the INT8 groups by the damage of the *current* plan attributed to them, summed over the group: by the
+   per-layer diff (``ranking="diff"``, :meth:`~workbench.calib.session.CalibrationSession.score_int8_nodes`) or by
+   leave-one-out output noise (``ranking="sensitivity"``, one ORT session per candidate, no task evaluation);
 3. revert the worst group to the fallback precision (FP16 by default) and evaluate;
 4. if the metric improved, keep the revert and re-rank with the reverted plan (step 2); if it did not, step back
    (undo the revert, never try that group again) and try the next group of the same ranking;
@@ -85,6 +86,7 @@ class MixedPrecisionResult(Artifact):
     seconds: float
     evaluation_samples: int
     granularity: str
+    ranking: str
     groups: tuple[PrecisionGroup, ...]
     reverts: tuple[Revert, ...]
     evaluated: tuple[EvaluatedPlan, ...]
@@ -119,7 +121,7 @@ def _math_ops(session: Any) -> dict[str, str]:
 def search_mixed_precision(
     session: Any,
     *,
-    target_drop: float | None = 0.01,
+    target_drop: float | None = None,
     target: float | None = None,
     fallback: Precision = "fp16",
     budget: int = DEFAULT_BUDGET,
@@ -128,10 +130,12 @@ def search_mixed_precision(
     granularity: str = "fusion",
     build_costs: bool = True,
     diff_batches: int = 1,
+    ranking: str = "diff",
     base_plan: PrecisionPlan | None = None,
     log: Callable[[str], None] | None = None,
 ) -> MixedPrecisionResult:
-    """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``).
+    """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
+    0.01 when neither is given).
 
     ``limit`` caps the evaluation samples; ``budget`` caps task evaluations of quantized plans; ``granularity``
     is "fusion" (groups from the all-INT8 engine's layer map) or "block" (fusion groups merged by name scope).
@@ -142,10 +146,14 @@ def search_mixed_precision(
         raise WorkbenchError(f"fallback precision {fallback!r} is not allowed.", expected="fp16 or fp32")
     if granularity not in ("fusion", "block"):
         raise WorkbenchError(f"unknown group granularity {granularity!r}.", expected="fusion or block")
+    if ranking not in ("diff", "sensitivity"):
+        raise WorkbenchError(f"unknown group ranking {ranking!r}.", expected="diff or sensitivity")
     if budget < 1:
         raise WorkbenchError(f"budget {budget} is too small.", expected="at least 1 task evaluation")
-    if (target is None) == (target_drop is None):
-        raise WorkbenchError("give exactly one of target and target_drop.", expected="--target-drop 0.01")
+    if target is not None and target_drop is not None:
+        raise WorkbenchError("give one of target and target_drop, not both.", expected="--target-drop 0.01")
+    if target is None and target_drop is None:
+        target_drop = 0.01
     say = log or (lambda text: None)
     start = time.perf_counter()
     ranges = ranges or session.ranges("mse")
@@ -169,10 +177,11 @@ def search_mixed_precision(
         return value >= target if higher else value <= target  # type: ignore[operator]
 
     full = session.quantize(ranges, base)
+    shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None
     full_cost = None
     try:
-        full_cost, layer_map = build_plan_engine(full, name="all_int8")
+        full_cost, layer_map = build_plan_engine(full, name="all_int8", shapes=shapes)
     except WorkbenchError as error:  # no TensorRT backend: groups fall back to single nodes, costs are absent
         notes.append(f"no engine build ({error.problem}); groups are single nodes and costs are missing")
         build_costs = False
@@ -189,7 +198,7 @@ def search_mixed_precision(
         evaluations += 1
         int8 = [n for n in session.int8_nodes(plan) if n in math_ops]
         if build_costs and cost is None:
-            cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}")
+            cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}", shapes=shapes)
         evaluated.append(
             EvaluatedPlan(
                 index=len(evaluated),
@@ -218,8 +227,12 @@ def search_mixed_precision(
         if not active:
             stop = "no group left to revert"
             break
-        diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
-        scores = session.score_int8_nodes(diff, plan)
+        if ranking == "sensitivity":
+            session.rank_by_sensitivity(session.quantize(ranges, plan), max_batches=diff_batches)
+            scores = dict(session.last_sensitivity)
+        else:
+            diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
+            scores = session.score_int8_nodes(diff, plan)
         ranked = sorted(active, key=lambda g: -sum(scores.get(n, 0.0) for n in g.nodes))
         moved = False
         for group in ranked:
@@ -288,6 +301,7 @@ def search_mixed_precision(
         seconds=time.perf_counter() - start,
         evaluation_samples=int(session.evaluate(limit=limit).n_samples),
         granularity=granularity,
+        ranking=ranking,
         groups=tuple(groups),
         reverts=tuple(reverts),
         evaluated=tuple(evaluated),
