@@ -70,12 +70,17 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument(
         "--fallback", default="fp16", choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
     )
-    calibrate.add_argument("--budget", type=bounded_int(1, 10_000), default=30, help="--target-drop: at most N task evaluations")
+    calibrate.add_argument(
+        "--budget", type=bounded_int(1, 10_000), default=30, help="--target-drop: at most N task evaluations"
+    )
     calibrate.add_argument(
         "--groups", default="fusion", choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
-        "--eval-limit", type=positive_int, default=None, help="--target-drop: evaluation samples (default: the whole set)"
+        "--eval-limit",
+        type=positive_int,
+        default=None,
+        help="--target-drop: evaluation samples (default: the whole set)",
     )
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"

@@ -478,7 +478,9 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
         calibration = _result_of(run.calibration, "calibrate")
         return Selection(run.config.precision, ws.int8_all_engine(run), calibration.onnx_path, variant, choice)
     fallback = _result_of(run.fallback, "fallback")
-    return Selection(run.config.precision, _result_of(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice)
+    return Selection(
+        run.config.precision, _result_of(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice
+    )
 
 
 def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
