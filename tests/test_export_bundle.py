@@ -167,3 +167,31 @@ def test_cli_export_and_errors(artifact: EngineArtifact, tmp_path: Path, capsys:
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["timing"] == {"p50_ms": 0.2}
     assert main(["export", str(tmp_path / "missing.engine"), "-o", str(tmp_path / "x")]) == 2
     assert "no such engine file" in capsys.readouterr().err
+
+
+def test_cli_verify_reports_intact_and_tampered(
+    artifact: EngineArtifact, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_bundle(artifact, tmp_path / "b", triton=TritonOptions())
+    assert main(["verify", str(tmp_path / "b")]) == 0
+    assert "4 file(s) match the manifest" in capsys.readouterr().out
+    (tmp_path / "b" / "triton" / "model" / "config.pbtxt").write_text("max_batch_size: 4096\n")
+    assert main(["verify", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "1 problem(s)" in err and "config.pbtxt" in err
+
+
+def test_format_1_bundles_still_read_with_engine_hash_and_confinement(artifact: EngineArtifact, tmp_path: Path) -> None:
+    export_bundle(artifact, tmp_path / "b")
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    del manifest["files"], manifest["layers"]
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    from workbench.export.bundle import verify_bundle
+
+    check = verify_bundle(tmp_path / "b")
+    assert check.ok and check.files_checked == 1 and "only the engine is hashed" in check.notes[0]
+    manifest["engine"]["file"] = "../b/model.engine"
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(WorkbenchError, match="leaves the bundle"):
+        read_bundle(tmp_path / "b")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import string
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -283,3 +284,18 @@ def test_precision_plan(seeds: dict[str, Any], data: Any) -> None:
     seed = {"default": "fp32", "overrides": {"mm": "fp16"}, "note": ""}
     path.write_text(_dumps(_mutated(data, seed) if data.draw(st.booleans()) else data.draw(json_values)))
     _only_workbench_errors(lambda: PrecisionPlan.load(path))
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "layers"
+
+
+@FUZZ
+@given(data=st.data())
+@pytest.mark.parametrize("seed_name", ["trt10_resnet_block_fp16.json", "trt11_qdq_int8.json"])
+def test_engine_inspector_json(seeds: dict[str, Any], seed_name: str, data: Any) -> None:
+    from workbench.engine.records import read_layers
+
+    seed = json.loads((FIXTURES / seed_name).read_text())
+    path = seeds["root"] / "fuzz.inspector.json"
+    path.write_text(_dumps(_mutated(data, seed)))
+    _only_workbench_errors(lambda: read_layers(path))

@@ -135,6 +135,13 @@ class CalibrationRanges(Artifact):
             raise WorkbenchError(
                 f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache"
             )
+        from workbench._io import MAX_JSON_BYTES
+
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise WorkbenchError(
+                f"{path}: {path.stat().st_size} bytes is above the {MAX_JSON_BYTES}-byte limit for a calibration cache.",
+                expected="a calibration cache written by `workbench calibrate` or TensorRT",
+            )
         raw = path.read_bytes()
         if raw.startswith(b"TRT-"):
             return load_tensorrt_cache(path)
@@ -312,6 +319,7 @@ def collect_statistics(
     digests: list[str] = []
     batches = samples = 0
     input_peak: dict[str, float] = {}
+    input_span: dict[str, tuple[float, float]] = {}
     total = len(source) or None
     if total is not None and limit is not None:
         total = min(total, limit)
@@ -330,6 +338,9 @@ def collect_statistics(
                 finite = array[np.isfinite(array)]
                 peak = float(np.abs(finite).max()) if finite.size else 0.0
                 input_peak[name] = max(input_peak.get(name, 0.0), peak)
+                if finite.size:
+                    low, high = input_span.get(name, (math.inf, -math.inf))
+                    input_span[name] = (min(low, float(finite.min())), max(high, float(finite.max())))
         digests.append(feed_digest(feed))
         try:
             values = session.run(names, feed)
@@ -359,6 +370,16 @@ def collect_statistics(
         warnings.warn(RANDOM_DATA_WARNING, stacklevel=2)
     if samples < 16:
         notes.append(f"only {samples} calibration sample(s): ranges may not cover real inputs.")
+    constant = [name for name, (low, high) in input_span.items() if low == high]
+    if constant:
+        note = f"float input(s) {constant} are constant over the whole calibration set: not representative data."
+        notes.append(note)
+        warnings.warn(note, stacklevel=2)
+    flat = [n for n, h in histograms.items() if h.count and h.minimum == h.maximum]
+    if flat:
+        notes.append(
+            f"{len(flat)} tensor(s) are constant over the calibration set (ranges of zero width), e.g. {flat[:3]}."
+        )
     bad = [n for n, h in histograms.items() if h.nonfinite]
     if bad:
         notes.append(f"{len(bad)} tensor(s) had NaN/Inf values (ignored in the histograms), e.g. {bad[:3]}.")

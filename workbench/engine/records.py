@@ -284,8 +284,19 @@ def read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
     """Records from engine-inspector JSON: TensorRT <= 10 (``Bindings``) or 11 (``I/O Tensors``).
 
     Engines with several optimization profiles repeat each layer as ``name [profile N]``; only ``profile`` is
-    kept. A bare list of layer records (some tools write only ``Layers``) is accepted too.
+    kept. A bare list of layer records (some tools write only ``Layers``) is accepted too. A field of an unexpected
+    type is a WorkbenchError naming the error, never a raw TypeError/KeyError.
     """
+    try:
+        return _read_inspector_json(data, profile=profile)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as error:
+        raise WorkbenchError(
+            f"engine-inspector JSON has a field of an unexpected type or value ({type(error).__name__}: {error}).",
+            expected="the JSON that IEngineInspector / trtexec --exportLayerInfo writes",
+        ) from None
+
+
+def _read_inspector_json(data: Any, *, profile: int = 0) -> EngineLayers:
     if isinstance(data, list):
         data = {"Layers": data}
     if not isinstance(data, Mapping) or "Layers" not in data:

@@ -200,6 +200,11 @@ def _guard_cpu_memory(args: argparse.Namespace) -> None:
 
     overrides = parse_shape_overrides(args.shape)
     path, _entry = resolve_model(args.model)
+    if path.is_file():
+        from workbench.model import load_onnx
+        from workbench.model.resources import refuse_string_inputs
+
+        refuse_string_inputs(load_onnx(path, check=False).inputs, what=str(path))
     per_sample = per_sample_activation_bytes(path, overrides)
     if not per_sample:
         return
