@@ -278,3 +278,10 @@ def test_consecutive_slices_merge_and_identity_reshape_goes(tmp_path):
     assert _ops(result.model).count("Slice") == 1  # merged, and the whole-range one removed
     assert "Reshape" not in _ops(result.model)
     _same_outputs(model, result.model, [{"x": np.random.default_rng(7).standard_normal((3, 8, 9), np.float32)}])
+
+
+def test_zoo_calibration_set_as_check_data(tmp_path, capsys):
+    code = main(["clean", "digits-cnn", "-o", str(tmp_path / "d.onnx"), "--data", "zoo", "--check-batches", "2"])
+
+    assert code == 0
+    assert "outputs compared on 2 batch(es) of zoo:digits-cnn" in capsys.readouterr().out

@@ -240,22 +240,38 @@ def constant_nbytes(tensor: Any) -> int:
         return int(np.asarray(tensor.values).nbytes)
 
 
-def light_export(graph: Any, template: Any) -> tuple[Any, int]:
-    """Export nodes, graph I/O and small constants; large constants become data-free TensorProto stubs.
-
-    Enough for shape inference, node and op counts, change detection (a stub records which tensor object and
-    values object it stands for) and size accounting, at a fraction of a full export's cost: a full export copies
-    every weight. Returns (model, payload bytes of the stubbed constants).
-    """
+def _light_graph(graph: Any) -> tuple[Any, int]:
+    """(GraphProto with small constants and stubs for large ones, stubbed payload bytes); subgraphs likewise."""
     import onnx
     from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
     from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
-    nodes = [OnnxExporter.export_node(node) for node in graph.nodes]
+    stub_bytes = 0
+    nodes = []
+    for node in graph.nodes:
+        subgraphs = node_subgraphs(node)
+        if not subgraphs:
+            nodes.append(OnnxExporter.export_node(node))
+            continue
+        # OnnxExporter.export_node would export the bodies with every weight: export them light too
+        proto = onnx.helper.make_node(
+            node.op,
+            inputs=[t.name for t in node.inputs],
+            outputs=[t.name for t in node.outputs],
+            name=node.name,
+            domain=node.domain,
+        )
+        for key, value in node.attrs.items():
+            if any(value is sub for sub in subgraphs):
+                body, body_bytes = _light_graph(value)
+                stub_bytes += body_bytes
+                proto.attribute.append(onnx.helper.make_attribute(key, body))
+            else:
+                proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
+        nodes.append(proto)
     inputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.inputs]
     outputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.outputs]
     initializers = []
-    stub_bytes = 0
     for tensor in graph.tensors().values():
         if not isinstance(tensor, Constant) or isinstance(tensor._values, SparseValues):
             continue
@@ -269,7 +285,20 @@ def light_export(graph: Any, template: Any) -> tuple[Any, int]:
         stub.doc_string = f"stub:{id(tensor)}"
         initializers.append(stub)
         stub_bytes += size
-    onnx_graph = onnx.helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers)
+    return onnx.helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers), stub_bytes
+
+
+def light_export(graph: Any, template: Any) -> tuple[Any, int]:
+    """Export nodes, graph I/O and small constants; large constants become data-free TensorProto stubs, in
+    If/Loop/Scan bodies too.
+
+    Enough for shape inference, node and op counts, change detection (a stub records which tensor object and
+    values object it stands for) and size accounting, at a fraction of a full export's cost: a full export copies
+    every weight. Returns (model, payload bytes of the stubbed constants).
+    """
+    import onnx
+
+    onnx_graph, stub_bytes = _light_graph(graph)
     model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
     model.ir_version = max(template.ir_version, 4)
     for imp in graph.import_domains or []:
