@@ -218,3 +218,41 @@ def test_cli_export_and_bad_input(builds, tmp_path: Path, capsys) -> None:
     layers.write_text("{}")
     assert main(["explore", str(layers), "--export", str(tmp_path / "e")]) == 2
     assert not (tmp_path / "e").exists()
+
+
+def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path) -> None:
+    """The quickstart flow on digits-cnn: FP32 engine, per-layer INT8 diff (ONNX Runtime), mixed INT8 engine."""
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    run = run_quickstart(
+        QuickstartConfig(
+            model="digits-cnn",
+            out_dir=str(tmp_path / "run"),
+            timing_window_s=0.1,
+            calibration_samples=64,
+            diff_samples=16,
+        )
+    )
+    assert run.mixed_engine is not None and run.layer_diff is not None
+    diff = run.layer_diff.diff
+    explorer = build_explorer(run.fp32_engine, compare=run.mixed_engine, diff=diff, directory=tmp_path / "x")
+    mixed = explorer.views[1]
+    ids = (f"{mixed.label}:onnx", f"{mixed.label}:engine")
+    onnx_ids = {n.id for n in g.onnx_graph(mixed, graph_id=ids[0]).nodes}
+    drop = next(o for o in explorer.overlays if o.key == "int8_sqnr_drop")
+    noise = next(o for o in explorer.overlays if o.key == "int8_noise_added")
+    rows = {r.node: r for r in diff.tensors if r.kind == "activation" and r.drop_db is not None}
+    onnx_values = drop.values(ids[0])
+    assert onnx_values and set(onnx_values) <= onnx_ids  # values sit on real nodes of the mixed build's graph
+    for node, row in rows.items():
+        if g.onnx_node_id(node) in onnx_values:
+            assert onnx_values[g.onnx_node_id(node)] >= row.drop_db  # a node shows its worst tensor
+    # a layer shows the worst of the nodes it executes
+    for layer in mixed.layer_map.layers:
+        values = [rows[n].drop_db for n in layer.onnx_nodes if n in rows]
+        if values:
+            assert drop.values(ids[1])[layer.name] == pytest.approx(max(values))
+    noisy = {r.node: r.noise_added for r in diff.tensors if r.kind == "activation" and r.noise_added is not None}
+    worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
+    assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
+    assert explorer.fusion_diff is not None

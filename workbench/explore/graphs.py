@@ -28,6 +28,7 @@ from model_explorer import graph_builder as gb
 from workbench.engine.layermap import BOOKKEEPING_OPS, LayerEntry, LayerMap
 from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
 from workbench.errors import WorkbenchError
+from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
 from workbench.viz.palette import precision_color
 
 ONNX_GRAPH_ID = "onnx"
@@ -72,19 +73,8 @@ def layer_group_name(layer: LayerEntry) -> str:
 
 
 def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str]) -> str:
-    """``Conv+BatchNormalization+Relu``: the op types a layer fused, in order, repeats collapsed (``Conv×3``)."""
-    ops = [op_types.get(node, "") or "?" for node in layer.onnx_nodes]
-    ops = [op for op in ops if op not in ("QuantizeLinear", "DequantizeLinear", "Cast")] or ops
-    runs: list[list[Any]] = []
-    for op in ops:
-        if runs and runs[-1][0] == op:
-            runs[-1][1] += 1
-        else:
-            runs.append([op, 1])
-    text = "+".join(op if count == 1 else f"{op}×{count}" for op, count in runs)
-    if not text:
-        return layer.layer_type
-    return text if len(text) <= LAYER_NODE_LABEL_MAX else text[: LAYER_NODE_LABEL_MAX - 1] + "…"
+    """``Conv+BatchNormalization+Relu``: the op types a layer fused (shared with the static view)."""
+    return _fused_ops_label(layer, op_types, LAYER_NODE_LABEL_MAX)
 
 
 def scope_of(node_name: str, depth: int = 2) -> str:

@@ -249,11 +249,13 @@ def build_overlays(
     lint_report: LintReport | None = None,
     ids: GraphIds = DEFAULT_IDS,
 ) -> list[Overlay]:
-    overlays = [precision_overlay(view, ids), fusion_size_overlay(view, ids)]
+    # Model Explorer shows the last node data it loads: precision, or INT8 damage when a diff is given
+    overlays = [fusion_size_overlay(view, ids)]
     if lint_report is not None:
         overlays.append(lint_overlay(view, lint_report, ids))
-    if diff is not None:
-        overlays += int8_damage_overlays(view, diff, ids)
     if profile is not None:
         overlays.append(profile_overlay(view, profile, ids))
+    overlays.append(precision_overlay(view, ids))
+    if diff is not None:
+        overlays += int8_damage_overlays(view, diff, ids)
     return overlays
