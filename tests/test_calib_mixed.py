@@ -143,6 +143,15 @@ def _check_result(result, budget: int) -> None:
     assert current == result.metric == result.chosen.metric
     assert result.plan.overrides == dict.fromkeys(result.fallback_nodes, result.fallback)
     assert type(result).from_json(json.loads(json.dumps(result.to_json()))).metric == result.metric
+    from workbench.viz.calib import pareto_figure, pareto_rows
+
+    rows = pareto_rows(result)  # the Pareto data: every evaluated plan, the chosen one marked
+    assert [r["index"] for r in rows] == list(range(result.evaluations_used))
+    assert [r["metric"] for r in rows] == [p.metric for p in result.evaluated]
+    assert sum(r["chosen"] for r in rows) == 1 and all(r["cost"] is not None for r in rows)
+    figure = pareto_figure(result)
+    plotted = sum(len(trace.x) for trace in figure.data if trace.name != "chosen plan")
+    assert plotted == 2 * len(rows)  # every plan on both panels (INT8 share, engine cost)
 
 
 def test_search_meets_a_reachable_target_on_ocr_cls(ocr_cls) -> None:
