@@ -74,7 +74,11 @@ def choose_methods(
         best = min(methods, key=lambda m: (errors[m], methods.index(m)))
         choices.append(TensorChoice(name, best, float(amax[best]), errors[best], errors, amax))
     wins = {m: sum(c.method == m for c in choices) for m in methods}
-    ranges = statistics.ranges(methods[0], percentile=percentile, overrides={c.name: c.amax for c in choices})
+    ranges = statistics.ranges(
+        methods[0],  # type: ignore[arg-type]  # methods are checked against METHODS above
+        percentile=percentile,
+        overrides={c.name: c.amax for c in choices},
+    )
     from dataclasses import replace
 
     ranges = replace(ranges, method="per-tensor", percentile=percentile if "percentile" in methods else None)

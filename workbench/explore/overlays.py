@@ -217,8 +217,8 @@ def fusion_diff_overlay(view: BuildView, fusion_diff: Any, side: str, ids: Graph
     home = node_home_layer(view.layer_map)
     onnx = dict(engine)
     for node in view.layer_map.nodes:
-        layer = home.get(node.name)
-        onnx[onnx_node_id(node.name)] = "folded" if layer is None else engine[layer.name]
+        home_layer = home.get(node.name)
+        onnx[onnx_node_id(node.name)] = "folded" if home_layer is None else engine[home_layer.name]
     colours = {
         "gained": palette.OK,
         "lost": palette.ERROR,

@@ -68,8 +68,8 @@ def layer_edges(layer_map: LayerMap, engine_layers: EngineLayers | None) -> dict
     records = {record.name: record for record in engine_layers.layers}
     parents: dict[str, list[str]] = {}
     for name in names:
-        record = records.get(name)
-        found = [] if record is None else [producer[t.name] for t in record.inputs if t.name in producer]
+        layer_record = records.get(name)
+        found = [] if layer_record is None else [producer[t.name] for t in layer_record.inputs if t.name in producer]
         parents[name] = list(dict.fromkeys(p for p in found if p != name))
     return parents
 
