@@ -556,6 +556,142 @@ def fallback_main(args: argparse.Namespace) -> int:
     return 0
 
 
+MIXED_TARGETS = {  # issue 14: (target kind, amount, op type whose INT8 share is reported)
+    "efficientnet-lite0": ("target", 0.95, "Conv"),
+    "minilm": ("target", 0.99, "MatMul"),
+    "ocr-rec": ("fp32_minus", 0.01, "Conv"),
+    "ocr-cls": ("fp32_minus", 0.0, "Conv"),
+    "digits-cnn": ("fp32_minus", 0.0, "Conv"),
+}
+
+
+def _interval(metric: Any) -> list[float] | None:
+    """95 % interval: Wilson for 0/1 scores, bootstrap of the mean otherwise."""
+    from workbench.flow.uncertainty import bootstrap_interval, wilson_interval
+
+    scores = list(getattr(metric, "scores", []) or [])
+    if not scores:
+        return None
+    if set(scores) <= {0.0, 1.0}:
+        return [float(v) for v in wilson_interval(sum(scores), len(scores))]
+    return [float(v) for v in bootstrap_interval(scores)]
+
+
+def mixed_main(args: argparse.Namespace) -> int:
+    """Issue 14: INT8 everywhere (mse, per-tensor choice, + bias correction), then the accuracy-target search."""
+    from workbench._io import write_json_atomic, write_text_atomic
+    from workbench.calib.bias import bias_correct
+    from workbench.calib.choose import choose_methods
+    from workbench.calib.search import search_mixed_precision
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    reports = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+        started = time.perf_counter()
+        statistics = session.statistics()
+        fp32 = session.evaluate(limit=args.eval_limit)
+        steps: dict[str, Any] = {}
+        mse_ranges = statistics.ranges("mse")
+        metric = session.evaluate(session.quantize(mse_ranges), limit=args.eval_limit)
+        steps["int8_mse"] = {"metric": float(metric.value), "interval": _interval(metric)}
+        choice = choose_methods(statistics)
+        chosen = session.quantize(choice.ranges)
+        metric = session.evaluate(chosen, limit=args.eval_limit)
+        steps["int8_per_tensor"] = {
+            "metric": float(metric.value),
+            "interval": _interval(metric),
+            "wins": choice.wins,
+            "local_error": choice.total_error,
+            "local_error_by_method": choice.total_error_by_method,
+        }
+        t0 = time.perf_counter()
+        corrected = bias_correct(session.prepared, chosen.proto, feeds[: args.bias_batches])
+        metric = session.evaluate(corrected.proto, limit=args.eval_limit)
+        steps["int8_per_tensor_bias"] = {
+            "metric": float(metric.value),
+            "interval": _interval(metric),
+            "corrected_nodes": len(corrected.corrected),
+            "skipped_nodes": len(corrected.skipped),
+            "seconds": time.perf_counter() - t0,
+        }
+        kind, amount, op_type = MIXED_TARGETS.get(name, ("fp32_minus", 0.01, "Conv"))
+        target = amount if kind == "target" else round(float(fp32.value) - amount, 6)
+        result = search_mixed_precision(
+            session,
+            target=target,
+            fallback=args.mixed_fallback,
+            budget=args.budget,
+            ranges=mse_ranges,
+            limit=args.eval_limit,
+            ranking=args.mixed_ranking,
+            log=lambda text, name=name: print(f"[{name}] {text}", flush=True),
+        )
+        final = session.evaluate(session.quantize(mse_ranges, result.plan), limit=args.eval_limit)
+        int8, total = result.ops_by_type.get(op_type, [0, 0])
+        reports.append(
+            {
+                "model": name,
+                "metric": entry.metric_name,
+                "fp32": float(fp32.value),
+                "evaluation_samples": int(fp32.n_samples),
+                "steps": steps,
+                "target": target,
+                "op_type": op_type,
+                "search": result.to_json(),
+                "mixed": result.metric,
+                "mixed_interval": _interval(final),
+                "met": result.met,
+                "int8_ops": int8,
+                "total_ops": total,
+                "int8_fraction": int8 / max(total, 1),
+                "evaluations_used": result.evaluations_used,
+                "search_seconds": result.seconds,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        print(f"[{name}] {result.summary()}", flush=True)
+        write_json_atomic(args.mixed_output, {"settings": vars_for_json(args), "reports": reports})
+        write_text_atomic(Path(args.mixed_output).with_suffix(".md"), mixed_table(reports) + "\n")
+    print(mixed_table(reports))
+    return 0
+
+
+def vars_for_json(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool, type(None)))}
+
+
+def mixed_table(reports: list[dict[str, Any]]) -> str:
+    def ci(interval: Any) -> str:
+        return f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+
+    lines = [
+        "| model (metric, n) | FP32 | INT8 mse | INT8 per-tensor | + bias corr. | target | mixed (95 % CI) | INT8 kept "
+        "| evals (+1 FP32) | search s | engine layers all-INT8 -> chosen (Q/DQ kernels, reformats) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        s = r["steps"]
+        evaluated = r["search"]["evaluated"]
+        first = evaluated[0]["cost"] or {}
+        chosen = next((p for p in evaluated if p["chosen"]), evaluated[0])["cost"] or {}
+        lines.append(
+            f"| {r['model']} ({r['metric']}, {r['evaluation_samples']}) | {r['fp32']:.4f} | "
+            f"{s['int8_mse']['metric']:.4f} | {s['int8_per_tensor']['metric']:.4f} | "
+            f"{s['int8_per_tensor_bias']['metric']:.4f} | {r['target']:.4f} | "
+            f"{r['mixed']:.4f}{ci(r['mixed_interval'])} ({'met' if r['met'] else 'NOT met'}) | "
+            f"{r['int8_ops']}/{r['total_ops']} {r['op_type']} ({100 * r['int8_fraction']:.0f} %) | "
+            f"{r['evaluations_used']} | {r['search_seconds']:.0f} | "
+            f"{first.get('engine_layers', '-')} -> {chosen.get('engine_layers', '-')} "
+            f"({first.get('qdq_kernels', '-')} -> {chosen.get('qdq_kernels', '-')}, "
+            f"{first.get('reformat_layers', '-')} -> {chosen.get('reformat_layers', '-')}) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -571,6 +707,14 @@ def main() -> int:
         "--ranking", default="sensitivity", choices=("sensitivity", "diff"), help="fallback candidate ranking"
     )
     parser.add_argument("--fallback-output", default=str(RESULTS / "calibrate_fallback.json"))
+    parser.add_argument(
+        "--mixed", action="store_true", help="issue 14: per-tensor choice, bias, accuracy-target search"
+    )
+    parser.add_argument("--budget", type=int, default=30, help="--mixed: task evaluations per search")
+    parser.add_argument("--bias-batches", type=int, default=4, help="--mixed: calibration batches for bias correction")
+    parser.add_argument("--mixed-fallback", default="fp16", choices=("fp16", "fp32"))
+    parser.add_argument("--mixed-ranking", default="diff", choices=("diff", "sensitivity"))
+    parser.add_argument("--mixed-output", default=str(RESULTS / "calibrate_mixed.json"))
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -578,6 +722,8 @@ def main() -> int:
         return 0
     if args.fallback:
         return fallback_main(args)
+    if args.mixed:
+        return mixed_main(args)
     args.modelopt_reason = _modelopt_reason()
     reports = []
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as folder:

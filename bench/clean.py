@@ -4,9 +4,15 @@
 
 Model set: every zoo model, PyTorch exports generated here with torch (CPU): a ResNet-ish CNN with dynamic batch
 and ``x.view(x.size(0), -1)``, a small transformer with hand-written LayerNorm and erf-GELU (opset 17 and 20), and
-an ``nn.TransformerEncoder``. Per model and tool: node count, bytes on disk, seconds, and whether the outputs still
-match the original (ONNX Runtime, graph optimizations off, seeded inputs at the profile's min/opt/max shapes with
-the batch capped at 2, rtol 1e-4 / atol 1e-5). Our cleaned models are also built with TensorRT-RTX.
+an ``nn.TransformerEncoder``; models with control flow and recurrent layers (issue 13): Silero VAD as the
+``silero-vad`` wheel on PyPI ships it (``silero_vad.onnx``: STFT, encoder and LSTM inside ``If`` branches on an int64
+sample-rate input; ``silero_vad_16k_op15.onnx``), a ``torch.jit.script`` loop, a scripted ``if`` on a static
+dimension, a GRU, and a CNN with equal weights in separate parameters (tests/fixtures/control_flow_models.py).
+Node counts include the nodes inside If/Loop/Scan bodies. Per model and tool: node count, bytes on disk, seconds,
+and whether the outputs still match the original (ONNX Runtime, graph optimizations off, rtol 1e-4 / atol 1e-5):
+seeded inputs at the profile's min/opt/max shapes with the batch capped at 2, except for Silero VAD, which is
+compared on real-shaped inputs (512-sample 16 kHz chunks at batch 1 and 2, one 256-sample 8 kHz chunk) that our
+cleaner also takes as ``--data``. Our cleaned models are also built with TensorRT-RTX.
 
 Timing: in-process, on an in-memory ModelProto, best of ``--repeats`` runs, imports warmed up first; Polygraphy
 runs as its CLI (``polygraphy surgeon sanitize --fold-constants``), so its seconds include process start-up.
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))  # control_flow_models
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -44,6 +51,7 @@ from workbench.clean.checks import (
     ort_session,
     probe_shapes_from_profile,
 )  # noqa: E402
+from workbench.clean.graph_utils import subgraph_node_count, total_node_count  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ZOO_MODELS = ("digits-cnn", "ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0", "minilm")
@@ -53,6 +61,16 @@ TORCH_MODELS = (
     "torch-transformer-handln-op20",
     "torch-nn-transformer",
 )
+CONTROL_FLOW_MODELS = (
+    "silero-vad",
+    "silero-16k-op15",
+    "torch-script-loop",
+    "torch-script-if",
+    "torch-gru",
+    "shared-weights",
+)
+SILERO_FILES = {"silero-vad": "silero_vad.onnx", "silero-16k-op15": "silero_vad_16k_op15.onnx"}
+SILERO_PROFILE = {"input": [(1, 512), (2, 512), (2, 512)], "state": [(2, 1, 128), (2, 2, 128), (2, 2, 128)]}
 
 
 # ------------------------------------------------------------------------------------------------ torch exports
@@ -179,14 +197,15 @@ def _timed(function: Callable[[], Any], repeats: int) -> tuple[Any, float]:
     return result, best
 
 
-def run_ours(model: onnx.ModelProto, profile: dict, repeats: int) -> dict[str, Any]:
+def run_ours(model: onnx.ModelProto, profile: dict, repeats: int, feeds: list | None = None) -> dict[str, Any]:
     fast, fast_seconds = _timed(lambda: clean_model(model, CleanOptions(profile=profile, check=False)), repeats)
-    checked, checked_seconds = _timed(lambda: clean_model(model, CleanOptions(profile=profile)), repeats)
+    checked, checked_seconds = _timed(lambda: clean_model(model, CleanOptions(profile=profile, data=feeds)), repeats)
     return {
         "model": checked.model,
         "seconds": fast_seconds,
         "seconds_with_checks": checked_seconds,
         "nodes_without_checks": fast.nodes_after,
+        "checked_on": checked.data_source or "generated probes",
         "rolled_back": [(r.name, r.failure) for r in checked.rolled_back],
         "passes": [
             {
@@ -280,8 +299,9 @@ def build_with_rtx(path: Path, profile: dict, workdir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ main
 
 
-def load_model_set(names: list[str], workdir: Path) -> list[tuple[str, Path, dict]]:
-    models = []
+def load_model_set(names: list[str], workdir: Path) -> list[tuple[str, Path, dict, list | None]]:
+    """(name, path, profile, real feeds or None) per model."""
+    models: list[tuple[str, Path, dict, list | None]] = []
     for name in names:
         if name in ZOO_MODELS:
             from workbench.zoo import get_entry
@@ -292,28 +312,42 @@ def load_model_set(names: list[str], workdir: Path) -> list[tuple[str, Path, dic
             except Exception as error:
                 print(f"{name}: cannot be materialized here ({error}); skipped", file=sys.stderr)
                 continue
-            models.append((name, Path(path), {k: [tuple(s) for s in v] for k, v in entry.input_profiles().items()}))
+            profile = {k: [tuple(s) for s in v] for k, v in entry.input_profiles().items()}
+            models.append((name, Path(path), profile, None))
+        elif name in SILERO_FILES:
+            from control_flow_models import silero_feeds, silero_vad_path
+
+            models.append((name, silero_vad_path(SILERO_FILES[name]), SILERO_PROFILE, silero_feeds(3)))
+        elif name in CONTROL_FLOW_MODELS:
+            from control_flow_models import export_torch_model as export_control_flow
+
+            path, profile = export_control_flow(name, workdir)
+            models.append((name, path, profile, None))
         else:
             path, profile = export_torch_model(name, workdir)
-            models.append((name, path, profile))
+            models.append((name, path, profile, None))
     return models
 
 
-def bench_model(name: str, path: Path, profile: dict, workdir: Path, repeats: int, build: bool) -> dict[str, Any]:
+def bench_model(
+    name: str, path: Path, profile: dict, workdir: Path, repeats: int, build: bool, feeds: list | None = None
+) -> dict[str, Any]:
     model = onnx.load(path)
     inputs, _ = io_specs(model)
     probes = cap_batch(probe_shapes_from_profile(inputs, profile), inputs, 2)
-    checker = EquivalenceChecker(model, probes)
+    checker = EquivalenceChecker(model, probes, data_feeds=feeds or (), data_label="real inputs")
     row: dict[str, Any] = {
         "model": name,
-        "nodes_before": len(model.graph.node),
+        "nodes_before": total_node_count(model),
+        "subgraph_nodes_before": subgraph_node_count(model),
         "bytes_before": path.stat().st_size,
         "opset": next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0),
         "probe_shapes": checker.probe_shapes,
+        "compared_on": "real inputs" if feeds else "seeded probes",
         "tools": {},
     }
     runs = {
-        "ours": lambda: run_ours(model, profile, repeats),
+        "ours": lambda: run_ours(model, profile, repeats, feeds),
         "onnxslim": lambda: run_onnxslim(model, repeats),
         "onnxsim": lambda: run_onnxsim(model, repeats),
         "polygraphy": lambda: run_polygraphy(path, workdir),
@@ -332,10 +366,13 @@ def bench_model(name: str, path: Path, profile: dict, workdir: Path, repeats: in
         if cleaned is not None:
             out = workdir / f"{name}.{tool}.onnx"
             onnx.save(cleaned, out)
-            entry["nodes"] = len(cleaned.graph.node)
+            entry["nodes"] = total_node_count(cleaned)
+            entry["subgraph_nodes"] = subgraph_node_count(cleaned)
             entry["bytes"] = out.stat().st_size
             if tool == "ours" and build:
                 entry["tensorrt_build"] = build_with_rtx(out, profile, workdir)
+                if not entry["tensorrt_build"]["ok"]:  # is it the cleaning, or does the original fail too?
+                    entry["tensorrt_build_original"] = build_with_rtx(path, profile, workdir)
         row["tools"][tool] = entry
     return row
 
@@ -349,7 +386,8 @@ def _fmt(value: Any, spec: str = "") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     header = (
         "| model | nodes before | ours | onnxslim | onnxsim | polygraphy | ours s (no checks) | ours s (checks) "
-        "| onnxslim s | onnxsim s | polygraphy s (CLI) | ours / slim / sim / poly bytes | outputs match (ours/slim/sim/poly) | TRT-RTX build (ours) |"
+        "| onnxslim s | onnxsim s | polygraphy s (CLI) | subgraph nodes before → ours / slim / sim | ours / slim / sim / poly bytes "
+        "| outputs match (ours/slim/sim/poly) | TRT-RTX build (ours) |"
     )
     lines = [header, "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
     for row in rows:
@@ -373,6 +411,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {row['model']} | {row['nodes_before']} | **{get('ours', 'nodes')}** | {get('onnxslim', 'nodes')} | {get('onnxsim', 'nodes')} "
             f"| {get('polygraphy', 'nodes')} | {get('ours', 'seconds', '.2f')} | {get('ours', 'seconds_with_checks', '.2f')} "
             f"| {get('onnxslim', 'seconds', '.2f')} | {get('onnxsim', 'seconds', '.2f')} | {get('polygraphy', 'seconds', '.1f')} "
+            f"| {_fmt(row.get('subgraph_nodes_before'))} → {get('ours', 'subgraph_nodes')} / {get('onnxslim', 'subgraph_nodes')} / {get('onnxsim', 'subgraph_nodes')} "
             f"| {get('ours', 'bytes')} / {get('onnxslim', 'bytes')} / {get('onnxsim', 'bytes')} / {get('polygraphy', 'bytes')} | {match} | {build_text} |"
         )
     return "\n".join(lines)
@@ -404,7 +443,15 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
         )
         build = ours.get("tensorrt_build")
         if build is not None:
-            checks.append("TRT-RTX build " + ("met" if build["ok"] else "MISSED"))
+            original = ours.get("tensorrt_build_original")
+            why = (
+                ""
+                if original is None
+                else " (the original fails too)"
+                if not original["ok"]
+                else " (the original builds)"
+            )
+            checks.append("TRT-RTX build " + ("met" if build["ok"] else "MISSED" + why))
         notes.append(f"- {row['model']}: " + "; ".join(checks))
     return notes
 
@@ -438,7 +485,7 @@ def render_markdown(document: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(ZOO_MODELS + TORCH_MODELS))
+    parser.add_argument("--models", default=",".join(ZOO_MODELS + TORCH_MODELS + CONTROL_FLOW_MODELS))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-build", action="store_true", help="skip the TensorRT-RTX builds of our cleaned models")
     parser.add_argument("--out", default=str(RESULTS / "clean.json"))
@@ -462,13 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         models = load_model_set([m.strip() for m in args.models.split(",") if m.strip()], workdir)
         # warm every tool's imports and first-call paths on the smallest model so no tool pays them in the timings
         warm = onnx.load(models[0][1])
-        clean_model(warm, CleanOptions(profile=models[0][2]))
+        clean_model(warm, CleanOptions(profile=models[0][2], data=models[0][3]))
         onnxslim.slim(copy.deepcopy(warm))
         onnxsim.simplify(copy.deepcopy(warm))
         rows = []
-        for name, path, profile in models:
+        for name, path, profile, feeds in models:
             print(f"... {name}", file=sys.stderr, flush=True)
-            rows.append(bench_model(name, path, profile, workdir, args.repeats, not args.no_build))
+            rows.append(bench_model(name, path, profile, workdir, args.repeats, not args.no_build, feeds))
     document = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",

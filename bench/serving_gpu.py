@@ -172,7 +172,9 @@ def section_sla(module: Any, quick: bool, doc: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def section_priority(module: Any, quick: bool, hi_rate: float) -> dict[str, Any]:
+def section_priority(
+    module: Any, quick: bool, hi_rate: float, partitions: tuple[int, ...] = (), only_partitions: bool = False
+) -> dict[str, Any]:
     seconds = 1.0 if quick else 2.0
     hi_ex, lo_ex = executor_for(module), executor_for(module)
     hi_cfg = dict(lanes=2, depth=2, max_batch=8, max_queue_delay_ms=0.5, queue_capacity=4096)
@@ -180,25 +182,50 @@ def section_priority(module: Any, quick: bool, hi_rate: float) -> dict[str, Any]
     lo_rate = 13000.0  # above what ResNet-50 serves (~10k/s at batch 64): admission control refuses the excess
     out: dict[str, Any] = {"hi_rate_per_s": hi_rate, "lo_offered_per_s": lo_rate, "seconds": seconds}
 
-    def run(label: str, hi_priority: str, lo_priority: str, gate: int | None, with_hi: bool, with_lo: bool) -> None:
+    def run(
+        label: str,
+        hi_priority: str,
+        lo_priority: str,
+        gate: int | None,
+        with_hi: bool,
+        with_lo: bool,
+        lo_sms: int | None = None,
+        hi_sms: int | None = None,
+    ) -> None:
         manager = EngineManager(contended_inflight=gate)
         try:
             servers = {}
-            if with_hi:
-                servers["hi"] = manager.add(
-                    "hi", lambda: hi_ex, "1", ServeConfig(priority=hi_priority, **hi_cfg), seed=1, owns_executor=False
+            models = {"hi": (hi_ex, hi_priority, hi_cfg, 1), "lo": (lo_ex, lo_priority, lo_cfg, 2)}
+
+            def add(name: str, sms: int | None) -> None:
+                executor, priority, cfg, seed = models[name]
+                servers[name] = manager.add(
+                    name,
+                    lambda: executor,
+                    "1",
+                    ServeConfig(priority=priority, sm_count=sms, **cfg),
+                    seed=seed,
+                    owns_executor=False,
                 )
+
+            if with_hi and hi_sms is None:
+                add("hi", None)
             if with_lo:
-                servers["lo"] = manager.add(
-                    "lo", lambda: lo_ex, "1", ServeConfig(priority=lo_priority, **lo_cfg), seed=2, owns_executor=False
-                )
+                add("lo", lo_sms)
+            if with_hi and hi_sms is not None:  # the rest of the GPU: what the low partition was granted leaves
+                lanes = servers["lo"]._active.lanes
+                add("hi", min(hi_sms, lanes.partition.device_sm_count - lanes.sm_count))
             warm = 0.3
             starts = {}
             for name, server in servers.items():
                 starts[name] = server.start_load(hi_rate if name == "hi" else lo_rate, seconds + warm, seed=11)
             for server in servers.values():
                 server.wait_load(timeout_s=seconds + 60)
-            result = {}
+            result: dict[str, Any] = {}
+            if with_lo and lo_sms is not None:
+                result["lo_sms_granted"] = servers["lo"]._active.lanes.sm_count
+            if with_hi and hi_sms is not None:
+                result["hi_sms_granted"] = servers["hi"]._active.lanes.sm_count
             for name, server in servers.items():
                 s = server.stats(since_s=starts[name] + warm, until_s=starts[name] + warm + seconds)
                 result[name] = s.to_json()
@@ -209,12 +236,27 @@ def section_priority(module: Any, quick: bool, hi_rate: float) -> dict[str, Any]
 
     run("hi alone", "high", "low", None, True, False)
     run("lo alone", "high", "low", None, False, True)
-    run("both, stream priorities", "high", "low", None, True, True)
-    run("both, priorities + gate 1", "high", "low", 1, True, True)
-    run("both, equal priority", "normal", "normal", None, True, True)
+    compared = []
+    if not only_partitions:
+        run("both, stream priorities", "high", "low", None, True, True)
+        run("both, priorities + gate 1", "high", "low", 1, True, True)
+        run("both, equal priority", "normal", "normal", None, True, True)
+        compared += ["both, stream priorities", "both, priorities + gate 1", "both, equal priority"]
+    for sms in partitions:  # the low-priority model confined to a green context of `sms` SMs
+        label = f"both, priorities, low on {sms} SMs"
+        run(label, "high", "low", None, True, True, lo_sms=sms)
+        compared.append(label)
+        import torch
+
+        total = torch.cuda.get_device_properties(0).multi_processor_count
+        rest = total - sms  # the high model asks for what the low partition leaves (granted: all of it)
+        if rest >= 8:
+            label = f"both, low on {sms} SMs, high on {rest}"
+            run(label, "high", "low", None, True, True, lo_sms=sms, hi_sms=rest)
+            compared.append(label)
     hi_alone = out["hi alone"]["hi"]["latency_ms"]["p99"]
     lo_alone = out["lo alone"]["lo"]["throughput_per_s"]
-    for label in ("both, stream priorities", "both, priorities + gate 1", "both, equal priority"):
+    for label in compared:
         hi = out[label]["hi"]["latency_ms"]["p99"]
         lo = out[label]["lo"]["throughput_per_s"]
         out[label]["verdict"] = {
@@ -356,6 +398,14 @@ def main() -> int:
         help="results JSON of an earlier run on the same GPU: the reload section takes the configuration chosen by "
         "its 10 ms SLA search and 80 %% of that rate (when this run has no sla section)",
     )
+    parser.add_argument(
+        "--partitions",
+        default="66,88,100,112",
+        help="SM counts for the low-priority model's green context in the priority section (comma list; empty: none)",
+    )
+    parser.add_argument(
+        "--only-partitions", action="store_true", help="priority section: skip the runs without SM partitions"
+    )
     args = parser.parse_args()
     DOC_PATH = Path(args.out)
     import torch
@@ -402,7 +452,13 @@ def main() -> int:
         chosen10 = earlier["sections"]["sla"]["sla_10ms_coordinate"]["chosen"]
         doc["environment"]["reload_config_from"] = f"{args.reload_from} ({earlier['environment']['date_utc']})"
     if "priority" in sections:
-        guarded("priority", lambda: section_priority(module, args.quick, hi_rate=1000.0))
+        partitions = tuple(int(x) for x in args.partitions.split(",") if x)
+        guarded(
+            "priority",
+            lambda: section_priority(
+                module, args.quick, hi_rate=1000.0, partitions=partitions, only_partitions=args.only_partitions
+            ),
+        )
     if "reload" in sections:
         if chosen10:
             config = ServeConfig.from_json(chosen10["config"])
@@ -502,6 +558,11 @@ def render_markdown(docs: list[dict[str, Any]], names: list[str]) -> str:
                     if hi
                     else ""
                 )
+                if value.get("lo_sms_granted"):
+                    granted = f"low {value['lo_sms_granted']}" + (
+                        f", high {value['hi_sms_granted']}" if value.get("hi_sms_granted") else ""
+                    )
+                    label = f"{label} (granted: {granted} SMs)"
                 lines.append(
                     f"| {label} | {hi_cell} | {_n(v.get('hi_p99_over_alone', math.nan)):.2f} | "
                     f"{lo['throughput_per_s'] if lo else math.nan:,.0f} | {_n(v.get('lo_throughput_over_alone', math.nan)):.2f} | "

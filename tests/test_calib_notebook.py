@@ -12,10 +12,11 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_int8_calibrat
 def test_notebook_03_executes_headless() -> None:
     run = execute_notebook(NOTEBOOK.name)
     assert run.seconds < 120
-    assert run.count("application/vnd.plotly.v1+json") >= 2  # histogram + SQNR chart
+    assert run.count("application/vnd.plotly.v1+json") >= 3  # histogram + SQNR chart + Pareto of the search
     text = run.stream_text
     assert "tensors from 16 samples" in text and "accumulated" in text and "lowest local SQNR" in text
     assert "FP32" in text and "INT8 (max)" in text and "mixed (int8+fp32)" in text
+    assert "task evaluations (+1 FP32)" in text  # the accuracy-target search ran
 
 
 def test_calibration_panel_is_driven_by_its_widgets() -> None:

@@ -1,4 +1,5 @@
-"""notebooks/02_fusions.ipynb runs headless (nbclient, kernel python3 from .venv) and its widgets drive the views."""
+"""notebooks/02_fusions.ipynb (the engine explorer) runs headless (nbclient, kernel python3 from .venv): its build panel
+is driven, the explorer IFrames come from the kernel's Model Explorer server, lint and export run."""
 
 from __future__ import annotations
 
@@ -30,15 +31,24 @@ assert explorer.panel is not panel and explorer.panel.layer_map.label.endswith("
 assert explorer.panel.compare_with.label.endswith(".fp16")
 assert explorer.progress.events > 0
 print("DRIVEN", len(explorer.maps))
+from workbench.explore.server import get_server, healthy
+assert healthy(get_server().port) and view.url.startswith(get_server().base_url)
+assert compared.url.startswith(get_server().base_url)  # one server per kernel, reused
+print("EXPLORED", len(view.graph_files), len(compared.graph_files))
 """
 
 
 def test_notebook_02_executes_and_its_panel_is_driven(tmp_path: Path) -> None:
     run = execute_notebook(NOTEBOOK.name, workdir=tmp_path, extra_cells=[DRIVE])
     seconds, outputs, text = run.seconds, run.outputs, run.stream_text
-    assert f"{DEFAULT_MODEL}.fp16:" in text and "DRIVEN 2" in text
+    assert f"{DEFAULT_MODEL}.fp16:" in text and "DRIVEN 2" in text and "EXPLORED 2 4" in text
+    assert "'gained'" in text  # the compare cell printed the fusion diff summary
     widget_views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     plotly_figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert widget_views and len(plotly_figures) >= 2  # the explorer, the stats and diff figures
-    assert (tmp_path / "out" / "notebook-02" / f"{DEFAULT_MODEL}.fp16.fusions.html").stat().st_size > 1_000_000
+    iframes = [o for o in outputs if "<iframe" in o.get("data", {}).get("text/html", "")]
+    assert widget_views and plotly_figures and len(iframes) == 2  # build panel, stats, explorer + comparison
+    out = tmp_path / "out" / "notebook-02"
+    page = (out / f"{DEFAULT_MODEL}.fp16.fusions.html").read_text()
+    assert '<g class="layer"' in page and "Plotly" not in page
+    assert any(p.name.endswith(".graphs.json") for p in (out / "explorer-export").iterdir())
     assert seconds < 60, f"notebook 02 took {seconds:.0f} s"

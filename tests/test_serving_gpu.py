@@ -132,3 +132,51 @@ def test_gpu_layer_profile_reports_kernel_time_per_module() -> None:
     assert by_name["0"].time_ms > 0 and by_name["0"].onnx_nodes == ("/0/Conv",)
     assert profile.unmapped_onnx_nodes == ()
     assert sum(layer.time_ms for layer in profile.layers) == pytest.approx(profile.total_ms, rel=0.05)
+
+
+def test_sm_partition_confines_graph_launches_and_partitions_are_disjoint() -> None:
+    """A model on a green context of a quarter of the SMs runs measurably slower than on the whole GPU (its CUDA
+    graphs captured on the partition's stream stay inside it); the second partition gets the rest; a third is
+    refused with what fits."""
+    import torchvision
+    from cuda.bindings import driver
+
+    from workbench.errors import WorkbenchError
+    from workbench.timing.green import SmPartition
+
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    module = torchvision.models.resnet50()
+    whole = TorchExecutor(copy.deepcopy(module), (3, 224, 224), dtype="float16", description="resnet50")
+    confined = TorchExecutor(copy.deepcopy(module), (3, 224, 224), dtype="float16", description="resnet50")
+
+    def images_per_s(executor: TorchExecutor, stream) -> float:
+        binding = executor.bind_lane(0, [64], stream)
+        for _ in range(5):
+            binding.enqueue(64, stream)
+        stream.sync()
+        start = time.perf_counter()
+        for _ in range(20):
+            binding.enqueue(64, stream)
+        stream.sync()
+        return 64 * 20 / (time.perf_counter() - start)
+
+    from cuda.core import Device
+
+    device = Device()
+    device.set_current()
+    full_rate = images_per_s(whole, device.create_stream())
+    quarter = SmPartition(total // 4)
+    rest = SmPartition(total - quarter.sm_count)
+    try:
+        assert quarter.sm_count >= total // 4 and quarter.sm_count + rest.sm_count <= total
+        part_rate = images_per_s(confined, quarter.create_stream())
+        assert confined.cuda_graph_active, confined.fallback_reason
+        assert part_rate < 0.6 * full_rate, (part_rate, full_rate)  # a quarter of the SMs: far below the whole GPU
+        with pytest.raises(WorkbenchError, match="does not fit"):
+            SmPartition(8)
+    finally:
+        quarter.close()
+        rest.close()
+    again = SmPartition(total // 2)  # closed partitions return their SMs
+    again.close()
+    assert int(driver.cuCtxSynchronize()[0]) == 0

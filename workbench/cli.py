@@ -14,6 +14,7 @@ from workbench.calib import cli as calib_cli
 from workbench.clean import cli as clean_cli
 from workbench.engine import cli as engine_cli
 from workbench.errors import WorkbenchError
+from workbench.explore import cli as explore_cli
 from workbench.export import cli as export_cli
 from workbench.model import cli as model_cli
 from workbench.precision import cli as precision_cli
@@ -21,7 +22,18 @@ from workbench.timing import cli as timing_cli
 from workbench.zoo import cli as zoo_cli
 
 # Each stage package owns its subcommands (``register(subparsers)``), in journey order.
-COMMAND_MODULES = (model_cli, clean_cli, precision_cli, engine_cli, calib_cli, timing_cli, export_cli, zoo_cli, demo)
+COMMAND_MODULES = (
+    model_cli,
+    clean_cli,
+    precision_cli,
+    engine_cli,
+    explore_cli,
+    calib_cli,
+    timing_cli,
+    export_cli,
+    zoo_cli,
+    demo,
+)
 
 
 def make_parser() -> argparse.ArgumentParser:

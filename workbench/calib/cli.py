@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench._args import bounded_float, bounded_int, non_negative_int, positive_int
+from workbench._args import bounded_float, bounded_int, finite_float, non_negative_int, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 
@@ -60,6 +60,31 @@ def register(subparsers: Any) -> None:
         default=None,
         help="zoo models: search the smallest fallback set that reaches this task metric",
     )
+    calibrate.add_argument(
+        "--target-drop",
+        type=bounded_float(0.0, 1.0, low_inclusive=False),
+        default=None,
+        help="zoo models: accuracy-target mixed precision (revert the worst fusion group, re-rank, step back): "
+        "the most INT8 whose task metric is within this drop of FP32",
+    )
+    calibrate.add_argument(
+        "--fallback", default="fp16", choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
+    )
+    calibrate.add_argument(
+        "--budget", type=bounded_int(1, 10_000), default=30, help="--target-drop: at most N task evaluations"
+    )
+    calibrate.add_argument(
+        "--groups", default="fusion", choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
+    )
+    calibrate.add_argument(
+        "--eval-limit",
+        type=positive_int,
+        default=None,
+        help="--target-drop: evaluation samples (default: the whole set)",
+    )
+    calibrate.add_argument(
+        "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
+    )
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
@@ -77,6 +102,15 @@ def register(subparsers: Any) -> None:
     diff.add_argument("-o", "--output", required=True, help="DIFF.json to write")
     diff.add_argument("--max-batches", type=positive_int, default=8)
     diff.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="print this many worst layers")
+    diff.add_argument(
+        "--threshold",
+        type=finite_float,
+        default=None,
+        metavar="DB",
+        help="name the first tensor (topological order) whose accumulated SQNR falls below DB, with its ONNX nodes "
+        "and the engine layers of a TensorRT-RTX build of the quantized model",
+    )
+    diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
     diff.set_defaults(func=_cli_diff)
 
@@ -100,6 +134,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.precision import PrecisionPlan
 
     model, entry = resolve_model(args.model)
+    if args.target_drop is not None and entry is None:
+        raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")
     data_dir = args.data if args.data not in (None, "zoo", "random") else None
     # the cache is read when it exists, so it is an output only when it will be (re)written
     validate_outputs(
@@ -164,9 +200,40 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
     quantized = session.quantize(ranges, plan)
     diff = None
-    if args.fallback_worst > 0 or args.diff or args.target is not None:
+    if args.fallback_worst > 0 or args.diff or (args.target is not None and args.target_drop is None):
         diff = session.diff(quantized)
-    if args.target is not None:
+    if args.target_drop is not None:
+        if entry is None:
+            raise WorkbenchError(
+                "--target-drop needs a task metric.", expected="a zoo model name as the model argument"
+            )
+        if args.target is not None:
+            raise WorkbenchError("--target and --target-drop exclude each other.", expected="one of them")
+        from workbench.calib.search import search_mixed_precision
+
+        if args.target_drop < 0 or args.budget < 1:
+            raise WorkbenchError(
+                f"--target-drop {args.target_drop} / --budget {args.budget} out of range.",
+                expected="a drop >= 0 and a budget >= 1",
+            )
+        mixed = search_mixed_precision(
+            session,
+            target_drop=args.target_drop,
+            fallback=args.fallback,
+            budget=args.budget,
+            ranges=ranges,
+            limit=args.eval_limit,
+            granularity=args.groups,
+            base_plan=plan,
+            log=None if args.no_progress else _say,
+        )
+        report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
+        mixed.save(report)
+        _say(f"mixed precision: {mixed.summary()}")
+        _say(f"wrote search report {report} ({len(mixed.evaluated)} evaluated plans, {len(mixed.reverts)} reverts)")
+        plan = mixed.plan
+        quantized = session.quantize(ranges, plan)
+    elif args.target is not None:
         if entry is None:
             raise WorkbenchError("--target needs a task metric.", expected="a zoo model name as the model argument")
         result = session.search_fallback(args.target, ranges=ranges, precision=args.fallback_precision, diff=diff)
@@ -241,8 +308,37 @@ def _cli_diff(args: argparse.Namespace) -> int:
         _say(
             f"  lowest local SQNR: {row.name} {row.sqnr_db_local:.1f} dB, clipped {row.clipped_fraction:.2e}: {row.cause}"
         )
+    if args.threshold is not None:
+        _report_divergence(diff, args.threshold, quantized.proto, build=not args.no_engine)
     if diff.task_metric:
         _say(f"task metric {diff.task_metric['name']}: {diff.task_metric['value']:.4f}")
     for note in diff.warnings:
         _say(f"warning: {note}")
     return 0
+
+
+def _report_divergence(diff: Any, threshold: float, quantized_proto: Any, *, build: bool) -> None:
+    from workbench.calib.diff import first_divergence
+
+    layer_map = None
+    if build:
+        from workbench.calib.cost import build_plan_engine
+
+        try:
+            _, layer_map = build_plan_engine(quantized_proto, name="diff")
+        except WorkbenchError as error:
+            _say(f"warning: no engine layers (the build failed: {error.problem})")
+    found = first_divergence(diff, threshold, layer_map)
+    if found is None:
+        _say(f"first divergence: no tensor falls below {threshold:g} dB accumulated SQNR")
+        return
+    _say(
+        f"first divergence below {threshold:g} dB: tensor {found.tensor} (node {found.node}, {found.op}, position "
+        f"{found.index}) at {found.sqnr_db_accumulated:.1f} dB, inputs at {found.sqnr_db_before:.1f} dB"
+    )
+    _say(f"  ONNX nodes: {', '.join(found.onnx_nodes)}")
+    if found.engine_layers:
+        for name, kind, precision in zip(found.engine_layers, found.engine_layer_types, found.engine_layer_precisions):
+            _say(f"  engine layer: {name} ({kind}, {precision})")
+    elif layer_map is not None:
+        _say("  engine layers: none (the node was folded away in the build)")

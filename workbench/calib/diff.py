@@ -243,6 +243,7 @@ def _quantized_inputs(
     weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     consumer: dict[str, str] = {}
     by_input: dict[str, list[Any]] = {}
+    cast_input = {n.output[0]: n.input[0] for n in quant_proto.graph.node if n.op_type == "Cast" and n.input}
     for node in quant_proto.graph.node:
         for name in node.input:
             by_input.setdefault(name, []).append(node)
@@ -251,6 +252,8 @@ def _quantized_inputs(
             continue
         scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
         source = node.input[0]
+        while source in cast_input:  # FP16 plans: the Q reads a Cast of the tensor back to FP32; measure the tensor
+            source = cast_input[source]
         dq_nodes = [n for n in by_input.get(node.output[0], []) if n.op_type == "DequantizeLinear"]
         users = [u.name for dq in dq_nodes for u in by_input.get(dq.output[0], [])]
         consumer[source] = users[0] if users else node.name
@@ -308,7 +311,8 @@ def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) ->
         raise WorkbenchError(
             "no tensor names are shared by the two models.", expected="a Q/DQ model made from this FP32 model"
         )
-    local_only = [n for n in activation_scales if n not in owners]
+    graph_inputs = {i.name for i in fp32_proto.graph.input}
+    local_only = [n for n in activation_scales if n not in owners and n in graph_inputs]
     return _Compared(compared, local_only, owners, activation_scales, weights, consumer)
 
 
@@ -521,3 +525,68 @@ def _cause(local_db: float, clipped_fraction: float, rmse_over_scale: float) -> 
     if local_db < OUTLIER_SQNR_DB:
         return "range inflated by outliers"
     return "ok"
+
+
+@dataclass(frozen=True)
+class Divergence(Artifact):
+    """The first tensor (topological order) whose accumulated SQNR falls below a threshold, and what computes it.
+
+    ``onnx_nodes``: the producing node and the ONNX nodes TensorRT fused with it; ``engine_layers``: the layers of a
+    real build of the quantized model that execute the producing node (empty when no engine was built).
+    """
+
+    threshold_db: float
+    tensor: str
+    node: str
+    op: str
+    index: int
+    sqnr_db_accumulated: float
+    sqnr_db_before: float  # the worst accumulated SQNR among its inputs
+    onnx_nodes: tuple[str, ...]
+    engine_layers: tuple[str, ...] = ()
+    engine_layer_types: tuple[str, ...] = ()
+    engine_layer_precisions: tuple[str, ...] = ()
+
+
+def first_divergence(diff: LayerDiff, threshold_db: float, layer_map: Any = None) -> Divergence | None:
+    """The first activation in topological order whose accumulated SQNR is below ``threshold_db`` (None if none)."""
+    if not math.isfinite(threshold_db):
+        raise WorkbenchError(f"threshold {threshold_db} dB is not a finite number.", expected="e.g. --threshold 20")
+    rows = sorted(
+        (r for r in diff.tensors if r.kind == "activation" and r.sqnr_db_accumulated is not None),
+        key=lambda r: r.index,
+    )
+    row = next((r for r in rows if float(r.sqnr_db_accumulated or 0.0) < threshold_db), None)
+    if row is None:
+        return None
+    before = float(row.sqnr_db_accumulated or 0.0) + float(row.drop_db or 0.0)
+    layers: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = (row.node,)
+    if layer_map is not None:
+        entries = [layer for layer in layer_map.layers if row.node in layer.onnx_nodes]
+        layers = tuple(layer.name for layer in entries)
+        types = tuple(layer.layer_type for layer in entries)
+        precisions = tuple(layer.precision for layer in entries)
+        ops = {n.name: n.op_type for n in layer_map.nodes}
+        fused = [
+            n
+            for layer in entries
+            for n in layer.onnx_nodes
+            if ops.get(n) not in ("QuantizeLinear", "DequantizeLinear") and not n.endswith(("Linear", "_cast"))
+        ]
+        nodes = tuple(dict.fromkeys([row.node, *fused]))
+    return Divergence(
+        threshold_db=float(threshold_db),
+        tensor=row.name,
+        node=row.node,
+        op=row.op,
+        index=row.index,
+        sqnr_db_accumulated=float(row.sqnr_db_accumulated or 0.0),
+        sqnr_db_before=before,
+        onnx_nodes=nodes,
+        engine_layers=layers,
+        engine_layer_types=types,
+        engine_layer_precisions=precisions,
+    )

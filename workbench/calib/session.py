@@ -194,7 +194,12 @@ class CalibrationSession:
 
     # ------------------------------------------------------------------ fallback
     def rank_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> list[str]:
-        """Fallback candidates, worst first: INT8 nodes and residual Adds whose skip input is quantized.
+        """Fallback candidates, worst first (by :meth:`score_int8_nodes`)."""
+        scores = self.score_int8_nodes(diff, plan)
+        return sorted(scores, key=lambda n: -scores[n])
+
+    def score_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> dict[str, float]:
+        """Damage score of every fallback candidate: INT8 nodes and residual Adds whose skip input is quantized.
 
         A node's score is the relative noise power its own quantization causes: the local noise (10^(-SQNR/10)) of
         each quantized input it reads (activations and weights), plus the noise added at its output over its
@@ -231,7 +236,7 @@ class CalibrationSession:
             ]
             # added noise is capped at 1 (0 dB): past that the signal is gone upstream and the term only says so
             scores[node] = local + min(1.0, max(0.0, max(added, default=0.0)))
-        return sorted(candidates, key=lambda n: -scores[n])
+        return scores
 
     def rank_by_sensitivity(
         self, quantized: QdqModel, *, max_batches: int = 1, plan: PrecisionPlan | None = None

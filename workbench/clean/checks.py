@@ -3,6 +3,7 @@ ONNX Runtime outputs (graph optimizations off) equal to the original model's at 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.clean.graph_utils import RANDOM_OPS
+from workbench.clean.graph_utils import RANDOM_OPS, iter_node_protos
 from workbench.errors import WorkbenchError
 from workbench.model import QDQ_OPS, TensorSpec, tensor_specs
 
@@ -108,14 +109,25 @@ def _unique(probes: ProbeShapes) -> ProbeShapes:
     return unique
 
 
-def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs: floats ~ N(0, 1); integers in {0, 1} (valid token ids, masks and segment ids); bools random."""
+def make_feed(
+    inputs: Sequence[TensorSpec],
+    shapes: Mapping[str, tuple[int, ...]],
+    seed: int,
+    hints: Mapping[str, Sequence[Any]] | None = None,
+    variant: int = 0,
+) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats ~ N(0, 1); integers in {0, 1} (valid token ids, masks and segment ids); bools random.
+    An input with value hints (constants the model compares it with, see :func:`value_hints`) is filled with one
+    of them instead, ``variant`` choosing which, so that probes take the branches the model was built for."""
     rng = np.random.default_rng(seed)
     feed: dict[str, np.ndarray] = {}
     for spec in inputs:
         shape = shapes[spec.name]
         dtype = np.dtype(spec.dtype) if spec.dtype not in ("bfloat16",) else np.dtype("float32")
-        if dtype.kind == "f":
+        choices = (hints or {}).get(spec.name)
+        if choices:
+            feed[spec.name] = np.full(shape, choices[variant % len(choices)], dtype=dtype)
+        elif dtype.kind == "f":
             feed[spec.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":
             feed[spec.name] = rng.integers(0, 2, size=shape).astype(dtype)
@@ -127,6 +139,106 @@ def make_feed(inputs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]
                 expected="float, integer or bool inputs",
             )
     return feed
+
+
+_COMPARISONS = frozenset({"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual"})
+_VALUE_PASSTHROUGH = frozenset({"Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten"})
+MAX_HINTS = 4
+
+
+def value_hints(model: Any) -> dict[str, list[Any]]:
+    """Values worth feeding to small fixed-size integer and bool graph inputs (scalars such as a sample rate or a
+    mode flag): the constants the model compares them with (``Equal(sr, 16000)`` feeding an ``If``, in any
+    subgraph), followed through Cast/Squeeze/Reshape-like nodes. A random integer would send such a model down a
+    branch it rejects. Masks and token ids (dynamic shapes) keep random {0, 1}. Inputs with no hint are absent."""
+    import onnx
+
+    from workbench.clean.graph_utils import iter_graph_protos
+
+    graphs = list(iter_graph_protos(model.graph))
+    constants: dict[str, np.ndarray] = {}
+    consumers: dict[str, list[Any]] = {}
+    for graph in graphs:
+        for init in graph.initializer:
+            if init.data_type != onnx.TensorProto.STRING and np.prod(init.dims, dtype=np.int64) <= 16:
+                constants[init.name] = onnx.numpy_helper.to_array(init)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for attr in node.attribute:
+                    if attr.name == "value" and attr.t.data_type != onnx.TensorProto.STRING:
+                        value = onnx.numpy_helper.to_array(attr.t)
+                        if value.size <= 16:
+                            constants[node.output[0]] = value
+                    elif attr.name in ("value_int", "value_float"):
+                        constants[node.output[0]] = np.array(onnx.helper.get_attribute_value(attr))
+            for name in node.input:
+                consumers.setdefault(name, []).append(node)
+    initializers = {init.name for init in model.graph.initializer}
+    hints: dict[str, list[Any]] = {}
+    for spec in tensor_specs(model.graph.input, initializers):
+        if np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32").kind not in "iub":
+            continue
+        if spec.is_dynamic or math.prod(int(dim) for dim in spec.shape if isinstance(dim, int)) > MAX_HINTS:
+            continue  # only small fixed-size inputs (a sample rate, a mode flag): masks and ids stay random
+        found: list[Any] = []
+        frontier, seen = [spec.name], {spec.name}
+        while frontier:
+            name = frontier.pop()
+            for node in consumers.get(name, []):
+                if node.op_type in _VALUE_PASSTHROUGH and node.input and node.input[0] == name:
+                    for out in node.output:
+                        if out not in seen:
+                            seen.add(out)
+                            frontier.append(out)
+                elif node.op_type in _COMPARISONS:
+                    for other in node.input:
+                        if other != name and other in constants:
+                            for value in np.asarray(constants[other]).reshape(-1).tolist():
+                                if value not in found:
+                                    found.append(value)
+        if found:
+            hints[spec.name] = found[:MAX_HINTS]
+    return hints
+
+
+def check_batch(feed: Mapping[str, Any], inputs: Sequence[TensorSpec], label: str) -> dict[str, np.ndarray]:
+    """One user batch made fit to feed (integer widths and float widths cast to the input's type), or a
+    WorkbenchError naming the batch, the input and what was wrong with it."""
+    names = [spec.name for spec in inputs]
+    missing = [name for name in names if name not in feed]
+    if missing:
+        raise WorkbenchError(
+            f"{label} lacks model input(s) {missing} (it has {sorted(feed)}).", expected=f"arrays keyed by {names}"
+        )
+    result: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        array = np.asarray(feed[spec.name])
+        want = np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
+        if array.dtype.kind not in "iufb" or (array.dtype.kind == "f") != (want.kind == "f"):
+            raise WorkbenchError(
+                f"{label}: input {spec.name!r} is {array.dtype}, the model expects {want}.",
+                expected=f"{want} values for {spec.name!r}",
+            )
+        if array.ndim != len(spec.shape) or any(
+            isinstance(dim, int) and dim >= 0 and dim != got for dim, got in zip(spec.shape, array.shape)
+        ):
+            raise WorkbenchError(
+                f"{label}: input {spec.name!r} has shape {list(array.shape)}, the model expects {list(spec.shape)}.",
+                expected="the same rank and the model's fixed dimensions",
+            )
+        result[spec.name] = array.astype(want, copy=False)
+    return result
+
+
+def _describe_feed(feed: Mapping[str, np.ndarray]) -> str:
+    parts = []
+    for name, value in feed.items():
+        text = f"{name}: {value.dtype} {list(value.shape)}"
+        if value.dtype.kind in "iub" and value.size:
+            low, high = value.min(), value.max()
+            text += f" = {low}" if low == high else f" in [{low}, {high}]"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def ort_session(model: Any) -> Any:
@@ -172,15 +284,20 @@ class CheckOutcome:
     failure: str | None
     inferred_model: Any  # the candidate after strict shape inference (None if that failed)
     seconds: float
+    outputs: list[list[np.ndarray]] | None = None  # the candidate's outputs per probe (when every check passed)
 
 
 def _op_count(model: Any, ops: frozenset[str]) -> int:
-    return sum(1 for node in model.graph.node if node.op_type in ops)
+    return sum(1 for node in iter_node_protos(model.graph) if node.op_type in ops)
 
 
 class EquivalenceChecker:
-    """Holds what every check compares against: the original's I/O, Q/DQ and random-op counts, seeded feeds
-    at the probe shapes and the original's ORT outputs on them (computed once)."""
+    """Holds what every check compares against: the original's I/O, Q/DQ and random-op counts, the feeds and the
+    original's ORT outputs on them (computed once), and the last accepted model's outputs.
+
+    Feeds: seeded probes at ``probe_shapes`` (integer inputs filled from ``hints``, by default
+    :func:`value_hints`), plus ``extra_feeds``; or, when ``data_feeds`` (the user's own batches) are given, those
+    alone. A user batch the original cannot run is an error, a generated probe it cannot run is dropped."""
 
     def __init__(
         self,
@@ -189,6 +306,9 @@ class EquivalenceChecker:
         *,
         seed: int = 0,
         extra_feeds: Sequence[Mapping[str, np.ndarray]] = (),
+        data_feeds: Sequence[Mapping[str, np.ndarray]] = (),
+        data_label: str = "--data",
+        hints: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         start = time.perf_counter()
         self.baseline_issues: list[str] = []
@@ -215,29 +335,52 @@ class EquivalenceChecker:
         self.feeds: list[dict[str, np.ndarray]] = []
         self.references: list[list[np.ndarray]] = []
         self.probe_shapes: ProbeShapes = []
-        candidates = [
-            (shapes, make_feed(self.inputs, shapes, seed + index)) for index, shapes in enumerate(probe_shapes)
-        ]
-        candidates += [
-            ({name: tuple(np.shape(value)) for name, value in feed.items()}, dict(feed)) for feed in extra_feeds
-        ]
-        for shapes, feed in candidates:
+        self.labels: dict[int, str] = {}  # id(probe shapes) -> how to name that probe in a failure
+        self.hints = dict(hints) if hints is not None else value_hints(original)
+        self.data_source = data_label if data_feeds else None
+        candidates: list[tuple[dict[str, tuple[int, ...]], dict[str, np.ndarray], str | None]] = []
+        if not data_feeds:
+            candidates += [
+                (dict(shapes), make_feed(self.inputs, shapes, seed + index, self.hints, index), None)
+                for index, shapes in enumerate(probe_shapes)
+            ]
+        real = [(f"sample {index}", feed) for index, feed in enumerate(extra_feeds)]
+        real += [(f"{data_label} batch {index}", feed) for index, feed in enumerate(data_feeds)]
+        for batch_label, feed in real:
+            checked = check_batch(feed, self.inputs, batch_label)
+            candidates.append(({name: tuple(value.shape) for name, value in checked.items()}, checked, batch_label))
+        failures: list[str] = []
+        for shapes, feed, label in candidates:
             try:
-                outputs = session.run(self.output_names, feed)
+                outputs: list[np.ndarray] = session.run(self.output_names, feed)
             except Exception as error:
+                where = label or f"probe {_describe_feed(feed)}"
+                if label is not None:
+                    raise WorkbenchError(
+                        f"the original model fails in ONNX Runtime on {label} ({_describe_feed(feed)}): "
+                        f"{_ort_reason(error)}",
+                        expected="inputs the original model accepts",
+                    ) from None
+                failures.append(f"{where}: {_ort_reason(error)}")
                 self.baseline_issues.append(
                     f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped"
                 )
                 continue
             self.probe_shapes.append(shapes)
+            if label is not None:
+                self.labels[id(shapes)] = label
             self.feeds.append(feed)
             self.references.append(outputs)
         if not self.feeds:
+            hinted = ", ".join(f"{name} in {values}" for name, values in self.hints.items()) or "none found"
             raise WorkbenchError(
-                "the original model runs in ONNX Runtime at none of the probe shapes, so equivalence cannot be checked.",
-                expected="input shapes the model accepts",
-                hint="pass profile shapes ({input: (min, opt, max)}) or --shape, or switch the checks off",
+                "the original model runs in ONNX Runtime on none of the generated probe inputs, so equivalence "
+                "cannot be checked. " + "; ".join(failures) + f". Value hints used: {hinted}.",
+                expected="inputs the model accepts",
+                hint="give real inputs with --data DIR (.npz batches keyed by input name, or .npy for a one-input "
+                "model), or --profile shapes for every dynamic input, or switch the checks off with --no-check",
             )
+        self.accepted_outputs = list(self.references)
         self.baseline_seconds = time.perf_counter() - start
 
     @staticmethod
@@ -296,17 +439,42 @@ class EquivalenceChecker:
         except Exception as error:
             return fail(f"ONNX Runtime cannot load it: {_first_line(error)}", inferred=inferred)
         worst = 0.0
-        for shapes, feed, reference in zip(self.probe_shapes, self.feeds, self.references):
+        # exact passes: bit-exact against the last accepted model (numeric drift of earlier folding does not
+        # accumulate into a failure); numeric passes: within tolerance of the original
+        references = self.accepted_outputs if tolerance == "exact" else self.references
+        run_outputs: list[list[np.ndarray]] = []
+        for shapes, feed, reference in zip(self.probe_shapes, self.feeds, references):
             try:
                 got = session.run(self.output_names, feed)
             except Exception as error:
-                return fail(f"ONNX Runtime fails at {shapes}: {_first_line(error)}", inferred=inferred)
+                return fail(f"ONNX Runtime fails at {self._where(shapes)}: {_first_line(error)}", inferred=inferred)
+            run_outputs.append(got)
             for name, ref, act in zip(self.output_names, reference, got):
                 ok, diff, why = compare_outputs(np.asarray(ref), np.asarray(act), tolerance)
                 worst = max(worst, diff)
                 if not ok:
-                    return fail(f"output {name!r} at {shapes}: {why}", worst, inferred)
-        return CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
+                    return fail(f"output {name!r} at {self._where(shapes)}: {why}", worst, inferred)
+        outcome = CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
+        outcome.outputs = run_outputs
+        return outcome
+
+    def accept(self, outcome: CheckOutcome) -> None:
+        """The candidate behind ``outcome`` was kept: exact passes are compared with its outputs from now on."""
+        if outcome.outputs is not None:
+            self.accepted_outputs = outcome.outputs
+
+    def _where(self, shapes: Mapping[str, tuple[int, ...]]) -> str:
+        label = self.labels.get(id(shapes))
+        return label if label else str(dict(shapes))
+
+
+def _ort_reason(error: BaseException) -> str:
+    """The innermost reason of an ONNX Runtime error (the failing node and its message), one line."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    marker = "Non-zero status code returned while running "
+    if marker in text:
+        text = text[text.rindex(marker) + len(marker) :]
+    return text[:300]
 
 
 def _first_line(error: BaseException) -> str:

@@ -38,6 +38,15 @@ def register(subparsers: Any) -> None:
         metavar="NAME:MIN/OPT/MAX",
         help="shapes to compare outputs at, e.g. x:1x3x48x320/8x3x48x320/32x3x48x320 (repeatable)",
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="real inputs for every check instead of generated probes: a folder of .npz batches keyed by input name "
+        "(as for calibrate), .npy files for a one-input model, one such file, or 'zoo' for a zoo model's calibration set",
+    )
+    parser.add_argument(
+        "--check-batches", type=int, default=None, help="compare on at most N batches of --data (default 4)"
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the equivalence checks (faster, unproven)")
     parser.add_argument(
         "--fold-size-threshold",
@@ -92,6 +101,28 @@ def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
     return path, {name: list(levels) for name, levels in entry.input_profiles().items()}
 
 
+def _data_options(args: argparse.Namespace, options: Any) -> None:
+    """--data / --check-batches onto the options (the zoo entry for --data zoo)."""
+    if args.check_batches is not None:
+        if args.data is None:
+            raise WorkbenchError("--check-batches needs --data.", expected="--data DIR --check-batches N")
+        if args.check_batches < 1:
+            raise WorkbenchError(f"--check-batches {args.check_batches}.", expected="a positive number of batches")
+        options.check_batches = args.check_batches
+    if args.data is None:
+        return
+    if args.no_check:
+        raise WorkbenchError("--data is for the checks, which --no-check switches off.", expected="one of the two")
+    options.data = args.data
+    if args.data == "zoo":
+        from workbench.zoo import resolve_model
+
+        _, entry = resolve_model(args.model)
+        if entry is None:
+            raise WorkbenchError("--data zoo needs a zoo model.", expected="a zoo model name, or --data DIR")
+        options.data_entry = entry
+
+
 def run_clean(args: argparse.Namespace) -> int:
     from workbench._io import write_json_atomic
     from workbench.clean import DEFAULT_PASSES, CleanOptions, available_passes, clean_file, get_pass
@@ -125,10 +156,13 @@ def run_clean(args: argparse.Namespace) -> int:
     )
     if args.fold_size_threshold is not None:
         options.fold_size_threshold = args.fold_size_threshold
+    _data_options(args, options)
     result = clean_file(model_path, args.output, options)
     for issue in result.baseline_issues:
         print(f"note: {issue}")
-    if result.probe_shapes:
+    if result.data_source:
+        print(f"outputs compared on {len(result.probe_shapes)} batch(es) of {result.data_source}")
+    elif result.probe_shapes:
         print(
             "outputs compared at: "
             + "; ".join(", ".join(f"{k}={v}" for k, v in probe.items()) for probe in result.probe_shapes)
@@ -141,6 +175,11 @@ def run_clean(args: argparse.Namespace) -> int:
         )
         for finding in report.findings:
             print(f"    {finding.severity}: {finding.rule} at {finding.node}: {finding.message}")
+    if result.subgraph_nodes_before:
+        print(
+            f"nodes inside If/Loop/Scan bodies: {result.subgraph_nodes_before} -> {result.subgraph_nodes_after} "
+            "(counted in the totals)"
+        )
     print(
         f"{result.source}: {result.nodes_before} -> {result.nodes_after} nodes, {result.bytes_before} -> {result.bytes_after} bytes, {result.seconds:.2f}s; wrote {args.output}"
     )

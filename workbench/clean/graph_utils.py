@@ -10,6 +10,7 @@ import numpy as np
 
 from workbench.model.graph import is_constant, producer
 
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # default-domain ops with graph attributes
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
@@ -42,17 +43,69 @@ def export_graph(graph: Any, template: Any) -> Any:
     return model
 
 
-def _has_subgraphs(graph: Any) -> bool:
+def node_subgraphs(node: Any) -> list[Any]:
+    """The gs.Graph bodies held in ``node``'s attributes (If branches, Loop/Scan bodies)."""
     import onnx_graphsurgeon as gs
 
-    return any(isinstance(value, gs.Graph) for node in graph.nodes for value in node.attrs.values())
+    if node.op not in CONTROL_FLOW_OPS and node.domain in (None, "", "ai.onnx"):
+        return []  # only control-flow ops (and custom-domain ones) hold graphs
+    found = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, gs.Graph))
+    return found
+
+
+def _has_subgraphs(graph: Any) -> bool:
+    return any(node_subgraphs(node) for node in graph.nodes)
+
+
+def all_subgraphs(graph: Any) -> list[Any]:
+    """Every subgraph nested in ``graph`` (any depth), outer ones first."""
+    found: list[Any] = []
+    stack = [sub for node in graph.nodes for sub in node_subgraphs(node)]
+    stack.reverse()
+    while stack:
+        sub = stack.pop()
+        found.append(sub)
+        nested = [inner for node in sub.nodes for inner in node_subgraphs(node)]
+        stack.extend(reversed(nested))
+    return found
+
+
+def outer_tensors(subgraph: Any) -> list[Any]:
+    """Tensors a subgraph (or its own subgraphs) reads from enclosing scopes: produced neither by its nodes nor
+    listed as its inputs, and not constants. They belong to the outer graph and must never be removed or renamed."""
+    local = {id(t) for node in subgraph.nodes for t in node.outputs} | {id(t) for t in subgraph.inputs}
+    found: dict[int, Any] = {}
+    for node in subgraph.nodes:
+        for tensor in node.inputs:
+            if id(tensor) not in local and not tensor.is_empty() and not is_constant(tensor):
+                found[id(tensor)] = tensor
+        for sub in node_subgraphs(node):
+            for tensor in outer_tensors(sub):
+                if id(tensor) not in local:
+                    found[id(tensor)] = tensor
+    for tensor in subgraph.outputs:
+        if id(tensor) not in local and not is_constant(tensor):
+            found[id(tensor)] = tensor
+    return list(found.values())
+
+
+def node_reads(node: Any) -> list[Any]:
+    """The tensors ``node`` depends on: its inputs plus what its subgraphs read from outside them."""
+    reads = list(node.inputs)
+    for sub in node_subgraphs(node):
+        reads.extend(outer_tensors(sub))
+    return reads
 
 
 def prune_dead_nodes(graph: Any) -> int:
     """Drop nodes no graph output depends on, before graphsurgeon's cleanup (which formats every node it
-    removes into a log string, arrays included: seconds on models with hundreds of Constant nodes)."""
-    if _has_subgraphs(graph):
-        return 0  # subgraphs read outer tensors implicitly: leave those graphs to graphsurgeon's cleanup
+    removes into a log string, arrays included: seconds on models with hundreds of Constant nodes). Subgraph
+    bodies count as reads of the outer tensors they use."""
     producers = {id(out): node for node in graph.nodes for out in node.outputs}
     live: set[int] = set()
     stack = [producers[id(t)] for t in graph.outputs if id(t) in producers]
@@ -61,7 +114,7 @@ def prune_dead_nodes(graph: Any) -> int:
         if id(node) in live:
             continue
         live.add(id(node))
-        stack.extend(producers[id(inp)] for inp in node.inputs if id(inp) in producers)
+        stack.extend(producers[id(inp)] for inp in node_reads(node) if id(inp) in producers)
     removed = len(graph.nodes) - len(live)
     if removed:
         for node in graph.nodes:
@@ -74,18 +127,23 @@ def prune_dead_nodes(graph: Any) -> int:
 
 def toposort(graph: Any) -> Any:
     """Kahn's algorithm, keeping the current order where it is already valid (graphsurgeon's toposort is
-    recursive and takes ~50 ms on a 450-node graph; this one ~2 ms). Graphs with subgraphs use graphsurgeon's."""
+    recursive and takes ~50 ms on a 450-node graph; this one ~2 ms). A node with subgraphs comes after the
+    producers of the outer tensors its subgraphs read; subgraph bodies are sorted too."""
+    for sub in all_subgraphs(graph):
+        _toposort_one(sub)
+    return _toposort_one(graph)
+
+
+def _toposort_one(graph: Any) -> Any:
     import heapq
 
-    if _has_subgraphs(graph):
-        return graph.toposort()
     nodes = list(graph.nodes)
     index = {id(node): i for i, node in enumerate(nodes)}
     producers = {id(out): node for node in nodes for out in node.outputs}
     waiting = [0] * len(nodes)
     consumers: list[list[int]] = [[] for _ in nodes]
     for i, node in enumerate(nodes):
-        sources = {index[id(producers[id(inp)])] for inp in node.inputs if id(inp) in producers}
+        sources = {index[id(producers[id(inp)])] for inp in node_reads(node) if id(inp) in producers}
         sources.discard(i)
         waiting[i] = len(sources)
         for source in sources:
@@ -101,18 +159,50 @@ def toposort(graph: Any) -> Any:
             if waiting[j] == 0:
                 heapq.heappush(ready, j)
     if len(order) != len(nodes):
-        return graph.toposort()  # a cycle: let graphsurgeon report it
+        return graph.toposort(recurse_subgraphs=False)  # a cycle: let graphsurgeon report it
     graph.nodes = order
     return graph
 
 
+def iter_graph_protos(graph: Any) -> Iterable[Any]:
+    """An onnx.GraphProto and every GraphProto nested in its nodes' attributes, outer first."""
+    yield graph
+    for node in graph.node:
+        if node.op_type not in CONTROL_FLOW_OPS and node.domain in ("", "ai.onnx"):
+            continue  # only control-flow ops (and custom-domain ones) hold graphs
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from iter_graph_protos(attr.g)
+            for sub in attr.graphs:
+                yield from iter_graph_protos(sub)
+
+
+def iter_node_protos(graph: Any) -> Iterable[Any]:
+    """Every NodeProto of a GraphProto, subgraph nodes included."""
+    for sub in iter_graph_protos(graph):
+        yield from sub.node
+
+
+def subgraph_node_count(model: Any) -> int:
+    """Nodes inside If/Loop/Scan bodies (any depth), not counting the top-level graph's own nodes."""
+    return sum(1 for _ in iter_node_protos(model.graph)) - len(model.graph.node)
+
+
+def total_node_count(model: Any) -> int:
+    return sum(1 for _ in iter_node_protos(model.graph))
+
+
 def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
-    """Copy dtypes and shapes from a shape-inferred ModelProto onto the same graph's Variables, in place."""
+    """Copy dtypes and shapes from a shape-inferred ModelProto onto the same graph's Variables (subgraphs
+    included: ONNX shape inference records their value_info in each subgraph), in place."""
     import onnx
 
-    infos = {info.name: info for info in inferred.graph.value_info}
-    declared = {id(tensor) for tensor in list(graph.inputs) + list(graph.outputs)}  # graph I/O keeps its declaration
-    for name, tensor in graph.tensors().items():
+    infos = {info.name: info for sub in iter_graph_protos(inferred.graph) for info in sub.value_info}
+    graphs = [graph, *all_subgraphs(graph)]
+    # graph I/O keeps its declaration (subgraph outputs included: a loop's carried values may change shape)
+    declared = {id(tensor) for g in graphs for tensor in list(g.inputs) + list(g.outputs)}
+    tensors = {name: tensor for g in graphs for name, tensor in g.tensors().items()}
+    for name, tensor in tensors.items():
         info = infos.get(name)
         if id(tensor) in declared:
             continue
@@ -150,22 +240,38 @@ def constant_nbytes(tensor: Any) -> int:
         return int(np.asarray(tensor.values).nbytes)
 
 
-def light_export(graph: Any, template: Any) -> tuple[Any, int]:
-    """Export nodes, graph I/O and small constants; large constants become data-free TensorProto stubs.
-
-    Enough for shape inference, node and op counts, change detection (a stub records which tensor object and
-    values object it stands for) and size accounting, at a fraction of a full export's cost: a full export copies
-    every weight. Returns (model, payload bytes of the stubbed constants).
-    """
+def _light_graph(graph: Any) -> tuple[Any, int]:
+    """(GraphProto with small constants and stubs for large ones, stubbed payload bytes); subgraphs likewise."""
     import onnx
     from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
     from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
-    nodes = [OnnxExporter.export_node(node) for node in graph.nodes]
+    stub_bytes = 0
+    nodes = []
+    for node in graph.nodes:
+        subgraphs = node_subgraphs(node)
+        if not subgraphs:
+            nodes.append(OnnxExporter.export_node(node))
+            continue
+        # OnnxExporter.export_node would export the bodies with every weight: export them light too
+        proto = onnx.helper.make_node(
+            node.op,
+            inputs=[t.name for t in node.inputs],
+            outputs=[t.name for t in node.outputs],
+            name=node.name,
+            domain=node.domain,
+        )
+        for key, value in node.attrs.items():
+            if any(value is sub for sub in subgraphs):
+                body, body_bytes = _light_graph(value)
+                stub_bytes += body_bytes
+                proto.attribute.append(onnx.helper.make_attribute(key, body))
+            else:
+                proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
+        nodes.append(proto)
     inputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.inputs]
     outputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.outputs]
     initializers = []
-    stub_bytes = 0
     for tensor in graph.tensors().values():
         if not isinstance(tensor, Constant) or isinstance(tensor._values, SparseValues):
             continue
@@ -179,7 +285,20 @@ def light_export(graph: Any, template: Any) -> tuple[Any, int]:
         stub.doc_string = f"stub:{id(tensor)}"
         initializers.append(stub)
         stub_bytes += size
-    onnx_graph = onnx.helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers)
+    return onnx.helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers), stub_bytes
+
+
+def light_export(graph: Any, template: Any) -> tuple[Any, int]:
+    """Export nodes, graph I/O and small constants; large constants become data-free TensorProto stubs, in
+    If/Loop/Scan bodies too.
+
+    Enough for shape inference, node and op counts, change detection (a stub records which tensor object and
+    values object it stands for) and size accounting, at a fraction of a full export's cost: a full export copies
+    every weight. Returns (model, payload bytes of the stubbed constants).
+    """
+    import onnx
+
+    onnx_graph, stub_bytes = _light_graph(graph)
     model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
     model.ir_version = max(template.ir_version, 4)
     for imp in graph.import_domains or []:
@@ -189,7 +308,8 @@ def light_export(graph: Any, template: Any) -> tuple[Any, int]:
 
 
 def op_counts(model: Any) -> dict[str, int]:
-    counts = Counter(node.op_type for node in model.graph.node)
+    """Op type -> count over the whole model, subgraph nodes included."""
+    counts = Counter(node.op_type for node in iter_node_protos(model.graph))
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -202,7 +322,9 @@ def model_bytes(model: Any, stub_bytes: int = 0) -> int:
 
 def node_names(model: Any) -> list[str]:
     """A stable identity per node: its name, or (for unnamed nodes) op type and first output."""
-    return [node.name or f"{node.op_type}:{node.output[0] if node.output else ''}" for node in model.graph.node]
+    return [
+        node.name or f"{node.op_type}:{node.output[0] if node.output else ''}" for node in iter_node_protos(model.graph)
+    ]
 
 
 def opset_of(graph_or_model: Any) -> int:
@@ -219,9 +341,12 @@ def single_consumer(tensor: Any) -> Any | None:
     return tensor.outputs[0] if len(tensor.outputs) == 1 else None
 
 
-def redirect_consumers(old: Any, new: Any) -> None:
-    """Make every node that reads tensor ``old`` read tensor ``new`` instead (graph outputs are not touched)."""
+def redirect_consumers(old: Any, new: Any, within: set[int] | None = None) -> None:
+    """Make every node that reads tensor ``old`` read tensor ``new`` instead (graph outputs are not touched).
+    ``within``: ids of the only nodes to change (a subgraph's own nodes, so an outer tensor keeps its outer readers)."""
     for consumer in list(old.outputs):
+        if within is not None and id(consumer) not in within:
+            continue
         for index, tensor in enumerate(consumer.inputs):
             if tensor is old:
                 consumer.inputs[index] = new
@@ -243,6 +368,7 @@ def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
         upstream = producer(source)
         if (
             upstream is None
+            or not any(candidate is upstream for candidate in graph.nodes)  # in an outer scope: never rename it
             or source in graph.outputs
             or source in graph.inputs
             or len(source.outputs) != 1

@@ -18,13 +18,14 @@ import numpy as np
 
 from workbench.clean.graph_utils import (
     RANDOM_OPS,
+    all_subgraphs,
     apply_inferred_shapes,
     bypass_node,
-    constant_nbytes,
     constant_values,
     dtype_name,
     is_static,
     light_export,
+    node_subgraphs,
     np_dtype,
     prune_dead_nodes,
     redirect_consumers,
@@ -50,6 +51,7 @@ class PassContext:
     fold_size_threshold: int | None = DEFAULT_FOLD_SIZE_THRESHOLD
     findings: list[Finding] = field(default_factory=list)
     shapes_fresh: bool = False  # the graph came from a model that just went through shape inference
+    root: Any = None  # the top-level gs graph while a pass runs on one of its subgraphs (None: at the top)
 
 
 PassFunction = Callable[[Any, PassContext], Any]
@@ -64,6 +66,7 @@ class CleanPass:
     tolerance: str = "exact"  # "exact" | "numeric" | "report"
     description: str = ""
     min_opset: int = 0  # below this default-domain opset the pass is skipped (reported unchanged)
+    recurse: bool = True  # also run it on every If/Loop/Scan body (outer-scope tensors are never removed/renamed)
 
     def __post_init__(self) -> None:
         if self.tolerance not in ("exact", "numeric", "report"):
@@ -100,13 +103,20 @@ def available_passes() -> list[str]:
 
 
 def cleaning_pass(
-    name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0
+    name: str, tolerance: str = "exact", description: str = "", min_opset: int = 0, recurse: bool = True
 ) -> Callable[[PassFunction], PassFunction]:
     """Decorator that registers a built-in pass."""
 
     def wrap(function: PassFunction) -> PassFunction:
         register_pass(
-            CleanPass(name, function, tolerance, description or " ".join((function.__doc__ or "").split()), min_opset)
+            CleanPass(
+                name,
+                function,
+                tolerance,
+                description or " ".join((function.__doc__ or "").split()),
+                min_opset,
+                recurse,
+            )
         )
         return function
 
@@ -119,12 +129,13 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 
     if context.shapes_fresh:
         return graph
-    model, _ = light_export(graph, context.template)
+    root = context.root if context.root is not None else graph  # a subgraph is inferred within its whole model
+    model, _ = light_export(root, context.template)
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # a model ONNX cannot infer still cleans, with fewer shape facts
         return graph
-    apply_inferred_shapes(graph, model)
+    apply_inferred_shapes(root, model)
     context.shapes_fresh = True
     return graph
 
@@ -132,7 +143,7 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 # ---------------------------------------------------------------------------------------------- input shapes
 
 
-@cleaning_pass("override_input_shapes", "exact")
+@cleaning_pass("override_input_shapes", "exact", recurse=False)
 def override_input_shapes(graph: Any, context: PassContext) -> None:
     """Pin dynamic input dimensions, or give them the symbolic names of the TensorRT optimization profile."""
     by_name = {tensor.name: tensor for tensor in graph.inputs}
@@ -197,10 +208,11 @@ def constants_to_initializers(graph: Any, context: PassContext) -> None:
     graph.inputs = [tensor for tensor in graph.inputs if not is_constant(tensor)]
 
 
-@cleaning_pass("cleanup_toposort", "exact")
+@cleaning_pass("cleanup_toposort", "exact", recurse=False)
 def cleanup_toposort(graph: Any, context: PassContext) -> None:
-    """Remove nodes and tensors nothing depends on; sort nodes topologically."""
-    prune_dead_nodes(graph)
+    """Remove nodes and tensors nothing depends on; sort nodes topologically (subgraphs included)."""
+    for sub in [graph, *all_subgraphs(graph)]:
+        prune_dead_nodes(sub)
     toposort(graph.cleanup(remove_unused_graph_inputs=False))
 
 
@@ -264,6 +276,16 @@ def _exclude_from_folding(node: Any) -> bool:
     return node.op in RANDOM_OPS or node.op in QDQ_OPS
 
 
+def _has_foldable_node(graph: Any) -> bool:
+    return any(
+        node.outputs
+        and not _exclude_from_folding(node)
+        and not node_subgraphs(node)
+        and all(inp.is_empty() or is_constant(inp) for inp in node.inputs)
+        for node in graph.nodes
+    )
+
+
 @cleaning_pass("fold_constants", "numeric")
 def fold_constants(graph: Any, context: PassContext) -> Any:
     """Fold constant subgraphs and static shapes to a fixed point (recursive partitioning, size threshold,
@@ -280,8 +302,14 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
             _fold_known_shape_values(graph)
             toposort(graph)
             fold_options = dict(
-                fold_shapes=False, size_threshold=context.fold_size_threshold, should_exclude_node=_exclude_from_folding
+                fold_shapes=False,
+                size_threshold=context.fold_size_threshold,
+                should_exclude_node=_exclude_from_folding,
+                recurse_subgraphs=False,  # the pipeline runs this pass on every subgraph itself
+                flatten_subgraphs=False,  # constant-condition If: the inline_constant_if pass (keeps shapes)
             )
+            if not _has_foldable_node(graph):
+                break  # nothing whose inputs are all constant: skip graphsurgeon's copy, export and ORT session
             try:
                 # one ONNX Runtime session for everything foldable: fast when nothing fails
                 graph.fold_constants(partitioning=None, error_ok=False, **fold_options)
@@ -289,13 +317,73 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
                 # something in the constant subgraph cannot run: partition recursively around it
                 graph.fold_constants(partitioning="recursive", error_ok=True, **fold_options)
             prune_dead_nodes(graph)
-            graph.cleanup(remove_unused_graph_inputs=False)
-            context.shapes_fresh = False
+            graph.cleanup(remove_unused_graph_inputs=False, recurse_subgraphs=False)
+            if context.root is None:
+                context.shapes_fresh = False
+            # inside a subgraph the shapes inferred for the whole model stay: folding keeps every value (and its
+            # shape) as it was, and re-inferring the whole model per body and round costs seconds on Silero VAD
             if len(graph.nodes) == before:
                 break
     finally:
         G_LOGGER.severity = old_severity
     return graph
+
+
+# ---------------------------------------------------------------------------------------------- If inlining
+
+
+def _inline_if(graph: Any, node: Any) -> bool:
+    """Replace ``node`` (an If whose condition is a constant) by the nodes of the branch it always takes."""
+    import onnx_graphsurgeon as gs
+
+    cond = constant_values(node.inputs[0])
+    if cond is None or cond.size != 1:
+        return False
+    branch = node.attrs.get("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+    if not isinstance(branch, gs.Graph) or len(branch.outputs) != len(node.outputs):
+        return False
+    branch_nodes = {id(n) for n in branch.nodes}
+    readers = branch_nodes | {id(n) for sub in all_subgraphs(branch) for n in sub.nodes}  # nested bodies read too
+    added: list[Any] = []
+    rebound: set[int] = set()
+    for if_out, branch_out in zip(node.outputs, branch.outputs):
+        # the If output keeps its name, and gets the branch output's type and shape when it had none
+        if if_out.dtype is None and branch_out.dtype is not None:
+            if_out.dtype = branch_out.dtype
+        if not if_out.shape and branch_out.shape:
+            if_out.shape = list(branch_out.shape)
+        source = producer(branch_out)
+        if source is not None and id(source) in branch_nodes and id(branch_out) not in rebound:
+            rebound.add(id(branch_out))
+            redirect_consumers(branch_out, if_out, within=readers)
+            source.outputs[source.outputs.index(branch_out)] = if_out
+        else:  # an outer tensor, a constant, or a tensor the branch returns twice: copy it
+            added.append(
+                gs.Node("Identity", name=f"{node.name or if_out.name}_inlined", inputs=[branch_out], outputs=[])
+            )
+            added[-1].outputs.append(if_out)
+    # a branch-local name that the enclosing graph already uses would break SSA once inlined: rename it
+    taken = set(graph.tensors())
+    for tensor in (t for n in branch.nodes for t in n.outputs if not t.is_empty()):
+        if tensor.name in taken and not any(tensor is out for out in node.outputs):
+            tensor.name = f"{tensor.name}__{node.name or 'if'}_inlined"
+    position = next(i for i, candidate in enumerate(graph.nodes) if candidate is node)
+    node.inputs.clear()
+    node.outputs.clear()
+    graph.nodes[position : position + 1] = list(branch.nodes) + added
+    return True
+
+
+@cleaning_pass("inline_constant_if", "exact")
+def inline_constant_if(graph: Any, context: PassContext) -> None:
+    """Replace an If whose condition is a constant (often after folding) by the nodes of the branch it takes;
+    the If's output names, types and shapes are kept."""
+    changed = True
+    while changed:
+        changed = False
+        for node in list(graph.nodes):
+            if node.op == "If" and node.inputs and is_constant(node.inputs[0]) and _inline_if(graph, node):
+                changed = True
 
 
 # ---------------------------------------------------------------------------------------------- shape casts
@@ -643,9 +731,13 @@ def _is_noop(node: Any, graph: Any) -> bool:
             shape = tensor_shape(node.inputs[0])
             return shape is not None and len(shape) <= 1
         return list(perm) == list(range(len(perm)))
-    if op in ("Reshape", "Expand", "Squeeze", "Unsqueeze", "Flatten"):
-        return op in ("Reshape", "Expand") and _same_static_shape(node.inputs[0], node.outputs[0])
+    if op == "Reshape":
+        return _same_static_shape(node.inputs[0], node.outputs[0]) or _identity_reshape(node)
+    if op in ("Expand", "Squeeze", "Unsqueeze", "Flatten"):
+        return op == "Expand" and _same_static_shape(node.inputs[0], node.outputs[0])
     if op == "Slice":
+        if _whole_range_slice(node):
+            return True
         if not _same_static_shape(node.inputs[0], node.outputs[0]):
             return False
         if len(node.inputs) > 4 and not node.inputs[4].is_empty():
@@ -660,14 +752,98 @@ def _is_noop(node: Any, graph: Any) -> bool:
     return False
 
 
+_WHOLE_RANGE = 2**31 - 1  # an end at or past this keeps everything (PyTorch writes INT64_MAX, some INT32_MAX)
+
+
+def _whole_range_slice(node: Any) -> bool:
+    """A Slice (opset >= 10) from 0 to the end with step 1 on every axis it names: ``x[:, :]`` in PyTorch."""
+    if len(node.inputs) < 3:
+        return False
+    starts, ends = _constant_list(node.inputs[1]), _constant_list(node.inputs[2])
+    steps = _constant_list(node.inputs[4]) if len(node.inputs) > 4 and not node.inputs[4].is_empty() else None
+    if starts is None or ends is None or len(starts) != len(ends) or not starts:
+        return False
+    if len(node.inputs) > 4 and not node.inputs[4].is_empty() and (steps is None or any(v != 1 for v in steps)):
+        return False
+    axes = _constant_list(node.inputs[3]) if len(node.inputs) > 3 and not node.inputs[3].is_empty() else None
+    if len(node.inputs) > 3 and not node.inputs[3].is_empty() and axes is None:
+        return False
+    shape = tensor_shape(node.inputs[0])
+    for position, (start, end) in enumerate(zip(starts, ends)):
+        if start != 0:
+            return False
+        if end >= _WHOLE_RANGE:
+            continue
+        axis = axes[position] if axes is not None else position
+        if shape is None or not -len(shape) <= axis < len(shape):
+            return False
+        dim = shape[axis]
+        if not (isinstance(dim, (int, np.integer)) and 0 <= dim <= end):
+            return False
+    return True
+
+
+def _identity_reshape(node: Any) -> bool:
+    """Reshape to a constant shape that repeats the input's own: every entry is 0 (copy, allowzero off) or the
+    input's static dimension, with at most one -1 standing for the only dimension not pinned otherwise."""
+    if len(node.inputs) < 2 or int(node.attrs.get("allowzero", 0)):
+        return False
+    target, shape = _constant_list(node.inputs[1]), tensor_shape(node.inputs[0])
+    if target is None or shape is None or len(target) != len(shape):
+        return False
+    unknown = 0
+    for value, dim in zip(target, shape):
+        if value == 0:
+            continue
+        if value == -1:
+            unknown += 1
+            continue
+        if not (isinstance(dim, (int, np.integer)) and dim == value):
+            return False
+    return unknown <= 1
+
+
 @cleaning_pass("remove_noops", "exact")
 def remove_noops(graph: Any, context: PassContext) -> Any:
-    """Remove Identity, inference Dropout, same-type Cast and identity Transpose/Reshape/Expand/Slice/Pad/Concat."""
+    """Remove Identity, inference Dropout, same-type Cast, whole-range Slice and identity
+    Transpose/Reshape/Expand/Slice/Pad/Concat; drop all-zero initial states of RNN/GRU/LSTM (the default)."""
     graph = refresh_shapes(graph, context)
     for node in list(graph.nodes):
         if node.outputs and _is_noop(node, graph):
             bypass_node(graph, node)
+        elif node.op in _RNN_STATE_INPUTS:
+            _drop_zero_states(node)
     return graph
+
+
+_RNN_STATE_INPUTS = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}  # initial_h (and initial_c): zero when absent
+
+
+def _is_zero_tensor(tensor: Any, depth: int = 0) -> bool:
+    """All zeros whatever its shape: a zero constant, ConstantOfShape of zero, or Expand/Cast/Identity of one."""
+    values = constant_values(tensor)
+    if values is not None:
+        return values.dtype.kind in "fiub" and not np.any(values)
+    node = producer(tensor)
+    if node is None or depth > 8:
+        return False
+    if node.op == "ConstantOfShape":
+        value = node.attrs.get("value")
+        array = None if value is None else np.asarray(getattr(value, "values", value))
+        return array is None or not np.any(array)
+    if node.op in ("Expand", "Cast", "Identity") and node.inputs:
+        return _is_zero_tensor(node.inputs[0], depth + 1)
+    return False
+
+
+def _drop_zero_states(node: Any) -> None:
+    import onnx_graphsurgeon as gs
+
+    for index in _RNN_STATE_INPUTS[node.op]:
+        if len(node.inputs) > index and not node.inputs[index].is_empty() and _is_zero_tensor(node.inputs[index]):
+            node.inputs[index] = gs.Variable.empty()
+    while node.inputs and node.inputs[-1].is_empty():
+        node.inputs.pop()
 
 
 def _merge_pair(graph: Any, first: Any, second: Any, op: str, inputs: list[Any], attrs: dict[str, Any]) -> None:
@@ -687,9 +863,45 @@ def _unsqueeze_axes(node: Any, opset: int) -> list[int] | None:
     return _constant_list(node.inputs[1]) if len(node.inputs) > 1 else None
 
 
+_MERGEABLE = ("Transpose", "Unsqueeze", "Reshape", "Slice")
+
+
+def _slice_params(node: Any, rank: int) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """(starts, ends, axes normalized to >= 0, steps) of a Slice whose parameters are all constants."""
+    if len(node.inputs) < 3:
+        return None
+    starts, ends = _constant_list(node.inputs[1]), _constant_list(node.inputs[2])
+    has = [len(node.inputs) > i and not node.inputs[i].is_empty() for i in (3, 4)]
+    axes = _constant_list(node.inputs[3]) if has[0] else list(range(len(starts or [])))
+    steps = _constant_list(node.inputs[4]) if has[1] else [1] * len(starts or [])
+    if starts is None or ends is None or axes is None or steps is None:
+        return None
+    if not len(starts) == len(ends) == len(axes) == len(steps) or any(not -rank <= a < rank for a in axes):
+        return None
+    return starts, ends, [a % rank for a in axes], steps
+
+
+def _merged_slice_inputs(first: Any, second: Any, source: Any) -> list[Any] | None:
+    """Inputs of one Slice doing ``first`` then ``second`` when they cut different axes (constants only)."""
+    import onnx_graphsurgeon as gs
+
+    shape = tensor_shape(source)
+    if shape is None:
+        return None
+    a, b = _slice_params(first, len(shape)), _slice_params(second, len(shape))
+    if a is None or b is None or set(a[2]) & set(b[2]) or len(set(a[2])) != len(a[2]) or len(set(b[2])) != len(b[2]):
+        return None
+    name = second.name or second.outputs[0].name
+    arrays = [np.array(x + y, dtype=np.int64) for x, y in zip(a, b)]
+    return [source] + [
+        gs.Constant(f"{name}_{part}", array) for part, array in zip(("starts", "ends", "axes", "steps"), arrays)
+    ]
+
+
 @cleaning_pass("merge_consecutive", "exact")
 def merge_consecutive(graph: Any, context: PassContext) -> Any:
-    """Merge Transpose->Transpose (dropping pairs that cancel), Unsqueeze->Unsqueeze and Reshape->Reshape."""
+    """Merge Transpose->Transpose (dropping pairs that cancel), Unsqueeze->Unsqueeze, Reshape->Reshape and
+    Slice->Slice on different axes."""
     import onnx_graphsurgeon as gs
 
     graph = refresh_shapes(graph, context)
@@ -698,7 +910,7 @@ def merge_consecutive(graph: Any, context: PassContext) -> Any:
     while changed:
         changed = False
         for second in list(graph.nodes):
-            if not second.inputs or not second.outputs or second.op not in ("Transpose", "Unsqueeze", "Reshape"):
+            if not second.inputs or not second.outputs or second.op not in _MERGEABLE:
                 continue
             link = second.inputs[0]
             first = producer(link)
@@ -711,7 +923,12 @@ def merge_consecutive(graph: Any, context: PassContext) -> Any:
             ):
                 continue
             source = first.inputs[0]
-            if second.op == "Transpose":
+            if second.op == "Slice":
+                merged = _merged_slice_inputs(first, second, source)
+                if merged is None:
+                    continue
+                _merge_pair(graph, first, second, "Slice", merged, {})
+            elif second.op == "Transpose":
                 p1, p2 = first.attrs.get("perm"), second.attrs.get("perm")
                 if p1 is None or p2 is None or len(p1) != len(p2):
                     continue
@@ -785,18 +1002,34 @@ CSE_CONSTANT_LIMIT = 4096  # bytes; small constants (shapes, axes, scalars) are 
 
 @cleaning_pass("cse", "exact")
 def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
-    """Merge identical constants and identical nodes (never random ops, never nodes writing graph outputs)."""
+    """Merge constants equal in value (dtype, shape, bytes) and then identical nodes (never random ops, never
+    nodes writing graph outputs)."""
+    import hashlib
+
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
-    canonical: dict[Any, Any] = {}
+    # in a subgraph only its own nodes are rewired: an outer constant keeps its outer readers
+    within = {id(node) for node in graph.nodes} if context.root is not None else None
+    # value CSE: constants of equal dtype, shape and bytes become one (large ones compared by SHA-256, and only
+    # when another constant has the same dtype and shape), so nodes differing only in weight names merge below
+    groups: dict[Any, list[Any]] = {}
     for tensor in list(graph.tensors().values()):
-        if not is_constant(tensor) or id(tensor) in protected or constant_nbytes(tensor) > CSE_CONSTANT_LIMIT:
+        if is_constant(tensor) and id(tensor) not in protected:
+            groups.setdefault((str(np_dtype(tensor)), tensor_shape(tensor)), []).append(tensor)
+    for members in groups.values():
+        if len(members) < 2:
             continue
-        values = np.asarray(tensor.values)
-        key = (values.dtype.str, values.shape, values.tobytes())
-        keep = canonical.setdefault(key, tensor)
-        if keep is tensor:
-            continue
-        redirect_consumers(tensor, keep)
+        canonical: dict[Any, Any] = {}
+        for tensor in members:
+            values = np.ascontiguousarray(tensor.values)
+            data = values.tobytes()
+            key = (
+                values.dtype.str,
+                values.shape,
+                data if len(data) <= CSE_CONSTANT_LIMIT else hashlib.sha256(data).digest(),
+            )
+            keep = canonical.setdefault(key, tensor)
+            if keep is not tensor:
+                redirect_consumers(tensor, keep, within)
 
     seen: dict[Any, Any] = {}
     for node in graph.nodes:
@@ -1139,7 +1372,7 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
 # ---------------------------------------------------------------------------------------------- Q/DQ lint
 
 
-@cleaning_pass("qdq_lint", "report")
+@cleaning_pass("qdq_lint", "report", recurse=False)
 def qdq_lint_pass(graph: Any, context: PassContext) -> None:
     """Report Q/DQ placements that break TensorRT's rules; never changes the graph."""
     from workbench.clean.qdq_lint import lint_qdq
@@ -1152,6 +1385,7 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "constants_to_initializers",
     "cleanup_toposort",
     "fold_constants",
+    "inline_constant_if",
     "shape_cast_elision",
     "simplify_reshape",
     "remove_noops",

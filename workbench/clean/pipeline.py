@@ -19,7 +19,9 @@ from workbench.clean.checks import (
     io_specs,
     probe_shapes_from_profile,
 )
+from workbench.clean.data import DEFAULT_CHECK_BATCHES, load_check_batches
 from workbench.clean.graph_utils import (
+    all_subgraphs,
     apply_inferred_shapes,
     export_graph,
     import_graph,
@@ -30,7 +32,9 @@ from workbench.clean.graph_utils import (
     op_counts,
     opset_of,
     prune_dead_nodes,
+    subgraph_node_count,
     toposort,
+    total_node_count,
 )
 from workbench.clean.passes import (
     DEFAULT_FOLD_SIZE_THRESHOLD,
@@ -52,7 +56,10 @@ class CleanOptions:
     ``passes``: names (or CleanPass objects) in order; None means DEFAULT_PASSES. ``input_shapes``: per input,
     one entry per dimension: an int pins it, a string names it (symbolic), None keeps it. ``profile``: TensorRT
     style ``{input: (min, opt, max)}`` shapes the outputs are compared at (default: batch 1/2/3, other dynamic
-    dims 32/64/96). ``check``: run the equivalence checks after every pass.
+    dims 32/64/96). ``check``: run the equivalence checks after every pass. ``data``: the user's own inputs for
+    every check instead of generated probes (a folder of .npz/.npy batches, one file, ``"zoo"`` with
+    ``data_entry``, or a list of feeds), at most ``check_batches`` of them. Without ``data``, integer inputs of
+    the generated probes take the model's value hints (:func:`workbench.clean.checks.value_hints`).
     """
 
     passes: Sequence[str | CleanPass] | None = None
@@ -64,6 +71,9 @@ class CleanOptions:
     extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()  # real samples to compare on, besides the seeded ones
     max_model_bytes: int = PROTOBUF_LIMIT_BYTES
     max_probe_batch: int | None = 2  # cap on the batch dimension of the probe shapes (None: the profile's own)
+    data: Any = None  # real inputs for the checks: folder / file / "zoo" / list of feeds
+    check_batches: int = DEFAULT_CHECK_BATCHES  # at most this many batches of ``data`` are compared
+    data_entry: Any = None  # the zoo entry for data="zoo"
 
     def resolved_passes(self) -> list[CleanPass]:
         chosen = DEFAULT_PASSES if self.passes is None else self.passes
@@ -138,13 +148,35 @@ class _Snapshot:
 
     @property
     def nodes(self) -> int:
-        return len(self.light.graph.node)
+        """Nodes in the whole model, subgraph nodes included."""
+        return total_node_count(self.light)
+
+    @property
+    def subgraph_nodes(self) -> int:
+        return subgraph_node_count(self.light)
 
 
 def _tidy(graph: Any) -> None:
-    prune_dead_nodes(graph)
+    for sub in [graph, *all_subgraphs(graph)]:
+        prune_dead_nodes(sub)
     graph.cleanup(remove_unused_graph_inputs=False)
     toposort(graph)
+
+
+def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
+    """Run ``clean_pass`` on the top-level graph, then (unless the pass says not to) on every If/Loop/Scan body,
+    outer bodies first; the subgraph list is taken afresh after the top level (a pass may inline or remove
+    subgraphs). Returns the top-level graph."""
+    context.root = None
+    graph = clean_pass.run(graph, context) or graph
+    if clean_pass.recurse:
+        try:
+            context.root = graph
+            for sub in all_subgraphs(graph):
+                clean_pass.run(sub, context)
+        finally:
+            context.root = None
+    return graph
 
 
 def _restore(accepted_full: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
@@ -155,7 +187,7 @@ def _restore(accepted_full: Any, original: Any, replay: list[CleanPass], context
     graph = import_graph(original)
     for clean_pass in replay:
         context.shapes_fresh = False
-        graph = clean_pass.run(graph, context) or graph
+        graph = run_pass(clean_pass, graph, context)
         _tidy(graph)
     return graph
 
@@ -183,7 +215,15 @@ def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanO
         return None
     probes = probe_shapes_from_profile(inputs, options.profile) if options.profile else default_probe_shapes(inputs)
     probes = cap_batch(probes, inputs, options.max_probe_batch)
-    return EquivalenceChecker(original, probes, seed=options.seed, extra_feeds=options.extra_feeds)
+    data_feeds: list[dict[str, np.ndarray]] = []
+    label = "--data"
+    if options.data is not None:
+        data_feeds, label = load_check_batches(
+            options.data, io_specs(original)[0], options.check_batches, options.data_entry
+        )
+    return EquivalenceChecker(
+        original, probes, seed=options.seed, extra_feeds=options.extra_feeds, data_feeds=data_feeds, data_label=label
+    )
 
 
 def _snapshot(light: Any, stub_bytes: int = 0) -> _Snapshot:
@@ -239,6 +279,8 @@ class _PassRunner:
                 status,
                 nodes_before=self.current.nodes,
                 nodes_after=after.nodes,
+                subgraph_nodes_before=self.current.subgraph_nodes,
+                subgraph_nodes_after=after.subgraph_nodes,
                 op_counts_before=self.current.counts,
                 op_counts_after=after.counts,
                 bytes_before=self.current.bytes,
@@ -290,8 +332,7 @@ class _PassRunner:
 
     def _apply(self, clean_pass: CleanPass) -> Any:
         """Run the pass on the graph; the light export of the result, or None for a report-only pass."""
-        returned = clean_pass.run(self.graph, self.context)
-        self.graph = returned if returned is not None else self.graph
+        self.graph = run_pass(clean_pass, self.graph, self.context)
         if clean_pass.tolerance == "report":
             return None
         _tidy(self.graph)
@@ -321,6 +362,7 @@ class _PassRunner:
             return
         if is_override:
             self.expected_io = wanted_io
+        self.checker.accept(outcome)
         self.accepted_full, self.current = candidate, after
         self.replay.clear()
         self.shapes_fresh = outcome.inferred_model is not None
@@ -365,8 +407,10 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     return CleanResult(
         source=source,
         passes=tuple(runner.reports),
-        nodes_before=len(original.graph.node),
-        nodes_after=len(final.graph.node),
+        nodes_before=total_node_count(original),
+        nodes_after=total_node_count(final),
+        subgraph_nodes_before=subgraph_node_count(original),
+        subgraph_nodes_after=subgraph_node_count(final),
         bytes_before=model_bytes(original),
         bytes_after=model_bytes(final),
         op_counts_before=op_counts(original),
@@ -379,6 +423,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         ),
         baseline_issues=tuple(checker.baseline_issues) if checker else (),
         checks_enabled=options.check,
+        data_source=(checker.data_source if checker is not None else None),
         model=final,
     )
 

@@ -40,6 +40,9 @@ class PassReport(Artifact):
     check_seconds: float  # time of the checks after it
     max_abs_diff: float | None  # largest |cleaned - original| over every output and probe shape; None if not run
     nodes_removed: tuple[str, ...] = ()
+    # nodes_before/after count the whole model; these count only the nodes inside If/Loop/Scan bodies
+    subgraph_nodes_before: int = 0
+    subgraph_nodes_after: int = 0
     nodes_added: tuple[str, ...] = ()
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
@@ -76,6 +79,10 @@ class CleanResult(Artifact):
     check_seconds: float  # the checks alone (baseline reference outputs included)
     probe_shapes: tuple[dict[str, list[int]], ...]  # the input shapes the outputs were compared at
     baseline_issues: tuple[str, ...] = ()  # checks the original itself fails (skipped after)
+    # nodes_before/after count the whole model; these count only the nodes inside If/Loop/Scan bodies
+    subgraph_nodes_before: int = 0
+    subgraph_nodes_after: int = 0
+    data_source: str | None = None  # where the real check inputs came from (--data), None: generated probes
     checks_enabled: bool = True
     model: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)  # the cleaned ModelProto
 

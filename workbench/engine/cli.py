@@ -20,6 +20,7 @@ from workbench.engine.build import (
 )
 from workbench.engine.doctor import diagnose, format_report
 from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.engine.records import EngineLayers, engine_layers_from_document, read_layers, read_layers_document
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan
 
@@ -31,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "fusions",
         help="show which ONNX nodes each engine layer executes; write an HTML page",
         description="Read engine layer records (.layers.json, TensorRT <=10/11 inspector JSON, or a TensorRT-RTX verbose "
-        "build log) and summarise the fusions; --html writes a self-contained page (plotly inline, works offline).",
+        "build log) and summarise the fusions; --html writes a self-contained page (an SVG drawing of the engine: named layer boxes "
+        "coloured by precision with the ONNX nodes each fused; works offline).",
     )
     fusions.add_argument("layers", help="MODEL.layers.json, inspector JSON or build log")
     fusions.add_argument(
@@ -80,11 +82,23 @@ def _cli_fusions(args: argparse.Namespace) -> int:
             summary = diff_layer_maps(before, layer_map).summary()
             print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     if args.html:
-        from workbench.viz.engine import fusions_html
+        from workbench.explore.lint import lint
+        from workbench.viz.engine_view import fusions_page
 
-        path = fusions_html(layer_map, args.html, compare_with=before, max_items=args.max_items)
-        print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.1f} MB, self-contained)")
+        engine_layers = _engine_layers_of(args.layers)
+        report = lint(layer_map, engine_layers)
+        path = fusions_page(
+            layer_map, args.html, engine_layers=engine_layers, compare_with=before, lint_rows=report.rows()
+        )
+        print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.2f} MB, self-contained, no script library)")
     return 0
+
+
+def _engine_layers_of(path: str) -> EngineLayers:
+    """The layer records behind a fusions argument (for the drawing's edges)."""
+    if path.endswith(".layers.json"):
+        return engine_layers_from_document(read_layers_document(path))
+    return read_layers(path)
 
 
 def _resolve_model_arg(value: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:

@@ -323,7 +323,7 @@ class Workspace:
 
     def int8_all_engine(self, run: QuickstartRun) -> EngineArtifact:
         """The engine of the all-INT8 Q/DQ model (built on first use, kept while the calibration is the same)."""
-        calibration = _need(run.calibration, "calibrate")
+        calibration = _result_of(run.calibration, "calibrate")
         model = load_onnx(calibration.onnx_path)
         engine = self._int8_all
         if engine is None or engine.onnx_sha256 != model.sha256:
@@ -345,7 +345,7 @@ def _batches(samples: int) -> int:
     return max(1, -(-int(samples) // CALIBRATION_BATCH))
 
 
-def _need(value: Any, stage: str) -> Any:
+def _result_of(value: Any, stage: str) -> Any:
     """The artifact of an earlier stage; the runner's REQUIRES check makes a missing one a bug, said plainly."""
     if value is None:
         raise WorkbenchError(f"the {stage} stage has no result to build on.", expected=f"stage {stage} done first")
@@ -368,7 +368,7 @@ def stage_build_fp32(run: QuickstartRun, ws: Workspace) -> EngineArtifact:
 
 
 def stage_fusion(run: QuickstartRun, ws: Workspace) -> FusionStats:
-    return _need(run.fp32_engine, "build_fp32").layer_map.stats()
+    return _result_of(run.fp32_engine, "build_fp32").layer_map.stats()
 
 
 def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
@@ -393,7 +393,7 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
 
 
 def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
-    calibration = _need(run.calibration, "calibrate")
+    calibration = _result_of(run.calibration, "calibrate")
     session = ws.calibration_session(run)
     diff = session.diff(calibration.quantized, max_batches=_batches(run.config.diff_samples))
     path = ws.path("layer-diff.json")
@@ -402,8 +402,8 @@ def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
 
 
 def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
-    calibration = _need(run.calibration, "calibrate")
-    nodes = list(_need(run.layer_diff, "layer_diff").int8_nodes_worst_first[: run.config.fallback_layers])
+    calibration = _result_of(run.calibration, "calibrate")
+    nodes = list(_result_of(run.layer_diff, "layer_diff").int8_nodes_worst_first[: run.config.fallback_layers])
     session = ws.calibration_session(run)
     plan = replace(
         session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
@@ -415,7 +415,7 @@ def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
 
 
 def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> EngineArtifact:
-    fallback = _need(run.fallback, "fallback")
+    fallback = _result_of(run.fallback, "fallback")
     return engine_from_onnx(
         load_onnx(fallback.onnx_path), ws.path("int8-mixed.engine"), ws.build_options(precision="int8")
     )
@@ -469,16 +469,18 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     choice = choose(rows, run.config.precision, run.config.max_metric_drop, available=available)
     variant = choice.variant
     if variant == "fp32":
-        engine = _need(run.fp32_engine, "build_fp32")
+        engine = _result_of(run.fp32_engine, "build_fp32")
         return Selection(run.config.precision, engine, ws.source_model(run).path, variant, choice)
     if variant == "fp16":
         onnx_path = ws.fp16_onnx(run)
         return Selection(run.config.precision, ws.fp16_engine(run), onnx_path, variant, choice)
     if variant == "int8-all":
-        calibration = _need(run.calibration, "calibrate")
+        calibration = _result_of(run.calibration, "calibrate")
         return Selection(run.config.precision, ws.int8_all_engine(run), calibration.onnx_path, variant, choice)
-    fallback = _need(run.fallback, "fallback")
-    return Selection(run.config.precision, _need(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice)
+    fallback = _result_of(run.fallback, "fallback")
+    return Selection(
+        run.config.precision, _result_of(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice
+    )
 
 
 def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
@@ -509,7 +511,7 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
 
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
-    executor, reason = _executor_for(_need(run.selection, "select"), ws)
+    executor, reason = _executor_for(_result_of(run.selection, "select"), ws)
     results = []
     try:
         for streams, batch in timing_plan(cfg):
@@ -529,7 +531,7 @@ def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
 
 def new_export_dir(run: QuickstartRun, root: Path) -> Path:
     """A folder no export has used: ``<root>/<model>-<variant>-<UTC time>`` (``-2``, ``-3`` ... within one second)."""
-    selection = _need(run.selection, "select")
+    selection = _result_of(run.selection, "select")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base = root / f"{run.config.model}-{selection.variant}-{stamp}"
     path, suffix = base, 2
@@ -541,7 +543,7 @@ def new_export_dir(run: QuickstartRun, root: Path) -> Path:
 def export_selection(run: QuickstartRun, output_dir: str | Path | None = None, *, overwrite: bool = False) -> Bundle:
     """Export the chosen engine with its accuracy and timing: into ``output_dir``, or a new folder under the run's
     ``<out_dir>/export`` (so exports never replace each other); an existing ``output_dir`` needs ``overwrite``."""
-    selection = _need(run.selection, "select")
+    selection = _result_of(run.selection, "select")
     int8 = selection.variant.startswith("int8") and run.calibration is not None
     mixed = selection.variant == "int8-mixed" and run.fallback is not None
     metric = run.chosen_metric

@@ -1,6 +1,6 @@
 """The main job's report: one self-contained ``report.html`` (plotly.js inline, no network) read from a typed run.
 
-Sections: run summary, cleaning waterfall, fusion view, per-layer diff chart, task-metric table, timing results,
+Sections: run summary, cleaning waterfall, fusion view (a static SVG drawing of the engine), per-layer diff chart, task-metric table, timing results,
 bottleneck diagnosis (each verdict cites a number measured in this run), exported bundle. A stage that did not run
 shows why instead of a chart.
 """
@@ -14,6 +14,7 @@ from typing import Any
 from plotly.offline import get_plotlyjs
 
 from workbench._io import write_text_atomic
+from workbench.engine.layermap import diff_layer_maps
 from workbench.flow.quickstart import QuickstartRun
 from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
@@ -27,9 +28,8 @@ from workbench.report.tables import (
 )
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
-from workbench.viz import engine as engine_figures
+from workbench.viz import engine_view, palette
 from workbench.viz import metrics as metric_figures
-from workbench.viz import palette
 from workbench.viz import timing as timing_figures
 
 SECTION_IDS = ("summary", "cleaning", "fusion", "layer-diff", "metrics", "timing", "diagnosis", "export")
@@ -100,13 +100,25 @@ def _cleaning_section(run: QuickstartRun) -> str:
 def _fusion_section(run: QuickstartRun) -> str:
     if run.fp32_engine is None or not run.stage("fusion").ok:
         return _stage_note(run, "fusion")
-    content = _figure_html(
-        engine_figures.side_by_side_figure(run.fp32_engine.layer_map, title="Fusion view: FP32 engine"), "fig-fusion"
+    fp32 = run.fp32_engine
+    content = (
+        '<p class="muted">Each box is one engine layer: the ONNX op types it fused, its index, type and precision, '
+        "and its first ONNX nodes (hover for all); dashed boxes are layers TensorRT inserted.</p>"
+        '<h3>FP32 engine</h3><div id="fig-fusion">'
+        + engine_view.engine_view_html(fp32.layer_map, fp32.engine_layers, table_id="wb-nodes-fp32")
+        + "</div>"
     )
     if run.mixed_engine is not None:
-        content += _figure_html(
-            engine_figures.side_by_side_figure(run.mixed_engine.layer_map, title="Fusion view: mixed INT8 engine"),
-            "fig-fusion-mixed",
+        mixed = run.mixed_engine
+        content += (
+            '<h3>Mixed INT8 engine (fusions gained vs FP32 outlined green)</h3><div id="fig-fusion-mixed">'
+            + engine_view.engine_view_html(
+                mixed.layer_map,
+                mixed.engine_layers,
+                fusion_diff=diff_layer_maps(fp32.layer_map, mixed.layer_map),
+                table_id="wb-nodes-mixed",
+            )
+            + "</div>"
         )
     return content
 

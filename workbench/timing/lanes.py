@@ -78,6 +78,7 @@ class CudaLanes:
         seed: int = 0,
         spin_wait: bool = False,
         stage_events: bool = True,
+        sm_count: int | None = None,
     ) -> None:
         request_hardware_queues()
         from cuda.bindings import driver  # type: ignore[import-not-found]
@@ -91,10 +92,19 @@ class CudaLanes:
         self.executor = executor
         max_batch = max(batch_sizes)
         prios = list(priorities) if priorities is not None else [0] * self.n_lanes
-        self.streams = [
-            self.device.create_stream(options=StreamOptions(nonblocking=True, priority=prios[i % len(prios)]))
-            for i in range(self.n_lanes)
-        ]
+        # sm_count: the lanes' streams live in a green context holding that many SMs (the rest stay free for others).
+        self.partition: Any = None
+        if sm_count is not None:
+            from workbench.timing.green import SmPartition
+
+            self.partition = SmPartition(sm_count, self.device.device_id)
+            self.streams: list[Any] = [self.partition.create_stream(prios[i % len(prios)]) for i in range(self.n_lanes)]
+        else:
+            self.streams = [
+                self.device.create_stream(options=StreamOptions(nonblocking=True, priority=prios[i % len(prios)]))
+                for i in range(self.n_lanes)
+            ]
+        self.sm_count = self.partition.sm_count if self.partition is not None else None
         self.stream_handles = [s.handle for s in self.streams]
         self.bindings = [executor.bind_lane(i, batch_sizes, self.streams[i]) for i in range(self.n_lanes)]
         timing = EventOptions(timing_enabled=True)
@@ -209,6 +219,8 @@ class CudaLanes:
         self._host_in, self._host_out = [], []
         for s in self.streams:
             s.close()
+        if self.partition is not None:
+            self.partition.close()
 
 
 class ThreadLanes:

@@ -98,7 +98,9 @@ class TorchExecutor:
     def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> _TorchLane:
         torch = self._torch
         existing = self._lanes.get(lane)
-        if existing is not None and existing.has(batch_sizes):
+        confined = bool(getattr(stream, "confined", False))
+        # Graphs captured for a partition belong to it: a confined lane is always captured afresh.
+        if existing is not None and existing.has(batch_sizes) and not confined and not existing.capture_on_lane:
             existing.stream_handle = int(stream.handle) if stream is not None else 0
             return existing
         before = torch.cuda.memory_allocated()
@@ -125,6 +127,9 @@ class _TorchLane:
             .contiguous(memory_format=fmt)
         )
         self.stream_handle = int(stream.handle) if stream is not None else 0
+        # A lane confined to an SM partition (green context) must capture on its own stream: a graph captured
+        # elsewhere runs on every SM wherever it is launched.
+        self.capture_on_lane = bool(getattr(stream, "confined", False))
         self.outputs: dict[int, Any] = {}
         self.graphs: dict[int, Any] = {}
         self.graph_exec: dict[int, Any] = {}
@@ -152,17 +157,21 @@ class _TorchLane:
 
     def _capture(self) -> None:
         torch = self.owner._torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        warm = torch.cuda.Stream()
+        warm.wait_stream(torch.cuda.current_stream())
+        # Confined lanes capture on their own green-context stream; cuDNN failed there (EXECUTION_FAILED, H200) unless
+        # its kernels were first run on a primary-context stream, so warm-up always starts on one.
+        side = torch.cuda.ExternalStream(self.stream_handle) if self.capture_on_lane else warm
         with torch.inference_mode():
-            with torch.cuda.stream(side):  # warm up on a side stream before capture (cuDNN/cuBLAS handles)
-                # next to live traffic (thread_local capture) one warm-up pass per size: each pass takes GPU time
-                passes = 1 if self.owner.capture_error_mode == "thread_local" else 3
-                for s in self.sizes:
-                    for _ in range(passes):
-                        self.owner.module(self.static_in[:s])
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
+            # next to live traffic (thread_local capture) one warm-up pass per size: each pass takes GPU time
+            passes = 1 if self.owner.capture_error_mode == "thread_local" else 3
+            for stream in dict.fromkeys([warm, side]):  # warm up before capture (cuDNN/cuBLAS handles)
+                with torch.cuda.stream(stream):
+                    for s in self.sizes:
+                        for _ in range(passes):
+                            self.owner.module(self.static_in[:s])
+                torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.synchronize()
             for s in self.sizes:
                 graph = torch.cuda.CUDAGraph()
                 if self.owner.capture_error_mode == "thread_local":
@@ -175,7 +184,11 @@ class _TorchLane:
                         finally:
                             graph.capture_end()
                 else:
-                    with torch.cuda.graph(graph, capture_error_mode=self.owner.capture_error_mode):
+                    with torch.cuda.graph(
+                        graph,
+                        stream=side if self.capture_on_lane else None,
+                        capture_error_mode=self.owner.capture_error_mode,
+                    ):
                         self.outputs[s] = self.owner.module(self.static_in[:s])
                 self.graphs[s] = graph
                 self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))

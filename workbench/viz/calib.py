@@ -148,3 +148,104 @@ def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "–" if value is None else format(value, spec)
+
+
+def pareto_rows(result: Any) -> list[dict[str, Any]]:
+    """One row per plan the mixed-precision search evaluated (a ``MixedPrecisionResult`` or its JSON)."""
+    data = result.to_json() if hasattr(result, "to_json") else result
+    rows = []
+    for plan in data["evaluated"]:
+        cost = plan.get("cost") or {}
+        rows.append(
+            {
+                "index": plan["index"],
+                "metric": plan["metric"],
+                "int8_share": plan["int8_share"],
+                "engine_layers": cost.get("engine_layers"),
+                "cost": (cost["engine_layers"] + cost["reformat_layers"]) if cost else None,
+                "qdq_kernels": cost.get("qdq_kernels"),
+                "reformat_layers": cost.get("reformat_layers"),
+                "fallback": len(plan["fallback_nodes"]),
+                "meets": plan["meets_target"],
+                "chosen": plan["chosen"],
+            }
+        )
+    return rows
+
+
+def pareto_figure(result: Any, *, title: str | None = None) -> Any:
+    """Task metric against INT8 share (left) and against engine cost (right) for every evaluated plan.
+
+    Engine cost is the layer count plus reformat layers of a TensorRT-RTX CPU build: structure, not speed. The target
+    is a dashed line, the chosen plan a large marker, plans that miss the target hollow.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    data = result.to_json() if hasattr(result, "to_json") else result
+    rows = pareto_rows(data)
+    has_cost = any(r["cost"] is not None for r in rows)
+    fig = make_subplots(
+        rows=1,
+        cols=2 if has_cost else 1,
+        shared_yaxes=True,
+        subplot_titles=(
+            ("INT8 share of Conv/Gemm/MatMul", "engine layers + reformats (RTX CPU build: structure, not speed)")
+            if has_cost
+            else ("INT8 share of Conv/Gemm/MatMul",)
+        ),
+    )
+    axes = [("int8_share", 1)] + ([("cost", 2)] if has_cost else [])
+    for key, col in axes:
+        for meets, symbol, name in ((True, "circle", "meets target"), (False, "circle-open", "misses target")):
+            subset = [r for r in rows if r["meets"] == meets and r[key] is not None]
+            if not subset:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[r[key] for r in subset],
+                    y=[r["metric"] for r in subset],
+                    mode="markers",
+                    marker={"symbol": symbol, "size": 9, "color": palette.INT8},
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    text=[
+                        f"plan {r['index']}: {r['fallback']} node(s) to {data['fallback']}, "
+                        f"{r['qdq_kernels']} Q/DQ kernels, {r['reformat_layers']} reformats"
+                        for r in subset
+                    ],
+                    hovertemplate="%{text}<br>metric %{y:.4f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        chosen = [r for r in rows if r["chosen"] and r[key] is not None]
+        if chosen:
+            fig.add_trace(
+                go.Scatter(
+                    x=[chosen[0][key]],
+                    y=[chosen[0]["metric"]],
+                    mode="markers",
+                    marker={"symbol": "star", "size": 18, "color": palette.FP16, "line": {"color": palette.TEXT}},
+                    name="chosen plan",
+                    legendgroup="chosen",
+                    showlegend=col == 1,
+                    hovertemplate="chosen plan<br>metric %{y:.4f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        fig.add_hline(
+            y=data["target"], line={"dash": "dash", "color": palette.MUTED}, annotation_text="target", row=1, col=col
+        )
+    fig.update_yaxes(title_text=data["metric_name"], row=1, col=1)
+    fig.update_xaxes(tickformat=".0%", row=1, col=1)
+    fig.update_layout(
+        title=title
+        or f"{data['model']}: {len(rows)} evaluated plans, {data['evaluations_used']} task evaluations "
+        f"({'target met' if data['met'] else 'target NOT met'})",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 70, "b": 50},
+    )
+    return fig

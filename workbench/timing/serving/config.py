@@ -23,7 +23,10 @@ class ServeConfig(Artifact):
     single requests), never more than the cap. ``queue_capacity`` bounds the requests waiting for dispatch: beyond it
     a request is refused at once (status ``refused``). ``timeout_ms`` expires requests that waited longer (status
     ``expired``). ``priority`` sets the CUDA stream priority of the model's lanes (and Triton's rate-limiter
-    priority on export).
+    priority on export). ``sm_count`` confines the model's kernels to that many SMs (a CUDA green context; rounded
+    up to the GPU's partition granularity) so that the SMs outside stay free for other models: stream priority
+    only orders pending blocks, while a partition keeps a saturating low-priority model off SMs a high-priority one
+    needs. ``None`` (default): the whole GPU.
     """
 
     lanes: int = 2
@@ -36,6 +39,7 @@ class ServeConfig(Artifact):
     priority: str = "normal"
     buckets: tuple[int, ...] = ()  # empty: powers of two below max_batch, and max_batch
     spin_wait: bool = False
+    sm_count: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -53,6 +57,8 @@ class ServeConfig(Artifact):
             problems.append(f"timeout_ms={self.timeout_ms} (expected > 0 or None)")
         if self.priority not in PRIORITIES:
             problems.append(f"priority={self.priority!r} (expected {' | '.join(PRIORITIES)})")
+        if self.sm_count is not None and self.sm_count < 1:
+            problems.append(f"sm_count={self.sm_count} (expected >= 1 or None)")
         if self.buckets and (min(self.buckets) < 1 or max(self.buckets) < self.max_batch):
             problems.append(f"buckets={self.buckets} (expected sizes >= 1 that reach max_batch={self.max_batch})")
         if problems:
@@ -79,7 +85,8 @@ class ServeConfig(Artifact):
         delay = f"{self.max_queue_delay_ms:g} ms" + (
             " adaptive" if self.adaptive_delay and self.max_queue_delay_ms else ""
         )
-        return f"{self.lanes} lanes x {self.depth}, max batch {self.max_batch}, delay {delay}"
+        sms = f", {self.sm_count} SMs" if self.sm_count is not None else ""
+        return f"{self.lanes} lanes x {self.depth}, max batch {self.max_batch}, delay {delay}{sms}"
 
 
 def cuda_stream_priority(priority: str, least: int, greatest: int) -> int:

@@ -144,6 +144,7 @@ class VersionRuntime:
                 priorities=[self.stream_priority] * config.lanes,
                 seed=seed,
                 spin_wait=config.spin_wait,
+                sm_count=config.sm_count,
             )
         else:
             self.lanes = SlotThreadLanes(executor, config.lanes, config.depth, sizes, seed=seed)

@@ -1,0 +1,233 @@
+"""Engine explorer timings: time to first paint of the Model Explorer page and load time of the static fusions page,
+in headless Chromium (software WebGL), for every zoo model we can build here and DenseNet-121 / DenseNet-264 (the paper's configurations, torchvision module names,
+random weights; BatchNormalization kept as a framework export has it).
+
+    PYTHONPATH=. WORKBENCH_CACHE=/work/zoo-cache .venv/bin/python bench/explorer.py [--models a,b] [--runs 3]
+
+Builds are excluded from the timings (FP32 engines built first with TensorRT-RTX, CPU ahead-of-time). "First paint":
+from navigation to the moment both split panes show their graph canvas and their graph info (node counts), i.e. the
+graphs were loaded, laid out and drawn. "Static page": ``workbench fusions --html``'s page from navigation to the
+load event, plus a check that its SVG boxes are laid out. Writes bench/results/explorer.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+ZOO = ["digits-cnn", "ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0", "minilm"]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--enable-unsafe-swiftshader", "--no-sandbox", "--use-angle=swiftshader"]
+
+
+def densenet_onnx(path: Path, blocks: tuple[int, ...] = (6, 12, 48, 32)) -> Path:
+    """DenseNet-201 by default (Huang et al.; torchvision's module names, random weights: structure only) exported to ONNX."""
+    import torch
+    from torch import nn
+
+    class DenseLayer(nn.Module):
+        def __init__(self, cin: int, growth: int = 32, bn_size: int = 4) -> None:
+            super().__init__()
+            self.norm1, self.relu1 = nn.BatchNorm2d(cin), nn.ReLU()
+            self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+            self.norm2, self.relu2 = nn.BatchNorm2d(bn_size * growth), nn.ReLU()
+            self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, self.conv2(self.relu2(self.norm2(self.conv1(self.relu1(self.norm1(x))))))], 1)
+
+    class Transition(nn.Sequential):
+        def __init__(self, cin: int, cout: int) -> None:
+            super().__init__()
+            self.norm, self.relu = nn.BatchNorm2d(cin), nn.ReLU()
+            self.conv, self.pool = nn.Conv2d(cin, cout, 1, bias=False), nn.AvgPool2d(2, 2)
+
+    class DenseNet(nn.Module):
+        def __init__(self, blocks: tuple[int, ...] = (6, 12, 24, 16)) -> None:
+            super().__init__()
+            self.features = nn.Sequential()
+            self.features.add_module("conv0", nn.Conv2d(3, 64, 7, 2, 3, bias=False))
+            self.features.add_module("norm0", nn.BatchNorm2d(64))
+            self.features.add_module("relu0", nn.ReLU())
+            self.features.add_module("pool0", nn.MaxPool2d(3, 2, 1))
+            channels = 64
+            for i, count in enumerate(blocks):
+                block = nn.Sequential()
+                for j in range(count):
+                    block.add_module(f"denselayer{j + 1}", DenseLayer(channels + j * 32))
+                self.features.add_module(f"denseblock{i + 1}", block)
+                channels += count * 32
+                if i != len(blocks) - 1:
+                    self.features.add_module(f"transition{i + 1}", Transition(channels, channels // 2))
+                    channels //= 2
+            self.features.add_module("norm5", nn.BatchNorm2d(channels))
+            self.classifier = nn.Linear(channels, 1000)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = torch.relu(self.features(x))
+            return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    model = DenseNet(blocks).eval()
+    torch.onnx.export(
+        model,
+        (torch.randn(1, 3, 224, 224),),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        dynamo=False,
+        do_constant_folding=False,  # keep BatchNormalization nodes (as a training-framework export does)
+    )
+    return path
+
+
+def build(model: str, out: Path):
+    from workbench.engine import engine_for_zoo_model
+    from workbench.engine.build import BuildOptions, engine_from_onnx
+    from workbench.model import load_onnx
+
+    started = time.monotonic()
+    if model.startswith("densenet"):
+        blocks = {"densenet121": (6, 12, 24, 16), "densenet201": (6, 12, 48, 32), "densenet264": (6, 12, 64, 48)}[model]
+        onnx_path = densenet_onnx(out / f"{model}.onnx", blocks)
+        artifact = engine_from_onnx(load_onnx(onnx_path), out / f"{model}.fp32.engine", BuildOptions(progress=False))
+    else:
+        artifact = engine_for_zoo_model(model, "fp32", out)
+    return artifact, time.monotonic() - started
+
+
+FIRST_PAINT_JS = (
+    "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2 && "
+    "[...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes('op node count')).length >= 2"
+)
+
+
+def time_explorer(browser, url: str) -> float:
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    try:
+        started = time.monotonic()
+        page.goto(url)
+        page.wait_for_function(FIRST_PAINT_JS, timeout=180_000, polling=50)
+        return time.monotonic() - started
+    finally:
+        page.close()
+
+
+def time_static(browser, path: Path, layers: int) -> float:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        started = time.monotonic()
+        page.goto(path.as_uri(), wait_until="load")
+        drawn = page.evaluate("() => document.querySelectorAll('svg g.layer').length")
+        took = time.monotonic() - started
+        assert drawn == layers, (drawn, layers)
+        return took
+    finally:
+        page.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join([*ZOO, "densenet121", "densenet264"]))
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from workbench.explore.explorer import build_explorer
+    from workbench.explore.graphs import view_from_artifact
+    from workbench.explore.lint import lint
+    from workbench.explore.server import get_server
+    from workbench.viz.engine_view import fusions_page
+
+    work = Path(tempfile.mkdtemp(prefix="bench-explorer-"))
+    rows, failures = [], {}
+    server_started = time.monotonic()
+    get_server()
+    server_start_s = time.monotonic() - server_started
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        for model in args.models.split(","):
+            try:
+                artifact, build_s = build(model, work)
+            except Exception as error:  # a model that cannot be built here is reported, not hidden
+                failures[model] = f"{type(error).__name__}: {error}"[:300]
+                print(f"{model}: build failed: {failures[model]}")
+                continue
+            view = view_from_artifact(artifact)
+            prepared = time.monotonic()
+            explorer = build_explorer(view, directory=work)
+            prepare_s = time.monotonic() - prepared
+            url = explorer.url
+            paints = [time_explorer(browser, url) for _ in range(args.runs)]
+            page = fusions_page(
+                view.layer_map,
+                work / f"{model}.fusions.html",
+                engine_layers=view.engine_layers,
+                lint_rows=lint(view.layer_map, view.engine_layers).rows(),
+            )
+            statics = [time_static(browser, page, len(view.layer_map.layers)) for _ in range(args.runs)]
+            graph_bytes = sum(p.stat().st_size for p in explorer.graph_files)
+            row = {
+                "model": model,
+                "onnx_nodes": len(view.layer_map.nodes),
+                "engine_layers": len(view.layer_map.layers),
+                "build_s": round(build_s, 2),
+                "prepare_graphs_s": round(prepare_s, 3),
+                "graphs_json_mb": round(graph_bytes / 1e6, 2),
+                "first_paint_s": [round(t, 2) for t in paints],
+                "first_paint_median_s": round(statistics.median(paints), 2),
+                "static_page_mb": round(page.stat().st_size / 1e6, 3),
+                "static_load_s": [round(t, 3) for t in statics],
+                "static_load_median_s": round(statistics.median(statics), 3),
+            }
+            rows.append(row)
+            print(json.dumps(row))
+        browser.close()
+    result = {
+        "what": "engine explorer: Model Explorer first paint and static fusions page load, headless Chromium",
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}",
+        "browser": "Debian Chromium, headless, software WebGL (SwiftShader)",
+        "runs": args.runs,
+        "server_start_s": round(server_start_s, 2),
+        "rows": rows,
+        "failures": failures,
+        "targets": {"first_paint_s": 5.0, "static_load_s": 3.0, "on": "a ~2,000-node model"},
+    }
+    out = REPO / "bench" / "results"
+    (out / "explorer.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = [
+        "# Engine explorer timings",
+        "",
+        f"Headless Debian Chromium with software WebGL on the dev machine ({result['machine']}); {args.runs} loads "
+        "per model (first = cold), builds excluded. First paint: navigation until both split panes show their "
+        "graph and its node counts. Static page: `workbench fusions --html` page, navigation to load event.",
+        "",
+        "| model | ONNX nodes | engine layers | graphs JSON MB | first paint s (median; all) | static page MB | "
+        "static load s (median) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['onnx_nodes']} | {r['engine_layers']} | {r['graphs_json_mb']} | "
+            f"{r['first_paint_median_s']} ({', '.join(map(str, r['first_paint_s']))}) | {r['static_page_mb']} | "
+            f"{r['static_load_median_s']} |"
+        )
+    if failures:
+        lines += ["", "Not built here: " + "; ".join(f"{k}: {v}" for k, v in failures.items())]
+    lines += ["", f"Model Explorer server start (once per kernel): {result['server_start_s']} s."]
+    (out / "explorer.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Engine explorer graphs, overlays, linter and export, on real TensorRT-RTX builds of zoo models (no browser)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from workbench.cli import main
+from workbench.engine import engine_for_zoo_model
+from workbench.engine.build import BuildOptions, engine_from_onnx
+from workbench.engine.layermap import HEAVY_OPS
+from workbench.explore import graphs as g
+from workbench.explore import overlays as ov
+from workbench.explore.explorer import build_explorer
+from workbench.explore.lint import lint
+from workbench.model import load_onnx
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, g.BuildView]:
+    out = tmp_path_factory.mktemp("explore-builds")
+    views = {}
+    for model, precision in (("digits-cnn", "fp32"), ("ocr-cls", "fp32"), ("ocr-cls", "fp16")):
+        artifact = engine_for_zoo_model(model, precision, out)
+        views[f"{model}.{precision}"] = g.view_from_artifact(artifact)
+    return views
+
+
+def _namespace_leaf(node) -> str:
+    return node.namespace.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize("name", ["digits-cnn.fp32", "ocr-cls.fp32", "ocr-cls.fp16"])
+def test_every_onnx_node_sits_in_exactly_the_group_of_a_layer_that_runs_it(builds, name) -> None:
+    view = builds[name]
+    assert view.has_onnx_edges  # the built ONNX (FP16: the AutoCast rewrite, checked by hash) was recovered
+    graph = g.onnx_graph(view)
+    by_id = {}
+    for node in graph.nodes:
+        assert node.id not in by_id, f"duplicate node id {node.id}"
+        by_id[node.id] = node
+    layers = {layer.name: layer for layer in view.layer_map.layers}
+    heavy_seen = 0
+    for entry in view.layer_map.nodes:
+        node = by_id[g.onnx_node_id(entry.name)]  # every ONNX node is in the graph, once (ids are unique)
+        if entry.folded:
+            assert _namespace_leaf(node) == g.FOLDED_GROUP  # inside the group of the layer that used it, if any
+            assert entry.op_type not in HEAVY_OPS
+            continue
+        # in the group of the first layer that executes it, and that group is named after that layer
+        assert _namespace_leaf(node) == g.layer_group_name(layers[entry.engine_layers[0]])
+        heavy_seen += entry.op_type in HEAVY_OPS
+    assert heavy_seen == sum(1 for n in view.layer_map.nodes if n.op_type in HEAVY_OPS) > 0
+    # each layer is a node: pinned on top of its group, or standing alone in "inserted by TensorRT"
+    for layer in view.layer_map.layers:
+        node = by_id[layer.name]
+        if layer.inserted:
+            assert node.namespace == g.INSERTED_GROUP
+        else:
+            assert node.config.pinToGroupTop and _namespace_leaf(node) == g.layer_group_name(layer)
+            members = {n.id for n in graph.nodes if n.namespace == node.namespace and n.id != layer.name}
+            expected = {g.onnx_node_id(n) for n in layer.onnx_nodes if g.node_home_layer(view.layer_map)[n] is layer}
+            assert members == expected
+    # edges point at real nodes and follow the ONNX tensors
+    for node in graph.nodes:
+        for edge in node.incomingEdges:
+            assert edge.sourceNodeId in by_id
+    edges = sum(len(n.incomingEdges) for n in graph.nodes)
+    assert edges >= len(view.layer_map.nodes) - len(view.layer_map.folded_nodes)
+
+
+@pytest.mark.parametrize("name", ["digits-cnn.fp32", "ocr-cls.fp32", "ocr-cls.fp16"])
+def test_engine_graph_has_every_layer_and_its_edges_connect_inputs_to_outputs(builds, name) -> None:
+    view = builds[name]
+    graph = g.engine_graph(view)
+    ids = {node.id for node in graph.nodes}
+    assert {layer.name for layer in view.layer_map.layers} <= ids
+    inputs = {i for i in ids if i.startswith(g.INPUT_ID_PREFIX)}
+    outputs = {i for i in ids if i.startswith(g.OUTPUT_ID_PREFIX)}
+    assert inputs and outputs
+    children: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        for edge in node.incomingEdges:
+            assert edge.sourceNodeId in ids
+            children.setdefault(edge.sourceNodeId, set()).add(node.id)
+    reached, stack = set(inputs), list(inputs)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in reached:
+                reached.add(child)
+                stack.append(child)
+    assert outputs <= reached, "every engine output is reachable from an input along layer edges"
+    attrs = {kv.key for kv in next(n for n in graph.nodes if n.id == view.layer_map.layers[-1].name).attrs}
+    assert {"layer type", "tactic", "precision", "formats", "ONNX nodes"} <= attrs
+    # labels name the fused ONNX op types, readable without hovering
+    conv_layers = [n for n in graph.nodes if n.label.startswith("Conv")]
+    assert conv_layers, [n.label for n in graph.nodes][:10]
+
+
+def test_overlays_are_valid_node_data_on_real_nodes(builds) -> None:
+    view = builds["ocr-cls.fp32"]
+    onnx_ids = {n.id for n in g.onnx_graph(view).nodes}
+    engine_ids = {n.id for n in g.engine_graph(view).nodes}
+    report = lint(view.layer_map, view.engine_layers)
+    for overlay in ov.build_overlays(view, lint_report=report):
+        data = json.loads(overlay.data.to_json_string())
+        assert set(data) == {g.ONNX_GRAPH_ID, g.ENGINE_GRAPH_ID}
+        assert set(data[g.ONNX_GRAPH_ID]["results"]) <= onnx_ids
+        assert set(data[g.ENGINE_GRAPH_ID]["results"]) <= engine_ids
+        assert overlay.legend
+        assert (
+            data[g.ONNX_GRAPH_ID].get("gradient")
+            or data[g.ONNX_GRAPH_ID].get("thresholds")
+            or all("bgColor" in r for r in data[g.ONNX_GRAPH_ID]["results"].values())
+        )
+    precision = ov.precision_overlay(view).values(g.ONNX_GRAPH_ID)
+    # every ONNX node has a value (folded ones "folded"), and they match the layer map
+    for entry in view.layer_map.nodes:
+        value = precision[g.onnx_node_id(entry.name)]
+        assert value == ("folded" if entry.folded else view.layer_map.layer(entry.engine_layers[0]).precision)
+    sizes = ov.fusion_size_overlay(view).values(g.ENGINE_GRAPH_ID)
+    assert sizes == {layer.name: float(len(layer.onnx_nodes)) for layer in view.layer_map.layers}
+
+
+def test_compare_marks_fusions_gained_and_lost(builds, tmp_path: Path) -> None:
+    fp32, fp16 = builds["ocr-cls.fp32"], builds["ocr-cls.fp16"]
+    explorer = build_explorer(fp32, compare=fp16, directory=tmp_path)
+    diff = explorer.fusion_diff
+    assert diff is not None and diff.gained and diff.lost
+    after = next(o for o in explorer.overlays if o.key == "fusion_diff_after").values(f"{fp16.label}:engine")
+    before = next(o for o in explorer.overlays if o.key == "fusion_diff_before").values(f"{fp32.label}:engine")
+    assert {k for k, v in after.items() if v == "gained"} == {group.layer for group in diff.gained}
+    assert {k for k, v in before.items() if v == "lost"} == {group.layer for group in diff.lost}
+    assert [p["selectedGraphId"] for p in explorer.ui_state["paneStates"]] == [
+        f"{fp32.label}:engine",
+        f"{fp16.label}:engine",
+    ]
+
+
+def test_export_is_what_model_explorer_loads(builds, tmp_path: Path) -> None:
+    from model_explorer.config import ModelExplorerConfig
+
+    explorer = build_explorer(builds["digits-cnn.fp32"], directory=tmp_path / "work")
+    out = explorer.export(tmp_path / "export")
+    graphs = sorted(out.glob("*.graphs.json"))
+    node_data = sorted(out.glob("*.nodedata.json"))
+    assert len(graphs) == 2 and len(node_data) == 3
+    # the shape Model Explorer's JSON loader accepts: one collection {label, graphs:[{id, nodes}]} per file
+    collections = [json.loads(path.read_text()) for path in graphs]
+    assert sorted(graph["id"] for c in collections for graph in c["graphs"]) == ["engine", "onnx"]
+    assert all(c["label"] for c in collections)
+    config = ModelExplorerConfig()
+    for path in graphs:
+        config.add_model_from_path(str(path))
+    for path in node_data:
+        config.add_node_data_from_path(str(path))
+        data = json.loads(path.read_text())
+        assert all("results" in graph for graph in data.values())
+    assert config.has_data_to_encode_in_url() and len(config.node_data_sources) == 3
+    assert "model-explorer" in (out / "README.txt").read_text()
+
+
+def _bad_qdq_digits(tmp_path: Path) -> Path:
+    """digits-cnn with a Q/DQ pair on the softmax-side output, where no INT8 convolution/GEMM can absorb it."""
+    from workbench.zoo import get_entry
+
+    proto = onnx.load(str(get_entry("digits-cnn").load().path))
+    graph = proto.graph
+    out = graph.output[0].name
+    for node in graph.node:
+        for i, name in enumerate(node.output):
+            if name == out:
+                node.output[i] = out + "_pre_q"
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array(0.05, np.float32), "bad_q_scale"),
+            numpy_helper.from_array(np.array(0, np.int8), "bad_q_zero"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("QuantizeLinear", [out + "_pre_q", "bad_q_scale", "bad_q_zero"], ["bad_q"], name="bad_Q"),
+            helper.make_node("DequantizeLinear", ["bad_q", "bad_q_scale", "bad_q_zero"], [out], name="bad_DQ"),
+        ]
+    )
+    path = tmp_path / "digits-bad-qdq.onnx"
+    onnx.save(proto, str(path))
+    return path
+
+
+def test_lint_finds_the_standalone_qdq_of_a_bad_placement_and_none_in_a_clean_fp16_build(builds, tmp_path) -> None:
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    artifact = engine_from_onnx(
+        load_onnx(_bad_qdq_digits(tmp_path)),
+        tmp_path / "bad.engine",
+        BuildOptions(shapes=dict(entry.input_profiles()), progress=False),
+    )
+    report = lint(artifact.layer_map, artifact.engine_layers)
+    standalone = report.of_kind("standalone-qdq")
+    assert standalone, report.counts()
+    assert any({"bad_Q", "bad_DQ"} & set(f.onnx_nodes) for f in standalone)
+    assert all(f.fix for f in report.findings)
+    clean = builds["ocr-cls.fp16"]
+    assert lint(clean.layer_map, clean.engine_layers).of_kind("standalone-qdq") == []
+
+
+def test_cli_export_and_bad_input(builds, tmp_path: Path, capsys) -> None:
+    layers = tmp_path / "x.layers.json"
+    assert main(["explore", "/nonexistent/model.engine", "--export", str(tmp_path / "e")]) == 2
+    assert "workbench explore: error:" in capsys.readouterr().err
+    layers.write_text("{}")
+    assert main(["explore", str(layers), "--export", str(tmp_path / "e")]) == 2
+    assert not (tmp_path / "e").exists()
+
+
+def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path) -> None:
+    """The quickstart flow on digits-cnn: FP32 engine, per-layer INT8 diff (ONNX Runtime), mixed INT8 engine."""
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    run = run_quickstart(
+        QuickstartConfig(
+            model="digits-cnn",
+            out_dir=str(tmp_path / "run"),
+            timing_window_s=0.1,
+            calibration_samples=64,
+            diff_samples=16,
+        )
+    )
+    assert run.mixed_engine is not None and run.layer_diff is not None
+    diff = run.layer_diff.diff
+    explorer = build_explorer(run.fp32_engine, compare=run.mixed_engine, diff=diff, directory=tmp_path / "x")
+    mixed = explorer.views[1]
+    ids = (f"{mixed.label}:onnx", f"{mixed.label}:engine")
+    onnx_ids = {n.id for n in g.onnx_graph(mixed, graph_id=ids[0]).nodes}
+    drop = next(o for o in explorer.overlays if o.key == "int8_sqnr_drop")
+    noise = next(o for o in explorer.overlays if o.key == "int8_noise_added")
+    rows = {r.node: r for r in diff.tensors if r.kind == "activation" and r.drop_db is not None}
+    onnx_values = drop.values(ids[0])
+    assert onnx_values and set(onnx_values) <= onnx_ids  # values sit on real nodes of the mixed build's graph
+    for node, row in rows.items():
+        if g.onnx_node_id(node) in onnx_values:
+            assert onnx_values[g.onnx_node_id(node)] >= row.drop_db  # a node shows its worst tensor
+    # a layer shows the worst of the nodes it executes
+    for layer in mixed.layer_map.layers:
+        values = [rows[n].drop_db for n in layer.onnx_nodes if n in rows]
+        if values:
+            assert drop.values(ids[1])[layer.name] == pytest.approx(max(values))
+    noisy = {r.node: r.noise_added for r in diff.tensors if r.kind == "activation" and r.noise_added is not None}
+    worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
+    assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
+    assert explorer.fusion_diff is not None

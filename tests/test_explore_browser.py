@@ -1,0 +1,114 @@
+"""The engine explorer in a real browser: headless Debian Chromium (software WebGL) loads our Model Explorer page
+from this process's server and draws both graphs with the overlays loaded."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.engine import engine_for_zoo_model
+from workbench.explore import graphs as g
+from workbench.viz.engine_view import fused_ops_label
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--no-sandbox", "--use-angle=swiftshader"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "out" / "browser"
+
+
+def _not_blank(png: bytes) -> int:
+    """Distinct colours in a screenshot (a blank or one-colour page has very few)."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB").resize((400, 300))
+    return len(image.getcolors(maxcolors=1 << 24) or ())
+
+
+def _select_in_engine_pane_and_read_onnx_pane(page, layer_map):
+    """Click a layer in the engine pane (a real click on the WebGL canvas) and return the ONNX pane's info panel.
+
+    The layer is brought to the canvas centre with Model Explorer's search ("click to locate"), then clicked."""
+    op_types = {n.name: n.op_type for n in layer_map.nodes}
+    labels = {layer.name: fused_ops_label(layer, op_types) for layer in layer_map.layers}
+    layer = next(
+        layer
+        for layer in layer_map.layers
+        if len(layer.onnx_nodes) > 1 and sum(labels[layer.name] in other for other in labels.values()) == 1
+    )
+    pane = page.locator("split-pane").nth(1)
+    search = pane.locator("input").first
+    search.click()
+    search.fill(re.escape(labels[layer.name]))
+    search.press("Enter")
+    pane.locator(".search-results-container mat-tree-node", has_text=labels[layer.name]).first.click()
+    time.sleep(1.5)
+    search.fill("")
+    page.keyboard.press("Escape")
+    time.sleep(1)
+    canvas = pane.locator("graph-panel canvas").first.bounding_box()
+    page.mouse.click(canvas["x"] + canvas["width"] / 2, canvas["y"] + canvas["height"] / 2)
+    page.wait_for_function(
+        "(id) => document.querySelectorAll('info-panel')[0].innerText.includes(id)", arg=layer.name, timeout=20_000
+    )
+    return layer, page.evaluate("() => document.querySelectorAll('info-panel')[0].innerText")
+
+
+@pytest.mark.slow
+def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
+    import workbench
+    from workbench.explore.server import get_server, healthy
+
+    fp32 = engine_for_zoo_model("ocr-cls", "fp32", tmp_path)
+    explorer = workbench.explore(fp32)
+    server = get_server()
+    assert server.host == "127.0.0.1" and healthy(server.port)
+    again = workbench.explore(fp32)
+    assert again.url.split("/?")[0] == explorer.url.split("/?")[0] == server.base_url  # one server, reused
+    assert "<iframe" in explorer._repr_html_()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            started = time.monotonic()
+            page.goto(explorer.url)
+            page.wait_for_function(
+                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2", timeout=90_000
+            )
+            first_canvas_s = time.monotonic() - started
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes('NODE DATA PROVIDERS')).length >= 2",
+                timeout=60_000,
+            )
+            panes = page.evaluate(
+                "() => [...document.querySelectorAll('split-pane')].map(p => p.innerText.slice(0, 4000))"
+            )
+            body = page.inner_text("body")
+            synced = _select_in_engine_pane_and_read_onnx_pane(page, fp32.layer_map)
+            time.sleep(2)
+            png = page.screenshot(path=str(ARTIFACTS / "explorer.png"))
+        finally:
+            browser.close()
+    assert len(panes) == 2
+    onnx_pane, engine_pane = panes
+    stats = fp32.layer_map.stats()
+    assert "ocr-cls.fp32 ONNX" in body and "ocr-cls.fp32 engine" in body  # the two panes' titles
+    # Model Explorer counts our nodes: ONNX nodes + layer nodes + graph inputs/outputs on the left, layers + I/O right
+    assert f"{stats.onnx_nodes + stats.engine_layers + 2}" in onnx_pane
+    assert f"{stats.engine_layers + 2}" in engine_pane
+    for pane in panes:  # every overlay listed with its legend/stats in both panes
+        for name in ("precision", "ONNX nodes fused per layer", "lint findings"):
+            assert name in pane
+    assert "Sync" in body  # the split view's sync control is shown (mode "match node id" comes with the URL)
+    layer, onnx_info = synced
+    # selecting the layer in the engine pane selected it in the ONNX pane, inside its own group (expanded there)
+    assert layer.name in onnx_info and g.layer_group_name(layer) in onnx_info, onnx_info[:600]
+    assert _not_blank(png) > 50, "the screenshot is (nearly) one colour"
+    assert first_canvas_s < 60

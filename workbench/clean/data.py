@@ -1,0 +1,83 @@
+"""The user's own input batches for the equivalence checks (``workbench clean MODEL --data DIR``).
+
+Same format and loader as ``workbench calibrate``: a folder of ``.npz`` files, one batch each keyed by input name
+(``calibration/README.md``), or ``zoo`` for a zoo model's calibration split. Also accepted here: a single ``.npz``
+file, and ``.npy`` files (a folder or one file) for a model with one input. Each batch is validated against the
+model's inputs by the checker (names, dtypes, ranks, fixed dimensions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.model import TensorSpec
+
+DEFAULT_CHECK_BATCHES = 4
+
+
+def _npy_batches(files: list[Path], inputs: Sequence[TensorSpec], limit: int) -> list[dict[str, np.ndarray]]:
+    if len(inputs) != 1:
+        raise WorkbenchError(
+            f"{files[0]}: .npy batches hold one array, but the model has {len(inputs)} inputs "
+            f"{[spec.name for spec in inputs]}.",
+            expected=".npz batches keyed by input name",
+        )
+    feeds = []
+    for path in files[:limit]:
+        try:
+            feeds.append({inputs[0].name: np.load(path, allow_pickle=False)})
+        except (OSError, ValueError) as error:
+            raise WorkbenchError(
+                f"{path}: not a readable .npy array ({error}).", expected="a numpy .npy file"
+            ) from None
+    return feeds
+
+
+def _npz_file(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:
+        raise WorkbenchError(
+            f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
+        ) from None
+
+
+def load_check_batches(
+    data: Any, inputs: Sequence[TensorSpec], limit: int = DEFAULT_CHECK_BATCHES, entry: Any = None
+) -> tuple[list[dict[str, np.ndarray]], str]:
+    """Up to ``limit`` batches from ``data`` (folder, file, ``"zoo"``, or a list of feeds) and a label for them."""
+    if limit is None or int(limit) < 1:
+        raise WorkbenchError(f"--check-batches {limit} compares on no batch.", expected="a positive number of batches")
+    limit = int(limit)
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        feeds = [dict(feed) for feed in list(data)[:limit] if isinstance(feed, Mapping)]
+        if len(feeds) != min(limit, len(data)):
+            raise WorkbenchError("check data holds something other than feeds.", expected="dicts {input_name: array}")
+        return feeds, "data"
+    text = str(data)
+    if text != "zoo":
+        path = Path(text)
+        if not path.exists():
+            raise WorkbenchError(f"--data {text}: no such file or folder.", expected="a folder of .npz/.npy batches")
+        if path.is_file():
+            if path.suffix == ".npz":
+                return [_npz_file(path)], str(path)
+            if path.suffix == ".npy":
+                return _npy_batches([path], inputs, limit), str(path)
+            raise WorkbenchError(f"--data {path}: not an .npz or .npy file.", expected=".npz or .npy batches")
+        npy = sorted(p for p in path.iterdir() if p.suffix == ".npy")
+        if npy and not any(p.suffix == ".npz" for p in path.iterdir()):
+            return _npy_batches(npy, inputs, limit), str(path)
+    from workbench.calib.data import resolve_source
+
+    source = resolve_source(data, entry=entry)
+    feeds = list(source.batches(limit=limit))
+    if not feeds:
+        raise WorkbenchError(f"--data {text}: holds no batch.", expected="at least one .npz batch")
+    return feeds, source.name

@@ -1,0 +1,52 @@
+"""``workbench explore``: open the engine explorer on a build, or export its graphs and node data."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "explore",
+        help="open the engine explorer (Model Explorer) on a build; --export writes shareable graph/node-data JSON",
+        description="Show a build as two linked graphs in Google's Model Explorer: the ONNX graph grouped by the engine "
+        "layer that executes each node, and the engine graph. BUILD is an .engine (with its .layers.json), a "
+        ".layers.json, or a zoo name / .onnx (built here at --precision).",
+    )
+    parser.add_argument("build", help="MODEL.engine, MODEL.layers.json, a zoo name or an .onnx path")
+    parser.add_argument("--compare", help="a second build shown beside the first, fusions gained/lost marked")
+    parser.add_argument("--diff", help="DIFF.json from `workbench diff`: INT8 damage overlays")
+    parser.add_argument("--profile", help="a per-layer profile JSON (LayerProfile): layer-time overlay")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="when BUILD is a model")
+    parser.add_argument("--export", metavar="DIR", help="write the graphs JSON and node-data JSON here and exit")
+    parser.add_argument("--serve", action="store_true", help="start the server, print the URL and keep it running")
+    parser.set_defaults(func=_cli_explore)
+
+
+def _cli_explore(args: argparse.Namespace) -> int:
+    from workbench.explore.explorer import build_explorer
+
+    explorer = build_explorer(
+        args.build, compare=args.compare, diff=args.diff, profile=args.profile, precision=args.precision
+    )
+    print(explorer.summary())
+    for report in explorer.lint_reports:
+        for finding in report.findings:
+            print(f"[{finding.severity}] {finding.kind} {finding.layer}: {finding.message}")
+    if args.export:
+        out = explorer.export(args.export)
+        print(
+            f"wrote {len(explorer.graph_files)} graphs JSON and {len(explorer.node_data_files)} node-data files to {out}"
+        )
+        print(f"open with: cd {out} && model-explorer " + ",".join(p.name for p in explorer.graph_files))
+        return 0
+    print(explorer.url)
+    if args.serve:
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0

@@ -1,0 +1,260 @@
+"""``workbench.explore(...)``: the engine explorer, embedded in a notebook output (an IFrame onto Model Explorer).
+
+One build: the split view shows the ONNX graph grouped by engine layer (left) and the engine graph (right), with
+Model Explorer's "match node id" sync on (a layer selected on one side is selected on the other, where its group's
+ONNX nodes show). Two builds (``compare=``): the engine graphs side by side, with overlays marking the fusions the
+second build gained and the first lost. Overlays (precision, fusion size, lint, INT8 damage, layer time) are node-data
+files the page loads; pick one under "Add per-node data" / the node-data selector.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.engine.layermap import FusionDiff, diff_layer_maps
+from workbench.errors import WorkbenchError
+from workbench.explore import graphs as g
+from workbench.explore import overlays as ov
+from workbench.explore.lint import LintReport, lint
+
+SYNC_MODE = "match_node_id"
+_COUNTER = itertools.count(1)
+
+
+@dataclass
+class Explorer:
+    """The files of one explorer page and its URL on this kernel's server. Displays itself as an IFrame."""
+
+    views: tuple[g.BuildView, ...]
+    directory: Path
+    graph_files: tuple[Path, ...]
+    node_data_files: tuple[Path, ...]
+    ui_state: dict[str, Any]
+    lint_reports: tuple[LintReport, ...]
+    fusion_diff: FusionDiff | None = None
+    overlays: tuple[ov.Overlay, ...] = ()
+    height: int = 720
+    _url: str = field(default="", repr=False)
+
+    @property
+    def url(self) -> str:
+        """The page on this kernel's Model Explorer server (started on first use)."""
+        if not self._url:
+            from workbench.explore.server import get_server
+
+            self._url = get_server().url(
+                self.graph_files, node_data=self.node_data_files, ui_state=self.ui_state, sync_mode=SYNC_MODE
+            )
+        return self._url
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe src="{html.escape(self.url)}" width="100%" height="{self.height}" '
+            'style="border:1px solid #ddd" title="Engine explorer (Model Explorer)"></iframe>'
+            f'<div style="font-size:12px;color:#666">{html.escape(self.summary())} · '
+            f'<a href="{html.escape(self.url)}" target="_blank">open in a new tab</a></div>'
+        )
+
+    def summary(self) -> str:
+        parts = []
+        for view, report in zip(self.views, self.lint_reports, strict=True):
+            stats = view.layer_map.stats()
+            parts.append(
+                f"{view.label}: {stats.onnx_nodes} ONNX nodes -> {stats.engine_layers} layers, "
+                f"{len(report.findings)} lint findings"
+            )
+        if self.fusion_diff is not None:
+            s = self.fusion_diff.summary()
+            parts.append(f"fusions gained {s['gained']}, lost {s['lost']}, precision changed {s['precision_changed']}")
+        return "; ".join(parts)
+
+    def export(self, directory: str | Path) -> Path:
+        """Copy the graphs JSON and node-data JSON into ``directory`` with a README saying how to open them with
+        the stock ``model-explorer`` command (no workbench needed)."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for path in (*self.graph_files, *self.node_data_files):
+            shutil.copyfile(path, out / path.name)
+        (out / "lint.json").write_text(json.dumps([r.to_json() for r in self.lint_reports], indent=1), encoding="utf-8")
+        (out / "view.json").write_text(
+            json.dumps({"uiState": self.ui_state, "sync": {"mode": SYNC_MODE}}, indent=1), encoding="utf-8"
+        )
+        models = ",".join(p.name for p in self.graph_files)
+        node_data = ",".join(p.name for p in self.node_data_files)
+        (out / "README.txt").write_text(
+            "Engine explorer export (trt-workbench). Open with the stock Model Explorer:\n\n"
+            "  pip install ai-edge-model-explorer\n"
+            f"  cd {out.resolve()} && model-explorer {models} --node_data_paths {node_data}\n\n"
+            "Pick the 'JSON' adapter if asked. Graph 'onnx': ONNX nodes grouped by the engine layer that runs them;\n"
+            "graph 'engine': the engine layers. Open both in split view and set Sync to 'match node id' to link\n"
+            "them (view.json holds the layout the workbench uses). lint.json lists the linter's findings.\n",
+            encoding="utf-8",
+        )
+        return out
+
+
+def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView:
+    """A build from an engine/artifact/.layers.json, or (for a zoo name or .onnx path) a fresh build."""
+    try:
+        return g.load_view(source, label=label)
+    except WorkbenchError:
+        if not isinstance(source, str | Path):
+            raise
+    from workbench.engine.build import BuildOptions, engine_from_onnx
+    from workbench.model import load_onnx
+    from workbench.zoo import resolve_model
+
+    path, entry = resolve_model(str(source))
+    options = BuildOptions(shapes=dict(entry.input_profiles()) if entry else {}, precision=precision, progress=False)  # type: ignore[arg-type]
+    artifact = engine_from_onnx(load_onnx(path), workdir / f"{Path(path).stem}.{precision}.engine", options)
+    return g.view_from_artifact(artifact, label=label)
+
+
+def _load(obj: Any, kind: str) -> Any:
+    if obj is None or not isinstance(obj, str | Path):
+        return obj
+    if kind == "diff":
+        from workbench.calib.diff import LayerDiff
+
+        return LayerDiff.from_json(json.loads(Path(obj).read_text(encoding="utf-8")))
+    from workbench.timing.layer_profile import LayerProfile
+
+    return LayerProfile.from_json(json.loads(Path(obj).read_text(encoding="utf-8")))
+
+
+def _pane(graph_id: str, label: str, fraction: float) -> dict[str, Any]:
+    return {
+        "deepestExpandedGroupNodeIds": [],
+        "selectedNodeId": "",
+        "selectedGraphId": graph_id,
+        "selectedCollectionLabel": label,
+        "widthFraction": fraction,
+    }
+
+
+def build_explorer(
+    model_or_engine: Any,
+    *,
+    compare: Any = None,
+    diff: Any = None,
+    profile: Any = None,
+    precision: str = "fp32",
+    compare_precision: str = "fp16",
+    directory: str | Path | None = None,
+    height: int = 720,
+) -> Explorer:
+    """Write the graphs and node data of one build (or two, with ``compare``) and describe the page; nothing is
+    started here (the server starts when the page's URL is first asked for)."""
+    if directory is None:
+        import tempfile
+
+        directory = Path(tempfile.mkdtemp(prefix="workbench-explore-"))
+    out = Path(directory) / f"explorer-{next(_COUNTER)}"
+    out.mkdir(parents=True, exist_ok=True)
+    first = _view(model_or_engine, "", precision, out)
+    views = [first]
+    if compare is not None:
+        second = _view(compare, "", compare_precision, out)
+        if second.label == first.label:
+            second = g.load_view(second, label=second.label + " (2)")
+        views = [first, second]
+    diff_obj, profile_obj = _load(diff, "diff"), _load(profile, "profile")
+    reports = tuple(lint(view.layer_map, view.engine_layers) for view in views)
+    graph_files: list[Path] = []
+    node_data: list[Path] = []
+    all_overlays: list[ov.Overlay] = []
+    fusion_diff = diff_layer_maps(views[0].layer_map, views[1].layer_map) if len(views) == 2 else None
+    for index, (view, report) in enumerate(zip(views, reports, strict=True)):
+        ids = (
+            (g.ONNX_GRAPH_ID, g.ENGINE_GRAPH_ID) if len(views) == 1 else (f"{view.label}:onnx", f"{view.label}:engine")
+        )
+        stem = _file_stem(view.label, index)
+        # one collection per graph: Model Explorer applies remote node data once per collection, so the ONNX and
+        # engine graphs each get theirs only as separate collections
+        for graph in (g.onnx_graph(view, graph_id=ids[0]), g.engine_graph(view, graph_id=ids[1])):
+            kind = "ONNX" if graph.id == ids[0] else "engine"
+            collection = g.graph_collection(collection_label(view.label, kind), [graph])
+            graph_files.append(g.write_graphs(collection, out / f"{stem}.{kind.lower()}.graphs.json"))
+        # INT8 damage goes on the quantized side (the last build); the profile on the first
+        overlays = ov.build_overlays(
+            view,
+            diff=diff_obj if index == len(views) - 1 else None,
+            profile=profile_obj if index == 0 else None,
+            lint_report=report,
+            ids=ids,
+        )
+        if fusion_diff is not None:
+            overlays.append(ov.fusion_diff_overlay(view, fusion_diff, "before" if index == 0 else "after", ids))
+        for overlay in overlays:
+            path = overlay.save(out, prefix=f"{stem}.")
+            node_data.append(path)
+        all_overlays += overlays
+    if len(views) == 1:
+        ui_state = {
+            "paneStates": [
+                _pane(g.ONNX_GRAPH_ID, collection_label(first.label, "ONNX"), 0.5),
+                _pane(g.ENGINE_GRAPH_ID, collection_label(first.label, "engine"), 0.5),
+            ]
+        }
+    else:
+        ui_state = {
+            "paneStates": [
+                _pane(f"{views[0].label}:engine", collection_label(views[0].label, "engine"), 0.5),
+                _pane(f"{views[1].label}:engine", collection_label(views[1].label, "engine"), 0.5),
+            ]
+        }
+    return Explorer(
+        tuple(views),
+        out,
+        tuple(graph_files),
+        tuple(node_data),
+        ui_state,
+        reports,
+        fusion_diff,
+        tuple(all_overlays),
+        height,
+    )
+
+
+def collection_label(label: str, kind: str) -> str:
+    return f"{label} {kind}"
+
+
+def _file_stem(label: str, index: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label) or "build"
+    return f"{index}-{safe}"
+
+
+def explore(
+    model_or_engine: Any,
+    compare: Any = None,
+    diff: Any = None,
+    profile: Any = None,
+    *,
+    precision: str = "fp32",
+    compare_precision: str = "fp16",
+    height: int = 720,
+) -> Explorer:
+    """Open the engine explorer on a build: an ``EngineArtifact``, an ``.engine`` (with its ``.layers.json``), a
+    ``.layers.json``, or a zoo name / ``.onnx`` path (built here at ``precision``).
+
+    ``compare``: a second build (or model, built at ``compare_precision``) shown beside the first, fusions gained
+    and lost marked. ``diff``: a ``LayerDiff`` (or its JSON path, from ``workbench diff``) for the INT8-damage
+    overlays. ``profile``: a ``LayerProfile`` (or its JSON path) for the layer-time overlay. The returned object
+    displays itself in Jupyter; ``.url`` opens it in a browser; ``.export(DIR)`` writes shareable files.
+    """
+    return build_explorer(
+        model_or_engine,
+        compare=compare,
+        diff=diff,
+        profile=profile,
+        precision=precision,
+        compare_precision=compare_precision,
+        height=height,
+    )

@@ -1,0 +1,468 @@
+"""Model Explorer graphs of one engine build: the ONNX graph grouped by engine layer, and the engine graph.
+
+Both are built with Model Explorer's own ``graph_builder`` and saved as the graphs JSON its JSON loader reads, so the
+stock ``model-explorer`` command opens them without this package.
+
+* ONNX graph (id ``onnx``): every ONNX node sits in a namespace (a collapsible group) named after the engine layer
+  that executes it; a node several layers execute sits in the first one's group and names the others; nodes no layer
+  executes sit in ``folded by TensorRT``; layers TensorRT inserted (reformats, casts) are their own nodes in
+  ``inserted by TensorRT``. Each layer group starts with a pinned node whose id is the layer's name, the same id as
+  that layer in the engine graph: with Model Explorer's "match node id" sync, selecting a layer on one side selects
+  it (and reveals its ONNX nodes) on the other. Collapsing the groups shows the engine; expanding one shows what was
+  fused. Large models get one more level: the ONNX name scope of the layer's first node.
+* Engine graph (id ``engine``): one node per layer, edges from the tensors one layer writes and another reads;
+  layer type, tactic, precision, tensor formats and the fused ONNX nodes as attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model_explorer import graph_builder as gb
+
+from workbench.engine.layermap import BOOKKEEPING_OPS, LayerEntry, LayerMap
+from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
+from workbench.errors import WorkbenchError
+from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
+from workbench.viz.palette import precision_color
+
+ONNX_GRAPH_ID = "onnx"
+ENGINE_GRAPH_ID = "engine"
+FOLDED_GROUP = "folded by TensorRT"
+INSERTED_GROUP = "inserted by TensorRT"
+LAYER_NODE_LABEL_MAX = 48
+# Above this many engine layers, layer groups are nested under the ONNX name scope of their first node.
+SCOPE_NESTING_MIN_LAYERS = 120
+ONNX_ID_PREFIX = "onnx:"
+INPUT_ID_PREFIX = "input:"
+OUTPUT_ID_PREFIX = "output:"
+
+
+@dataclass(frozen=True)
+class BuildView:
+    """What the explorer needs from one build: its layer map, layer records and (when known) the ONNX that was built."""
+
+    label: str
+    layer_map: LayerMap
+    engine_layers: EngineLayers
+    onnx_proto: Any = field(default=None, repr=False)
+    precision: str = ""
+
+    @property
+    def has_onnx_edges(self) -> bool:
+        return self.onnx_proto is not None
+
+
+def _safe(text: str) -> str:
+    """A namespace component: Model Explorer splits namespaces on '/', so slashes become a look-alike."""
+    return (text or "(unnamed)").replace("/", "∕")
+
+
+def onnx_node_id(name: str) -> str:
+    return ONNX_ID_PREFIX + name
+
+
+def layer_group_name(layer: LayerEntry) -> str:
+    """The namespace component of a layer's group: its index and name (unique, sorts in engine order)."""
+    return _safe(f"L{layer.index:03d} {layer.name}")
+
+
+def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str]) -> str:
+    """``Conv+BatchNormalization+Relu``: the op types a layer fused (shared with the static view)."""
+    return _fused_ops_label(layer, op_types, LAYER_NODE_LABEL_MAX)
+
+
+def scope_of(node_name: str, depth: int = 2) -> str:
+    """The first ``depth`` levels of an ONNX name scope (``/features/denseblock1/denselayer3/conv1/Conv`` ->
+    ``features/denseblock1``); '' for names without one."""
+    parts = [p for p in node_name.split("/") if p]
+    if len(parts) < 2:
+        return ""
+    return "/".join(_safe(p) for p in parts[:-1][:depth])
+
+
+def _kv(key: str, value: Any) -> gb.KeyValue:
+    return gb.KeyValue(key=key, value=str(value))
+
+
+def _tensor_text(tensors: Sequence[TensorRecord]) -> str:
+    return (
+        "; ".join(f"{t.name} {'x'.join(map(str, t.dimensions))} {t.datatype} {t.format}".strip() for t in tensors)
+        or "-"
+    )
+
+
+def _layer_attrs(layer: LayerEntry, record: LayerRecord | None) -> list[gb.KeyValue]:
+    attrs = [
+        _kv("engine layer", layer.name),
+        _kv("layer index", layer.index),
+        _kv("layer type", layer.layer_type),
+        _kv("precision", layer.precision),
+        _kv("tactic", layer.tactic or "-"),
+        _kv("fused ONNX nodes", len(layer.onnx_nodes)),
+        _kv("ONNX nodes", ", ".join(layer.onnx_nodes) or "none: inserted by TensorRT"),
+    ]
+    if record is not None:
+        attrs += [
+            _kv("inputs", _tensor_text(record.inputs)),
+            _kv("outputs", _tensor_text(record.outputs)),
+            _kv("formats", ", ".join(sorted({t.format for t in (*record.inputs, *record.outputs) if t.format})) or "-"),
+        ]
+        if record.constants:
+            attrs.append(_kv("constants", _tensor_text(record.constants)))
+    if layer.myelin_group is not None:
+        attrs.append(_kv("myelin graph", layer.myelin_group))
+    return attrs
+
+
+def tint(colour: str, amount: float = 0.75) -> str:
+    """``colour`` mixed with white (Model Explorer's WebGL renderer takes only plain #rrggbb colours)."""
+    rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
+
+
+def _layer_style(layer: LayerEntry) -> gb.GraphNodeStyle:
+    colour = precision_color("inserted" if layer.inserted else layer.precision)
+    return gb.GraphNodeStyle(backgroundColor=tint(colour), borderColor=colour, hoveredBorderColor=colour)
+
+
+def _scoped(use_scopes: bool, layer: LayerEntry) -> str:
+    if not use_scopes or not layer.onnx_nodes:
+        return ""
+    return scope_of(layer.onnx_nodes[0])
+
+
+def layer_namespace(layer: LayerEntry, use_scopes: bool) -> str:
+    """The full namespace of a layer's group in the ONNX graph."""
+    scope = _scoped(use_scopes, layer)
+    return f"{scope}/{layer_group_name(layer)}" if scope else layer_group_name(layer)
+
+
+def uses_scopes(layer_map: LayerMap) -> bool:
+    return len(layer_map.layers) >= SCOPE_NESTING_MIN_LAYERS
+
+
+def node_home_layer(layer_map: LayerMap) -> dict[str, LayerEntry]:
+    """ONNX node -> the layer whose group holds it (the first layer that executes it)."""
+    by_name = {layer.name: layer for layer in layer_map.layers}
+    return {node.name: by_name[node.engine_layers[0]] for node in layer_map.nodes if node.engine_layers}
+
+
+def folded_placement(view: BuildView) -> dict[str, LayerEntry]:
+    """Folded ONNX node -> the layer of its nearest executed consumer (its ``folded by TensorRT`` group is drawn
+    inside that layer's group, so folded constants and shape arithmetic sit where they were used)."""
+    if view.onnx_proto is None:
+        return {}
+    from workbench.model.graph import onnx_node_name
+
+    home = node_home_layer(view.layer_map)
+    consumers: dict[str, list[str]] = {}
+    names = []
+    for proto_node in view.onnx_proto.graph.node:
+        name = onnx_node_name(proto_node)
+        names.append((name, list(proto_node.output)))
+        for tensor in proto_node.input:
+            consumers.setdefault(tensor, []).append(name)
+    placed: dict[str, LayerEntry] = {}
+    for name, outputs in reversed(names):  # consumers come later in topological order: placed first
+        if name in home:
+            continue
+        for tensor in outputs:
+            for consumer in consumers.get(tensor, ()):
+                layer = home.get(consumer) or placed.get(consumer)
+                if layer is not None:
+                    placed[name] = layer
+                    break
+            if name in placed:
+                break
+    return placed
+
+
+def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
+    """The ONNX graph of ``view`` with every node nested in the group of the engine layer that executes it."""
+    layer_map = view.layer_map
+    use_scopes = uses_scopes(layer_map)
+    records = {record.name: record for record in view.engine_layers.layers}
+    home = node_home_layer(layer_map)
+    op_types = {node.name: node.op_type for node in layer_map.nodes}
+    graph = gb.Graph(id=graph_id, nodes=[])
+    graph.groupNodeConfigs = [
+        gb.GroupNodeConfig(namespaceRegex=f"(^|/){FOLDED_GROUP}$", backgroundColor="#f2f2f2", textColor="#777777"),
+        gb.GroupNodeConfig(namespaceRegex=f"^{INSERTED_GROUP}$", backgroundColor="#e6e6e6"),
+    ]
+    graph.groupNodeAttributes = {}
+    # one pinned node per layer that executes ONNX nodes (the sync anchor); inserted layers stand alone
+    for layer in layer_map.layers:
+        record = records.get(layer.name)
+        if layer.inserted:
+            namespace = INSERTED_GROUP
+        else:
+            namespace = layer_namespace(layer, use_scopes)
+            graph.groupNodeAttributes[namespace] = {
+                "engine layer": layer.name,
+                "layer type": layer.layer_type,
+                "precision": layer.precision,
+                "fused": fused_ops_label(layer, op_types),
+            }
+        node = gb.GraphNode(
+            id=layer.name,
+            label=f"{layer.layer_type} · {layer.precision}",
+            namespace=namespace,
+            attrs=_layer_attrs(layer, record),
+            style=_layer_style(layer),
+            config=gb.GraphNodeConfig(pinToGroupTop=not layer.inserted),
+        )
+        if layer.onnx_nodes:
+            node.attrs.append(
+                gb.KeyValue(
+                    key="ONNX nodes (select)",
+                    value=gb.NodeIdsNodeAttributeValue(nodeIds=[onnx_node_id(n) for n in layer.onnx_nodes]),
+                )
+            )
+        graph.nodes.append(node)
+
+    producers: dict[str, tuple[str, int]] = {}
+    proto_nodes: dict[str, Any] = {}
+    if view.onnx_proto is not None:
+        from workbench.model.graph import onnx_node_name
+
+        for proto_node in view.onnx_proto.graph.node:
+            name = onnx_node_name(proto_node)
+            proto_nodes[name] = proto_node
+            for index, tensor in enumerate(proto_node.output):
+                if tensor:
+                    producers[tensor] = (onnx_node_id(name), index)
+        initializers = {init.name for init in view.onnx_proto.graph.initializer}
+        for graph_input in view.onnx_proto.graph.input:
+            if graph_input.name in initializers:
+                continue
+            producers[graph_input.name] = (INPUT_ID_PREFIX + graph_input.name, 0)
+            graph.nodes.append(
+                gb.GraphNode(
+                    id=INPUT_ID_PREFIX + graph_input.name,
+                    label="Input",
+                    attrs=[_kv("name", graph_input.name)],
+                    outputsMetadata=[gb.MetadataItem(id="0", attrs=[_kv("__tensor_tag", graph_input.name)])],
+                )
+            )
+
+    folded_near = folded_placement(view)
+    for node in layer_map.nodes:
+        home_layer = home.get(node.name)
+        if home_layer is not None:
+            namespace = layer_namespace(home_layer, use_scopes)
+        elif node.name in folded_near:
+            namespace = f"{layer_namespace(folded_near[node.name], use_scopes)}/{FOLDED_GROUP}"
+        else:
+            namespace = FOLDED_GROUP
+        attrs = [
+            _kv("op type", node.op_type or "?"),
+            _kv("ONNX node", node.name),
+            _kv("engine layers", ", ".join(node.engine_layers) or "none: folded by TensorRT"),
+            _kv("kind", "bookkeeping" if node.op_type in BOOKKEEPING_OPS else "compute"),
+        ]
+        if node.engine_layers:
+            attrs.append(
+                gb.KeyValue(
+                    key="engine layers (select)", value=gb.NodeIdsNodeAttributeValue(nodeIds=list(node.engine_layers))
+                )
+            )
+        graph_node = gb.GraphNode(
+            id=onnx_node_id(node.name), label=node.op_type or node.name, namespace=namespace, attrs=attrs
+        )
+        proto_node = proto_nodes.get(node.name)
+        if proto_node is not None:
+            for target_index, tensor in enumerate(proto_node.input):
+                if tensor in producers:
+                    source, output_index = producers[tensor]
+                    graph_node.incomingEdges.append(
+                        gb.IncomingEdge(
+                            sourceNodeId=source,
+                            sourceNodeOutputId=str(output_index),
+                            targetNodeInputId=str(target_index),
+                        )
+                    )
+            graph_node.outputsMetadata = [
+                gb.MetadataItem(id=str(i), attrs=[_kv("__tensor_tag", tensor)])
+                for i, tensor in enumerate(proto_node.output)
+            ]
+        graph.nodes.append(graph_node)
+
+    if view.onnx_proto is not None:
+        for graph_output in view.onnx_proto.graph.output:
+            output_node = gb.GraphNode(
+                id=OUTPUT_ID_PREFIX + graph_output.name, label="Output", attrs=[_kv("name", graph_output.name)]
+            )
+            if graph_output.name in producers:
+                source, index = producers[graph_output.name]
+                output_node.incomingEdges.append(gb.IncomingEdge(sourceNodeId=source, sourceNodeOutputId=str(index)))
+            graph.nodes.append(output_node)
+    graph.layoutConfigs = gb.LayoutConfigs(keepLayersWithASingleChild=True)
+    return graph
+
+
+def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Graph:
+    """The engine as a graph: layers as nodes, an edge for every tensor one layer writes and another reads."""
+    layer_map = view.layer_map
+    use_scopes = uses_scopes(layer_map)
+    op_types = {node.name: node.op_type for node in layer_map.nodes}
+    records = {record.name: record for record in view.engine_layers.layers}
+    producers: dict[str, tuple[str, int]] = {}
+    for layer in layer_map.layers:
+        record = records.get(layer.name)
+        for index, tensor in enumerate(record.outputs if record else ()):
+            producers.setdefault(tensor.name, (layer.name, index))
+    graph = gb.Graph(id=graph_id, nodes=[])
+    for io in view.engine_layers.io_tensors:
+        if io.io_mode.lower().startswith("in"):
+            producers.setdefault(io.name, (INPUT_ID_PREFIX + io.name, 0))
+            graph.nodes.append(
+                gb.GraphNode(
+                    id=INPUT_ID_PREFIX + io.name,
+                    label="Input",
+                    attrs=[_kv("name", io.name), _kv("datatype", io.datatype), _kv("dimensions", io.dimensions)],
+                )
+            )
+    for layer in layer_map.layers:
+        record = records.get(layer.name)
+        namespace = INSERTED_GROUP if layer.inserted and use_scopes else _scoped(use_scopes, layer)
+        node = gb.GraphNode(
+            id=layer.name,
+            label=fused_ops_label(layer, op_types) if not layer.inserted else f"{layer.layer_type} (inserted)",
+            namespace=namespace,
+            attrs=_layer_attrs(layer, record),
+            style=_layer_style(layer),
+        )
+        if record is not None:
+            for target_index, tensor in enumerate(record.inputs):
+                if tensor.name in producers and producers[tensor.name][0] != layer.name:
+                    source, output_index = producers[tensor.name]
+                    node.incomingEdges.append(
+                        gb.IncomingEdge(
+                            sourceNodeId=source,
+                            sourceNodeOutputId=str(output_index),
+                            targetNodeInputId=str(target_index),
+                        )
+                    )
+            node.outputsMetadata = [
+                gb.MetadataItem(
+                    id=str(i), attrs=[_kv("__tensor_tag", t.name), _kv("shape", t.dimensions), _kv("dtype", t.datatype)]
+                )
+                for i, t in enumerate(record.outputs)
+            ]
+        graph.nodes.append(node)
+    for io in view.engine_layers.io_tensors:
+        if io.io_mode.lower().startswith("out"):
+            output_node = gb.GraphNode(
+                id=OUTPUT_ID_PREFIX + io.name,
+                label="Output",
+                attrs=[_kv("name", io.name), _kv("datatype", io.datatype)],
+            )
+            if io.name in producers:
+                source, index = producers[io.name]
+                output_node.incomingEdges.append(gb.IncomingEdge(sourceNodeId=source, sourceNodeOutputId=str(index)))
+            graph.nodes.append(output_node)
+    return graph
+
+
+def graph_collection(label: str, graphs: Iterable[gb.Graph]) -> gb.GraphCollection:
+    return gb.GraphCollection(label=label, graphs=list(graphs))
+
+
+def graphs_json(collection: gb.GraphCollection) -> dict[str, Any]:
+    """The graphs JSON Model Explorer's JSON loader reads: one collection ``{"label": ..., "graphs": [...]}``, with
+    None fields dropped."""
+    from model_explorer.utils import remove_none
+
+    return dict(remove_none(dataclasses.asdict(collection)))
+
+
+def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:
+    from workbench._io import write_text_atomic
+
+    return write_text_atomic(path, json.dumps(graphs_json(collection), separators=(",", ":")))
+
+
+# --- building a view from what the user has ---------------------------------------------------------------------
+
+
+def _built_onnx(document: Mapping[str, Any]) -> Any:
+    """The ONNX the engine was built from: the source ONNX, or its precision rewrite recomputed and checked by hash.
+    None when neither can be had (then the ONNX graph has no edges, only groups)."""
+    build = document.get("build") or {}
+    path = build.get("onnx")
+    if not path or not Path(path).is_file():
+        return None
+    from workbench._io import sha256_bytes
+    from workbench.model import load_onnx
+
+    model = load_onnx(path, check=False)
+    if build.get("built_onnx_sha256") in ("", None, build.get("onnx_sha256")):
+        return model.proto
+    try:
+        from workbench.engine.build import BuildOptions
+        from workbench.precision.autocast import apply_precision_plan
+
+        options = BuildOptions.from_json(build.get("options") or {})
+        proto = apply_precision_plan(model, options.effective_plan).proto
+    except WorkbenchError:
+        return None
+    if sha256_bytes(proto.SerializeToString()) != build.get("built_onnx_sha256"):
+        return None
+    return proto
+
+
+def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
+    """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`."""
+    from workbench.engine.records import read_layers_document
+
+    document = read_layers_document(artifact.layers_path)
+    proto = _built_onnx(document)
+    layer_map = artifact.layer_map
+    if proto is not None and len(proto.graph.node) == len(layer_map.nodes):
+        layer_map = LayerMap.from_engine_layers(artifact.engine_layers, onnx_proto=proto, label=label or artifact.label)
+    else:
+        proto = None
+    return BuildView(
+        label=label or artifact.label,
+        layer_map=dataclasses.replace(layer_map, label=label or artifact.label),
+        engine_layers=artifact.engine_layers,
+        onnx_proto=proto,
+        precision=artifact.precision,
+    )
+
+
+def load_view(source: Any, *, label: str = "") -> BuildView:
+    """A view from an EngineArtifact, a BuildView, an ``.engine`` path or a ``.layers.json`` path."""
+    if isinstance(source, BuildView):
+        return dataclasses.replace(source, label=label) if label else source
+    if hasattr(source, "layer_map") and hasattr(source, "engine_layers") and hasattr(source, "layers_path"):
+        return view_from_artifact(source, label=label)
+    path = Path(str(source))
+    if path.suffix == ".engine" and path.is_file():
+        from workbench.engine.build import EngineArtifact
+
+        return view_from_artifact(EngineArtifact.load(path), label=label)
+    if path.name.endswith(".layers.json") and path.is_file():
+        from workbench.engine.records import engine_layers_from_document, read_layers_document
+
+        document = read_layers_document(path)
+        proto = _built_onnx(document)
+        engine_layers = engine_layers_from_document(document)
+        name = label or path.name.removesuffix(".layers.json")
+        if proto is not None and len(proto.graph.node) == len(document.get("onnx_nodes", ())):
+            layer_map = LayerMap.from_engine_layers(engine_layers, onnx_proto=proto, label=name)
+        else:
+            proto = None
+            layer_map = LayerMap.from_document(document, label=name)
+        precision = str((document.get("build") or {}).get("precision", ""))
+        return BuildView(name, layer_map, engine_layers, proto, precision)
+    raise WorkbenchError(
+        f"cannot explore {source!r}: not an engine build.",
+        expected="an EngineArtifact, an .engine written by `workbench build` (with its .layers.json), or a .layers.json",
+    )

@@ -1,0 +1,183 @@
+"""Engine linter: TREx's lint ideas on the layer records and layer map we have (no GPU, no profile needed).
+
+Each finding names the engine layer, the ONNX nodes it executes, and a fix to try. Kinds:
+
+* ``standalone-qdq``: a Quantize/Dequantize that did not fuse into an INT8 convolution/GEMM (its own kernel);
+* ``type-reformat``: a layer TensorRT inserted that converts the data type (a Cast/Reformat between precisions);
+* ``fp32-in-reduced``: a convolution/GEMM layer left in FP32 inside an FP16 or INT8 engine;
+* ``unfused-elementwise``: an elementwise layer fed directly by another elementwise layer (a chain not fused);
+* ``shape-copy``: shape arithmetic or copies that run as their own layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.artifact import Artifact
+from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
+from workbench.engine.records import EngineLayers
+
+ELEMENTWISE_OPS = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Pow",
+     "Sqrt", "Exp", "Erf", "Neg", "Abs", "Max", "Min", "PRelu", "Elu", "Selu", "Softplus"}
+)  # fmt: skip
+SHAPE_LAYER_TYPES = frozenset({"shape_call", "shape", "copy", "slice", "gather", "concatenation", "shuffle"})
+SEVERITY_RANK = {"warning": 2, "info": 1}
+
+
+@dataclass(frozen=True)
+class Finding(Artifact):
+    kind: str
+    severity: str  # "warning" | "info"
+    layer: str
+    onnx_nodes: tuple[str, ...]
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class LintReport(Artifact):
+    label: str
+    findings: tuple[Finding, ...]
+
+    def of_kind(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for finding in self.findings:
+            out[finding.kind] = out.get(finding.kind, 0) + 1
+        return out
+
+    def by_layer(self) -> dict[str, list[Finding]]:
+        out: dict[str, list[Finding]] = {}
+        for finding in self.findings:
+            out.setdefault(finding.layer, []).append(finding)
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "kind": f.kind,
+                "severity": f.severity,
+                "layer": f.layer,
+                "ONNX nodes": ", ".join(f.onnx_nodes) or "-",
+                "finding": f.message,
+                "fix": f.fix,
+            }
+            for f in self.findings
+        ]
+
+
+def _dominant_precision(layer_map: LayerMap) -> str:
+    counts: dict[str, int] = {}
+    for layer in layer_map.layers:
+        if layer.layer_type.lower() in MATH_LAYER_TYPES:
+            key = "int8" if layer.is_int8_kernel else layer.precision
+            counts[key] = counts.get(key, 0) + 1
+    if counts.get("int8"):
+        return "int8"
+    if counts.get("fp16"):
+        return "fp16"
+    return "fp32"
+
+
+def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None) -> LintReport:
+    """Findings on one build (``engine_layers`` adds the tensor-level checks: type-converting reformats, chains)."""
+    findings: list[Finding] = []
+    op_type = {node.name: node.op_type for node in layer_map.nodes}
+    layers = {layer.name: layer for layer in layer_map.layers}
+    for pair in layer_map.qdq_audit():
+        if pair.status != "standalone":
+            continue
+        for name in pair.layers:
+            layer = layers[name]
+            if layer.is_int8_kernel:
+                continue
+            findings.append(
+                Finding(
+                    "standalone-qdq",
+                    "warning",
+                    name,
+                    layer.onnx_nodes,
+                    f"Q/DQ pair {pair.quantize} -> {pair.dequantize} on {pair.kind} tensor {pair.tensor!r} runs as its "
+                    f"own {layer.layer_type} kernel instead of fusing into an INT8 convolution/GEMM.",
+                    "move the Q/DQ pair onto the input of a Conv/Gemm/MatMul (placement rule in "
+                    "workbench/precision/qdq_rules.py), or drop it (keep this tensor in FP16/FP32).",
+                )
+            )
+    engine_precision = _dominant_precision(layer_map)
+    records = {record.name: record for record in engine_layers.layers} if engine_layers else {}
+    for layer in layer_map.layers:
+        record = records.get(layer.name)
+        kind = layer.layer_type.lower()
+        if record is not None and layer.inserted and record.inputs and record.outputs:
+            before = {t.precision for t in record.inputs if t.datatype}
+            after = {t.precision for t in record.outputs if t.datatype}
+            if before and after and before != after:
+                findings.append(
+                    Finding(
+                        "type-reformat",
+                        "warning",
+                        layer.name,
+                        (),
+                        f"TensorRT inserted a {layer.layer_type} layer converting {'/'.join(sorted(before))} to "
+                        f"{'/'.join(sorted(after))}.",
+                        "keep neighbouring layers in one precision (extend the FP16/INT8 region over the boundary, "
+                        "or fall the neighbour back too) so no conversion is needed.",
+                    )
+                )
+        if engine_precision != "fp32" and kind in MATH_LAYER_TYPES and layer.precision == "fp32":
+            findings.append(
+                Finding(
+                    "fp32-in-reduced",
+                    "warning" if engine_precision == "fp16" else "info",
+                    layer.name,
+                    layer.onnx_nodes,
+                    f"{layer.layer_type} layer runs in FP32 inside an {engine_precision.upper()} engine: kept FP32 by "
+                    "the precision plan (an AutoCast rule or a fallback), or TensorRT found no faster reduced-precision "
+                    "kernel.",
+                    "if the plan keeps it (see the plan's reasons), check its accuracy cost with `workbench diff`; "
+                    "otherwise try it in FP16.",
+                )
+            )
+        if kind in SHAPE_LAYER_TYPES or kind.startswith("shape"):
+            findings.append(
+                Finding(
+                    "shape-copy",
+                    "info",
+                    layer.name,
+                    layer.onnx_nodes,
+                    f"{layer.layer_type} layer: shape arithmetic or a copy that runs as its own layer.",
+                    "fold constant shapes with `workbench clean` (constant folding, reshape chains), or give static "
+                    "input shapes.",
+                )
+            )
+    if records:
+        producer = {t.name: name for name, record in records.items() for t in record.outputs}
+
+        def elementwise(name: str) -> bool:
+            nodes = layers[name].onnx_nodes if name in layers else ()
+            return bool(nodes) and all(op_type.get(n, "") in ELEMENTWISE_OPS for n in nodes)
+
+        for layer in layer_map.layers:
+            if not elementwise(layer.name):
+                continue
+            record = records[layer.name]
+            feeders = {producer[t.name] for t in record.inputs if t.name in producer}
+            chained = sorted(f for f in feeders if f != layer.name and elementwise(f))
+            if chained:
+                findings.append(
+                    Finding(
+                        "unfused-elementwise",
+                        "info",
+                        layer.name,
+                        layer.onnx_nodes,
+                        f"elementwise layer fed directly by elementwise layer {chained[0]}: the chain was not fused.",
+                        "look for a Cast, Reshape or second consumer between them (`workbench clean` removes "
+                        "redundant casts/reshapes); a tensor read by two consumers cannot be fused away.",
+                    )
+                )
+    findings.sort(key=lambda f: (-SEVERITY_RANK.get(f.severity, 0), layers[f.layer].index if f.layer in layers else 0))
+    return LintReport(layer_map.label, tuple(findings))
