@@ -1009,8 +1009,9 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
     # in a subgraph only its own nodes are rewired: an outer constant keeps its outer readers
     within = {id(node) for node in graph.nodes} if context.root is not None else None
-    # value CSE: constants of equal dtype, shape and bytes become one (large ones compared by SHA-256, and only
-    # when another constant has the same dtype and shape), so nodes differing only in weight names merge below
+    # value CSE: constants of equal dtype, shape and bytes become one, so nodes differing only in weight names
+    # merge below. Candidates are grouped by dtype, shape and a strided sample of their values; only constants
+    # sharing all three are compared in full (large ones by SHA-256)
     groups: dict[Any, list[Any]] = {}
     for tensor in list(graph.tensors().values()):
         if is_constant(tensor) and id(tensor) not in protected:
@@ -1018,18 +1019,20 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
     for members in groups.values():
         if len(members) < 2:
             continue
-        canonical: dict[Any, Any] = {}
+        sampled: dict[bytes, list[Any]] = {}
         for tensor in members:
-            values = np.ascontiguousarray(tensor.values)
-            data = values.tobytes()
-            key = (
-                values.dtype.str,
-                values.shape,
-                data if len(data) <= CSE_CONSTANT_LIMIT else hashlib.sha256(data).digest(),
-            )
-            keep = canonical.setdefault(key, tensor)
-            if keep is not tensor:
-                redirect_consumers(tensor, keep, within)
+            flat = np.asarray(tensor.values).reshape(-1)
+            sampled.setdefault(flat[:: max(1, flat.size // 64)][:65].tobytes(), []).append(tensor)
+        for candidates in sampled.values():
+            if len(candidates) < 2:
+                continue
+            canonical: dict[Any, Any] = {}
+            for tensor in candidates:
+                data = np.ascontiguousarray(tensor.values).tobytes()
+                key = data if len(data) <= CSE_CONSTANT_LIMIT else hashlib.sha256(data).digest()
+                keep = canonical.setdefault(key, tensor)
+                if keep is not tensor:
+                    redirect_consumers(tensor, keep, within)
 
     seen: dict[Any, Any] = {}
     for node in graph.nodes:
