@@ -256,3 +256,33 @@ def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path
     worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
     assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
     assert explorer.fusion_diff is not None
+
+
+def test_layer_time_overlay_from_a_real_torch_profile(tmp_path: Path) -> None:
+    """A small PyTorch CNN: exported to ONNX, built with TensorRT-RTX, profiled per module with torch.profiler (CPU
+    time here, labelled so), and the profile mapped onto the engine layers that fused those ONNX nodes."""
+    import torch
+    from torch import nn
+
+    from workbench.timing.layer_profile import torch_layer_profile
+
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+    ).eval()
+    example = torch.randn(1, 3, 32, 32)
+    onnx_path = tmp_path / "small.onnx"
+    torch.onnx.export(module, (example,), str(onnx_path), input_names=["x"], output_names=["y"], dynamo=False)
+    artifact = engine_from_onnx(load_onnx(onnx_path), tmp_path / "small.engine", BuildOptions(progress=False))
+    profile = torch_layer_profile(module, example, onnx_model=str(onnx_path), iterations=3, warmup=1)
+    view = g.view_from_artifact(artifact)
+    overlay = ov.profile_overlay(view, profile)
+    per_node = profile.per_onnx_node()
+    per_layer = overlay.values(g.ENGINE_GRAPH_ID)
+    assert per_layer and profile.clock in overlay.name
+    for layer in view.layer_map.layers:
+        times = [per_node[n] for n in layer.onnx_nodes if n in per_node]
+        if times:
+            assert per_layer[layer.name] == pytest.approx(sum(times))
+    conv_layers = [layer for layer in view.layer_map.layers if any("Conv" in n for n in layer.onnx_nodes)]
+    assert conv_layers and all(per_layer.get(layer.name, 0) > 0 for layer in conv_layers)
