@@ -286,3 +286,12 @@ def test_layer_time_overlay_from_a_real_torch_profile(tmp_path: Path) -> None:
             assert per_layer[layer.name] == pytest.approx(sum(times))
     conv_layers = [layer for layer in view.layer_map.layers if any("Conv" in n for n in layer.onnx_nodes)]
     assert conv_layers and all(per_layer.get(layer.name, 0) > 0 for layer in conv_layers)
+
+
+def test_cli_explore_prints_the_page_url_and_exports(tmp_path: Path, capsys) -> None:
+    engine = engine_for_zoo_model("digits-cnn", "fp32", tmp_path).engine_path
+    assert main(["explore", str(engine), "--print-url"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.1:" in out and "digits-cnn.fp32: 13 ONNX nodes -> 10 layers" in out
+    assert main(["explore", str(engine), "--export", str(tmp_path / "share")]) == 0
+    assert (tmp_path / "share" / "README.txt").is_file() and len(list((tmp_path / "share").glob("*.json"))) >= 5
