@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.engine.layermap import FusionDiff, diff_layer_maps
+from workbench.engine.layermap import FusionDiff
 from workbench.errors import WorkbenchError
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
 from workbench.explore.lint import LintReport, lint
+from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
 _COUNTER = itertools.count(1)
@@ -169,7 +170,7 @@ def build_explorer(
     graph_files: list[Path] = []
     node_data: list[Path] = []
     all_overlays: list[ov.Overlay] = []
-    fusion_diff = diff_layer_maps(views[0].layer_map, views[1].layer_map) if len(views) == 2 else None
+    fusion_diff = fusion_diff_of(views[0].layer_map, views[1].layer_map) if len(views) == 2 else None
     for index, (view, report) in enumerate(zip(views, reports, strict=True)):
         ids = (
             (g.ONNX_GRAPH_ID, g.ENGINE_GRAPH_ID) if len(views) == 1 else (f"{view.label}:onnx", f"{view.label}:engine")

@@ -14,7 +14,6 @@ from typing import Any
 from plotly.offline import get_plotlyjs
 
 from workbench._io import write_text_atomic
-from workbench.engine.layermap import diff_layer_maps
 from workbench.explore.lint import lint
 from workbench.flow.quickstart import QuickstartRun
 from workbench.report.diagnosis import diagnose
@@ -116,7 +115,7 @@ def _fusion_section(run: QuickstartRun) -> str:
             + engine_view.engine_view_html(
                 mixed.layer_map,
                 mixed.engine_layers,
-                fusion_diff=diff_layer_maps(fp32.layer_map, mixed.layer_map),
+                fusion_diff=engine_view.fusion_diff_of(fp32.layer_map, mixed.layer_map),
                 table_id="wb-nodes-mixed",
             )
             + "</div>"

@@ -49,6 +49,19 @@ def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int =
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def fusion_diff_of(before: LayerMap, after: LayerMap) -> FusionDiff:
+    """The fusion diff of two builds keyed by the compute nodes each layer executes: AutoCast's Casts and the Q/DQ
+    nodes of an INT8 build are left out of the keys, so FP32 vs FP16 vs INT8 compare on the model's own nodes."""
+    from workbench.engine.layermap import diff_layer_maps
+
+    ops = {node.name: node.op_type for layer_map in (before, after) for node in layer_map.nodes}
+
+    def ignore(name: str) -> bool:
+        return name.startswith("autocast/") or ops.get(name) in HIDDEN_OPS
+
+    return diff_layer_maps(before, after, ignore=ignore)
+
+
 def scope_of(node_name: str, depth: int = 2) -> str:
     """The first ``depth`` levels of an ONNX name scope (``/features/denseblock1/denselayer3/conv1/Conv`` ->
     ``features/denseblock1``); '' for names without one."""
@@ -278,9 +291,8 @@ def fusions_page(
     """``workbench fusions --html``: one self-contained page (no script library) with the engine drawing, the fusion
     statistics, the Q/DQ audit, the fusion diff against ``compare_with`` and the searchable node table."""
     from workbench._io import write_text_atomic
-    from workbench.engine.layermap import diff_layer_maps
 
-    diff = diff_layer_maps(compare_with, layer_map) if compare_with is not None else None
+    diff = fusion_diff_of(compare_with, layer_map) if compare_with is not None else None
     stats = layer_map.stats()
     title = html.escape(f"Fusions: {layer_map.label or 'engine'}")
     stat_rows = "".join(
