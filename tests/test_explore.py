@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -295,3 +296,22 @@ def test_cli_explore_prints_the_page_url_and_exports(tmp_path: Path, capsys) -> 
     assert "http://127.0.0.1:" in out and "digits-cnn.fp32: 13 ONNX nodes -> 10 layers" in out
     assert main(["explore", str(engine), "--export", str(tmp_path / "share")]) == 0
     assert (tmp_path / "share" / "README.txt").is_file() and len(list((tmp_path / "share").glob("*.json"))) >= 5
+
+
+def test_static_engine_view_names_every_layer_and_sections_large_engines(builds, tmp_path: Path) -> None:
+    from workbench.viz.engine_view import fused_ops_label, fusions_page, sections
+
+    fp32, fp16 = builds["ocr-cls.fp32"], builds["ocr-cls.fp16"]
+    page = fusions_page(
+        fp16.layer_map, tmp_path / "f.html", engine_layers=fp16.engine_layers, compare_with=fp32.layer_map
+    ).read_text()
+    assert page.count('<g class="layer"') == len(fp16.layer_map.layers)
+    op_types = {n.name: n.op_type for n in fp16.layer_map.nodes}
+    for layer in fp16.layer_map.layers:  # each box says what it fused, readable without hovering
+        assert f">{html.escape(fused_ops_label(layer, op_types))}</text>" in page
+    assert "<script src" not in page and "Plotly" not in page
+    for node in fp16.layer_map.nodes:  # the searchable node -> layer table has every node
+        assert f"<td>{html.escape(node.name)}</td>" in page
+    cut = sections(fp32.layer_map, chunk=20, min_layers=10)
+    assert [layer for s in cut for layer in s.layers] == list(fp32.layer_map.layers)
+    assert all(len(s.layers) <= 20 for s in cut) and len(cut) >= 4

@@ -28,11 +28,12 @@ MARGIN = 12
 LABEL_MAX = 44
 # Above this many layers the drawing is cut into sections by ONNX name scope (collapsed ones stay unrendered text).
 SECTION_MIN_LAYERS = 80
-OPEN_SECTIONS_MAX_LAYERS = 80  # sections open by default while the whole engine is at most this big
+OPEN_SECTIONS_MAX_LAYERS = 80
+SECTION_CHUNK = 40  # layers per section when a scope (or the whole model) has more  # sections open by default while the whole engine is at most this big
 HIDDEN_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast")
 
 
-def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int = LABEL_MAX) -> str:
+def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int = LABEL_MAX, repeat: str = "×") -> str:
     """``Conv+BatchNormalization+Relu``: the op types a layer fused, in order, repeats collapsed (``Add×3``);
     Q/DQ and Cast are left out when anything else is there. The layer type for a layer with no ONNX source."""
     ops = [op_types.get(node, "") or "?" for node in layer.onnx_nodes]
@@ -43,7 +44,7 @@ def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int =
             runs[-1][1] += 1
         else:
             runs.append([op, 1])
-    text = "+".join(op if count == 1 else f"{op}×{count}" for op, count in runs)
+    text = "+".join(op if count == 1 else f"{op}{repeat}{count}" for op, count in runs)
     if not text:
         return f"{layer.layer_type} (inserted)"
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -93,18 +94,26 @@ class Section:
     layers: tuple[LayerEntry, ...]
 
 
-def sections(layer_map: LayerMap) -> list[Section]:
-    """Runs of consecutive layers sharing an ONNX scope (inserted layers join the run they sit in)."""
-    if len(layer_map.layers) < SECTION_MIN_LAYERS:
+def sections(layer_map: LayerMap, chunk: int = SECTION_CHUNK, min_layers: int = SECTION_MIN_LAYERS) -> list[Section]:
+    """Runs of consecutive layers sharing an ONNX scope (inserted layers join the run they sit in); runs of fewer
+    than 3 layers join the run before; runs longer than ``chunk`` (or a model without name scopes) are cut into
+    numbered chunks."""
+    if len(layer_map.layers) < min_layers:
         return [Section("engine", layer_map.layers)]
-    out: list[list[Any]] = []
+    runs: list[list[Any]] = []
     for layer in layer_map.layers:
-        scope = scope_of(layer.onnx_nodes[0]) if layer.onnx_nodes else None
-        if out and (scope is None or scope == out[-1][0]):
-            out[-1][1].append(layer)
+        title = (scope_of(layer.onnx_nodes[0]) or "(top level)") if layer.onnx_nodes else None
+        if runs and (title is None or title == runs[-1][0] or len(runs[-1][1]) < 3):
+            runs[-1][1].append(layer)
         else:
-            out.append([scope or "(top level)", [layer]])
-    return [Section(title, tuple(layers)) for title, layers in out]
+            runs.append([title or "(top level)", [layer]])
+    out: list[Section] = []
+    for title, layers in runs:
+        for start in range(0, len(layers), chunk):
+            part = layers[start : start + chunk]
+            name = title if len(layers) <= chunk else f"{title} · L{part[0].index}–L{part[-1].index}"
+            out.append(Section(name, tuple(part)))
+    return out
 
 
 def _ranks(layers: Sequence[LayerEntry], parents: Mapping[str, list[str]]) -> dict[str, int]:
