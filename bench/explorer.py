@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -178,6 +179,7 @@ def main() -> int:
             graph_bytes = sum(p.stat().st_size for p in explorer.graph_files)
             row = {
                 "model": model,
+                "loadavg_1m": round(os.getloadavg()[0], 2),  # the machine's load while this row was measured
                 "onnx_nodes": len(view.layer_map.nodes),
                 "engine_layers": len(view.layer_map.layers),
                 "build_s": round(build_s, 2),
@@ -212,14 +214,14 @@ def main() -> int:
         "graph and its node counts. Static page: `workbench fusions --html` page, navigation to load event.",
         "",
         "| model | ONNX nodes | engine layers | graphs JSON MB | first paint s (median; all) | static page MB | "
-        "static load s (median) |",
-        "|---|---|---|---|---|---|---|",
+        "static load s (median) | load avg |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['onnx_nodes']} | {r['engine_layers']} | {r['graphs_json_mb']} | "
             f"{r['first_paint_median_s']} ({', '.join(map(str, r['first_paint_s']))}) | {r['static_page_mb']} | "
-            f"{r['static_load_median_s']} |"
+            f"{r['static_load_median_s']} | {r['loadavg_1m']} |"
         )
     if failures:
         lines += ["", "Not built here: " + "; ".join(f"{k}: {v}" for k, v in failures.items())]

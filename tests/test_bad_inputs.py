@@ -502,10 +502,6 @@ CASES = [
     _c("verify-file", "verify notes.txt", "no such bundle"),
     _c("verify-hmac-unsigned", "verify bundle", "unsigned", env={"WORKBENCH_BUNDLE_KEY": "k1"}),
     # --- fusions ----------------------------------------------------------------------------------------------
-    *[
-        _c(f"fusions-max-items-{value}", f"fusions d.layers.json --max-items {value}", "--max-items")
-        for value in ["0", "-1", "abc", BIG]
-    ],
     _c("fusions-html-dir", "fusions d.layers.json --html data", "is a directory"),
     _c("fusions-html-is-input", "fusions d.layers.json --html d.layers.json", "is the input"),
     _c("fusions-html-proc", "fusions d.layers.json --html /proc/f.html", "not writable"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -256,3 +257,61 @@ def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path
     worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
     assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
     assert explorer.fusion_diff is not None
+
+
+def test_layer_time_overlay_from_a_real_torch_profile(tmp_path: Path) -> None:
+    """A small PyTorch CNN: exported to ONNX, built with TensorRT-RTX, profiled per module with torch.profiler (CPU
+    time here, labelled so), and the profile mapped onto the engine layers that fused those ONNX nodes."""
+    import torch
+    from torch import nn
+
+    from workbench.timing.layer_profile import torch_layer_profile
+
+    torch.manual_seed(0)
+    module = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+    ).eval()
+    example = torch.randn(1, 3, 32, 32)
+    onnx_path = tmp_path / "small.onnx"
+    torch.onnx.export(module, (example,), str(onnx_path), input_names=["x"], output_names=["y"], dynamo=False)
+    artifact = engine_from_onnx(load_onnx(onnx_path), tmp_path / "small.engine", BuildOptions(progress=False))
+    profile = torch_layer_profile(module, example, onnx_model=str(onnx_path), iterations=3, warmup=1)
+    view = g.view_from_artifact(artifact)
+    overlay = ov.profile_overlay(view, profile)
+    per_node = profile.per_onnx_node()
+    per_layer = overlay.values(g.ENGINE_GRAPH_ID)
+    assert per_layer and profile.clock in overlay.name
+    for layer in view.layer_map.layers:
+        times = [per_node[n] for n in layer.onnx_nodes if n in per_node]
+        if times:
+            assert per_layer[layer.name] == pytest.approx(sum(times))
+    conv_layers = [layer for layer in view.layer_map.layers if any("Conv" in n for n in layer.onnx_nodes)]
+    assert conv_layers and all(per_layer.get(layer.name, 0) > 0 for layer in conv_layers)
+
+
+def test_cli_explore_prints_the_page_url_and_exports(tmp_path: Path, capsys) -> None:
+    engine = engine_for_zoo_model("digits-cnn", "fp32", tmp_path).engine_path
+    assert main(["explore", str(engine), "--print-url"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.1:" in out and "digits-cnn.fp32: 13 ONNX nodes -> 10 layers" in out
+    assert main(["explore", str(engine), "--export", str(tmp_path / "share")]) == 0
+    assert (tmp_path / "share" / "README.txt").is_file() and len(list((tmp_path / "share").glob("*.json"))) >= 5
+
+
+def test_static_engine_view_names_every_layer_and_sections_large_engines(builds, tmp_path: Path) -> None:
+    from workbench.viz.engine_view import fused_ops_label, fusions_page, sections
+
+    fp32, fp16 = builds["ocr-cls.fp32"], builds["ocr-cls.fp16"]
+    page = fusions_page(
+        fp16.layer_map, tmp_path / "f.html", engine_layers=fp16.engine_layers, compare_with=fp32.layer_map
+    ).read_text()
+    assert page.count('<g class="layer"') == len(fp16.layer_map.layers)
+    op_types = {n.name: n.op_type for n in fp16.layer_map.nodes}
+    for layer in fp16.layer_map.layers:  # each box says what it fused, readable without hovering
+        assert f">{html.escape(fused_ops_label(layer, op_types))}</text>" in page
+    assert "<script src" not in page and "Plotly" not in page
+    for node in fp16.layer_map.nodes:  # the searchable node -> layer table has every node
+        assert f"<td>{html.escape(node.name)}</td>" in page
+    cut = sections(fp32.layer_map, chunk=20, min_layers=10)
+    assert [layer for s in cut for layer in s.layers] == list(fp32.layer_map.layers)
+    assert all(len(s.layers) <= 20 for s in cut) and len(cut) >= 4

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_browser import jupyter_lab  # noqa: F401  (the JupyterLab server fixture)
 
 from workbench.engine import engine_for_zoo_model
 from workbench.explore import graphs as g
@@ -112,3 +113,46 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
     assert layer.name in onnx_info and g.layer_group_name(layer) in onnx_info, onnx_info[:600]
     assert _not_blank(png) > 50, "the screenshot is (nearly) one colour"
     assert first_canvas_s < 60
+
+
+@pytest.mark.slow
+def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
+    """Run All on notebook 02 (digits-cnn) in JupyterLab: the explorer IFrames in the cell outputs load Model Explorer
+    from the kernel's server and draw both panes with the overlays."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
+    from test_browser import _open_notebook, _run_all
+
+    base, token = jupyter_lab
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb").read_text(encoding="utf-8")
+    assert "MODEL = DEFAULT_MODEL" in text
+    (tmp_path / "lab" / "02_digits.ipynb").write_text(text.replace("MODEL = DEFAULT_MODEL", 'MODEL = \\"digits-cnn\\"'))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        try:
+            page = _open_notebook(context, base, token, "02_digits.ipynb")
+            _run_all(page, sync_api)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jp-OutputArea-output iframe').length >= 2", timeout=240_000
+            )
+            frame_element = page.locator(".jp-OutputArea-output iframe").first
+            frame_element.scroll_into_view_if_needed()
+            frame = frame_element.content_frame
+            frame.locator("info-panel", has_text="op node count").nth(1).wait_for(timeout=180_000)
+            canvases = frame.locator("split-pane graph-panel canvas:not(.snapshot)").count()
+            panes = [frame.locator("info-panel").nth(i).inner_text() for i in range(2)]
+            page.wait_for_timeout(2000)
+            frame_element.screenshot(path=str(ARTIFACTS / "explorer-in-jupyterlab.png"))
+        finally:
+            context.close()
+    assert canvases >= 2  # one WebGL canvas per pane
+    for pane in panes:
+        assert "NODE DATA PROVIDERS" in pane and "precision" in pane

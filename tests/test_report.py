@@ -45,6 +45,7 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"):
         assert f'id="{figure}"' in html, figure
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
+    assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
     stages = list(demo["run"]["stages"].values())
     assert [s["status"] for s in stages] == ["done"] * len(stages), [(s["name"], s["summary"]) for s in stages]
     assert any((p / "manifest.json").is_file() for p in (demo["out"] / "export").iterdir())

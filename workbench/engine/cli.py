@@ -42,12 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fusions.add_argument("--html", help="write the fusions page here")
     fusions.add_argument("--compare", help="another build's layer records: adds a fusion diff (it is the 'before')")
     fusions.add_argument("--compare-onnx", help="the ONNX of the --compare build")
-    fusions.add_argument(
-        "--max-items",
-        type=bounded_int(1, 1_000_000),
-        default=400,
-        help="collapse ONNX nodes by name scope above this many (default 400)",
-    )
     fusions.add_argument("--json", action="store_true", help="print the full layer map as JSON")
     fusions.set_defaults(func=_cli_fusions)
 

@@ -21,7 +21,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--profile", help="a per-layer profile JSON (LayerProfile): layer-time overlay")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="when BUILD is a model")
     parser.add_argument("--export", metavar="DIR", help="write the graphs JSON and node-data JSON here and exit")
-    parser.add_argument("--serve", action="store_true", help="start the server, print the URL and keep it running")
+    parser.add_argument("--print-url", action="store_true", help="print the page URL and exit (stops the server)")
     parser.set_defaults(func=_cli_explore)
 
 
@@ -43,10 +43,12 @@ def _cli_explore(args: argparse.Namespace) -> int:
         print(f"open with: cd {out} && model-explorer " + ",".join(p.name for p in explorer.graph_files))
         return 0
     print(explorer.url)
-    if args.serve:
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    if args.print_url:
+        return 0
+    print("serving on 127.0.0.1 until Ctrl+C (open the URL above in a browser on this machine)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
     return 0

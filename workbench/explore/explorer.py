@@ -12,16 +12,15 @@ from __future__ import annotations
 import html
 import itertools
 import json
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.engine.layermap import FusionDiff, diff_layer_maps
-from workbench.errors import WorkbenchError
+from workbench.engine.layermap import FusionDiff
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
 from workbench.explore.lint import LintReport, lint
+from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
 _COUNTER = itertools.count(1)
@@ -40,18 +39,15 @@ class Explorer:
     fusion_diff: FusionDiff | None = None
     overlays: tuple[ov.Overlay, ...] = ()
     height: int = 720
-    _url: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
-        """The page on this kernel's Model Explorer server (started on first use)."""
-        if not self._url:
-            from workbench.explore.server import get_server
+        """The page on this kernel's Model Explorer server (started on first use, restarted if it died)."""
+        from workbench.explore.server import get_server
 
-            self._url = get_server().url(
-                self.graph_files, node_data=self.node_data_files, ui_state=self.ui_state, sync_mode=SYNC_MODE
-            )
-        return self._url
+        return get_server().url(
+            self.graph_files, node_data=self.node_data_files, ui_state=self.ui_state, sync_mode=SYNC_MODE
+        )
 
     def _repr_html_(self) -> str:
         return (
@@ -77,35 +73,33 @@ class Explorer:
     def export(self, directory: str | Path) -> Path:
         """Copy the graphs JSON and node-data JSON into ``directory`` with a README saying how to open them with
         the stock ``model-explorer`` command (no workbench needed)."""
+        from workbench._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         for path in (*self.graph_files, *self.node_data_files):
-            shutil.copyfile(path, out / path.name)
-        (out / "lint.json").write_text(json.dumps([r.to_json() for r in self.lint_reports], indent=1), encoding="utf-8")
-        (out / "view.json").write_text(
-            json.dumps({"uiState": self.ui_state, "sync": {"mode": SYNC_MODE}}, indent=1), encoding="utf-8"
-        )
+            write_bytes_atomic(out / path.name, path.read_bytes())
+        write_json_atomic(out / "lint.json", [r.to_json() for r in self.lint_reports])
+        write_json_atomic(out / "view.json", {"uiState": self.ui_state, "sync": {"mode": SYNC_MODE}})
         models = ",".join(p.name for p in self.graph_files)
         node_data = ",".join(p.name for p in self.node_data_files)
-        (out / "README.txt").write_text(
+        write_text_atomic(
+            out / "README.txt",
             "Engine explorer export (trt-workbench). Open with the stock Model Explorer:\n\n"
             "  pip install ai-edge-model-explorer\n"
             f"  cd {out.resolve()} && model-explorer {models} --node_data_paths {node_data}\n\n"
             "Pick the 'JSON' adapter if asked. Graph 'onnx': ONNX nodes grouped by the engine layer that runs them;\n"
             "graph 'engine': the engine layers. Open both in split view and set Sync to 'match node id' to link\n"
             "them (view.json holds the layout the workbench uses). lint.json lists the linter's findings.\n",
-            encoding="utf-8",
         )
         return out
 
 
 def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView:
     """A build from an engine/artifact/.layers.json, or (for a zoo name or .onnx path) a fresh build."""
-    try:
+    text = str(source)
+    if not isinstance(source, str | Path) or text.endswith((".engine", ".json", ".log")):
         return g.load_view(source, label=label)
-    except WorkbenchError:
-        if not isinstance(source, str | Path):
-            raise
     from workbench.engine.build import BuildOptions, engine_from_onnx
     from workbench.model import load_onnx
     from workbench.zoo import resolve_model
@@ -169,7 +163,7 @@ def build_explorer(
     graph_files: list[Path] = []
     node_data: list[Path] = []
     all_overlays: list[ov.Overlay] = []
-    fusion_diff = diff_layer_maps(views[0].layer_map, views[1].layer_map) if len(views) == 2 else None
+    fusion_diff = fusion_diff_of(views[0].layer_map, views[1].layer_map) if len(views) == 2 else None
     for index, (view, report) in enumerate(zip(views, reports, strict=True)):
         ids = (
             (g.ONNX_GRAPH_ID, g.ENGINE_GRAPH_ID) if len(views) == 1 else (f"{view.label}:onnx", f"{view.label}:engine")

@@ -73,8 +73,9 @@ def layer_group_name(layer: LayerEntry) -> str:
 
 
 def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str]) -> str:
-    """``Conv+BatchNormalization+Relu``: the op types a layer fused (shared with the static view)."""
-    return _fused_ops_label(layer, op_types, LAYER_NODE_LABEL_MAX)
+    """``Conv+BatchNormalization+Relu``: the op types a layer fused (shared with the static view; repeats as
+    ``Add x2``, since Model Explorer's WebGL font has no ×)."""
+    return _fused_ops_label(layer, op_types, LAYER_NODE_LABEL_MAX, repeat=" x")
 
 
 def scope_of(node_name: str, depth: int = 2) -> str:

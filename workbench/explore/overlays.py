@@ -146,8 +146,8 @@ def int8_damage_overlays(view: BuildView, diff: Any, ids: GraphIds = DEFAULT_IDS
             noise[row.node] = max(noise.get(row.node, -math.inf), float(row.noise_added))
     overlays = []
     for key, name, per_node in (
-        ("int8_sqnr_drop", "INT8 accumulated SQNR drop (dB)", drop),
-        ("int8_noise_added", "INT8 noise added (relative power)", noise),
+        ("int8_sqnr_drop", "INT8: drop of accumulated SQNR at the node (dB)", drop),
+        ("int8_noise_added", "INT8: noise power added at the node (relative)", noise),
     ):
         per_layer = {
             layer.name: max(per_node[n] for n in layer.onnx_nodes if n in per_node)

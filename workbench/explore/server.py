@@ -180,9 +180,7 @@ def _watch_parent(parent: int) -> None:
         time.sleep(1.0)
         try:
             os.kill(parent, 0)
-        except OSError:
-            os._exit(0)
-        if os.getppid() == 1:
+        except OSError:  # the owning process is gone: stop serving
             os._exit(0)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from plotly.offline import get_plotlyjs
 
 from workbench._io import write_text_atomic
-from workbench.engine.layermap import diff_layer_maps
+from workbench.explore.lint import lint
 from workbench.flow.quickstart import QuickstartRun
 from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
@@ -115,12 +115,32 @@ def _fusion_section(run: QuickstartRun) -> str:
             + engine_view.engine_view_html(
                 mixed.layer_map,
                 mixed.engine_layers,
-                fusion_diff=diff_layer_maps(fp32.layer_map, mixed.layer_map),
+                fusion_diff=engine_view.fusion_diff_of(fp32.layer_map, mixed.layer_map),
                 table_id="wb-nodes-mixed",
             )
             + "</div>"
         )
-    return content
+    return content + _lint_html(run)
+
+
+def _lint_html(run: QuickstartRun) -> str:
+    """The engine linter's findings on the engines of this run (a table per engine; none is said plainly)."""
+    parts = ["<h3>Engine lint</h3>"]
+    for title, engine in (("FP32", run.fp32_engine), ("mixed INT8", run.mixed_engine)):
+        if engine is None:
+            continue
+        report = lint(engine.layer_map, engine.engine_layers)
+        rows = report.rows()
+        if not rows:
+            parts.append(f"<p>{esc(title)} engine: no findings.</p>")
+            continue
+        parts.append(f"<p>{esc(title)} engine: " + esc(", ".join(f"{k} {v}" for k, v in report.counts().items())))
+        parts.append(
+            html_table(
+                ["kind", "severity", "layer", "ONNX nodes", "finding", "fix"], [list(r.values()) for r in rows[:40]]
+            )
+        )
+    return "".join(parts)
 
 
 def _layer_diff_section(run: QuickstartRun) -> str:

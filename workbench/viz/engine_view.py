@@ -28,11 +28,12 @@ MARGIN = 12
 LABEL_MAX = 44
 # Above this many layers the drawing is cut into sections by ONNX name scope (collapsed ones stay unrendered text).
 SECTION_MIN_LAYERS = 80
-OPEN_SECTIONS_MAX_LAYERS = 80  # sections open by default while the whole engine is at most this big
+OPEN_SECTIONS_MAX_LAYERS = 80
+SECTION_CHUNK = 40  # layers per section when a scope (or the whole model) has more  # sections open by default while the whole engine is at most this big
 HIDDEN_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast")
 
 
-def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int = LABEL_MAX) -> str:
+def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int = LABEL_MAX, repeat: str = "×") -> str:
     """``Conv+BatchNormalization+Relu``: the op types a layer fused, in order, repeats collapsed (``Add×3``);
     Q/DQ and Cast are left out when anything else is there. The layer type for a layer with no ONNX source."""
     ops = [op_types.get(node, "") or "?" for node in layer.onnx_nodes]
@@ -43,10 +44,23 @@ def fused_ops_label(layer: LayerEntry, op_types: Mapping[str, str], limit: int =
             runs[-1][1] += 1
         else:
             runs.append([op, 1])
-    text = "+".join(op if count == 1 else f"{op}×{count}" for op, count in runs)
+    text = "+".join(op if count == 1 else f"{op}{repeat}{count}" for op, count in runs)
     if not text:
         return f"{layer.layer_type} (inserted)"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fusion_diff_of(before: LayerMap, after: LayerMap) -> FusionDiff:
+    """The fusion diff of two builds keyed by the compute nodes each layer executes: AutoCast's Casts and the Q/DQ
+    nodes of an INT8 build are left out of the keys, so FP32 vs FP16 vs INT8 compare on the model's own nodes."""
+    from workbench.engine.layermap import diff_layer_maps
+
+    ops = {node.name: node.op_type for layer_map in (before, after) for node in layer_map.nodes}
+
+    def ignore(name: str) -> bool:
+        return name.startswith("autocast/") or ops.get(name) in HIDDEN_OPS
+
+    return diff_layer_maps(before, after, ignore=ignore)
 
 
 def scope_of(node_name: str, depth: int = 2) -> str:
@@ -80,18 +94,26 @@ class Section:
     layers: tuple[LayerEntry, ...]
 
 
-def sections(layer_map: LayerMap) -> list[Section]:
-    """Runs of consecutive layers sharing an ONNX scope (inserted layers join the run they sit in)."""
-    if len(layer_map.layers) < SECTION_MIN_LAYERS:
+def sections(layer_map: LayerMap, chunk: int = SECTION_CHUNK, min_layers: int = SECTION_MIN_LAYERS) -> list[Section]:
+    """Runs of consecutive layers sharing an ONNX scope (inserted layers join the run they sit in); runs of fewer
+    than 3 layers join the run before; runs longer than ``chunk`` (or a model without name scopes) are cut into
+    numbered chunks."""
+    if len(layer_map.layers) < min_layers:
         return [Section("engine", layer_map.layers)]
-    out: list[list[Any]] = []
+    runs: list[list[Any]] = []
     for layer in layer_map.layers:
-        scope = scope_of(layer.onnx_nodes[0]) if layer.onnx_nodes else None
-        if out and (scope is None or scope == out[-1][0]):
-            out[-1][1].append(layer)
+        title = (scope_of(layer.onnx_nodes[0]) or "(top level)") if layer.onnx_nodes else None
+        if runs and (title is None or title == runs[-1][0] or len(runs[-1][1]) < 3):
+            runs[-1][1].append(layer)
         else:
-            out.append([scope or "(top level)", [layer]])
-    return [Section(title, tuple(layers)) for title, layers in out]
+            runs.append([title or "(top level)", [layer]])
+    out: list[Section] = []
+    for title, layers in runs:
+        for start in range(0, len(layers), chunk):
+            part = layers[start : start + chunk]
+            name = title if len(layers) <= chunk else f"{title} · L{part[0].index}–L{part[-1].index}"
+            out.append(Section(name, tuple(part)))
+    return out
 
 
 def _ranks(layers: Sequence[LayerEntry], parents: Mapping[str, list[str]]) -> dict[str, int]:
@@ -278,9 +300,8 @@ def fusions_page(
     """``workbench fusions --html``: one self-contained page (no script library) with the engine drawing, the fusion
     statistics, the Q/DQ audit, the fusion diff against ``compare_with`` and the searchable node table."""
     from workbench._io import write_text_atomic
-    from workbench.engine.layermap import diff_layer_maps
 
-    diff = diff_layer_maps(compare_with, layer_map) if compare_with is not None else None
+    diff = fusion_diff_of(compare_with, layer_map) if compare_with is not None else None
     stats = layer_map.stats()
     title = html.escape(f"Fusions: {layer_map.label or 'engine'}")
     stat_rows = "".join(
