@@ -586,15 +586,21 @@ def mixed_main(args: argparse.Namespace) -> int:
     from workbench.calib.session import CalibrationSession
     from workbench.zoo import get_entry
 
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
     reports = []
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+    if args.append and Path(args.mixed_output).exists():  # keep the other models' reports from an earlier run
+        reports = [r for r in json.loads(Path(args.mixed_output).read_text())["reports"] if r["model"] not in names]
+    for name in names:
         entry = get_entry(name)
         feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
-        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+        attention = name == "minilm" and not args.no_attention
+        session = CalibrationSession(
+            entry.load(), data=feeds, entry=entry, progress=False, quantize_attention=attention
+        )
         started = time.perf_counter()
         statistics = session.statistics()
         fp32 = session.evaluate(limit=args.eval_limit)
-        steps: dict[str, Any] = {}
+        steps: dict[str, Any] = {"quantize_attention": attention}
         mse_ranges = statistics.ranges("mse")
         metric = session.evaluate(session.quantize(mse_ranges), limit=args.eval_limit)
         steps["int8_mse"] = {"metric": float(metric.value), "interval": _interval(metric)}
@@ -714,6 +720,10 @@ def main() -> int:
     parser.add_argument("--bias-batches", type=int, default=4, help="--mixed: calibration batches for bias correction")
     parser.add_argument("--mixed-fallback", default="fp16", choices=("fp16", "fp32"))
     parser.add_argument("--mixed-ranking", default="diff", choices=("diff", "sensitivity"))
+    parser.add_argument(
+        "--no-attention", action="store_true", help="--mixed: leave MiniLM's attention MatMuls out of INT8"
+    )
+    parser.add_argument("--append", action="store_true", help="--mixed: keep other models' rows of --mixed-output")
     parser.add_argument("--mixed-output", default=str(RESULTS / "calibrate_mixed.json"))
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()

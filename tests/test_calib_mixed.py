@@ -259,3 +259,24 @@ def test_first_divergence_names_the_first_tensor_below_the_threshold(ocr_cls) ->
     assert all(r.sqnr_db_accumulated >= threshold for r in rows if r.index < found.index)
     assert found.engine_layers and all(found.node in layer_map.layer(n).onnx_nodes for n in found.engine_layers)
     assert first_divergence(diff, -1000.0, layer_map) is None
+
+
+@pytest.mark.slow
+def test_quantize_attention_puts_qdq_on_both_attention_inputs() -> None:
+    from workbench.zoo import get_entry
+
+    entry = get_entry("minilm")
+    feeds = list(entry.calibration_batches(limit=8, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False, quantize_attention=True)
+    attention = session.attention_matmuls()
+    assert len(attention) == 12  # 6 layers x (Q.K^T, softmax.V)
+    quantized = session.quantize(session.ranges("mse"))
+    assert set(attention) <= set(quantized.placement.int8_nodes)
+    dq_outputs = {n.output[0] for n in quantized.proto.graph.node if n.op_type == "DequantizeLinear"}
+    for node in quantized.proto.graph.node:
+        if node.name in attention:
+            assert all(name in dq_outputs for name in node.input[:2]), node.name
+    # a revert to FP16 takes an attention MatMul out of INT8 again
+    plan = session.fallback_plan([attention[0]], "fp16")
+    assert attention[0] not in session.int8_nodes(plan) and attention[1] in session.int8_nodes(plan)
+    assert session.evaluate(quantized, limit=16).value > 0.9

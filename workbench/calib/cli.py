@@ -85,6 +85,11 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
     )
+    calibrate.add_argument(
+        "--quantize-attention",
+        action="store_true",
+        help="also quantize attention MatMuls (two activation inputs), which TensorRT's rules leave out by default",
+    )
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
@@ -154,6 +159,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             entry=entry,
             max_batches=args.max_batches,
             progress=not args.no_progress,
+            quantize_attention=args.quantize_attention,
         )
         if (data or entry)
         else None
@@ -187,7 +193,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         if cache_path is not None:
             ranges.save(cache_path)
             _say(f"wrote calibration cache {cache_path}")
-    plan = PrecisionPlan.load(args.plan) if args.plan else PrecisionPlan(default="int8")
+    plan = PrecisionPlan.load(args.plan) if args.plan else session.default_plan()
     keep = [name.strip() for name in args.keep.split(",") if name.strip()]
     if keep:
         known = {name for name, _ in session.quantizable_nodes()} | {n.name for n in model.proto.graph.node}

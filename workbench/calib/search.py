@@ -161,7 +161,7 @@ def search_mixed_precision(
     fp32 = float(session.evaluate(limit=limit).value)
     if target is None:
         target = fp32 - target_drop if higher else fp32 + target_drop  # type: ignore[operator]
-    base = base_plan or PrecisionPlan(default="int8")
+    base = base_plan or session.default_plan()
     math_ops = _math_ops(session)
     placement = session.placement(base)
     candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]

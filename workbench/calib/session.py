@@ -71,6 +71,7 @@ class CalibrationSession:
         max_batches: int | None = None,
         progress: bool = True,
         optimized_statistics: bool = False,
+        quantize_attention: bool = False,
     ) -> None:
         from workbench.model import OnnxModel, load_onnx
 
@@ -95,6 +96,8 @@ class CalibrationSession:
         self.max_batches = max_batches
         self.progress = progress
         self.optimized_statistics = optimized_statistics
+        # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
+        self.quantize_attention = quantize_attention
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, Any] = {}
         self._prepared_proto: Any = None
@@ -115,8 +118,21 @@ class CalibrationSession:
         """Histograms from one streaming pass (cached per number of batches)."""
         limit = self.max_batches if max_batches == -1 else max_batches
         if limit not in self._statistics:
+            tensors = None
+            if self.quantize_attention:
+                from workbench.precision.qdq_rules import activation_tensors
+
+                tensors = list(activation_tensors(self.prepared))
+                names = {n.name: n for n in self.prepared.graph.node}
+                for node in self.attention_matmuls():
+                    tensors.extend(t for t in names[node].input[:2] if t not in tensors)
             self._statistics[limit] = collect_statistics(
-                self.model, self.source, limit=limit, progress=self.progress, optimized=self.optimized_statistics
+                self.model,
+                self.source,
+                tensors,
+                limit=limit,
+                progress=self.progress,
+                optimized=self.optimized_statistics,
             )
         return self._statistics[limit]
 
@@ -134,9 +150,30 @@ class CalibrationSession:
         return self.statistics(max_batches).ranges(method, percentile=percentile)
 
     # ------------------------------------------------------------------ Q/DQ model
+    def attention_matmuls(self) -> list[str]:
+        """MatMul nodes whose two inputs are both activations (the attention core)."""
+        constants = {i.name for i in self.prepared.graph.initializer}
+        return [
+            n.name
+            for n in self.prepared.graph.node
+            if n.op_type == "MatMul" and len(n.input) >= 2 and not constants.intersection(n.input[:2])
+        ]
+
+    def default_plan(self) -> PrecisionPlan:
+        """Everything INT8 that can be (with ``quantize_attention``, the attention MatMuls too)."""
+        if self.quantize_attention:
+            return PrecisionPlan(default="int8", overrides=dict.fromkeys(self.attention_matmuls(), "int8"))
+        return PrecisionPlan(default="int8")
+
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
         ranges = ranges or self.ranges()
-        return insert_qdq(self.prepared, ranges.amax, plan or PrecisionPlan(default="int8"), prepared=True)
+        return insert_qdq(
+            self.prepared,
+            ranges.amax,
+            plan or self.default_plan(),
+            prepared=True,
+            quantize_attention=self.quantize_attention,
+        )
 
     def placement(self, plan: PrecisionPlan | None = None) -> Any:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
@@ -146,11 +183,12 @@ class CalibrationSession:
 
         from workbench.precision.qdq_rules import plan_placement
 
-        key = json.dumps((plan or PrecisionPlan(default="int8")).to_json(), sort_keys=True)
+        plan = plan or self.default_plan()
+        key = json.dumps(plan.to_json(), sort_keys=True)
         if key not in self._int8_nodes:
             graph = gs.import_onnx(self.prepared)
             graph.toposort()
-            self._int8_nodes[key] = plan_placement(graph, plan)
+            self._int8_nodes[key] = plan_placement(graph, plan, quantize_attention=self.quantize_attention)
         return self._int8_nodes[key]
 
     def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
@@ -307,7 +345,7 @@ class CalibrationSession:
     ) -> PrecisionPlan:
         if precision == "int8":
             raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
-        base = base or PrecisionPlan(default="int8")
+        base = base or self.default_plan()
         return base.with_overrides({node: precision for node in nodes})
 
     def fall_back_worst(
