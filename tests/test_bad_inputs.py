@@ -340,6 +340,9 @@ CASES = [
     _c("clean-garbage", "clean garbage.onnx -o c.onnx", "garbage.onnx"),
     _c("clean-empty", "clean empty.onnx -o c.onnx", "empty.onnx"),
     _c("clean-no-output", "clean tiny.onnx", "-o OUTPUT"),
+    _c("clean-o-in-data", "clean tiny.onnx -o data/c.onnx --data data", "inside the input folder"),
+    _c("clean-check-batches-0", "clean tiny.onnx -o c.onnx --data data --check-batches 0", "--check-batches"),
+    _c("clean-data-missing", "clean tiny.onnx -o c.onnx --data nofolder", "nofolder"),
     # --- calibrate --------------------------------------------------------------------------------------------
     _c("cal-o-is-model", "calibrate tiny.onnx --data data -o tiny.onnx", "is the input"),
     _c("cal-o-dir", "calibrate tiny.onnx --data data -o data", "is a directory"),
