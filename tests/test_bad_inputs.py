@@ -340,6 +340,9 @@ CASES = [
     _c("clean-garbage", "clean garbage.onnx -o c.onnx", "garbage.onnx"),
     _c("clean-empty", "clean empty.onnx -o c.onnx", "empty.onnx"),
     _c("clean-no-output", "clean tiny.onnx", "-o OUTPUT"),
+    _c("clean-o-in-data", "clean tiny.onnx -o data/c.onnx --data data", "inside the input folder"),
+    _c("clean-check-batches-0", "clean tiny.onnx -o c.onnx --data data --check-batches 0", "--check-batches"),
+    _c("clean-data-missing", "clean tiny.onnx -o c.onnx --data nofolder", "nofolder"),
     # --- calibrate --------------------------------------------------------------------------------------------
     _c("cal-o-is-model", "calibrate tiny.onnx --data data -o tiny.onnx", "is the input"),
     _c("cal-o-dir", "calibrate tiny.onnx --data data -o data", "is a directory"),
@@ -348,6 +351,19 @@ CASES = [
     _c("cal-cache-same-as-o", f"{CAL} --cache q2.onnx", "also given as"),
     _c("cal-diff-dir", f"{CAL} --diff data", "is a directory"),
     _c("cal-diff-is-model", f"{CAL} --diff tiny.onnx", "is the input"),
+    _c(
+        "cal-search-report-dir",
+        "calibrate digits-cnn -o q2.onnx --target-drop 0.01 --search-report data",
+        "is a directory",
+    ),
+    _c(
+        "cal-search-report-same-as-o",
+        "calibrate digits-cnn -o q2.onnx --target-drop 0.01 --search-report q2.onnx",
+        "also given as",
+    ),
+    _c("cal-target-drop-nan", f"{CAL} --target-drop nan", "--target-drop"),
+    _c("cal-budget-0", f"{CAL} --budget 0", "--budget"),
+    _c("diff-threshold-nan", "diff tiny.onnx q.onnx --data data -o d.json --threshold nan", "--threshold"),
     _c("cal-o-proc", "calibrate tiny.onnx --data data -o /proc/q.onnx", "not writable"),
     _c("cal-data-nan", "calibrate tiny.onnx --data nan -o q2.onnx --no-progress", "NaN"),
     _c("cal-data-zero", "calibrate tiny.onnx --data zero -o q2.onnx --no-progress", "zero in every batch"),
@@ -519,6 +535,14 @@ CASES = [
         ]
     ],
     _c("fusions-compare-bad", "fusions d.layers.json --compare layers/name_int.layers.json", "name"),
+    # --- explore ------------------------------------------------------------------------------------------------
+    _c("explore-export-file", "explore d.engine --export notes.txt", "not a folder"),
+    _c("explore-export-proc", "explore d.engine --export /proc/ex", "not writable"),
+    _c("explore-diff-bad-json", "explore d.engine --diff timing_bad.json --export ex", "not valid JSON"),
+    _c("explore-diff-deep", "explore d.engine --diff timing_deep.json --export ex", "nested"),
+    _c("explore-profile-list", "explore d.engine --profile timing_list.json --export ex", "LayerProfile"),
+    _c("explore-missing", "explore nope.engine --export ex", "nope.engine"),
+    _c("explore-garbage", "explore garbage.onnx --export ex", "garbage.onnx"),
     # --- zoo --------------------------------------------------------------------------------------------------
     _c("zoo-calib-data-existing", "zoo calib-data digits-cnn data", "already exists"),
     _c("zoo-calib-data-user-dir", "zoo calib-data digits-cnn userdir --overwrite", "not a calibration folder"),

@@ -143,8 +143,11 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")
     data_dir = args.data if args.data not in (None, "zoo", "random") else None
     # the cache is read when it exists, so it is an output only when it will be (re)written
+    search_report = None
+    if getattr(args, "target_drop", None) is not None:
+        search_report = args.search_report or str(Path(args.output).with_suffix(".mixed.json"))
     validate_outputs(
-        {"-o": args.output, "--cache": args.cache, "--diff": args.diff},
+        {"-o": args.output, "--cache": args.cache, "--diff": args.diff, "--search-report": search_report},
         inputs=[model.path, args.plan, data_dir],
     )
     from workbench.model.resources import guard_model_inputs

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from workbench._args import bounded_int
+from workbench._args import bounded_int, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 from workbench.model.resources import MAX_DIM
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
         "(as for calibrate), .npy files for a one-input model, one such file, or 'zoo' for a zoo model's calibration set",
     )
     parser.add_argument(
-        "--check-batches", type=int, default=None, help="compare on at most N batches of --data (default 4)"
+        "--check-batches", type=positive_int, default=None, help="compare on at most N batches of --data (default 4)"
     )
     parser.add_argument("--no-check", action="store_true", help="skip the equivalence checks (faster, unproven)")
     parser.add_argument(
@@ -139,7 +139,8 @@ def run_clean(args: argparse.Namespace) -> int:
             expected="workbench clean IN.onnx -o OUT.onnx [--report REPORT.json]",
         )
     model_path, zoo_profile = _resolve_model(args.model)
-    validate_outputs({"-o": args.output, "--report": args.report}, inputs=[model_path])
+    data_path = args.data if args.data not in (None, "zoo") else None
+    validate_outputs({"-o": args.output, "--report": args.report}, inputs=[model_path, data_path])
     _guard_inputs(model_path)
     passes = [name.strip() for name in args.passes.split(",") if name.strip()] if args.passes else list(DEFAULT_PASSES)
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}

@@ -673,9 +673,7 @@ def _validate_build_section(build: Any, where: str) -> None:
             raise _schema_error(where, f"build.{key}", build[key], "a non-negative integer")
     if "build_seconds" in build:
         value = build["build_seconds"]
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
-        ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise _schema_error(where, "build.build_seconds", value, "a non-negative number")
     for key in ("compute_capabilities", "target_compute_capabilities", "warnings"):
         if key in build:

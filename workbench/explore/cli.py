@@ -26,11 +26,27 @@ def register(subparsers: Any) -> None:
 
 
 def _cli_explore(args: argparse.Namespace) -> int:
+    from workbench._io import read_json, validate_outputs
     from workbench.explore.explorer import build_explorer
 
-    explorer = build_explorer(
-        args.build, compare=args.compare, diff=args.diff, profile=args.profile, precision=args.precision
+    # outputs and JSON inputs are checked before any build (issue 12): --export is a folder (existing ones are reused)
+    validate_outputs(
+        {"--export": args.export},
+        inputs=[args.build, args.compare, args.diff, args.profile],
+        directories=("--export",),
+        overwrite=True,
+        is_ours=lambda path: True,
     )
+    diff = profile = None
+    if args.diff:
+        from workbench.calib.diff import LayerDiff
+
+        diff = LayerDiff.from_json(read_json(args.diff, what="DIFF.json written by `workbench diff`"))
+    if args.profile:
+        from workbench.timing.layer_profile import LayerProfile
+
+        profile = LayerProfile.from_json(read_json(args.profile, what="a LayerProfile JSON"))
+    explorer = build_explorer(args.build, compare=args.compare, diff=diff, profile=profile, precision=args.precision)
     print(explorer.summary())
     for report in explorer.lint_reports:
         for finding in report.findings:

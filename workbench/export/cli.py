@@ -9,7 +9,7 @@ from workbench._args import bounded_int
 from workbench._io import read_json, validate_outputs
 from workbench.engine import EngineArtifact
 from workbench.errors import WorkbenchError
-from workbench.export.bundle import BUNDLE_KEY_ENV, export_bundle, is_bundle_dir, verify_bundle
+from workbench.export.bundle import BUNDLE_KEY_ENV, MANIFEST_HMAC_FILE, export_bundle, is_bundle_dir, verify_bundle
 from workbench.export.triton import TritonOptions
 from workbench.precision import PrecisionPlan
 
@@ -109,6 +109,11 @@ def _cli_export(args: argparse.Namespace) -> int:
         f"backend     {manifest['backend']['name']} {manifest['backend']['version']}; runs on compute capability "
         + ", ".join(manifest["target_compute_capabilities"])
     )
+    if (bundle.path / MANIFEST_HMAC_FILE).is_file():
+        print(f"signed      {MANIFEST_HMAC_FILE} (HMAC-SHA256 of the manifest with {BUNDLE_KEY_ENV})")
+    print(
+        f"sealed      {len(manifest['files'])} files hashed in manifest.json; check with `workbench verify {bundle.path}`"
+    )
     if manifest["triton"]:
         print(f"triton      {bundle.path / manifest['triton']['config']} (validated with Triton's ModelConfig schema)")
     return 0
@@ -124,6 +129,11 @@ def _cli_verify(args: argparse.Namespace) -> int:
             expected="a bundle whose files match its manifest",
             hint="the bundle was modified after export; re-export it",
         )
-    signature = "HMAC checked" if check.signed else "unsigned (hashes checked; see README for what that protects)"
+    if check.signed:
+        signature = "HMAC checked"
+    elif (check.path / MANIFEST_HMAC_FILE).is_file():
+        signature = f"signed, signature not checked (no {BUNDLE_KEY_ENV})"
+    else:
+        signature = "unsigned (hashes checked; see README for what that protects)"
     print(f"ok          {check.path}: {check.files_checked} file(s) match the manifest; {signature}")
     return 0
