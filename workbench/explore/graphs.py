@@ -59,8 +59,9 @@ class BuildView:
 
 
 def _safe(text: str) -> str:
-    """A namespace component: Model Explorer splits namespaces on '/', so slashes become a look-alike."""
-    return (text or "(unnamed)").replace("/", "∕")
+    """A namespace component: Model Explorer splits namespaces on '/', so slashes become '|' (its WebGL font has
+    only ASCII, so no look-alike slash)."""
+    return (text or "(unnamed)").replace("/", "|")
 
 
 def onnx_node_id(name: str) -> str:
@@ -212,7 +213,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
             }
         node = gb.GraphNode(
             id=layer.name,
-            label=f"{layer.layer_type} · {layer.precision}",
+            label=f"{layer.layer_type} ({layer.precision})",
             namespace=namespace,
             attrs=_layer_attrs(layer, record),
             style=_layer_style(layer),
