@@ -119,6 +119,9 @@ def test_overlays_are_valid_node_data_on_real_nodes(builds) -> None:
             or data[g.ONNX_GRAPH_ID].get("thresholds")
             or all("bgColor" in r for r in data[g.ONNX_GRAPH_ID]["results"].values())
         )
+    # the precision overlay covers every node of both graphs (graph inputs/outputs included)
+    assert set(ov.precision_overlay(view).values(g.ONNX_GRAPH_ID)) == onnx_ids
+    assert set(ov.precision_overlay(view).values(g.ENGINE_GRAPH_ID)) == engine_ids
     precision = ov.precision_overlay(view).values(g.ONNX_GRAPH_ID)
     # every ONNX node has a value (folded ones "folded"), and they match the layer map
     for entry in view.layer_map.nodes:
