@@ -119,6 +119,9 @@ def test_overlays_are_valid_node_data_on_real_nodes(builds) -> None:
             or data[g.ONNX_GRAPH_ID].get("thresholds")
             or all("bgColor" in r for r in data[g.ONNX_GRAPH_ID]["results"].values())
         )
+    # the precision overlay covers every node of both graphs (graph inputs/outputs included)
+    assert set(ov.precision_overlay(view).values(g.ONNX_GRAPH_ID)) == onnx_ids
+    assert set(ov.precision_overlay(view).values(g.ENGINE_GRAPH_ID)) == engine_ids
     precision = ov.precision_overlay(view).values(g.ONNX_GRAPH_ID)
     # every ONNX node has a value (folded ones "folded"), and they match the layer map
     for entry in view.layer_map.nodes:
@@ -257,6 +260,10 @@ def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path
     worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
     assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
     assert explorer.fusion_diff is not None
+    # the linter says why math layers stayed FP32 in the INT8 engine: the fallback kept their nodes FP32
+    kept = {node for node, precision in run.fallback.plan.overrides.items() if precision == "fp32"}
+    matched = [f for f in explorer.lint_reports[1].of_kind("fp32-in-reduced") if kept & set(f.onnx_nodes)]
+    assert matched and all("the precision plan keeps it FP32" in f.message for f in matched)
 
 
 def test_layer_time_overlay_from_a_real_torch_profile(tmp_path: Path) -> None:

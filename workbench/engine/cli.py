@@ -19,7 +19,7 @@ from workbench.engine.build import (
     parse_shapes_arg,
 )
 from workbench.engine.doctor import diagnose, format_report
-from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.engine.layermap import LayerMap
 from workbench.engine.records import EngineLayers, engine_layers_from_document, read_layers, read_layers_document
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan
@@ -73,19 +73,32 @@ def _cli_fusions(args: argparse.Namespace) -> int:
                 counts[pair.status] = counts.get(pair.status, 0) + 1
             print("Q/DQ pairs  " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         if before is not None:
-            summary = diff_layer_maps(before, layer_map).summary()
+            from workbench.viz.engine_view import fusion_diff_of
+
+            summary = fusion_diff_of(before, layer_map).summary()  # keyed by compute nodes (no Q/DQ, Casts)
             print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     if args.html:
         from workbench.explore.lint import lint
         from workbench.viz.engine_view import fusions_page
 
         engine_layers = _engine_layers_of(args.layers)
-        report = lint(layer_map, engine_layers)
+        report = lint(layer_map, engine_layers, _built_onnx_of(args.layers, args.onnx))
         path = fusions_page(
             layer_map, args.html, engine_layers=engine_layers, compare_with=before, lint_rows=report.rows()
         )
         print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.2f} MB, self-contained, no script library)")
     return 0
+
+
+def _built_onnx_of(layers: str, onnx_path: str | None) -> Any:
+    """The ONNX that was built: --onnx, or the one a .layers.json names (checked by hash); None if unknown."""
+    if onnx_path:
+        return load_onnx(onnx_path, check=False).proto
+    if layers.endswith(".layers.json"):
+        from workbench.explore.lint import built_onnx
+
+        return built_onnx(read_layers_document(layers))
+    return None
 
 
 def _engine_layers_of(path: str) -> EngineLayers:

@@ -28,6 +28,7 @@ from model_explorer import graph_builder as gb
 from workbench.engine.layermap import BOOKKEEPING_OPS, LayerEntry, LayerMap
 from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
 from workbench.errors import WorkbenchError
+from workbench.explore.lint import built_onnx
 from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
 from workbench.viz.palette import precision_color
 
@@ -59,8 +60,9 @@ class BuildView:
 
 
 def _safe(text: str) -> str:
-    """A namespace component: Model Explorer splits namespaces on '/', so slashes become a look-alike."""
-    return (text or "(unnamed)").replace("/", "∕")
+    """A namespace component: Model Explorer splits namespaces on '/', so slashes become '|' (its WebGL font has
+    only ASCII, so no look-alike slash)."""
+    return (text or "(unnamed)").replace("/", "|")
 
 
 def onnx_node_id(name: str) -> str:
@@ -212,7 +214,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
             }
         node = gb.GraphNode(
             id=layer.name,
-            label=f"{layer.layer_type} · {layer.precision}",
+            label=f"{layer.layer_type} ({layer.precision})",
             namespace=namespace,
             attrs=_layer_attrs(layer, record),
             style=_layer_style(layer),
@@ -392,38 +394,12 @@ def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:
 # --- building a view from what the user has ---------------------------------------------------------------------
 
 
-def _built_onnx(document: Mapping[str, Any]) -> Any:
-    """The ONNX the engine was built from: the source ONNX, or its precision rewrite recomputed and checked by hash.
-    None when neither can be had (then the ONNX graph has no edges, only groups)."""
-    build = document.get("build") or {}
-    path = build.get("onnx")
-    if not path or not Path(path).is_file():
-        return None
-    from workbench._io import sha256_bytes
-    from workbench.model import load_onnx
-
-    model = load_onnx(path, check=False)
-    if build.get("built_onnx_sha256") in ("", None, build.get("onnx_sha256")):
-        return model.proto
-    try:
-        from workbench.engine.build import BuildOptions
-        from workbench.precision.autocast import apply_precision_plan
-
-        options = BuildOptions.from_json(build.get("options") or {})
-        proto = apply_precision_plan(model, options.effective_plan).proto
-    except WorkbenchError:
-        return None
-    if sha256_bytes(proto.SerializeToString()) != build.get("built_onnx_sha256"):
-        return None
-    return proto
-
-
 def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
     """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`."""
     from workbench.engine.records import read_layers_document
 
     document = read_layers_document(artifact.layers_path)
-    proto = _built_onnx(document)
+    proto = built_onnx(document)
     layer_map = artifact.layer_map
     if proto is not None and len(proto.graph.node) == len(layer_map.nodes):
         layer_map = LayerMap.from_engine_layers(artifact.engine_layers, onnx_proto=proto, label=label or artifact.label)
@@ -453,7 +429,7 @@ def load_view(source: Any, *, label: str = "") -> BuildView:
         from workbench.engine.records import engine_layers_from_document, read_layers_document
 
         document = read_layers_document(path)
-        proto = _built_onnx(document)
+        proto = built_onnx(document)
         engine_layers = engine_layers_from_document(document)
         name = label or path.name.removesuffix(".layers.json")
         if proto is not None and len(proto.graph.node) == len(document.get("onnx_nodes", ())):

@@ -11,12 +11,15 @@ Each finding names the engine layer, the ONNX nodes it executes, and a fix to tr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from workbench.artifact import Artifact
 from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
 from workbench.engine.records import EngineLayers
+from workbench.errors import WorkbenchError
 
 ELEMENTWISE_OPS = frozenset(
     {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Pow",
@@ -83,8 +86,84 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     return "fp32"
 
 
-def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None) -> LintReport:
-    """Findings on one build (``engine_layers`` adds the tensor-level checks: type-converting reformats, chains)."""
+def built_onnx(document: Mapping[str, Any]) -> Any:
+    """The ONNX the engine was built from: the source ONNX, or its precision rewrite recomputed and checked by hash.
+    None when neither can be had (then the ONNX graph has no edges, only groups)."""
+    build = document.get("build") or {}
+    path = build.get("onnx")
+    if not path or not Path(path).is_file():
+        return None
+    from workbench._io import sha256_bytes
+    from workbench.model import load_onnx
+
+    model = load_onnx(path, check=False)
+    if build.get("built_onnx_sha256") in ("", None, build.get("onnx_sha256")):
+        return model.proto
+    try:
+        from workbench.engine.build import BuildOptions
+        from workbench.precision.autocast import apply_precision_plan
+
+        options = BuildOptions.from_json(build.get("options") or {})
+        proto = apply_precision_plan(model, options.effective_plan).proto
+    except WorkbenchError:
+        return None
+    if sha256_bytes(proto.SerializeToString()) != build.get("built_onnx_sha256"):
+        return None
+    return proto
+
+
+def built_onnx_of(artifact: Any) -> Any:
+    """The ONNX an :class:`~workbench.engine.build.EngineArtifact` was built from (None when it cannot be had)."""
+    from workbench.engine.records import read_layers_document
+
+    try:
+        return built_onnx(read_layers_document(artifact.layers_path))
+    except (WorkbenchError, OSError):
+        return None
+
+
+def reduced_input_nodes(onnx_proto: Any) -> dict[str, bool]:
+    """ONNX node -> whether the built graph feeds it reduced-precision data: an input from a DequantizeLinear (INT8
+    Q/DQ) or a Cast to FLOAT16/BFLOAT16 (AutoCast), or FP16 weights."""
+    from workbench.model.graph import onnx_node_name
+
+    graph = onnx_proto.graph
+    half = {10, 16}  # TensorProto.FLOAT16, BFLOAT16
+    reduced_tensors = {init.name for init in graph.initializer if init.data_type in half}
+    for node in graph.node:
+        if node.op_type == "DequantizeLinear" or (
+            node.op_type == "Cast" and any(a.name == "to" and a.i in half for a in node.attribute)
+        ):
+            reduced_tensors.update(node.output)
+    return {onnx_node_name(node): any(t in reduced_tensors for t in node.input) for node in graph.node}
+
+
+def _why_fp32(nodes: tuple[str, ...], reduced: dict[str, bool] | None) -> tuple[str, str]:
+    if reduced is None:
+        return (
+            "kept FP32 by the precision plan (an AutoCast rule or a fallback), or TensorRT found no faster "
+            "reduced-precision kernel (the built ONNX is not known here, so which one is not said)",
+            "if the plan keeps it, check its accuracy cost with `workbench diff`; otherwise try it in FP16.",
+        )
+    if not any(reduced.get(n, False) for n in nodes):
+        return (
+            "the precision plan keeps it FP32 (the built graph gives its nodes no Q/DQ or FP16 input: a fallback or an "
+            "AutoCast rule)",
+            "if `workbench diff` shows this layer is not sensitive, let the plan quantize it (remove the override "
+            "or fallback) and rebuild.",
+        )
+    return (
+        "its inputs are reduced precision in the built graph, yet TensorRT chose an FP32 kernel (no faster "
+        "reduced-precision kernel for this shape, or a fusion that needs FP32)",
+        "check the tensor shapes (channels a multiple of 8/16 for tensor cores) and the layers fused with it; a "
+        "different fusion (`workbench clean`) may allow a reduced-precision kernel.",
+    )
+
+
+def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_proto: Any = None) -> LintReport:
+    """Findings on one build (``engine_layers`` adds the tensor-level checks: type-converting reformats, chains;
+    ``onnx_proto``, the built ONNX, says why a layer stayed FP32)."""
+    reduced = reduced_input_nodes(onnx_proto) if onnx_proto is not None else None
     findings: list[Finding] = []
     op_type = {node.name: node.op_type for node in layer_map.nodes}
     layers = {layer.name: layer for layer in layer_map.layers}
@@ -129,17 +208,15 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None) -> Lint
                     )
                 )
         if engine_precision != "fp32" and kind in MATH_LAYER_TYPES and layer.precision == "fp32":
+            why, fix = _why_fp32(layer.onnx_nodes, reduced)
             findings.append(
                 Finding(
                     "fp32-in-reduced",
                     "warning" if engine_precision == "fp16" else "info",
                     layer.name,
                     layer.onnx_nodes,
-                    f"{layer.layer_type} layer runs in FP32 inside an {engine_precision.upper()} engine: kept FP32 by "
-                    "the precision plan (an AutoCast rule or a fallback), or TensorRT found no faster reduced-precision "
-                    "kernel.",
-                    "if the plan keeps it (see the plan's reasons), check its accuracy cost with `workbench diff`; "
-                    "otherwise try it in FP16.",
+                    f"{layer.layer_type} layer runs in FP32 inside an {engine_precision.upper()} engine: {why}.",
+                    fix,
                 )
             )
         if kind in SHAPE_LAYER_TYPES or kind.startswith("shape"):

@@ -80,6 +80,21 @@ def _per_layer_to_nodes(view: BuildView, per_layer: Mapping[str, float], ids: Gr
     return {ids[0]: onnx_values, ids[1]: dict(per_layer)}
 
 
+def graph_io_ids(view: BuildView) -> list[tuple[str, str]]:
+    """("onnx" | "engine", node id) of the Input/Output nodes the two graphs draw."""
+    from workbench.explore.graphs import INPUT_ID_PREFIX, OUTPUT_ID_PREFIX
+
+    ids: list[tuple[str, str]] = []
+    if view.onnx_proto is not None:
+        initializers = {init.name for init in view.onnx_proto.graph.initializer}
+        ids += [("onnx", INPUT_ID_PREFIX + i.name) for i in view.onnx_proto.graph.input if i.name not in initializers]
+        ids += [("onnx", OUTPUT_ID_PREFIX + o.name) for o in view.onnx_proto.graph.output]
+    for io in view.engine_layers.io_tensors:
+        prefix = INPUT_ID_PREFIX if io.io_mode.lower().startswith("in") else OUTPUT_ID_PREFIX
+        ids.append(("engine", prefix + io.name))
+    return ids
+
+
 def precision_overlay(view: BuildView, ids: GraphIds = DEFAULT_IDS) -> Overlay:
     """Categorical: each node coloured by the precision of the layer that runs it (folded nodes grey)."""
     home = node_home_layer(view.layer_map)
@@ -88,8 +103,10 @@ def precision_overlay(view: BuildView, ids: GraphIds = DEFAULT_IDS) -> Overlay:
     for node in view.layer_map.nodes:
         layer = home.get(node.name)
         onnx[onnx_node_id(node.name)] = "folded" if layer is None else layer.precision
+    for io_id in graph_io_ids(view):  # graph inputs/outputs too, so the overlay covers every node
+        (onnx if io_id[0] == "onnx" else engine)[io_id[1]] = "graph I/O"
     used = sorted(set(onnx.values()) | set(engine.values()))
-    legend = tuple((label, palette.precision_color(label)) for label in used)
+    legend = tuple((label, "#ffffff" if label == "graph I/O" else palette.precision_color(label)) for label in used)
     colours = dict(legend)
 
     def data(results: Mapping[str, str]) -> ndb.GraphNodeData:
