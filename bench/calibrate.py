@@ -625,7 +625,7 @@ def mixed_main(args: argparse.Namespace) -> int:
             "seconds": time.perf_counter() - t0,
         }
         kind, amount, op_type = MIXED_TARGETS.get(name, ("fp32_minus", 0.01, "Conv"))
-        target = amount if kind == "target" else round(float(fp32.value) - amount, 6)
+        target = amount if kind == "target" else float(fp32.value) - amount
         result = search_mixed_precision(
             session,
             target=target,

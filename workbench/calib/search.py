@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.artifact import Artifact
@@ -173,8 +173,8 @@ def search_mixed_precision(
     def better(a: float, b: float) -> bool:
         return a > b if higher else a < b
 
-    def meets(value: float) -> bool:
-        return value >= target if higher else value <= target  # type: ignore[operator]
+    def meets(value: float) -> bool:  # 1e-9: a target computed as FP32 - 0.0 must be met by the FP32 value itself
+        return value >= target - 1e-9 if higher else value <= target + 1e-9  # type: ignore[operator]
 
     full = session.quantize(ranges, base)
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
@@ -198,7 +198,10 @@ def search_mixed_precision(
         evaluations += 1
         int8 = [n for n in session.int8_nodes(plan) if n in math_ops]
         if build_costs and cost is None:
-            cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}", shapes=shapes)
+            try:
+                cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}", shapes=shapes)
+            except WorkbenchError as error:  # the metric stands; the plan's engine structure is unknown
+                notes.append(f"plan {len(evaluated)}: engine build failed ({error.problem[:200]})")
         evaluated.append(
             EvaluatedPlan(
                 index=len(evaluated),
@@ -272,7 +275,7 @@ def search_mixed_precision(
         if not stop and not moved:
             stop = "no revert improved the metric"
     chosen_index = current_index
-    evaluated[chosen_index] = EvaluatedPlan(**{**evaluated[chosen_index].__dict__, "chosen": True})
+    evaluated[chosen_index] = replace(evaluated[chosen_index], chosen=True)
     final = evaluated[chosen_index]
     int8_final = set(session.int8_nodes(plan))
     by_type: dict[str, list[int]] = {}
