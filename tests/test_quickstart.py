@@ -104,14 +104,16 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.session.run.timing.chosen.streams == 5
 
     metrics_table = panel.metrics_table.value
-    fusion_title = panel.fusion_figure.layout.title.text
+    fusion_view = panel.fusion_view.value
     int8_variant = panel.session.run.selection.variant  # all-INT8, or the mixed plan where it measured better
-    assert f"{int8_variant}.engine" in fusion_title and f"&#9654; {int8_variant}" in metrics_table
+    assert f"{int8_variant}.engine</h4>" in fusion_view and f"&#9654; {int8_variant}" in metrics_table
+    engine = panel.session.run.selection.engine  # the tab draws that engine: one named box per layer
+    assert fusion_view.count('<g class="layer"') == len(engine.layer_map.layers)
     assert "Engine choice" in metrics_table and "Wilson 95%" in metrics_table  # the rule, and intervals
     panel.precision.value = "fp16"
     assert panel.status.kind == "ok", panel.status.text
     assert "&#9654; fp16" in panel.metrics_table.value and panel.metrics_table.value != metrics_table
-    assert "fp16.engine" in panel.fusion_figure.layout.title.text
+    assert "fp16.engine</h4>" in panel.fusion_view.value
     assert panel.session.run.selection.engine.engine_path.name.endswith("fp16.engine")
 
     panel.batch.value = 4

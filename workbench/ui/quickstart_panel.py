@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
 from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession
@@ -30,7 +29,7 @@ from workbench.ui.figures import note_figure, replace_figure, show_note
 from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
-from workbench.viz import engine as engine_figures
+from workbench.viz import engine_view
 from workbench.viz import metrics as metric_figures
 from workbench.viz import timing as timing_figures
 
@@ -71,7 +70,7 @@ class QuickstartPanel:
         self.timing_table = widgets.HTML()
         self.diagnosis = widgets.HTML()
         self.cleaning_figure = controls.figure_widget()
-        self.fusion_figure = controls.figure_widget()
+        self.fusion_view = widgets.HTML()
         self.diff_figure = controls.figure_widget()
         self.metrics_figure = controls.figure_widget()
         self.timing_figure = controls.figure_widget()
@@ -85,7 +84,7 @@ class QuickstartPanel:
             children=[
                 self.stage_table,
                 self.cleaning_figure,
-                self.fusion_figure,
+                self.fusion_view,
                 self.diff_figure,
                 widgets.VBox([self.metrics_table, self.metrics_figure]),
                 widgets.VBox([self.timing_table, self.timing_figure]),
@@ -235,9 +234,9 @@ class QuickstartPanel:
         self.stage_table.value = f"<p>{html.escape(why)}.</p>"
         for table in (self.metrics_table, self.timing_table, self.diagnosis):
             table.value = ""
+        self.fusion_view.value = f"<p>{html.escape(why)}.</p>"
         for figure in (
             self.cleaning_figure,
-            self.fusion_figure,
             self.diff_figure,
             self.metrics_figure,
             self.timing_figure,
@@ -255,7 +254,7 @@ class QuickstartPanel:
             if run.cleaning
             else note_figure(run.stage("clean").summary),
         )
-        replace_figure(self.fusion_figure, self._fusion_figure(run))
+        self.fusion_view.value = self._fusion_html(run)
         kept = [node for node, p in run.fallback.plan.overrides.items() if p == "fp32"] if run.fallback else []
         replace_figure(
             self.diff_figure,
@@ -291,9 +290,12 @@ class QuickstartPanel:
         self.refresh_count += 1
 
     @staticmethod
-    def _fusion_figure(run: QuickstartRun) -> go.Figure:
-        """The fusion view of the chosen engine (the FP32 one until an engine is chosen), from its layer map."""
+    def _fusion_html(run: QuickstartRun) -> str:
+        """The engine view of the chosen engine (the FP32 one until an engine is chosen): named layer boxes coloured
+        by precision with the ONNX ops each fused, the same drawing as the report's (``viz.engine_view``)."""
         engine = run.selection.engine if run.selection else run.fp32_engine
         if engine is None:
-            return note_figure(run.stage("fusion").summary)
-        return engine_figures.side_by_side_figure(engine.layer_map, title=f"Fusion view: {engine.engine_path.name}")
+            return f"<p>{html.escape(run.stage('fusion').summary)}</p>"
+        heading = f"<h4>Fusion view: {html.escape(engine.engine_path.name)}</h4>"
+        # no node table here: a widget's HTML runs no script, so its search box would not work
+        return heading + engine_view.engine_view_html(engine.layer_map, engine.engine_layers, with_table=False)
