@@ -245,6 +245,15 @@ def test_npy_batches_for_a_one_input_model_and_check_batches_bound(exported, tmp
     assert main(["clean", str(path), "-o", str(tmp_path / "x.onnx"), "--check-batches", "2"]) == 2
     assert "--check-batches needs --data" in capsys.readouterr().err
 
+    nan_data = tmp_path / "nan"  # batches that cannot show a difference are refused, nothing is written
+    nan_data.mkdir()
+    np.save(nan_data / "batch_0.npy", np.full((1, 4, 12), np.nan, np.float32))
+    assert main(["clean", str(path), "-o", str(tmp_path / "n.onnx"), "--data", str(nan_data)]) == 2
+    assert "entirely NaN/Inf" in capsys.readouterr().err and not (tmp_path / "n.onnx").exists()
+    np.save(nan_data / "batch_0.npy", np.zeros((0, 4, 12), np.float32))
+    assert main(["clean", str(path), "-o", str(tmp_path / "n.onnx"), "--data", str(nan_data)]) == 2
+    assert "holds no sample" in capsys.readouterr().err and not (tmp_path / "n.onnx").exists()
+
 
 def test_consecutive_slices_merge_and_identity_reshape_goes(tmp_path):
     import torch

@@ -136,13 +136,7 @@ class FolderSource:
         for index, path in enumerate(self.files):
             if limit is not None and index >= limit:
                 return
-            try:
-                with np.load(path, allow_pickle=False) as archive:
-                    yield {key: archive[key] for key in archive.files}
-            except (OSError, ValueError) as error:
-                raise WorkbenchError(
-                    f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
-                ) from error
+            yield read_npz_batch(path)
 
     def __len__(self) -> int:
         if self.kind == "images":
@@ -202,6 +196,17 @@ class RandomSource:
 
     def __len__(self) -> int:
         return self.num_batches
+
+
+def read_npz_batch(path: Path) -> Feed:
+    """One ``.npz`` batch keyed by input name (no pickles)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as error:
+        raise WorkbenchError(
+            f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
+        ) from error
 
 
 def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_size: int = 8) -> CalibrationSource:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calib.data import read_npz_batch, resolve_source
 from workbench.errors import WorkbenchError
 from workbench.model import TensorSpec
 
@@ -38,14 +39,22 @@ def _npy_batches(files: list[Path], inputs: Sequence[TensorSpec], limit: int) ->
     return feeds
 
 
-def _npz_file(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as error:
-        raise WorkbenchError(
-            f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
-        ) from None
+def _refuse_degenerate(feeds: list[dict[str, np.ndarray]], label: str) -> list[dict[str, np.ndarray]]:
+    """Batches that cannot show a difference are refused: empty ones, and float inputs with no finite value."""
+    for index, feed in enumerate(feeds):
+        for name, array in feed.items():
+            array = np.asarray(array)
+            if array.size == 0:
+                raise WorkbenchError(
+                    f"--data {label}: batch {index} input {name!r} holds no sample (shape {array.shape}).",
+                    expected="batches with at least one sample",
+                )
+            if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).any():
+                raise WorkbenchError(
+                    f"--data {label}: batch {index} input {name!r} is entirely NaN/Inf: outputs could not be compared.",
+                    expected="finite input values",
+                )
+    return feeds
 
 
 def load_check_batches(
@@ -59,7 +68,7 @@ def load_check_batches(
         feeds = [dict(feed) for feed in list(data)[:limit] if isinstance(feed, Mapping)]
         if len(feeds) != min(limit, len(data)):
             raise WorkbenchError("check data holds something other than feeds.", expected="dicts {input_name: array}")
-        return feeds, "data"
+        return _refuse_degenerate(feeds, "data"), "data"
     text = str(data)
     if text != "zoo":
         path = Path(text)
@@ -67,17 +76,16 @@ def load_check_batches(
             raise WorkbenchError(f"--data {text}: no such file or folder.", expected="a folder of .npz/.npy batches")
         if path.is_file():
             if path.suffix == ".npz":
-                return [_npz_file(path)], str(path)
+                return _refuse_degenerate([read_npz_batch(path)], str(path)), str(path)
             if path.suffix == ".npy":
-                return _npy_batches([path], inputs, limit), str(path)
+                return _refuse_degenerate(_npy_batches([path], inputs, limit), str(path)), str(path)
             raise WorkbenchError(f"--data {path}: not an .npz or .npy file.", expected=".npz or .npy batches")
         npy = sorted(p for p in path.iterdir() if p.suffix == ".npy")
         if npy and not any(p.suffix == ".npz" for p in path.iterdir()):
-            return _npy_batches(npy, inputs, limit), str(path)
-    from workbench.calib.data import resolve_source
+            return _refuse_degenerate(_npy_batches(npy, inputs, limit), str(path)), str(path)
 
     source = resolve_source(data, entry=entry)
     feeds = list(source.batches(limit=limit))
     if not feeds:
         raise WorkbenchError(f"--data {text}: holds no batch.", expected="at least one .npz batch")
-    return feeds, source.name
+    return _refuse_degenerate(feeds, text), source.name
