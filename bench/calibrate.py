@@ -620,6 +620,7 @@ def mixed_main(args: argparse.Namespace) -> int:
         steps["int8_per_tensor_bias"] = {
             "metric": float(metric.value),
             "interval": _interval(metric),
+            "bias_batches": args.bias_batches,
             "corrected_nodes": len(corrected.corrected),
             "skipped_nodes": len(corrected.skipped),
             "seconds": time.perf_counter() - t0,
