@@ -35,6 +35,19 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+
+def _browser(playwright, tmp_path: Path, viewport: dict | None = None, **options):
+    """Headless Chromium with its own profile under ``tmp_path`` (the one browser every page test drives)."""
+    return playwright.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport=viewport or {"width": 1400, "height": 1000},
+        **options,
+    )
+
+
 pytestmark = pytest.mark.slow
 
 
@@ -168,13 +181,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     started = time.monotonic()
     with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
+        context = _browser(playwright, tmp_path)
         try:
             page = context.new_page()
             page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
@@ -286,11 +293,9 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     refused: list[str] = []
     with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
+        context = _browser(
+            playwright,
+            tmp_path,
             viewport={"width": 1200, "height": 900},
             offline=True,
         )
@@ -387,13 +392,7 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
     ARTIFACTS.mkdir(exist_ok=True)
     root = tmp_path / "lab"
     with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
+        context = _browser(playwright, tmp_path)
         page = None
         try:
             page = _open_notebook(context, base, token, "00_quickstart_digits.ipynb")

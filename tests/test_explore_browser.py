@@ -122,7 +122,7 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
-    from test_browser import _open_notebook, _run_all
+    from test_browser import _browser, _open_notebook, _run_all
 
     base, token = jupyter_lab
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb").read_text(encoding="utf-8")
@@ -130,13 +130,7 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
     (tmp_path / "lab" / "02_digits.ipynb").write_text(text.replace("MODEL = DEFAULT_MODEL", 'MODEL = \\"digits-cnn\\"'))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
+        context = _browser(playwright, tmp_path)
         try:
             page = _open_notebook(context, base, token, "02_digits.ipynb")
             _run_all(page, sync_api)
