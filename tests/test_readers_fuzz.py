@@ -166,8 +166,10 @@ def test_layers_json(seeds: dict[str, Any], data: Any) -> None:
     path = seeds["root"] / "fuzz.layers.json"
     doc = _mutated(data, seeds["layers"]) if data.draw(st.integers(0, 3)) else data.draw(json_values)
     path.write_text(_dumps(doc))
-    _only_workbench_errors(lambda: read_layers_document(path))
-    _only_workbench_errors(lambda: LayerMap.load(path))
+    document = _only_workbench_errors(lambda: read_layers_document(path))
+    assert document is None or isinstance(document, dict)  # a valid document, or a WorkbenchError (nothing else)
+    layer_map = _only_workbench_errors(lambda: LayerMap.load(path))
+    assert layer_map is None or isinstance(layer_map, LayerMap)
 
 
 @FUZZ
@@ -178,7 +180,8 @@ def test_engine_artifact_from_layers(seeds: dict[str, Any], data: Any) -> None:
     root = seeds["root"]
     shutil.copy(root / "d.engine", root / "fz.engine")
     (root / "fz.layers.json").write_text(_dumps(_mutated(data, seeds["layers"])))
-    _only_workbench_errors(lambda: EngineArtifact.load(root / "fz.engine"))
+    artifact = _only_workbench_errors(lambda: EngineArtifact.load(root / "fz.engine"))
+    assert artifact is None or isinstance(artifact, EngineArtifact)
 
 
 rtx_lines = st.lists(
@@ -200,11 +203,12 @@ rtx_lines = st.lists(
 @FUZZ
 @given(lines=rtx_lines, tail=st.text(max_size=40))
 def test_rtx_build_log(seeds: dict[str, Any], lines: list[str], tail: str) -> None:
-    from workbench.engine.records import read_layers
+    from workbench.engine.records import EngineLayers, read_layers
 
     path = seeds["root"] / "fuzz.build.log"
     path.write_text("Layers:\n" + "\n".join(lines) + "\n\nI/O Tensors:\n" + tail)
-    _only_workbench_errors(lambda: read_layers(path))
+    layers = _only_workbench_errors(lambda: read_layers(path))
+    assert layers is None or isinstance(layers, EngineLayers)
 
 
 # --- timing JSON ------------------------------------------------------------------------------------------------
@@ -272,7 +276,8 @@ def test_triton_config(seeds: dict[str, Any], data: Any) -> None:
         text = seeds["triton"][: data.draw(st.integers(0, len(seeds["triton"])))]
     else:
         text = data.draw(st.text(max_size=80))
-    _only_workbench_errors(lambda: validate_triton_config(text))
+    config = _only_workbench_errors(lambda: validate_triton_config(text))
+    assert config is None or config.platform == "tensorrt_plan" or config.backend == "tensorrt"
 
 
 @FUZZ
@@ -283,7 +288,8 @@ def test_precision_plan(seeds: dict[str, Any], data: Any) -> None:
     path = seeds["root"] / "fuzz.plan.json"
     seed = {"default": "fp32", "overrides": {"mm": "fp16"}, "note": ""}
     path.write_text(_dumps(_mutated(data, seed) if data.draw(st.booleans()) else data.draw(json_values)))
-    _only_workbench_errors(lambda: PrecisionPlan.load(path))
+    plan = _only_workbench_errors(lambda: PrecisionPlan.load(path))
+    assert plan is None or isinstance(plan, PrecisionPlan)
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "layers"
@@ -293,9 +299,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "layers"
 @given(data=st.data())
 @pytest.mark.parametrize("seed_name", ["trt10_resnet_block_fp16.json", "trt11_qdq_int8.json"])
 def test_engine_inspector_json(seeds: dict[str, Any], seed_name: str, data: Any) -> None:
-    from workbench.engine.records import read_layers
+    from workbench.engine.records import EngineLayers, read_layers
 
     seed = json.loads((FIXTURES / seed_name).read_text())
     path = seeds["root"] / "fuzz.inspector.json"
     path.write_text(_dumps(_mutated(data, seed)))
-    _only_workbench_errors(lambda: read_layers(path))
+    layers = _only_workbench_errors(lambda: read_layers(path))
+    assert layers is None or isinstance(layers, EngineLayers)

@@ -4,7 +4,7 @@ Guarantees (see the README section "What the workbench guarantees, and what it r
 
 - :func:`validate_outputs` is called by every command before any work: an output that is a directory where a file
   is meant, an unwritable parent, or the same file as an input is refused with a :class:`WorkbenchError`.
-- :func:`atomic_path` writes into ``.NAME.<pid>.XXXX.tmp`` beside the target and renames it into place; the temp
+- :func:`atomic_path` writes into ``.NAME.<pid>.<random>.tmp`` beside the target and renames it into place; the temp
   file is removed on error, on SIGINT/SIGTERM and at exit, and stale temp files of killed runs (their process is
   gone) are swept on the next write into that folder.
 - :func:`swap_directories` replaces a directory atomically (``renameat2(RENAME_EXCHANGE)`` on Linux, else two renames).
@@ -140,7 +140,7 @@ def _sweep_once(folder: Path) -> None:
 
 
 def sweep_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove ``.NAME.<pid>.XXXX.tmp`` files/dirs in ``folder`` whose process is gone (left by a killed run).
+    """Remove ``.NAME.<pid>.<random>.tmp`` files/dirs in ``folder`` whose process is gone (left by a killed run).
 
     Temp names without a pid (older versions) are removed when older than an hour. Returns what was removed.
     """
