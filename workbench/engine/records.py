@@ -18,7 +18,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -589,6 +589,20 @@ def _check_tensor_list(where: str, field: str, value: Any) -> None:
             _check_dims(where, f"{field}[{index}].dimensions", item["dimensions"])
 
 
+def _named_objects(
+    where: str, name: str, items: list[Any], string_keys: tuple[str, ...]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(field path, item) for a list of objects that each have a string 'name' and optional string ``string_keys``."""
+    for index, item in enumerate(items):
+        field = f"{name}[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise _schema_error(where, field, item, "an object with a string 'name'")
+        for key in string_keys:
+            if key in item and not isinstance(item[key], str):
+                raise _schema_error(where, f"{field}.{key}", item[key], "a string")
+        yield field, item
+
+
 def validate_layers_document(document: Any, where: str = ".layers.json") -> dict[str, Any]:
     """Check every field of a ``.layers.json`` document (types, required keys, ranges); a WorkbenchError names
     the first bad field, its value and what was expected. Returns the document."""
@@ -624,25 +638,14 @@ def validate_layers_document(document: Any, where: str = ".layers.json") -> dict
     nodes = document.get("onnx_nodes", [])
     if not isinstance(nodes, list):
         raise _schema_error(where, "onnx_nodes", nodes, "a list of {name, op_type, engine_layers}")
-    for index, node in enumerate(nodes):
-        field = f"onnx_nodes[{index}]"
-        if not isinstance(node, dict) or not isinstance(node.get("name"), str):
-            raise _schema_error(where, field, node, "an object with a string 'name'")
-        if "op_type" in node and not isinstance(node["op_type"], str):
-            raise _schema_error(where, f"{field}.op_type", node["op_type"], "a string")
+    for field, node in _named_objects(where, "onnx_nodes", nodes, ("op_type",)):
         if "engine_layers" in node:
             _check_str_list(where, f"{field}.engine_layers", node["engine_layers"])
     ios = document.get("io_tensors", [])
     if ios is not None:
         if not isinstance(ios, list):
             raise _schema_error(where, "io_tensors", ios, "a list of I/O tensor records")
-        for index, io in enumerate(ios):
-            field = f"io_tensors[{index}]"
-            if not isinstance(io, dict) or not isinstance(io.get("name"), str):
-                raise _schema_error(where, field, io, "an object with a string 'name'")
-            for key in ("io_mode", "datatype"):
-                if key in io and not isinstance(io[key], str):
-                    raise _schema_error(where, f"{field}.{key}", io[key], "a string")
+        for field, io in _named_objects(where, "io_tensors", ios, ("io_mode", "datatype")):
             if "dimensions" in io:
                 _check_dims(where, f"{field}.dimensions", io["dimensions"])
             if "profiles" in io and not isinstance(io["profiles"], list):

@@ -89,6 +89,22 @@ def scope_of(node_name: str, depth: int = 2) -> str:
     return "/".join(_safe(p) for p in parts[:-1][:depth])
 
 
+def _incoming_edges(
+    gb: Any, inputs: list[str], producers: dict[str, tuple[str, int]], skip_source: str | None = None
+) -> list[Any]:
+    """One Model Explorer edge per input tensor that a node of the graph produces (``skip_source``: no self-loop)."""
+    edges = []
+    for target_index, tensor in enumerate(inputs):
+        if tensor in producers and producers[tensor][0] != skip_source:
+            source, output_index = producers[tensor]
+            edges.append(
+                gb.IncomingEdge(
+                    sourceNodeId=source, sourceNodeOutputId=str(output_index), targetNodeInputId=str(target_index)
+                )
+            )
+    return edges
+
+
 def _kv(key: str, value: Any) -> gb.KeyValue:
     return gb.KeyValue(key=key, value=str(value))
 
@@ -280,16 +296,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
         )
         proto_node = proto_nodes.get(node.name)
         if proto_node is not None:
-            for target_index, tensor in enumerate(proto_node.input):
-                if tensor in producers:
-                    source, output_index = producers[tensor]
-                    graph_node.incomingEdges.append(
-                        gb.IncomingEdge(
-                            sourceNodeId=source,
-                            sourceNodeOutputId=str(output_index),
-                            targetNodeInputId=str(target_index),
-                        )
-                    )
+            graph_node.incomingEdges.extend(_incoming_edges(gb, list(proto_node.input), producers))
             graph_node.outputsMetadata = [
                 gb.MetadataItem(id=str(i), attrs=[_kv("__tensor_tag", tensor)])
                 for i, tensor in enumerate(proto_node.output)
@@ -342,16 +349,9 @@ def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Grap
             style=_layer_style(layer),
         )
         if record is not None:
-            for target_index, tensor in enumerate(record.inputs):
-                if tensor.name in producers and producers[tensor.name][0] != layer.name:
-                    source, output_index = producers[tensor.name]
-                    node.incomingEdges.append(
-                        gb.IncomingEdge(
-                            sourceNodeId=source,
-                            sourceNodeOutputId=str(output_index),
-                            targetNodeInputId=str(target_index),
-                        )
-                    )
+            node.incomingEdges.extend(
+                _incoming_edges(gb, [t.name for t in record.inputs], producers, skip_source=layer.name)
+            )
             node.outputsMetadata = [
                 gb.MetadataItem(
                     id=str(i), attrs=[_kv("__tensor_tag", t.name), _kv("shape", t.dimensions), _kv("dtype", t.datatype)]
