@@ -296,6 +296,8 @@ def test_bad_settings_are_refused_with_what_was_expected(tmp_path: Path) -> None
         ServeConfig(sm_count=0)
     partitioned = ServeConfig(sm_count=72)  # an SM partition is part of the settings: label and JSON carry it
     assert "72 SMs" in partitioned.label() and ServeConfig.from_json(partitioned.to_json()) == partitioned
+    with pytest.raises(WorkbenchError, match="partitions a GPU's SMs"):
+        ModelServer("x", lambda: OrtCpuExecutor(DIGITS_ONNX), "1", partitioned)
     with pytest.raises(WorkbenchError, match="the loader failed|no such ONNX file"):
         ModelServer("x", lambda: OrtCpuExecutor(tmp_path / "none.onnx"), "1")
     with ModelServer("d", lambda: OrtCpuExecutor(DIGITS_ONNX), "1", ServeConfig(max_batch=4)) as server:

@@ -180,3 +180,26 @@ def test_sm_partition_confines_graph_launches_and_partitions_are_disjoint() -> N
     again = SmPartition(total // 2)  # closed partitions return their SMs
     again.close()
     assert int(driver.cuCtxSynchronize()[0]) == 0
+
+
+def test_hot_reload_of_a_partitioned_model_keeps_its_sms() -> None:
+    """A reloaded version of a model on an SM partition runs on that model's SMs (it does not take the rest of the
+    GPU, which stays free for a second partitioned model), and its answers match."""
+    module = small_cnn()
+    x = np.random.default_rng(2).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    expected = eager(copy.deepcopy(module), x)
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    config = ServeConfig(lanes=1, depth=2, max_batch=4, sm_count=total // 2)
+    load = lambda: TorchExecutor(copy.deepcopy(module), (3, 32, 32), dtype="float32")  # noqa: E731
+    with ModelServer("a", load, "v1", config) as first:
+        granted = first._active.lanes.sm_count
+        report = first.reload(load, "v2")
+        assert report.accepted, report.reason
+        assert first._active.lanes.sm_count == granted
+        rest = total - granted
+        with ModelServer("b", load, "v1", ServeConfig(lanes=1, depth=2, max_batch=4, sm_count=rest)) as second:
+            assert second._active.lanes.sm_count == rest
+            for server in (first, second):
+                response = server.infer([x])
+                assert response.ok
+                np.testing.assert_allclose(response.outputs[0], expected, rtol=1e-3, atol=1e-3)

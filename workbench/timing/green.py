@@ -97,21 +97,26 @@ class _SmPool:
         )
         self.group: Any = None
         self.remainder: Any = None
-        self.taken: set[str] = set()
+        # part ("group" / "rest") -> [owner, holders]: the versions of one model (hot reload) share its part
+        self.taken: dict[str, list[Any]] = {}
 
-    def take(self, sm_count: int) -> tuple[str, Any]:
+    def take(self, sm_count: int, owner: str | None = None) -> tuple[str, Any]:
         from cuda.bindings import driver
 
+        for part, holder in self.taken.items():
+            if owner is not None and holder[0] == owner:
+                holder[1] += 1
+                return part, self.group if part == "group" else self.remainder
         if not self.taken:
             groups, _count, remainder = _check(
                 driver.cuDevSmResourceSplitByCount(1, self.whole, self.flags, int(sm_count)),
                 "cuDevSmResourceSplitByCount",
             )
             self.group, self.remainder = groups[0], remainder
-            self.taken.add("group")
+            self.taken["group"] = [owner, 1]
             return "group", self.group
         if "group" in self.taken and "rest" not in self.taken and sm_count <= int(self.remainder.sm.smCount):
-            self.taken.add("rest")
+            self.taken["rest"] = [owner, 1]
             return "rest", self.remainder
         raise WorkbenchError(
             f"sm_count={sm_count} does not fit: this GPU ({self.device_sm_count} SMs) is split into one partition "
@@ -121,7 +126,11 @@ class _SmPool:
         )
 
     def give_back(self, part: str) -> None:
-        self.taken.discard(part)
+        holder = self.taken.get(part)
+        if holder is not None:
+            holder[1] -= 1
+            if holder[1] <= 0:
+                del self.taken[part]
 
 
 _POOLS: dict[int, _SmPool] = {}
@@ -130,9 +139,10 @@ _POOLS: dict[int, _SmPool] = {}
 class SmPartition:
     """A green context on device ``device_index`` with at least ``sm_count`` SMs, disjoint from the other open
     partition on that device (the first is rounded up to the split's granularity, the second gets all the SMs the
-    first left; ``sm_count`` after construction is what was granted)."""
+    first left; ``sm_count`` after construction is what was granted). Partitions of the same ``owner`` (the versions
+    of one served model during a hot reload) share that owner's SMs instead of taking new ones."""
 
-    def __init__(self, sm_count: int, device_index: int = 0) -> None:
+    def __init__(self, sm_count: int, device_index: int = 0, owner: str | None = None) -> None:
         from cuda.bindings import driver
 
         if sm_count < 1:
@@ -147,7 +157,7 @@ class SmPartition:
                 f"sm_count={sm_count} is not a partition of this GPU ({self.device_sm_count} SMs).",
                 expected=f"1 <= sm_count < {self.device_sm_count}, or None for the whole GPU",
             )
-        self._part, resource = pool.take(int(sm_count))
+        self._part, resource = pool.take(int(sm_count), owner)
         self.sm_count = int(resource.sm.smCount)
         try:
             desc = _check(driver.cuDevResourceGenerateDesc([resource], 1), "cuDevResourceGenerateDesc")

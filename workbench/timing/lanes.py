@@ -79,6 +79,7 @@ class CudaLanes:
         spin_wait: bool = False,
         stage_events: bool = True,
         sm_count: int | None = None,
+        sm_owner: str | None = None,
     ) -> None:
         request_hardware_queues()
         from cuda.bindings import driver  # type: ignore[import-not-found]
@@ -97,7 +98,7 @@ class CudaLanes:
         if sm_count is not None:
             from workbench.timing.green import SmPartition
 
-            self.partition = SmPartition(sm_count, self.device.device_id)
+            self.partition = SmPartition(sm_count, self.device.device_id, owner=sm_owner)
             self.streams: list[Any] = [self.partition.create_stream(prios[i % len(prios)]) for i in range(self.n_lanes)]
         else:
             self.streams = [

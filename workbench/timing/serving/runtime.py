@@ -145,8 +145,14 @@ class VersionRuntime:
                 seed=seed,
                 spin_wait=config.spin_wait,
                 sm_count=config.sm_count,
+                sm_owner=model,  # a reloaded version runs on the same SMs as the one it replaces
             )
         else:
+            if config.sm_count is not None:
+                raise WorkbenchError(
+                    f"sm_count={config.sm_count} partitions a GPU's SMs, but {model} runs on the {executor.device}.",
+                    expected="sm_count=None for a CPU executor, or a GPU executor (torch, trt)",
+                )
             self.lanes = SlotThreadLanes(executor, config.lanes, config.depth, sizes, seed=seed)
         self.t0_host = self.lanes.start_clock()
         self.free: deque[tuple[int, int]] = deque(
