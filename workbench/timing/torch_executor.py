@@ -9,6 +9,7 @@ If capture fails, the executor falls back to eager and reports why (``graph_stat
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -85,7 +86,7 @@ class TorchExecutor:
         """Switch graph mode for later runs (lanes are re-bound)."""
         self.cuda_graph_requested = self.cuda_graph_active = bool(enabled)
         self.fallback_reason = ""
-        self._lanes.clear()
+        self._lanes.clear()  # each lane's own graphs go with it (weakref.finalize)
 
     def estimate_new_lane_bytes(self, n_lanes: int, batch_sizes: Sequence[int]) -> int:
         key = tuple(sorted(batch_sizes))
@@ -102,6 +103,8 @@ class TorchExecutor:
         # Graphs captured for a partition belong to it: a confined lane is always captured afresh.
         if existing is not None and existing.has(batch_sizes) and not confined and not existing.capture_on_lane:
             existing.stream_handle = int(stream.handle) if stream is not None else 0
+            if existing.graphs:  # the new stream may have another priority: the kernels follow it
+                existing.use_priority(existing._stream_priority())
             return existing
         before = torch.cuda.memory_allocated()
         binding = _TorchLane(self, batch_sizes, stream)
@@ -111,6 +114,8 @@ class TorchExecutor:
         return binding
 
     def close(self) -> None:
+        for lane in self._lanes.values():
+            lane.release()
         self._lanes.clear()
 
 
@@ -137,14 +142,18 @@ class _TorchLane:
 
         self._driver = driver
         self._graph_launch: Callable[..., Any] = driver.cuGraphLaunch
+        self.priority: int | None = None  # the kernel priority the graphs were instantiated with
+        self.priority_status = "kernel priorities follow the lane's stream"
+        self._owned: list[Any] = []  # executable graphs instantiated here (destroyed with the lane)
+        weakref.finalize(self, _destroy_execs, self._owned).atexit = False  # the driver frees all at exit
         if owner.cuda_graph_active:
             try:
                 self._capture()
             except Exception as error:  # capture can fail (unsupported ops, sync calls): fall back, report
                 owner.cuda_graph_active = False
                 owner.fallback_reason = f"CUDA graph capture failed ({type(error).__name__}: {error}); ran eager"
+                self.release()
                 self.graphs.clear()
-                self.graph_exec.clear()
         if not owner.cuda_graph_active:
             with torch.inference_mode():
                 for s in self.sizes:
@@ -173,7 +182,7 @@ class _TorchLane:
                 torch.cuda.current_stream().wait_stream(stream)
                 torch.cuda.synchronize()
             for s in self.sizes:
-                graph = torch.cuda.CUDAGraph()
+                graph = self._new_graph()
                 if self.owner.capture_error_mode == "thread_local":
                     # Capturing next to live traffic: torch.cuda.graph() would also gc.collect() (holding the GIL)
                     # and empty_cache() (cudaFree synchronizes the device) before every capture.
@@ -191,12 +200,53 @@ class _TorchLane:
                     ):
                         self.outputs[s] = self.owner.module(self.static_in[:s])
                 self.graphs[s] = graph
-                self.graph_exec[s] = self._driver.CUgraphExec(int(graph.raw_cuda_graph_exec()))
+            self.use_priority(self._stream_priority())
             # A graph's first launch uploads it (slow); do that here, not inside a measurement window.
-            with torch.cuda.stream(side):
-                for graph in self.graphs.values():
-                    graph.replay()
+            upload = self._driver.CUstream(int(side.cuda_stream))
+            for graph_exec in self.graph_exec.values():
+                self._graph_launch(graph_exec, upload)
         torch.cuda.synchronize()
+
+    def _new_graph(self) -> Any:
+        torch = self.owner._torch
+        try:  # kept un-instantiated: we instantiate it ourselves with kernel priorities (graph_priority.py)
+            return torch.cuda.CUDAGraph(keep_graph=True)
+        except TypeError:  # torch without keep_graph: its own instantiation, the stream's priority not honoured
+            self.priority_status = "torch has no CUDAGraph(keep_graph=True): graph kernels at default priority"
+            return torch.cuda.CUDAGraph()
+
+    def _stream_priority(self) -> int:
+        if not self.stream_handle:
+            return 0
+        from workbench.timing.graph_priority import stream_priority
+
+        return stream_priority(self.stream_handle)
+
+    def use_priority(self, priority: int) -> None:
+        """(Re-)instantiate the lane's graphs so their kernels run at ``priority`` (the lane stream's)."""
+        if priority == self.priority and self.graph_exec:
+            return
+        from workbench.timing.graph_priority import destroy_exec, instantiate_at_priority
+
+        for size, graph in self.graphs.items():
+            old = self.graph_exec.get(size)
+            try:
+                new = instantiate_at_priority(graph.raw_cuda_graph(), priority)
+            except Exception as error:  # keep_graph unsupported or the driver refused: torch's own instance
+                self.priority_status = f"kernel priorities not set ({type(error).__name__}: {error})"
+                self.graph_exec[size] = self._driver.CUgraphExec(_torch_instance(graph))
+            else:
+                self.graph_exec[size] = new
+                self._owned.append(new)
+            if old is not None and any(old is mine for mine in self._owned):
+                self._owned[:] = [mine for mine in self._owned if mine is not old]
+                destroy_exec(old)
+        self.priority = priority
+
+    def release(self) -> None:
+        """Destroy the executable graphs this lane instantiated itself (torch frees its own with the graphs)."""
+        _destroy_execs(self._owned)
+        self.graph_exec.clear()
 
     def input_pointers(self, size: int) -> list[int]:
         return [int(self.static_in.data_ptr())]
@@ -215,6 +265,27 @@ class _TorchLane:
             self._ext_stream = torch.cuda.ExternalStream(int(stream.handle))
         with torch.inference_mode(), torch.cuda.stream(self._ext_stream):
             self.outputs[size].copy_(self.owner.module(self.static_in[:size]))
+
+
+def _torch_instance(graph: Any) -> int:
+    """The address of torch's own executable graph, instantiating it first if it was captured with keep_graph."""
+    try:
+        address = int(graph.raw_cuda_graph_exec())
+    except RuntimeError:
+        address = 0
+    if not address:
+        graph.instantiate()
+        address = int(graph.raw_cuda_graph_exec())
+    return address
+
+
+def _destroy_execs(owned: list[Any]) -> None:
+    if owned:
+        from workbench.timing.graph_priority import destroy_exec
+
+        for graph_exec in owned:
+            destroy_exec(graph_exec)
+        owned.clear()
 
 
 def _host_random(shape: tuple[int, ...]) -> Any:

@@ -163,10 +163,10 @@ class _TrtLane:
             status, graph = drv.cuStreamEndCapture(stream)
         if int(status) != 0:
             raise WorkbenchError(f"cuStreamEndCapture failed: {status!r}")
-        status, graph_exec = drv.cuGraphInstantiate(graph, 0)
-        if int(status) != 0:
-            raise WorkbenchError(f"cuGraphInstantiate failed: {status!r}")
-        return graph_exec
+        from workbench.timing.graph_priority import instantiate_at_priority, stream_priority
+
+        # Kernel nodes at the lane stream's priority: a plain instantiation did not honour it (graph_priority.py).
+        return instantiate_at_priority(graph, stream_priority(stream))
 
     def _set_batch(self, size: int) -> None:
         if size != self._current_size:
