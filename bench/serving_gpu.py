@@ -182,7 +182,13 @@ def section_priority(
     hi_cfg = dict(lanes=4, depth=1, max_batch=8, max_queue_delay_ms=0.5, queue_capacity=4096)
     lo_cfg = dict(lanes=2, depth=2, max_batch=64, max_queue_delay_ms=2.0, queue_capacity=256)
     lo_rate = 13000.0  # above what ResNet-50 serves (~10k/s at batch 64): admission control refuses the excess
-    out: dict[str, Any] = {"hi_rate_per_s": hi_rate, "lo_offered_per_s": lo_rate, "seconds": seconds}
+    out: dict[str, Any] = {
+        "hi_rate_per_s": hi_rate,
+        "lo_offered_per_s": lo_rate,
+        "seconds": seconds,
+        "hi_config": hi_cfg,
+        "lo_config": lo_cfg,
+    }
 
     def run(
         label: str,
@@ -542,9 +548,12 @@ def render_markdown(docs: list[dict[str, Any]], names: list[str]) -> str:
             lines.append("")
         prio = sections.get("priority")
         if prio:
+            # runs before 2026-12-04 17:00 did not record their configs: these were the values then
+            hi_cfg = prio.get("hi_config") or {"lanes": 2, "depth": 2, "max_batch": 8}
+            lo_cfg = prio.get("lo_config") or {"lanes": 2, "depth": 2, "max_batch": 64, "queue_capacity": 256}
             lines += [
-                f"Priorities: high-priority model offered {prio['hi_rate_per_s']:,.0f} req/s (2 lanes, max batch 8), "
-                f"low-priority model offered {prio['lo_offered_per_s']:,.0f} req/s (2 lanes, max batch 64, queue 256); "
+                f"Priorities: high-priority model offered {prio['hi_rate_per_s']:,.0f} req/s ({_cfg(hi_cfg)}), "
+                f"low-priority model offered {prio['lo_offered_per_s']:,.0f} req/s ({_cfg(lo_cfg)}); "
                 f"{prio['seconds']:g} s measured each.",
                 "",
                 "| run | high: p99 ms (95 % CI, n) | high: x alone | low: req/s | low: x alone | low refused |",
@@ -618,6 +627,11 @@ def render_markdown(docs: list[dict[str, Any]], names: list[str]) -> str:
                     )
                 lines.append("")
     return "\n".join(lines)
+
+
+def _cfg(config: dict[str, Any]) -> str:
+    text = f"{config['lanes']} lanes x depth {config.get('depth', 2)}, max batch {config['max_batch']}"
+    return text + (f", queue {config['queue_capacity']}" if config.get("queue_capacity", 0) < 1000 else "")
 
 
 def _render_cli() -> int:

@@ -224,16 +224,19 @@ def test_graph_kernels_run_at_the_lane_priority() -> None:
     lo = TorchExecutor(copy.deepcopy(module), (3, 224, 224), dtype="float16", description="lo")
 
     def node_priorities(lane) -> set[int]:
-        graph = driver.CUgraph(int(lane.graphs[1].raw_cuda_graph()))
-        _, _, count = driver.cuGraphGetNodes(graph, 0)
-        _, nodes, _ = driver.cuGraphGetNodes(graph, count)
         attribute = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
         kernel = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-        return {
-            int(driver.cuGraphKernelNodeGetAttribute(node, attribute)[1].priority)
-            for node in nodes
-            if driver.cuGraphNodeGetType(node)[1] == kernel
-        }
+        found = set()
+        for captured in lane.graphs.values():
+            graph = driver.CUgraph(int(captured.raw_cuda_graph()))
+            _, _, count = driver.cuGraphGetNodes(graph, 0)
+            _, nodes, _ = driver.cuGraphGetNodes(graph, count)
+            found |= {
+                int(driver.cuGraphKernelNodeGetAttribute(node, attribute)[1].priority)
+                for node in nodes
+                if driver.cuGraphNodeGetType(node)[1] == kernel
+            }
+        return found
 
     hi_lane = hi.bind_lane(0, [1], urgent)
     assert hi_lane.priority == int(greatest) and node_priorities(hi_lane) == {int(greatest)}, hi_lane.priority_status
