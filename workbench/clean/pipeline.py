@@ -21,11 +21,13 @@ from workbench.clean.checks import (
 )
 from workbench.clean.data import DEFAULT_CHECK_BATCHES, load_check_batches
 from workbench.clean.graph_utils import (
+    LightExporter,
     all_subgraphs,
     apply_inferred_shapes,
+    copy_model_metadata,
     export_graph,
+    fill_stubs,
     import_graph,
-    light_export,
     model_bytes,
     node_names,
     node_skeleton,
@@ -123,24 +125,12 @@ def _apply_overrides(
     return tuple(result)
 
 
-def _same_graph(a: Any, b: Any) -> bool:
-    """Same nodes, I/O and constants. ``b`` may be a full model and ``a`` a light one (weights as stubs): a
-    stub never equals a full tensor, so the first light export after the original always counts as a change
-    (harmless: it is checked)."""
-    ga, gb = a.graph, b.graph
-    if list(ga.node) != list(gb.node) or list(ga.input) != list(gb.input) or list(ga.output) != list(gb.output):
-        return False
-    if len(ga.initializer) != len(gb.initializer):
-        return False
-    by_name = {init.name: init for init in gb.initializer}
-    return all(init.name in by_name and init == by_name[init.name] for init in ga.initializer)
-
-
 @dataclass
 class _Snapshot:
     """What the report needs about one state of the graph."""
 
-    light: Any  # light ModelProto (weights as stubs), for change detection
+    light: Any  # light ModelProto (weights as stubs), or the original model
+    fingerprint: Any  # LightExporter.fingerprint of the graph: equal fingerprints, equal graphs
     counts: dict[str, int]
     bytes: int
     names: list[str]
@@ -179,11 +169,14 @@ def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
     return graph
 
 
-def _restore(accepted_full: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
-    """The graph as it was after the last kept pass. With checks on that model was exported; with checks off
-    (no full export per pass, to stay fast) the kept passes are replayed on the original: they are deterministic."""
-    if accepted_full is not None:
-        return import_graph(accepted_full)
+def _restore(accepted: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
+    """The graph as it was after the last kept pass. With checks on that model was checked (``accepted``: a full
+    ModelProto, or a light one with the arrays of its stubs); with checks off (no export per pass, to stay fast)
+    the kept passes are replayed on the original: they are deterministic."""
+    if isinstance(accepted, tuple):
+        return import_graph(fill_stubs(*accepted))
+    if accepted is not None:
+        return import_graph(accepted)
     graph = import_graph(original)
     for clean_pass in replay:
         context.shapes_fresh = False
@@ -199,7 +192,8 @@ def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[st
 
 def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str]:
     original, source = _load(model)
-    if original.ByteSize() >= max_model_bytes:
+    # model_bytes (weights and nodes) is a fast lower bound; upb's exact ByteSize encodes the whole model
+    if model_bytes(original) >= max_model_bytes // 2 and original.ByteSize() >= max_model_bytes:
         raise WorkbenchError(
             f"{source}: the model is {original.ByteSize() / 1024**3:.2f} GiB; the cleaner keeps whole models in one "
             f"protobuf message, which cannot exceed 2 GiB.",
@@ -226,8 +220,10 @@ def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanO
     )
 
 
-def _snapshot(light: Any, stub_bytes: int = 0) -> _Snapshot:
-    return _Snapshot(light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light))
+def _snapshot(light: Any, fingerprint: Any, stub_bytes: int = 0) -> _Snapshot:
+    return _Snapshot(
+        light, fingerprint, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light)
+    )
 
 
 def _first_line(error: Exception) -> str:
@@ -239,9 +235,10 @@ class _PassRunner:
     """Runs passes one at a time on one graph, keeping what a rollback needs and a report per pass.
 
     Mutable on purpose: it is the loop state of one cleaning run (never returned). One gs graph lives across
-    passes. Per pass only a light export (weights as stubs) is made, for counting and change detection; a full
-    export only when the checks need the real model. A failed pass restores ``graph`` from the last accepted full
-    model (checks on) or by replaying the kept passes on the original (checks off).
+    passes. After a pass its fingerprint (no export) tells whether it changed anything; only a changed graph is
+    exported, light (weights as stubs, unchanged nodes' protos reused), for counting and for the checks, which
+    hand the weights to ONNX Runtime from memory. A failed pass restores ``graph`` from the last accepted model
+    (checks on) or by replaying the kept passes on the original (checks off).
     """
 
     def __init__(
@@ -250,17 +247,25 @@ class _PassRunner:
         self.original = original
         self.checker = checker
         self.context = context
+        self.exporter = LightExporter()
+        context.exporter = self.exporter
         inputs, outputs = io_specs(original)
         self.expected_io = (inputs, outputs)
         self.overridden_io = (overridden, outputs)
         self.graph = import_graph(original)
-        self.accepted_full: Any = original  # last accepted model as a full ModelProto; None when only graph has it
-        light, self.stub_bytes = light_export(self.graph, original)  # compare light with light
+        # the last accepted model: the original ModelProto, a (light model, {stub name: array}) pair once a
+        # checked pass was kept, or None when only ``graph`` has it (checks off)
+        self.accepted: Any = original
         self.current = _Snapshot(
-            light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original)
+            original,
+            self.exporter.fingerprint(self.graph),
+            op_counts(original),
+            model_bytes(original),
+            node_names(original),
+            node_skeleton(original),
         )
         self.shapes_fresh = False
-        self.replay: list[CleanPass] = []  # passes kept without a full export since the last one (checks off)
+        self.replay: list[CleanPass] = []  # passes kept without a check since the last checked one (checks off)
         self.reports: list[PassReport] = []
         self.pass_seconds = 0.0
         self.check_seconds = checker.baseline_seconds if checker is not None else 0.0
@@ -306,7 +311,7 @@ class _PassRunner:
         self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
         try:
-            light = self._apply(clean_pass)
+            after = self._apply(clean_pass)
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
@@ -318,34 +323,40 @@ class _PassRunner:
             return
         seconds = time.perf_counter() - start
         self.pass_seconds += seconds
-        if light is None or _same_graph(light, self.current.light):
-            self.report(clean_pass, "report_only" if light is None else "unchanged", seconds=seconds)
+        if after is None or after is self.current:
+            self.report(clean_pass, "report_only" if after is None else "unchanged", seconds=seconds)
             self.shapes_fresh = self.context.shapes_fresh
             return
-        after = _snapshot(light, self.stub_bytes)
         if self.checker is None:
             self.report(clean_pass, "unchecked", after=after, seconds=seconds)
-            self.accepted_full, self.current, self.shapes_fresh = None, after, False
+            self.accepted, self.current, self.shapes_fresh = None, after, False
             self.replay.append(clean_pass)
             return
-        self._check_and_keep(clean_pass, light, after, seconds)
+        self._check_and_keep(clean_pass, after, seconds)
 
-    def _apply(self, clean_pass: CleanPass) -> Any:
-        """Run the pass on the graph; the light export of the result, or None for a report-only pass."""
+    def _apply(self, clean_pass: CleanPass) -> _Snapshot | None:
+        """Run the pass on the graph: None for a report-only pass, ``self.current`` when the graph is unchanged,
+        else a snapshot of the new graph (from its light export)."""
         self.graph = run_pass(clean_pass, self.graph, self.context)
         if clean_pass.tolerance == "report":
             return None
         _tidy(self.graph)
-        light, self.stub_bytes = light_export(self.graph, self.original)
-        return light
+        fingerprint = self.exporter.fingerprint(self.graph)
+        if fingerprint == self.current.fingerprint:
+            return self.current
+        light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
+        return _snapshot(light, fingerprint, stub_bytes)
 
-    def _check_and_keep(self, clean_pass: CleanPass, light: Any, after: _Snapshot, seconds: float) -> None:
+    def _check_and_keep(self, clean_pass: CleanPass, after: _Snapshot, seconds: float) -> None:
         assert self.checker is not None
         is_override = clean_pass.name == "override_input_shapes"
         wanted_io = self.overridden_io if is_override else self.expected_io
         check_start = time.perf_counter()
-        candidate = export_graph(self.graph, self.original)
-        outcome = self.checker.check(candidate, clean_pass.tolerance, wanted_io, light=light)
+        # the model ONNX Runtime runs: the light export with value_info, body constants with their data, and the
+        # top-level stubs' arrays handed over from memory
+        candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
+        arrays = {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        outcome = self.checker.check(candidate, clean_pass.tolerance, wanted_io, light=after.light, external=arrays)
         check_time = time.perf_counter() - check_start
         self.check_seconds += check_time
         self.report(
@@ -358,23 +369,29 @@ class _PassRunner:
             failure=outcome.failure,
         )
         if not outcome.ok:
-            self.graph, self.shapes_fresh = import_graph(self.accepted_full), False
+            self._restore()
             return
         if is_override:
             self.expected_io = wanted_io
         self.checker.accept(outcome)
-        self.accepted_full, self.current = candidate, after
+        self.accepted, self.current = (candidate, arrays), after
         self.replay.clear()
         self.shapes_fresh = outcome.inferred_model is not None
         if self.shapes_fresh:
             apply_inferred_shapes(self.graph, outcome.inferred_model)
 
     def _restore(self) -> None:
-        self.graph = _restore(self.accepted_full, self.original, self.replay, self.context)
+        self.graph = _restore(self.accepted, self.original, self.replay, self.context)
         self.shapes_fresh = False
+        self.current.fingerprint = self.exporter.fingerprint(self.graph)  # new objects, same graph
 
     def final_model(self) -> Any:
-        return self.accepted_full if self.accepted_full is not None else export_graph(self.graph, self.original)
+        """The last accepted model as it was checked (weights filled in), or with checks off the graph's export."""
+        if isinstance(self.accepted, tuple):
+            return copy_model_metadata(fill_stubs(*self.accepted), self.original)
+        if self.accepted is not None:
+            return self.accepted
+        return export_graph(self.graph, self.original)
 
 
 def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
