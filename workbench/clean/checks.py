@@ -360,6 +360,7 @@ class CheckOutcome:
     inferred_model: Any  # the candidate after strict shape inference (None if that failed)
     seconds: float
     outputs: list[list[np.ndarray]] | None = None  # the candidate's outputs per probe (when every check passed)
+    candidate: Any = None  # what was checked, for the caller to keep (the pipeline's light model and arrays)
 
 
 def _op_count(model: Any, ops: frozenset[str]) -> int:

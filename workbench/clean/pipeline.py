@@ -231,14 +231,34 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
+@dataclass
+class _Deferred:
+    """A pass that ran while a group of changed passes waits for its one check (reported once it is decided)."""
+
+    clean_pass: CleanPass
+    status: str  # "changed" (to be proven), "unchanged" or "report_only"
+    before: _Snapshot
+    after: _Snapshot
+    seconds: float
+    findings: tuple
+    failure: str | None = None  # set only for a skipped pass: why
+
+
 class _PassRunner:
-    """Runs passes one at a time on one graph, keeping what a rollback needs and a report per pass.
+    """Runs passes in order on one graph, proves them, keeps what a rollback needs and a report per pass.
 
     Mutable on purpose: it is the loop state of one cleaning run (never returned). One gs graph lives across
     passes. After a pass its fingerprint (no export) tells whether it changed anything; only a changed graph is
     exported, light (weights as stubs, unchanged nodes' protos reused), for counting and for the checks, which
-    hand the weights to ONNX Runtime from memory. A failed pass restores ``graph`` from the last accepted model
-    (checks on) or by replaying the kept passes on the original (checks off).
+    hand the weights to ONNX Runtime from memory.
+
+    With checks on, consecutive changed passes of one tolerance ("exact" ones, or "numeric" ones) are proven by
+    one check of their combined result: bit-exact against the last accepted model's outputs when all are exact,
+    within tolerance of the original's when numeric, the same bars as one check per pass. If that check fails
+    (or a pass raises while others wait) the graph goes back to the last accepted model and the group's passes
+    are run again one at a time, each checked, so the failing pass is rolled back alone. The input-shape override
+    is always checked alone. A failed pass restores ``graph`` from the last accepted model (checks on) or by
+    replaying the kept passes on the original (checks off).
     """
 
     def __init__(
@@ -264,16 +284,29 @@ class _PassRunner:
             node_names(original),
             node_skeleton(original),
         )
+        self.accepted_snapshot = self.current  # the snapshot of ``accepted`` (checks on)
+        self.pending: list[_Deferred] = []  # passes since the last check, waiting for the next one
+        self.pending_tolerance: str | None = None
+        self.strict = False  # one check per pass (while a failed group is proven again pass by pass)
         self.shapes_fresh = False
         self.replay: list[CleanPass] = []  # passes kept without a check since the last checked one (checks off)
         self.reports: list[PassReport] = []
         self.pass_seconds = 0.0
         self.check_seconds = checker.baseline_seconds if checker is not None else 0.0
 
-    def report(self, clean_pass: CleanPass, status: str, *, after: _Snapshot | None = None, **extra: Any) -> None:
-        after = after or self.current
-        changed = after is not self.current
-        removed, added = _names_diff(self.current.names, after.names) if changed else ([], [])
+    def report(
+        self,
+        clean_pass: CleanPass,
+        status: str,
+        *,
+        after: _Snapshot | None = None,
+        before: _Snapshot | None = None,
+        **extra: Any,
+    ) -> None:
+        before = before or self.current
+        after = after or before
+        changed = after is not before
+        removed, added = _names_diff(before.names, after.names) if changed else ([], [])
         extra.setdefault("tolerance", clean_pass.tolerance)
         extra.setdefault("findings", tuple(self.context.findings))
         extra.setdefault("check_seconds", 0.0)
@@ -282,17 +315,17 @@ class _PassRunner:
             PassReport(
                 clean_pass.name,
                 status,
-                nodes_before=self.current.nodes,
+                nodes_before=before.nodes,
                 nodes_after=after.nodes,
-                subgraph_nodes_before=self.current.subgraph_nodes,
+                subgraph_nodes_before=before.subgraph_nodes,
                 subgraph_nodes_after=after.subgraph_nodes,
-                op_counts_before=self.current.counts,
+                op_counts_before=before.counts,
                 op_counts_after=after.counts,
-                bytes_before=self.current.bytes,
+                bytes_before=before.bytes,
                 bytes_after=after.bytes,
                 nodes_removed=tuple(removed),
                 nodes_added=tuple(added),
-                graph_before=self.current.skeleton if changed else None,
+                graph_before=before.skeleton if changed else None,
                 graph_after=after.skeleton if changed else None,
                 **extra,
             )
@@ -305,8 +338,22 @@ class _PassRunner:
             return "skipped: no input shapes to override"
         return None
 
+    def skip(self, clean_pass: CleanPass, reason: str) -> None:
+        self.context.findings = []
+        if self.pending:
+            self.pending.append(_Deferred(clean_pass, "unchanged", self.current, self.current, 0.0, (), reason))
+        else:
+            self.report(clean_pass, "unchanged", seconds=0.0, failure=reason)
+
+    def _grouped(self) -> bool:
+        return self.checker is not None and not self.strict
+
     def run(self, clean_pass: CleanPass) -> None:
-        """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it."""
+        """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it
+        (with checks on, possibly later: see the class notes)."""
+        is_override = clean_pass.name == "override_input_shapes"
+        if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
+            self._resolve()  # a pass of another tolerance: prove the waiting group first
         self.context.findings = []
         self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
@@ -315,24 +362,44 @@ class _PassRunner:
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
+            self.pass_seconds += time.perf_counter() - start
+            if self.pending:  # others wait for a check: prove them one by one, then this pass alone
+                self._fall_back(self.pending + [_Deferred(clean_pass, "changed", self.current, self.current, 0, ())])
+                return
             self._restore()
             seconds = time.perf_counter() - start
-            self.pass_seconds += seconds
             failure = f"the pass raised {type(error).__name__}: {_first_line(error)}"
             self.report(clean_pass, "rolled_back", seconds=seconds, failure=failure)
             return
         seconds = time.perf_counter() - start
         self.pass_seconds += seconds
         if after is None or after is self.current:
-            self.report(clean_pass, "report_only" if after is None else "unchanged", seconds=seconds)
+            status = "report_only" if after is None else "unchanged"
             self.shapes_fresh = self.context.shapes_fresh
+            if self.pending:
+                findings = tuple(self.context.findings)
+                self.pending.append(_Deferred(clean_pass, status, self.current, self.current, seconds, findings))
+            else:
+                self.report(clean_pass, status, seconds=seconds)
             return
         if self.checker is None:
             self.report(clean_pass, "unchecked", after=after, seconds=seconds)
             self.accepted, self.current, self.shapes_fresh = None, after, False
             self.replay.append(clean_pass)
             return
-        self._check_and_keep(clean_pass, after, seconds)
+        if not self._grouped() or is_override:
+            self._check_and_keep(clean_pass, after, seconds)
+            return
+        self.pending.append(
+            _Deferred(clean_pass, "changed", self.current, after, seconds, tuple(self.context.findings))
+        )
+        self.pending_tolerance = clean_pass.tolerance
+        self.current, self.shapes_fresh = after, False
+
+    def finish(self) -> None:
+        """Prove the passes still waiting for a check."""
+        if self.pending:
+            self._resolve()
 
     def _apply(self, clean_pass: CleanPass) -> _Snapshot | None:
         """Run the pass on the graph: None for a report-only pass, ``self.current`` when the graph is unchanged,
@@ -347,18 +414,32 @@ class _PassRunner:
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
 
-    def _check_and_keep(self, clean_pass: CleanPass, after: _Snapshot, seconds: float) -> None:
+    def _prove(self, tolerance: str, wanted_io: Any, light: Any) -> tuple[Any, float]:
+        """Check the graph as it is now: (outcome, seconds). ONNX Runtime runs its light export with value_info,
+        body constants with their data, and the top-level stubs' arrays handed over from memory."""
         assert self.checker is not None
-        is_override = clean_pass.name == "override_input_shapes"
-        wanted_io = self.overridden_io if is_override else self.expected_io
         check_start = time.perf_counter()
-        # the model ONNX Runtime runs: the light export with value_info, body constants with their data, and the
-        # top-level stubs' arrays handed over from memory
         candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
         arrays = {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
-        outcome = self.checker.check(candidate, clean_pass.tolerance, wanted_io, light=after.light, external=arrays)
+        outcome = self.checker.check(candidate, tolerance, wanted_io, light=light, external=arrays)
+        outcome.candidate = (candidate, arrays)
         check_time = time.perf_counter() - check_start
         self.check_seconds += check_time
+        return outcome, check_time
+
+    def _keep(self, outcome: Any, after: _Snapshot) -> None:
+        assert self.checker is not None
+        self.checker.accept(outcome)
+        self.accepted, self.current, self.accepted_snapshot = outcome.candidate, after, after
+        self.replay.clear()
+        self.shapes_fresh = outcome.inferred_model is not None
+        if self.shapes_fresh:
+            apply_inferred_shapes(self.graph, outcome.inferred_model)
+
+    def _check_and_keep(self, clean_pass: CleanPass, after: _Snapshot, seconds: float) -> None:
+        is_override = clean_pass.name == "override_input_shapes"
+        wanted_io = self.overridden_io if is_override else self.expected_io
+        outcome, check_time = self._prove(clean_pass.tolerance, wanted_io, after.light)
         self.report(
             clean_pass,
             "accepted" if outcome.ok else "rolled_back",
@@ -373,16 +454,70 @@ class _PassRunner:
             return
         if is_override:
             self.expected_io = wanted_io
-        self.checker.accept(outcome)
-        self.accepted, self.current = (candidate, arrays), after
-        self.replay.clear()
-        self.shapes_fresh = outcome.inferred_model is not None
-        if self.shapes_fresh:
-            apply_inferred_shapes(self.graph, outcome.inferred_model)
+        self._keep(outcome, after)
+
+    def _resolve(self) -> None:
+        """One check for the waiting group; on failure, the group again pass by pass."""
+        pending, self.pending = self.pending, []
+        changed = [record for record in pending if record.status == "changed"]
+        if not changed:
+            for record in pending:
+                self._report_deferred(record)
+            return
+        tolerance = "exact" if all(record.clean_pass.tolerance == "exact" for record in changed) else "numeric"
+        outcome, check_time = self._prove(tolerance, self.expected_io, self.current.light)
+        if not outcome.ok and (len(changed) > 1 or pending[-1] is not changed[0]):
+            self._fall_back(pending)
+            return
+        names = tuple(record.clean_pass.name for record in changed) if len(changed) > 1 else ()
+        for record in pending:
+            if record.status != "changed":
+                self._report_deferred(record)
+                continue
+            last = record is changed[-1]
+            self._report_deferred(
+                record,
+                status="accepted" if outcome.ok else "rolled_back",
+                check_seconds=check_time if last else 0.0,
+                max_abs_diff=outcome.max_abs_diff,
+                failure=outcome.failure,
+                checked_with=names,
+            )
+        if outcome.ok:
+            self._keep(outcome, self.current)
+        else:
+            self._restore()
+
+    def _report_deferred(self, record: _Deferred, status: str | None = None, **extra: Any) -> None:
+        self.report(
+            record.clean_pass,
+            status or record.status,
+            before=record.before,
+            after=record.after,
+            seconds=record.seconds,
+            findings=record.findings,
+            **({"failure": record.failure} | extra),
+        )
+
+    def _fall_back(self, records: list[_Deferred]) -> None:
+        """Back to the last accepted model, then the records' passes again, each proven on its own."""
+        self.pending = []
+        self._restore()
+        self.strict = True
+        try:
+            for record in records:
+                if record.failure is not None:  # a skipped pass
+                    self.report(record.clean_pass, "unchanged", seconds=0.0, failure=record.failure)
+                else:
+                    self.run(record.clean_pass)
+        finally:
+            self.strict = False
 
     def _restore(self) -> None:
         self.graph = _restore(self.accepted, self.original, self.replay, self.context)
         self.shapes_fresh = False
+        if self.checker is not None:
+            self.current = self.accepted_snapshot
         self.current.fingerprint = self.exporter.fingerprint(self.graph)  # new objects, same graph
 
     def final_model(self) -> Any:
@@ -415,11 +550,10 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     for clean_pass in passes:
         skipped = runner.skip_reason(clean_pass, opset)
         if skipped:
-            context.findings = []
-            runner.report(clean_pass, "unchanged", seconds=0.0, failure=skipped)
+            runner.skip(clean_pass, skipped)
         else:
             runner.run(clean_pass)
-
+    runner.finish()
     final = runner.final_model()
     return CleanResult(
         source=source,

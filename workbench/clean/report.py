@@ -47,6 +47,10 @@ class PassReport(Artifact):
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
     findings: tuple[Finding, ...] = ()
+    # with checks on, consecutive changed passes of one tolerance are proven by one check of their combined result:
+    # the names of that group (this pass included; empty when it was checked alone). Its max_abs_diff is the
+    # group's, its check_seconds sit on the group's last pass.
+    checked_with: tuple[str, ...] = ()
     # node-only snapshots (onnx.GraphProto without weights) for the before/after picture
     graph_before: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
     graph_after: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
