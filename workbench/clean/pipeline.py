@@ -352,8 +352,11 @@ class _PassRunner:
         """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it
         (with checks on, possibly later: see the class notes)."""
         is_override = clean_pass.name == "override_input_shapes"
+        prepared = None
         if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
-            self._resolve()  # a pass of another tolerance: prove the waiting group first
+            # a pass of another tolerance ends the waiting group if it changes the graph: keep what the group's
+            # check needs (a light export, cheap), and check it only then
+            prepared = self._prepare()
         self.context.findings = []
         self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
@@ -387,12 +390,13 @@ class _PassRunner:
             self.accepted, self.current, self.shapes_fresh = None, after, False
             self.replay.append(clean_pass)
             return
+        record = _Deferred(clean_pass, "changed", self.current, after, seconds, tuple(self.context.findings))
+        if prepared is not None and not self._resolve(prepared, then=record):
+            return  # the group failed: it and this pass were proven again one by one
         if not self._grouped() or is_override:
             self._check_and_keep(clean_pass, after, seconds)
             return
-        self.pending.append(
-            _Deferred(clean_pass, "changed", self.current, after, seconds, tuple(self.context.findings))
-        )
+        self.pending.append(record)
         self.pending_tolerance = clean_pass.tolerance
         self.current, self.shapes_fresh = after, False
 
@@ -414,25 +418,29 @@ class _PassRunner:
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
 
-    def _prove(self, tolerance: str, wanted_io: Any, light: Any) -> tuple[Any, float]:
-        """Check the graph as it is now: (outcome, seconds). ONNX Runtime runs its light export with value_info,
-        body constants with their data, and the top-level stubs' arrays handed over from memory."""
+    def _prepare(self) -> tuple[Any, dict[str, np.ndarray]]:
+        """What a check of the graph as it is now runs: its light export with value_info, body constants with
+        their data, and the top-level stubs' arrays (handed to ONNX Runtime from memory)."""
+        candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
+        return candidate, {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+
+    def _prove(self, tolerance: str, wanted_io: Any, light: Any, prepared: Any = None) -> tuple[Any, float]:
+        """Check the graph as it is now (or as ``prepared`` holds it): (outcome, seconds)."""
         assert self.checker is not None
         check_start = time.perf_counter()
-        candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
-        arrays = {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        candidate, arrays = prepared if prepared is not None else self._prepare()
         outcome = self.checker.check(candidate, tolerance, wanted_io, light=light, external=arrays)
         outcome.candidate = (candidate, arrays)
         check_time = time.perf_counter() - check_start
         self.check_seconds += check_time
         return outcome, check_time
 
-    def _keep(self, outcome: Any, after: _Snapshot) -> None:
+    def _keep(self, outcome: Any, after: _Snapshot, graph_moved_on: bool = False) -> None:
         assert self.checker is not None
         self.checker.accept(outcome)
         self.accepted, self.current, self.accepted_snapshot = outcome.candidate, after, after
         self.replay.clear()
-        self.shapes_fresh = outcome.inferred_model is not None
+        self.shapes_fresh = outcome.inferred_model is not None and not graph_moved_on
         if self.shapes_fresh:
             apply_inferred_shapes(self.graph, outcome.inferred_model)
 
@@ -456,19 +464,20 @@ class _PassRunner:
             self.expected_io = wanted_io
         self._keep(outcome, after)
 
-    def _resolve(self) -> None:
-        """One check for the waiting group; on failure, the group again pass by pass."""
+    def _resolve(self, prepared: Any = None, then: _Deferred | None = None) -> bool:
+        """One check for the waiting group (of the graph now, or as ``prepared`` holds it before ``then`` ran);
+        on failure, the group (and ``then``) again pass by pass. False when it fell back."""
         pending, self.pending = self.pending, []
         changed = [record for record in pending if record.status == "changed"]
         if not changed:
             for record in pending:
                 self._report_deferred(record)
-            return
+            return True
         tolerance = "exact" if all(record.clean_pass.tolerance == "exact" for record in changed) else "numeric"
-        outcome, check_time = self._prove(tolerance, self.expected_io, self.current.light)
-        if not outcome.ok and (len(changed) > 1 or pending[-1] is not changed[0]):
-            self._fall_back(pending)
-            return
+        outcome, check_time = self._prove(tolerance, self.expected_io, self.current.light, prepared)
+        if not outcome.ok and (then is not None or len(changed) > 1 or pending[-1] is not changed[0]):
+            self._fall_back(pending + ([then] if then is not None else []))
+            return False
         names = tuple(record.clean_pass.name for record in changed) if len(changed) > 1 else ()
         for record in pending:
             if record.status != "changed":
@@ -484,9 +493,10 @@ class _PassRunner:
                 checked_with=names,
             )
         if outcome.ok:
-            self._keep(outcome, self.current)
+            self._keep(outcome, self.current, graph_moved_on=prepared is not None)
         else:
             self._restore()
+        return True
 
     def _report_deferred(self, record: _Deferred, status: str | None = None, **extra: Any) -> None:
         self.report(
