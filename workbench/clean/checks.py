@@ -485,7 +485,8 @@ class EquivalenceChecker:
         light: Any = None,
         external: Mapping[str, np.ndarray] | None = None,
     ) -> CheckOutcome:
-        """Run every check on ``candidate``. ``light`` (the same graph with weights as data-free stubs) lets
+        """Run every check on ``candidate`` (``tolerance`` "none": all but the output comparison; the outcome's
+        outputs are the candidate's, for :meth:`compare`). ``light`` (the same graph with weights as data-free stubs) lets
         shape inference skip serializing the weights. ``external``: ``candidate``'s top-level initializers with
         these names are data-free stubs and these are their arrays; ONNX Runtime reads them from memory (external
         initializers) and onnx.checker sees them as graph inputs, so the weights are never copied or serialized
@@ -523,25 +524,38 @@ class EquivalenceChecker:
             session = ort_session(data, external)
         except Exception as error:
             return fail(f"ONNX Runtime cannot load it: {_first_line(error)}", inferred=inferred)
-        worst = 0.0
-        # exact passes: bit-exact against the last accepted model (numeric drift of earlier folding does not
-        # accumulate into a failure); numeric passes: within tolerance of the original
-        references = self.accepted_outputs if tolerance == "exact" else self.references
         run_outputs: list[list[np.ndarray]] = []
-        for shapes, feed, reference in zip(self.probe_shapes, self.feeds, references):
+        for shapes, feed in zip(self.probe_shapes, self.feeds):
             try:
-                got = session.run(self.output_names, feed)
+                run_outputs.append(session.run(self.output_names, feed))
             except Exception as error:
                 return fail(f"ONNX Runtime fails at {self._where(shapes)}: {_first_line(error)}", inferred=inferred)
-            run_outputs.append(got)
+        if tolerance == "none":  # evaluate only: the caller compares (see compare)
+            outcome = CheckOutcome(True, None, None, inferred, time.perf_counter() - start)
+        else:
+            ok, worst, why = self.compare(run_outputs, tolerance)
+            outcome = CheckOutcome(ok, worst, why, inferred, time.perf_counter() - start)
+        outcome.outputs = run_outputs
+        return outcome
+
+    def compare(
+        self, outputs: Sequence[Sequence[np.ndarray]], tolerance: str, against: Any = None
+    ) -> tuple[bool, float, str | None]:
+        """(ok, max abs diff, why not) of a candidate's outputs per probe. "exact": bit-exact against ``against``
+        (default: the last accepted model's outputs; numeric drift of earlier folding does not accumulate into a
+        failure); "numeric": within tolerance of the original's."""
+        if tolerance == "exact":
+            references = self.accepted_outputs if against is None else against
+        else:
+            references = self.references
+        worst = 0.0
+        for shapes, reference, got in zip(self.probe_shapes, references, outputs):
             for name, ref, act in zip(self.output_names, reference, got):
                 ok, diff, why = compare_outputs(np.asarray(ref), np.asarray(act), tolerance)
                 worst = max(worst, diff)
                 if not ok:
-                    return fail(f"output {name!r} at {self._where(shapes)}: {why}", worst, inferred)
-        outcome = CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
-        outcome.outputs = run_outputs
-        return outcome
+                    return False, worst, f"output {name!r} at {self._where(shapes)}: {why}"
+        return True, worst, None
 
     def accept(self, outcome: CheckOutcome) -> None:
         """The candidate behind ``outcome`` was kept: exact passes are compared with its outputs from now on."""

@@ -242,6 +242,7 @@ class _Deferred:
     seconds: float
     findings: tuple
     failure: str | None = None  # set only for a skipped pass: why
+    checkpoint: Any = None  # (light model, arrays) of the graph right after this pass, where the tolerance changes
 
 
 class _PassRunner:
@@ -252,12 +253,14 @@ class _PassRunner:
     exported, light (weights as stubs, unchanged nodes' protos reused), for counting and for the checks, which
     hand the weights to ONNX Runtime from memory.
 
-    With checks on, consecutive changed passes of one tolerance ("exact" ones, or "numeric" ones) are proven by
-    one check of their combined result: bit-exact against the last accepted model's outputs when all are exact,
-    within tolerance of the original's when numeric, the same bars as one check per pass. If that check fails
-    (or a pass raises while others wait) the graph goes back to the last accepted model and the group's passes
-    are run again one at a time, each checked, so the failing pass is rolled back alone. The input-shape override
-    is always checked alone. A failed pass restores ``graph`` from the last accepted model (checks on) or by
+    With checks on, changed passes wait and are proven together (:meth:`_resolve`): a step over several passes
+    is kept when its result is bit-exact to the last accepted model's outputs, or, for numeric passes only, within
+    tolerance of the original's: the bars of one check per pass ("exact" passes bit-exact, "numeric" ones within
+    tolerance). Where the tolerance changes a light export of the graph is kept as a checkpoint, so a group that
+    is not bit-exact as a whole is proven in steps without running passes again. If no step can be proven (or a
+    pass raises while others wait) the graph goes back to the last accepted model and the remaining passes run
+    again one at a time, each checked, so a failing pass is rolled back alone. The input-shape override is
+    always checked alone. A failed pass restores ``graph`` from the last accepted model (checks on) or by
     replaying the kept passes on the original (checks off).
     """
 
@@ -288,6 +291,7 @@ class _PassRunner:
         self.pending: list[_Deferred] = []  # passes since the last check, waiting for the next one
         self.pending_tolerance: str | None = None
         self.strict = False  # one check per pass (while a failed group is proven again pass by pass)
+        self._prepared: tuple[_Snapshot, Any] | None = None  # (state, its _prepare()) for _prepare_current
         self.shapes_fresh = False
         self.replay: list[CleanPass] = []  # passes kept without a check since the last checked one (checks off)
         self.reports: list[PassReport] = []
@@ -354,9 +358,9 @@ class _PassRunner:
         is_override = clean_pass.name == "override_input_shapes"
         prepared = None
         if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
-            # a pass of another tolerance ends the waiting group if it changes the graph: keep what the group's
-            # check needs (a light export, cheap), and check it only then
-            prepared = self._prepare()
+            # where the tolerance changes, keep the graph as it is (a light export, cheap): a checkpoint the group's
+            # proof can fall back on (see _resolve), or the state to prove before the override is checked alone
+            prepared = self._prepare_current()
         self.context.findings = []
         self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
@@ -391,11 +395,13 @@ class _PassRunner:
             self.replay.append(clean_pass)
             return
         record = _Deferred(clean_pass, "changed", self.current, after, seconds, tuple(self.context.findings))
-        if prepared is not None and not self._resolve(prepared, then=record):
+        if is_override and prepared is not None and not self._resolve(prepared, then=record):
             return  # the group failed: it and this pass were proven again one by one
         if not self._grouped() or is_override:
             self._check_and_keep(clean_pass, after, seconds)
             return
+        if prepared is not None:
+            next(r for r in reversed(self.pending) if r.status == "changed").checkpoint = prepared
         self.pending.append(record)
         self.pending_tolerance = clean_pass.tolerance
         self.current, self.shapes_fresh = after, False
@@ -417,6 +423,12 @@ class _PassRunner:
             return self.current
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
+
+    def _prepare_current(self) -> tuple[Any, dict[str, np.ndarray]]:
+        """:meth:`_prepare`, made once per graph state (unchanged passes keep the state)."""
+        if self._prepared is None or self._prepared[0] is not self.current:
+            self._prepared = (self.current, self._prepare())
+        return self._prepared[1]
 
     def _prepare(self) -> tuple[Any, dict[str, np.ndarray]]:
         """What a check of the graph as it is now runs: its light export with value_info, body constants with
@@ -465,38 +477,91 @@ class _PassRunner:
         self._keep(outcome, after)
 
     def _resolve(self, prepared: Any = None, then: _Deferred | None = None) -> bool:
-        """One check for the waiting group (of the graph now, or as ``prepared`` holds it before ``then`` ran);
-        on failure, the group (and ``then``) again pass by pass. False when it fell back."""
+        """Prove the waiting group (the graph now, or as ``prepared`` holds it before ``then`` ran) with as few
+        ONNX Runtime evaluations as the bars allow; on failure, the rest again pass by pass. False when it fell back.
+
+        The states to reach are the checkpoints (where the tolerance changes) and the group's end. A step from
+        the last accepted state to a later one is proven when the later state's outputs are bit-exact to the
+        accepted state's (any passes), or within tolerance of the original's (numeric passes only): the bars of
+        one check per pass, for the step's passes together. The furthest provable state is taken first, so a group
+        whose result is bit-exact costs one evaluation, and one ending in non-bit-exact fusions two.
+        """
+        assert self.checker is not None
         pending, self.pending = self.pending, []
         changed = [record for record in pending if record.status == "changed"]
         if not changed:
             for record in pending:
                 self._report_deferred(record)
             return True
-        tolerance = "exact" if all(record.clean_pass.tolerance == "exact" for record in changed) else "numeric"
-        outcome, check_time = self._prove(tolerance, self.expected_io, self.current.light, prepared)
-        if not outcome.ok and (then is not None or len(changed) > 1 or pending[-1] is not changed[0]):
-            self._fall_back(pending + ([then] if then is not None else []))
-            return False
-        names = tuple(record.clean_pass.name for record in changed) if len(changed) > 1 else ()
-        for record in pending:
-            if record.status != "changed":
+        states: list[tuple[int, Any, _Snapshot]] = [  # (index in changed, (light model, arrays), snapshot)
+            (index, record.checkpoint, record.after)
+            for index, record in enumerate(changed[:-1])
+            if record.checkpoint is not None
+        ]
+        states.append((len(changed) - 1, prepared if prepared is not None else self._prepare(), self.current))
+        evaluated: dict[int, Any] = {}
+        position, queue, spent = -1, list(pending), 0.0
+
+        def evaluate(index: int, candidate: Any, light: Any) -> Any:
+            nonlocal spent
+            if index not in evaluated:
+                outcome, seconds = self._prove("none", self.expected_io, light, candidate)
+                evaluated[index], spent = outcome, spent + seconds
+            return evaluated[index]
+
+        failure: tuple[str | None, float | None] = (None, None)
+        while position < len(changed) - 1:
+            step = None
+            for index, candidate, snapshot in reversed([state for state in states if state[0] > position]):
+                outcome = evaluate(index, candidate, snapshot.light)
+                if not outcome.ok:
+                    failure = (outcome.failure, None)
+                    continue
+                passes = changed[position + 1 : index + 1]
+                numeric = all(record.clean_pass.tolerance == "numeric" for record in passes)
+                ok, diff, why = self.checker.compare(outcome.outputs, "numeric" if numeric else "exact")
+                if ok:
+                    step = (index, outcome, snapshot, diff, passes)
+                    break
+                failure = (why, diff)
+            if step is None:
+                break
+            index, outcome, snapshot, diff, passes = step
+            names = tuple(record.clean_pass.name for record in passes) if len(passes) > 1 else ()
+            while queue:  # report the step's passes and the unchanged ones among them, in order
+                record = queue.pop(0)
+                if record.status != "changed":
+                    self._report_deferred(record)
+                    continue
+                last = record is passes[-1]
+                self._report_deferred(
+                    record,
+                    status="accepted",
+                    check_seconds=spent if last else 0.0,
+                    max_abs_diff=diff,
+                    checked_with=names,
+                )
+                if last:
+                    break
+            spent = 0.0
+            moved_on = prepared is not None or index != len(changed) - 1
+            self._keep(outcome, snapshot, graph_moved_on=moved_on)
+            position = index
+        if position == len(changed) - 1:
+            for record in queue:  # unchanged passes after the group's last change
                 self._report_deferred(record)
-                continue
-            last = record is changed[-1]
+            return True
+        rest = queue + ([then] if then is not None else [])
+        single = len(rest) == 1 and rest[0].status == "changed" and then is None and len(evaluated) == 1
+        if single:  # one pass checked alone failed: it is rolled back, nothing to prove again
+            record = rest[0]
             self._report_deferred(
-                record,
-                status="accepted" if outcome.ok else "rolled_back",
-                check_seconds=check_time if last else 0.0,
-                max_abs_diff=outcome.max_abs_diff,
-                failure=outcome.failure,
-                checked_with=names,
+                record, status="rolled_back", check_seconds=spent, max_abs_diff=failure[1], failure=failure[0]
             )
-        if outcome.ok:
-            self._keep(outcome, self.current, graph_moved_on=prepared is not None)
-        else:
             self._restore()
-        return True
+            return True
+        self._fall_back(rest)
+        return False
 
     def _report_deferred(self, record: _Deferred, status: str | None = None, **extra: Any) -> None:
         self.report(

@@ -47,9 +47,9 @@ class PassReport(Artifact):
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
     findings: tuple[Finding, ...] = ()
-    # with checks on, consecutive changed passes of one tolerance are proven by one check of their combined result:
-    # the names of that group (this pass included; empty when it was checked alone). Its max_abs_diff is the
-    # group's, its check_seconds sit on the group's last pass.
+    # with checks on, consecutive changed passes are proven together by one ONNX Runtime evaluation where the bars
+    # allow (see workbench.clean.pipeline._PassRunner): the names of the passes proven by the same step (this one
+    # included; empty when it was proven alone). max_abs_diff is the step's, check_seconds sit on its last pass.
     checked_with: tuple[str, ...] = ()
     # node-only snapshots (onnx.GraphProto without weights) for the before/after picture
     graph_before: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
