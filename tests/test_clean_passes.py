@@ -667,3 +667,44 @@ def test_a_pass_of_another_tolerance_closes_the_group():
     assert double.status == "rolled_back" and "outside rtol" in double.failure
     assert cse.status == "accepted"
     assert ops(result.model) == ["MatMul", "Relu", "Add"]
+
+
+def _copy_the_weight(graph, context):  # a new Constant with the same values: changed, but bit-exact
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            old = node.inputs[1]
+            node.inputs[1] = gs.Constant(old.name + "_copy", np.array(old.values))
+
+
+def _nudge_the_weight(graph, context):  # a change well within rtol 1e-4 / atol 1e-5: numeric, not bit-exact
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            old = node.inputs[1]
+            node.inputs[1] = gs.Constant(old.name + "_nudged", (np.asarray(old.values) * (1 + 1e-6)).astype(F32))
+
+
+def test_a_bit_exact_group_across_tolerances_is_proven_by_one_evaluation():
+    register_pass(CleanPass("test_copy_weight", _copy_the_weight, "numeric"), replace=True)
+    model = _identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32))
+
+    result = clean_model(model, only(["remove_noops", "test_copy_weight", "cse"]))
+
+    assert [r.status for r in result.passes] == ["accepted"] * 3
+    assert all(r.checked_with == ("remove_noops", "test_copy_weight", "cse") for r in result.passes)
+    assert [r.check_seconds > 0 for r in result.passes] == [False, False, True]
+
+
+def test_a_group_ending_in_a_numeric_change_is_proven_in_two_steps():
+    register_pass(CleanPass("test_nudge_weight", _nudge_the_weight, "numeric"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "cse", "test_nudge_weight"]))
+
+    noops, cse, nudge = result.passes
+    assert noops.status == cse.status == nudge.status == "accepted"
+    assert noops.checked_with == cse.checked_with == ("remove_noops", "cse") and nudge.checked_with == ()
+    assert cse.max_abs_diff == 0.0 and 0.0 < nudge.max_abs_diff < 1e-4  # bit-exact step, then the numeric one
+    assert ops(result.model) == ["MatMul", "Relu", "Add"]
+    kept = next(init for init in result.model.graph.initializer if init.name == "W_nudged")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), (weight * (1 + 1e-6)).astype(F32))
