@@ -590,3 +590,121 @@ def test_pass_raising_with_checks_off_restores_the_graph_of_the_kept_passes():
     assert ops(result.model) == ["Relu"]  # remove_noops kept, the broken pass undone
     feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
     np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+
+
+# ------------------------------------------------------------------------------------------ grouped checks
+
+
+def _identity_relu_matmul(weight: np.ndarray) -> onnx.ModelProto:
+    """x -> Identity -> MatMul(W, a weight over the light-export stub size) -> Relu + the same Relu again."""
+    x = gs.Variable("x", F32, ["N", weight.shape[0]])
+    a, m = gs.Variable("a", F32, ["N", weight.shape[0]]), gs.Variable("m", F32, ["N", weight.shape[1]])
+    r1, r2 = gs.Variable("r1", F32, ["N", weight.shape[1]]), gs.Variable("r2", F32, ["N", weight.shape[1]])
+    y = gs.Variable("y", F32, ["N", weight.shape[1]])
+    nodes = [
+        gs.Node("Identity", inputs=[x], outputs=[a]),
+        gs.Node("MatMul", inputs=[a, gs.Constant("W", weight)], outputs=[m]),
+        gs.Node("Relu", inputs=[m], outputs=[r1]),
+        gs.Node("Relu", inputs=[m], outputs=[r2]),  # the same as r1: cse merges it
+        gs.Node("Add", inputs=[r1, r2], outputs=[y]),
+    ]
+    return export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
+
+
+def _double_the_weight(graph, context):  # a new Constant with other values: outputs change
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            old = node.inputs[1]
+            node.inputs[1] = gs.Constant(old.name + "_x2", np.asarray(old.values) * 2)
+
+
+def test_consecutive_exact_passes_are_proven_by_one_check():
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)  # 8 KiB: a stub handed to ORT
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "cse"]))
+
+    noops, cse = result.passes
+    assert noops.status == cse.status == "accepted"
+    assert noops.checked_with == cse.checked_with == ("remove_noops", "cse")
+    assert noops.check_seconds == 0.0 and cse.check_seconds > 0.0  # one check, after the group's last pass
+    assert noops.max_abs_diff == cse.max_abs_diff == 0.0
+    assert noops.nodes_after == 4 and cse.nodes_after == 3 and ops(result.model) == ["MatMul", "Relu", "Add"]
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32)}
+    for got, want in zip(run_ort(result.model, feed), run_ort(model, feed)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_failing_group_is_proven_again_pass_by_pass_and_only_the_bad_pass_rolled_back():
+    register_pass(CleanPass("test_double_weight", _double_the_weight, "exact"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "test_double_weight", "cse"]))
+
+    noops, double, cse = result.passes
+    assert noops.status == "accepted" and cse.status == "accepted"
+    # the changed weight reaches ONNX Runtime (as an external initializer) and is caught
+    assert double.status == "rolled_back" and "output 'y'" in double.failure
+    assert noops.checked_with == double.checked_with == cse.checked_with == ()  # each proven alone after the fallback
+    assert ops(result.model) == ["MatMul", "Relu", "Add"]
+    kept = next(init for init in result.model.graph.initializer if init.name == "W")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)  # the weight as it was, in the model
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32)}
+    for got, want in zip(run_ort(result.model, feed), run_ort(model, feed)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_pass_of_another_tolerance_closes_the_group():
+    register_pass(CleanPass("test_double_weight_numeric", _double_the_weight, "numeric"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "test_double_weight_numeric", "cse"]))
+
+    noops, double, cse = result.passes
+    assert noops.status == "accepted" and noops.checked_with == () and noops.check_seconds > 0.0
+    assert double.status == "rolled_back" and "outside rtol" in double.failure
+    assert cse.status == "accepted"
+    assert ops(result.model) == ["MatMul", "Relu", "Add"]
+
+
+def _copy_the_weight(graph, context):  # a new Constant with the same values: changed, but bit-exact
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            old = node.inputs[1]
+            node.inputs[1] = gs.Constant(old.name + "_copy", np.array(old.values))
+
+
+def _nudge_the_weight(graph, context):  # a change well within rtol 1e-4 / atol 1e-5: numeric, not bit-exact
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            old = node.inputs[1]
+            node.inputs[1] = gs.Constant(old.name + "_nudged", (np.asarray(old.values) * (1 + 1e-6)).astype(F32))
+
+
+def test_a_bit_exact_group_across_tolerances_is_proven_by_one_evaluation():
+    register_pass(CleanPass("test_copy_weight", _copy_the_weight, "numeric"), replace=True)
+    model = _identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32))
+
+    result = clean_model(model, only(["remove_noops", "test_copy_weight", "cse"]))
+
+    assert [r.status for r in result.passes] == ["accepted"] * 3
+    assert all(r.checked_with == ("remove_noops", "test_copy_weight", "cse") for r in result.passes)
+    assert [r.check_seconds > 0 for r in result.passes] == [False, False, True]
+
+
+def test_a_group_ending_in_a_numeric_change_is_proven_in_two_steps():
+    register_pass(CleanPass("test_nudge_weight", _nudge_the_weight, "numeric"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "cse", "test_nudge_weight"]))
+
+    noops, cse, nudge = result.passes
+    assert noops.status == cse.status == nudge.status == "accepted"
+    assert noops.checked_with == cse.checked_with == ("remove_noops", "cse") and nudge.checked_with == ()
+    assert cse.max_abs_diff == 0.0 and 0.0 < nudge.max_abs_diff < 1e-4  # bit-exact step, then the numeric one
+    assert ops(result.model) == ["MatMul", "Relu", "Add"]
+    kept = next(init for init in result.model.graph.initializer if init.name == "W_nudged")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), (weight * (1 + 1e-6)).astype(F32))

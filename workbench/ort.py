@@ -9,7 +9,7 @@ on it switches to integer kernels whose accuracy depends on the CPU. Every numer
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,13 @@ def cpu_session(
     extra_outputs: Iterable[str] = (),
     optimized: bool = False,
     what: str = "the model",
+    external_initializers: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` on CPU for a ModelProto, its serialized bytes or a file path.
 
     ``extra_outputs`` exposes intermediate tensors as graph outputs (on a copy; the caller's model is untouched).
+    ``external_initializers``: arrays for the top-level initializers the model declares as external data (they
+    are read from memory, never from a file), so a model with large weights need not be serialized with them.
     A model ONNX Runtime cannot load raises WorkbenchError naming ``what``.
     """
     import onnxruntime as ort
@@ -58,8 +61,15 @@ def cpu_session(
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
+    if external_initializers:
+        names = list(external_initializers)
+        values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(external_initializers[n])) for n in names]
+        options.add_external_initializers(names, values)
     try:
-        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        if external_initializers:
+            session.workbench_external_values = values  # ORT reads these buffers: keep them alive with it
+        return session
     except Exception as error:  # onnxruntime raises its own exception classes (Fail, InvalidGraph, ...)
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
 

@@ -241,11 +241,86 @@ def _describe_feed(feed: Mapping[str, np.ndarray]) -> str:
     return ", ".join(parts)
 
 
-def ort_session(model: Any) -> Any:
-    """An ONNX Runtime CPU session with graph optimizations off, from a ModelProto or its serialized bytes."""
+def ort_session(model: Any, external: Mapping[str, np.ndarray] | None = None) -> Any:
+    """An ONNX Runtime CPU session with graph optimizations off, from a ModelProto or its serialized bytes;
+    ``external``: arrays of the top-level initializers the model declares as external data."""
     from workbench.ort import cpu_session
 
-    return cpu_session(model, what="the cleaned model")
+    return cpu_session(model, what="the cleaned model", external_initializers=external)
+
+
+EXTERNAL_LOCATION = "workbench-in-memory"  # never read: ONNX Runtime gets these arrays as external initializers
+
+
+def split_large_initializers(model: Any, threshold: int = 4096) -> tuple[Any, dict[str, np.ndarray]]:
+    """(``model`` with its top-level numeric initializers over ``threshold`` bytes as data-free stubs, their
+    arrays by name). The weights are copied once, never serialized; the model is not modified."""
+    import onnx
+
+    light = onnx.ModelProto()
+    for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, name, getattr(model, name))
+    light.opset_import.extend(model.opset_import)
+    light.metadata_props.extend(model.metadata_props)
+    light.functions.extend(model.functions)
+    source, graph = model.graph, light.graph
+    graph.name, graph.doc_string = source.name, source.doc_string
+    for name in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation"):
+        getattr(graph, name).extend(getattr(source, name))
+    external: dict[str, np.ndarray] = {}
+    numeric = {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.DOUBLE,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.BOOL,
+    }
+    for init in source.initializer:
+        if (
+            init.data_type in numeric
+            and init.HasField("raw_data")
+            and math.prod(init.dims) * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize > threshold
+            and init.data_location != onnx.TensorProto.EXTERNAL
+        ):
+            external[init.name] = onnx.numpy_helper.to_array(init)
+            graph.initializer.append(onnx.TensorProto(name=init.name, data_type=init.data_type, dims=init.dims))
+        else:
+            graph.initializer.append(init)
+    return light, external
+
+
+def _external_view(model: Any, external: Mapping[str, np.ndarray], *, as_inputs: bool) -> bytes:
+    """``model`` serialized with its top-level initializers named in ``external`` declared as external data (for
+    ONNX Runtime with the arrays as external initializers) or, ``as_inputs``, moved to the graph inputs (for
+    onnx.checker, which wants external data in a file: the nodes are checked the same way)."""
+    import onnx
+
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    graph = view.graph
+    if as_inputs:
+        stubs = [init for init in graph.initializer if init.name in external]
+        kept = [init for init in graph.initializer if init.name not in external]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        declared = {inp.name for inp in graph.input}
+        graph.input.extend(
+            onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+            for init in stubs
+            if init.name not in declared
+        )
+    else:
+        for init in graph.initializer:
+            if init.name in external:
+                init.data_location = onnx.TensorProto.EXTERNAL
+                del init.external_data[:]
+                init.external_data.add(key="location", value=EXTERNAL_LOCATION)
+    return view.SerializeToString()
 
 
 def compare_outputs(reference: np.ndarray, actual: np.ndarray, tolerance: str) -> tuple[bool, float, str | None]:
@@ -285,6 +360,7 @@ class CheckOutcome:
     inferred_model: Any  # the candidate after strict shape inference (None if that failed)
     seconds: float
     outputs: list[list[np.ndarray]] | None = None  # the candidate's outputs per probe (when every check passed)
+    candidate: Any = None  # what was checked, for the caller to keep (the pipeline's light model and arrays)
 
 
 def _op_count(model: Any, ops: frozenset[str]) -> int:
@@ -316,21 +392,26 @@ class EquivalenceChecker:
         self.qdq_count = _op_count(original, QDQ_OPS)
         self.random_count = _op_count(original, RANDOM_OPS)
         self.run_checker = self.run_shape_inference = True
+        light, external = split_large_initializers(original)  # serialize the weights never, copy them once
         try:
-            self._checker(original)
+            self._checker(_external_view(light, external, as_inputs=True) if external else original)
         except Exception as error:
             self.run_checker = False
             self.baseline_issues.append(
                 f"the original fails onnx.checker (full): {_first_line(error)}; that check is skipped"
             )
         try:
-            self._strict_inference(original)
+            self._strict_inference(light)
         except Exception as error:
             self.run_shape_inference = False
             self.baseline_issues.append(
                 f"the original fails strict shape inference: {_first_line(error)}; that check is skipped"
             )
-        session = ort_session(original)
+        session = (
+            ort_session(_external_view(light, external, as_inputs=False), external)
+            if external
+            else ort_session(original)
+        )
         self.output_names = [out.name for out in session.get_outputs()]
         self.feeds: list[dict[str, np.ndarray]] = []
         self.references: list[list[np.ndarray]] = []
@@ -402,9 +483,14 @@ class EquivalenceChecker:
         tolerance: str,
         expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None,
         light: Any = None,
+        external: Mapping[str, np.ndarray] | None = None,
     ) -> CheckOutcome:
-        """Run every check on ``candidate``. ``light`` (the same graph with weights as data-free stubs) lets
-        shape inference skip serializing the weights; the checker and ORT share one serialization."""
+        """Run every check on ``candidate`` (``tolerance`` "none": all but the output comparison; the outcome's
+        outputs are the candidate's, for :meth:`compare`). ``light`` (the same graph with weights as data-free stubs) lets
+        shape inference skip serializing the weights. ``external``: ``candidate``'s top-level initializers with
+        these names are data-free stubs and these are their arrays; ONNX Runtime reads them from memory (external
+        initializers) and onnx.checker sees them as graph inputs, so the weights are never copied or serialized
+        (the candidate is the same graph as its full export, weights stored apart)."""
         start = time.perf_counter()
 
         def fail(why: str, diff: float | None = None, inferred: Any = None) -> CheckOutcome:
@@ -422,10 +508,10 @@ class EquivalenceChecker:
             return fail(f"Q/DQ node count changed from {self.qdq_count} to {_op_count(candidate, QDQ_OPS)}")
         if _op_count(candidate, RANDOM_OPS) != self.random_count:
             return fail(f"random-op count changed from {self.random_count} to {_op_count(candidate, RANDOM_OPS)}")
-        data = candidate.SerializeToString()
+        data = candidate.SerializeToString() if not external else _external_view(candidate, external, as_inputs=False)
         if self.run_checker:
             try:
-                self._checker(data)
+                self._checker(data if not external else _external_view(candidate, external, as_inputs=True))
             except Exception as error:
                 return fail(f"onnx.checker: {_first_line(error)}")
         inferred = None
@@ -435,28 +521,41 @@ class EquivalenceChecker:
             except Exception as error:
                 return fail(f"strict shape inference: {_first_line(error)}")
         try:
-            session = ort_session(data)
+            session = ort_session(data, external)
         except Exception as error:
             return fail(f"ONNX Runtime cannot load it: {_first_line(error)}", inferred=inferred)
-        worst = 0.0
-        # exact passes: bit-exact against the last accepted model (numeric drift of earlier folding does not
-        # accumulate into a failure); numeric passes: within tolerance of the original
-        references = self.accepted_outputs if tolerance == "exact" else self.references
         run_outputs: list[list[np.ndarray]] = []
-        for shapes, feed, reference in zip(self.probe_shapes, self.feeds, references):
+        for shapes, feed in zip(self.probe_shapes, self.feeds):
             try:
-                got = session.run(self.output_names, feed)
+                run_outputs.append(session.run(self.output_names, feed))
             except Exception as error:
                 return fail(f"ONNX Runtime fails at {self._where(shapes)}: {_first_line(error)}", inferred=inferred)
-            run_outputs.append(got)
+        if tolerance == "none":  # evaluate only: the caller compares (see compare)
+            outcome = CheckOutcome(True, None, None, inferred, time.perf_counter() - start)
+        else:
+            ok, worst, why = self.compare(run_outputs, tolerance)
+            outcome = CheckOutcome(ok, worst, why, inferred, time.perf_counter() - start)
+        outcome.outputs = run_outputs
+        return outcome
+
+    def compare(
+        self, outputs: Sequence[Sequence[np.ndarray]], tolerance: str, against: Any = None
+    ) -> tuple[bool, float, str | None]:
+        """(ok, max abs diff, why not) of a candidate's outputs per probe. "exact": bit-exact against ``against``
+        (default: the last accepted model's outputs; numeric drift of earlier folding does not accumulate into a
+        failure); "numeric": within tolerance of the original's."""
+        if tolerance == "exact":
+            references = self.accepted_outputs if against is None else against
+        else:
+            references = self.references
+        worst = 0.0
+        for shapes, reference, got in zip(self.probe_shapes, references, outputs):
             for name, ref, act in zip(self.output_names, reference, got):
                 ok, diff, why = compare_outputs(np.asarray(ref), np.asarray(act), tolerance)
                 worst = max(worst, diff)
                 if not ok:
-                    return fail(f"output {name!r} at {self._where(shapes)}: {why}", worst, inferred)
-        outcome = CheckOutcome(True, worst, None, inferred, time.perf_counter() - start)
-        outcome.outputs = run_outputs
-        return outcome
+                    return False, worst, f"output {name!r} at {self._where(shapes)}: {why}"
+        return True, worst, None
 
     def accept(self, outcome: CheckOutcome) -> None:
         """The candidate behind ``outcome`` was kept: exact passes are compared with its outputs from now on."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TypeGuard
@@ -26,7 +27,11 @@ def export_graph(graph: Any, template: Any) -> Any:
     """Export ``graph`` keeping what graphsurgeon drops: metadata, doc string, model version, IR version."""
     import onnx_graphsurgeon as gs
 
-    model = gs.export_onnx(graph, do_type_check=False)
+    return copy_model_metadata(gs.export_onnx(graph, do_type_check=False), template)
+
+
+def copy_model_metadata(model: Any, template: Any) -> Any:
+    """Give ``model`` the template's metadata, doc string, model version, IR version and opset imports."""
     model.ir_version = max(template.ir_version, 4)  # IR < 4 needs initializers listed as inputs; we drop them
     model.producer_name = template.producer_name
     model.producer_version = template.producer_version
@@ -232,78 +237,240 @@ def node_skeleton(model: Any) -> Any:
 LIGHT_CONSTANT_BYTES = 4096  # constants above this size travel as data-free stubs in light exports
 
 
+_ITEMSIZE: dict[Any, int] = {}
+
+
 def constant_nbytes(tensor: Any) -> int:
     """Payload size of a gs.Constant computed from its shape and dtype, without loading lazy values."""
     try:
-        return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
+        itemsize = _ITEMSIZE.get(tensor.dtype)
+        if itemsize is None:
+            itemsize = _ITEMSIZE[tensor.dtype] = np.dtype(tensor.dtype).itemsize
+        return math.prod(int(dim) for dim in tensor.shape) * itemsize
     except TypeError:
         return int(np.asarray(tensor.values).nbytes)
 
 
-def _light_graph(graph: Any) -> tuple[Any, int]:
-    """(GraphProto with small constants and stubs for large ones, stubbed payload bytes); subgraphs likewise."""
-    import onnx
-    from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
-    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+_STUBBABLE: dict[tuple[Any, Any], bool] = {}
 
-    stub_bytes = 0
-    nodes = []
-    for node in graph.nodes:
-        subgraphs = node_subgraphs(node)
-        if not subgraphs:
-            nodes.append(OnnxExporter.export_node(node))
-            continue
-        # OnnxExporter.export_node would export the bodies with every weight: export them light too
-        proto = onnx.helper.make_node(
+
+def _stubbable(tensor: Any) -> bool:
+    """A numeric constant whose array is what its export would hold (it can travel beside the model)."""
+    key = (tensor.dtype, tensor.export_dtype)
+    known = _STUBBABLE.get(key)
+    if known is None:
+        try:
+            dtype = np.dtype(tensor.dtype)
+            known = dtype.kind in "biuf" and np.dtype(tensor.export_dtype) == dtype
+        except TypeError:
+            known = False
+        _STUBBABLE[key] = known
+    return known
+
+
+class LightExporter:
+    """Light exports of one gs graph as passes change it: nodes, graph I/O and small constants, with large
+    constants as data-free TensorProto stubs (If/Loop/Scan bodies too).
+
+    Enough for shape inference, node and op counts and size accounting at a fraction of a full export's cost (a
+    full export copies every weight). The NodeProto of a node and the TensorProto of a constant are made once
+    and reused while what their export reads is unchanged, and :meth:`fingerprint` tells whether the graph
+    changed without exporting at all: equal fingerprints mean equal light exports. A large constant is known by
+    its tensor object (passes replace a weight by a new Constant; an in-place edit of a large weight's array goes
+    unnoticed here and is caught by the next changed pass's check instead); a small one by its bytes.
+    """
+
+    def __init__(self) -> None:
+        # (id(node), bodies stubbed) -> (key, NodeProto, stubbed bytes); (id(tensor), stubbed) -> same for constants
+        self._nodes: dict[tuple[int, bool], tuple[Any, Any, int]] = {}
+        self._constants: dict[tuple[int, bool], tuple[Any, Any, int]] = {}
+
+    # ------------------------------------------------------------------ keys
+
+    def _freeze(self, value: Any) -> Any:
+        import onnx_graphsurgeon as gs
+
+        if value is None or isinstance(value, (bool, int, float, str, bytes)):
+            return (type(value).__name__, value)
+        if isinstance(value, (list, tuple)):
+            return ("seq", tuple(self._freeze(item) for item in value))
+        if isinstance(value, np.ndarray):
+            return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+        if isinstance(value, gs.Graph):
+            return ("graph", self.fingerprint(value))
+        if isinstance(value, gs.Constant):
+            return ("constant", self._constant_key(value))
+        if isinstance(value, np.dtype):
+            return ("dtype", value.str)
+        if isinstance(value, np.generic):
+            return ("scalar", value.dtype.str, value.item())
+        return ("object", type(value).__name__, repr(value))
+
+    def _node_key(self, node: Any) -> Any:
+        return (
             node.op,
-            inputs=[t.name for t in node.inputs],
-            outputs=[t.name for t in node.outputs],
-            name=node.name,
-            domain=node.domain,
+            node.name,
+            node.domain,
+            tuple(t.name for t in node.inputs),
+            tuple(t.name for t in node.outputs),
+            tuple((name, self._freeze(value)) for name, value in node.attrs.items()),
         )
-        for key, value in node.attrs.items():
-            if any(value is sub for sub in subgraphs):
-                body, body_bytes = _light_graph(value)
-                stub_bytes += body_bytes
-                proto.attribute.append(onnx.helper.make_attribute(key, body))
-            else:
-                proto.attribute.extend(OnnxExporter.export_attributes({key: value}))
-        nodes.append(proto)
-    inputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.inputs]
-    outputs = [OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.outputs]
-    initializers = []
-    for tensor in graph.tensors().values():
-        if not isinstance(tensor, Constant) or isinstance(tensor._values, SparseValues):
-            continue
+
+    def _constant_key(self, tensor: Any) -> Any:
+        shape = tuple(tensor.shape)
+        if constant_nbytes(tensor) > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
+            return (tensor.name, tensor.dtype, shape, id(tensor))
+        return (tensor.name, tensor.dtype, tensor.export_dtype, shape, np.asarray(tensor.values).tobytes())
+
+    @staticmethod
+    def _io_key(tensors: Any) -> Any:
+        return tuple((t.name, t.dtype, None if t.shape is None else tuple(t.shape)) for t in tensors)
+
+    @staticmethod
+    def _constant_tensors(graph: Any) -> list[Any]:
+        from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+        return [
+            tensor
+            for tensor in graph.tensors().values()
+            if isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
+        ]
+
+    def fingerprint(self, graph: Any) -> Any:
+        """A hashable summary of everything a light export of ``graph`` holds (no export made)."""
+        return (
+            graph.name,
+            tuple(self._node_key(node) for node in graph.nodes),
+            self._io_key(graph.inputs),
+            self._io_key(graph.outputs),
+            tuple(self._constant_key(tensor) for tensor in self._constant_tensors(graph)),
+        )
+
+    # ------------------------------------------------------------------ export
+
+    def _node_proto(self, node: Any, stub_bodies: bool) -> tuple[Any, int]:
+        """(NodeProto, stubbed payload bytes inside its bodies)."""
+        import onnx
+        from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+
+        subgraphs = node_subgraphs(node)
+        key = (self._node_key(node), stub_bodies and bool(subgraphs))
+        cached = self._nodes.get((id(node), key[1]))
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        stub_bytes = 0
+        if not subgraphs:
+            proto = OnnxExporter.export_node(node)
+        else:  # OnnxExporter.export_node would export the bodies with every weight: export them light too
+            proto = onnx.helper.make_node(
+                node.op,
+                inputs=[t.name for t in node.inputs],
+                outputs=[t.name for t in node.outputs],
+                name=node.name,
+                domain=node.domain,
+            )
+            for name, value in node.attrs.items():
+                if any(value is sub for sub in subgraphs):
+                    body, body_bytes, _ = self._graph_proto(value, stub=stub_bodies)
+                    stub_bytes += body_bytes
+                    proto.attribute.append(onnx.helper.make_attribute(name, body))
+                else:
+                    proto.attribute.extend(OnnxExporter.export_attributes({name: value}))
+        self._nodes[(id(node), key[1])] = (key, proto, stub_bytes)
+        return proto, stub_bytes
+
+    def _constant_proto(self, tensor: Any, stub: bool) -> tuple[Any, int]:
+        """(TensorProto or stub, stubbed payload bytes)."""
+        import onnx
+        from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
+
+        key = (self._constant_key(tensor), stub)
+        cached = self._constants.get((id(tensor), stub))
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
         size = constant_nbytes(tensor)
-        if size <= LIGHT_CONSTANT_BYTES:
-            initializers.append(OnnxExporter.export_tensor_proto(tensor))
-            continue
-        stub = onnx.TensorProto(name=tensor.name, data_type=dtype_to_onnx(tensor.export_dtype), dims=list(tensor.shape))
-        # identity of the tensor object: passes replace a weight by a new Constant (in-place edits of large
-        # weights go unnoticed here and are caught by the next changed pass's check instead)
-        stub.doc_string = f"stub:{id(tensor)}"
-        initializers.append(stub)
-        stub_bytes += size
-    return onnx.helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers), stub_bytes
+        if stub and size > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
+            proto = onnx.TensorProto(
+                name=tensor.name, data_type=dtype_to_onnx(tensor.export_dtype), dims=list(tensor.shape)
+            )
+            proto.doc_string = f"stub:{id(tensor)}"
+            stubbed = size
+        else:
+            proto, stubbed = OnnxExporter.export_tensor_proto(tensor), 0
+        self._constants[(id(tensor), stub)] = (key, proto, stubbed)
+        return proto, stubbed
+
+    def _graph_proto(
+        self, graph: Any, stub: bool, value_info: bool = False, stub_bodies: bool | None = None
+    ) -> tuple[Any, int, dict[str, Any]]:
+        """(GraphProto, stubbed payload bytes, {stub name: gs.Constant} of this graph's own stubs)."""
+        import onnx
+        from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+        from onnx_graphsurgeon.ir.tensor import Variable
+
+        proto = onnx.GraphProto(name=graph.name or "graph")
+        stub_bytes = 0
+        nodes = []
+        for node in graph.nodes:
+            node_proto, body_bytes = self._node_proto(node, stub if stub_bodies is None else stub_bodies)
+            nodes.append(node_proto)
+            stub_bytes += body_bytes
+        proto.node.extend(nodes)
+        proto.input.extend(OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.inputs)
+        proto.output.extend(OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.outputs)
+        stubs: dict[str, Any] = {}
+        initializers = []
+        for tensor in self._constant_tensors(graph):
+            tensor_proto, stubbed = self._constant_proto(tensor, stub)
+            initializers.append(tensor_proto)
+            if stubbed:
+                stub_bytes += stubbed
+                stubs[tensor.name] = tensor
+        proto.initializer.extend(initializers)
+        if value_info:  # as graphsurgeon's exporter writes it: every Variable with a known dtype or shape
+            io = {t.name for t in list(graph.inputs) + list(graph.outputs)}
+            proto.value_info.extend(
+                OnnxExporter.export_value_info_proto(t, do_type_check=False)
+                for name, t in graph.tensors().items()
+                if name not in io and isinstance(t, Variable) and (t.dtype is not None or t.shape is not None)
+            )
+        return proto, stub_bytes, stubs
+
+    def export(
+        self, graph: Any, template: Any, *, value_info: bool = False, stub_bodies: bool = True
+    ) -> tuple[Any, int, dict[str, Any]]:
+        """(light ModelProto, payload bytes of the stubbed constants, {name: gs.Constant} of the top-level
+        graph's stubs). ``value_info``: also write the intermediate tensors' types; ``stub_bodies=False``: the
+        constants inside If/Loop/Scan bodies keep their data (for a model ONNX Runtime runs with the top-level
+        stubs given as external initializers, which it takes for the top-level graph only)."""
+        import onnx
+
+        onnx_graph, stub_bytes, stubs = self._graph_proto(
+            graph, stub=True, value_info=value_info, stub_bodies=stub_bodies
+        )
+        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
+        model.ir_version = max(template.ir_version, 4)
+        for imp in graph.import_domains or []:
+            if imp.domain not in {existing.domain for existing in model.opset_import}:
+                model.opset_import.append(imp)
+        return model, stub_bytes, stubs
+
+
+def fill_stubs(model: Any, arrays: Any) -> Any:
+    """A copy of a light model whose top-level stubs named in ``arrays`` hold those arrays: a full model."""
+    import onnx
+
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    for init in full.graph.initializer:
+        if init.name in arrays:
+            init.CopyFrom(onnx.numpy_helper.from_array(np.asarray(arrays[init.name]), init.name))
+    return full
 
 
 def light_export(graph: Any, template: Any) -> tuple[Any, int]:
-    """Export nodes, graph I/O and small constants; large constants become data-free TensorProto stubs, in
-    If/Loop/Scan bodies too.
-
-    Enough for shape inference, node and op counts, change detection (a stub records which tensor object and
-    values object it stands for) and size accounting, at a fraction of a full export's cost: a full export copies
-    every weight. Returns (model, payload bytes of the stubbed constants).
-    """
-    import onnx
-
-    onnx_graph, stub_bytes = _light_graph(graph)
-    model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
-    model.ir_version = max(template.ir_version, 4)
-    for imp in graph.import_domains or []:
-        if imp.domain not in {existing.domain for existing in model.opset_import}:
-            model.opset_import.append(imp)
+    """A one-off light export (see :class:`LightExporter`): (model, payload bytes of the stubbed constants)."""
+    model, stub_bytes, _ = LightExporter().export(graph, template)
     return model, stub_bytes
 
 

@@ -52,6 +52,7 @@ class PassContext:
     findings: list[Finding] = field(default_factory=list)
     shapes_fresh: bool = False  # the graph came from a model that just went through shape inference
     root: Any = None  # the top-level gs graph while a pass runs on one of its subgraphs (None: at the top)
+    exporter: Any = None  # the run's LightExporter (reuses unchanged nodes' protos); None: a one-off export
 
 
 PassFunction = Callable[[Any, PassContext], Any]
@@ -130,7 +131,10 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
     if context.shapes_fresh:
         return graph
     root = context.root if context.root is not None else graph  # a subgraph is inferred within its whole model
-    model, _ = light_export(root, context.template)
+    if context.exporter is not None:
+        model, _, _ = context.exporter.export(root, context.template)
+    else:
+        model, _ = light_export(root, context.template)
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # a model ONNX cannot infer still cleans, with fewer shape facts

@@ -21,11 +21,13 @@ from workbench.clean.checks import (
 )
 from workbench.clean.data import DEFAULT_CHECK_BATCHES, load_check_batches
 from workbench.clean.graph_utils import (
+    LightExporter,
     all_subgraphs,
     apply_inferred_shapes,
+    copy_model_metadata,
     export_graph,
+    fill_stubs,
     import_graph,
-    light_export,
     model_bytes,
     node_names,
     node_skeleton,
@@ -123,24 +125,12 @@ def _apply_overrides(
     return tuple(result)
 
 
-def _same_graph(a: Any, b: Any) -> bool:
-    """Same nodes, I/O and constants. ``b`` may be a full model and ``a`` a light one (weights as stubs): a
-    stub never equals a full tensor, so the first light export after the original always counts as a change
-    (harmless: it is checked)."""
-    ga, gb = a.graph, b.graph
-    if list(ga.node) != list(gb.node) or list(ga.input) != list(gb.input) or list(ga.output) != list(gb.output):
-        return False
-    if len(ga.initializer) != len(gb.initializer):
-        return False
-    by_name = {init.name: init for init in gb.initializer}
-    return all(init.name in by_name and init == by_name[init.name] for init in ga.initializer)
-
-
 @dataclass
 class _Snapshot:
     """What the report needs about one state of the graph."""
 
-    light: Any  # light ModelProto (weights as stubs), for change detection
+    light: Any  # light ModelProto (weights as stubs), or the original model
+    fingerprint: Any  # LightExporter.fingerprint of the graph: equal fingerprints, equal graphs
     counts: dict[str, int]
     bytes: int
     names: list[str]
@@ -179,11 +169,14 @@ def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
     return graph
 
 
-def _restore(accepted_full: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
-    """The graph as it was after the last kept pass. With checks on that model was exported; with checks off
-    (no full export per pass, to stay fast) the kept passes are replayed on the original: they are deterministic."""
-    if accepted_full is not None:
-        return import_graph(accepted_full)
+def _restore(accepted: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
+    """The graph as it was after the last kept pass. With checks on that model was checked (``accepted``: a full
+    ModelProto, or a light one with the arrays of its stubs); with checks off (no export per pass, to stay fast)
+    the kept passes are replayed on the original: they are deterministic."""
+    if isinstance(accepted, tuple):
+        return import_graph(fill_stubs(*accepted))
+    if accepted is not None:
+        return import_graph(accepted)
     graph = import_graph(original)
     for clean_pass in replay:
         context.shapes_fresh = False
@@ -199,7 +192,8 @@ def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[st
 
 def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str]:
     original, source = _load(model)
-    if original.ByteSize() >= max_model_bytes:
+    # model_bytes (weights and nodes) is a fast lower bound; upb's exact ByteSize encodes the whole model
+    if model_bytes(original) >= max_model_bytes // 2 and original.ByteSize() >= max_model_bytes:
         raise WorkbenchError(
             f"{source}: the model is {original.ByteSize() / 1024**3:.2f} GiB; the cleaner keeps whole models in one "
             f"protobuf message, which cannot exceed 2 GiB.",
@@ -226,8 +220,10 @@ def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanO
     )
 
 
-def _snapshot(light: Any, stub_bytes: int = 0) -> _Snapshot:
-    return _Snapshot(light, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light))
+def _snapshot(light: Any, fingerprint: Any, stub_bytes: int = 0) -> _Snapshot:
+    return _Snapshot(
+        light, fingerprint, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light)
+    )
 
 
 def _first_line(error: Exception) -> str:
@@ -235,13 +231,37 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
+@dataclass
+class _Deferred:
+    """A pass that ran while a group of changed passes waits for its one check (reported once it is decided)."""
+
+    clean_pass: CleanPass
+    status: str  # "changed" (to be proven), "unchanged" or "report_only"
+    before: _Snapshot
+    after: _Snapshot
+    seconds: float
+    findings: tuple
+    failure: str | None = None  # set only for a skipped pass: why
+    checkpoint: Any = None  # (light model, arrays) of the graph right after this pass, where the tolerance changes
+
+
 class _PassRunner:
-    """Runs passes one at a time on one graph, keeping what a rollback needs and a report per pass.
+    """Runs passes in order on one graph, proves them, keeps what a rollback needs and a report per pass.
 
     Mutable on purpose: it is the loop state of one cleaning run (never returned). One gs graph lives across
-    passes. Per pass only a light export (weights as stubs) is made, for counting and change detection; a full
-    export only when the checks need the real model. A failed pass restores ``graph`` from the last accepted full
-    model (checks on) or by replaying the kept passes on the original (checks off).
+    passes. After a pass its fingerprint (no export) tells whether it changed anything; only a changed graph is
+    exported, light (weights as stubs, unchanged nodes' protos reused), for counting and for the checks, which
+    hand the weights to ONNX Runtime from memory.
+
+    With checks on, changed passes wait and are proven together (:meth:`_resolve`): a step over several passes
+    is kept when its result is bit-exact to the last accepted model's outputs, or, for numeric passes only, within
+    tolerance of the original's: the bars of one check per pass ("exact" passes bit-exact, "numeric" ones within
+    tolerance). Where the tolerance changes a light export of the graph is kept as a checkpoint, so a group that
+    is not bit-exact as a whole is proven in steps without running passes again. If no step can be proven (or a
+    pass raises while others wait) the graph goes back to the last accepted model and the remaining passes run
+    again one at a time, each checked, so a failing pass is rolled back alone. The input-shape override is
+    always checked alone. A failed pass restores ``graph`` from the last accepted model (checks on) or by
+    replaying the kept passes on the original (checks off).
     """
 
     def __init__(
@@ -250,25 +270,47 @@ class _PassRunner:
         self.original = original
         self.checker = checker
         self.context = context
+        self.exporter = LightExporter()
+        context.exporter = self.exporter
         inputs, outputs = io_specs(original)
         self.expected_io = (inputs, outputs)
         self.overridden_io = (overridden, outputs)
         self.graph = import_graph(original)
-        self.accepted_full: Any = original  # last accepted model as a full ModelProto; None when only graph has it
-        light, self.stub_bytes = light_export(self.graph, original)  # compare light with light
+        # the last accepted model: the original ModelProto, a (light model, {stub name: array}) pair once a
+        # checked pass was kept, or None when only ``graph`` has it (checks off)
+        self.accepted: Any = original
         self.current = _Snapshot(
-            light, op_counts(original), model_bytes(original), node_names(original), node_skeleton(original)
+            original,
+            self.exporter.fingerprint(self.graph),
+            op_counts(original),
+            model_bytes(original),
+            node_names(original),
+            node_skeleton(original),
         )
+        self.accepted_snapshot = self.current  # the snapshot of ``accepted`` (checks on)
+        self.pending: list[_Deferred] = []  # passes since the last check, waiting for the next one
+        self.pending_tolerance: str | None = None
+        self.strict = False  # one check per pass (while a failed group is proven again pass by pass)
+        self._prepared: tuple[_Snapshot, Any] | None = None  # (state, its _prepare()) for _prepare_current
         self.shapes_fresh = False
-        self.replay: list[CleanPass] = []  # passes kept without a full export since the last one (checks off)
+        self.replay: list[CleanPass] = []  # passes kept without a check since the last checked one (checks off)
         self.reports: list[PassReport] = []
         self.pass_seconds = 0.0
         self.check_seconds = checker.baseline_seconds if checker is not None else 0.0
 
-    def report(self, clean_pass: CleanPass, status: str, *, after: _Snapshot | None = None, **extra: Any) -> None:
-        after = after or self.current
-        changed = after is not self.current
-        removed, added = _names_diff(self.current.names, after.names) if changed else ([], [])
+    def report(
+        self,
+        clean_pass: CleanPass,
+        status: str,
+        *,
+        after: _Snapshot | None = None,
+        before: _Snapshot | None = None,
+        **extra: Any,
+    ) -> None:
+        before = before or self.current
+        after = after or before
+        changed = after is not before
+        removed, added = _names_diff(before.names, after.names) if changed else ([], [])
         extra.setdefault("tolerance", clean_pass.tolerance)
         extra.setdefault("findings", tuple(self.context.findings))
         extra.setdefault("check_seconds", 0.0)
@@ -277,17 +319,17 @@ class _PassRunner:
             PassReport(
                 clean_pass.name,
                 status,
-                nodes_before=self.current.nodes,
+                nodes_before=before.nodes,
                 nodes_after=after.nodes,
-                subgraph_nodes_before=self.current.subgraph_nodes,
+                subgraph_nodes_before=before.subgraph_nodes,
                 subgraph_nodes_after=after.subgraph_nodes,
-                op_counts_before=self.current.counts,
+                op_counts_before=before.counts,
                 op_counts_after=after.counts,
-                bytes_before=self.current.bytes,
+                bytes_before=before.bytes,
                 bytes_after=after.bytes,
                 nodes_removed=tuple(removed),
                 nodes_added=tuple(added),
-                graph_before=self.current.skeleton if changed else None,
+                graph_before=before.skeleton if changed else None,
                 graph_after=after.skeleton if changed else None,
                 **extra,
             )
@@ -300,54 +342,124 @@ class _PassRunner:
             return "skipped: no input shapes to override"
         return None
 
+    def skip(self, clean_pass: CleanPass, reason: str) -> None:
+        self.context.findings = []
+        if self.pending:
+            self.pending.append(_Deferred(clean_pass, "unchanged", self.current, self.current, 0.0, (), reason))
+        else:
+            self.report(clean_pass, "unchanged", seconds=0.0, failure=reason)
+
+    def _grouped(self) -> bool:
+        return self.checker is not None and not self.strict
+
     def run(self, clean_pass: CleanPass) -> None:
-        """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it."""
+        """Apply one pass, then keep it (proven, or unchecked with checks off) or roll it back, and report it
+        (with checks on, possibly later: see the class notes)."""
+        is_override = clean_pass.name == "override_input_shapes"
+        prepared = None
+        if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
+            # where the tolerance changes, keep the graph as it is (a light export, cheap): a checkpoint the group's
+            # proof can fall back on (see _resolve), or the state to prove before the override is checked alone
+            prepared = self._prepare_current()
         self.context.findings = []
         self.context.shapes_fresh = self.shapes_fresh
         start = time.perf_counter()
         try:
-            light = self._apply(clean_pass)
+            after = self._apply(clean_pass)
         except WorkbenchError:
             raise  # the user's options are wrong (e.g. an override naming no input): stop, do not roll back silently
         except Exception as error:
+            self.pass_seconds += time.perf_counter() - start
+            if self.pending:  # others wait for a check: prove them one by one, then this pass alone
+                self._fall_back(self.pending + [_Deferred(clean_pass, "changed", self.current, self.current, 0, ())])
+                return
             self._restore()
             seconds = time.perf_counter() - start
-            self.pass_seconds += seconds
             failure = f"the pass raised {type(error).__name__}: {_first_line(error)}"
             self.report(clean_pass, "rolled_back", seconds=seconds, failure=failure)
             return
         seconds = time.perf_counter() - start
         self.pass_seconds += seconds
-        if light is None or _same_graph(light, self.current.light):
-            self.report(clean_pass, "report_only" if light is None else "unchanged", seconds=seconds)
+        if after is None or after is self.current:
+            status = "report_only" if after is None else "unchanged"
             self.shapes_fresh = self.context.shapes_fresh
+            if self.pending:
+                findings = tuple(self.context.findings)
+                self.pending.append(_Deferred(clean_pass, status, self.current, self.current, seconds, findings))
+            else:
+                self.report(clean_pass, status, seconds=seconds)
             return
-        after = _snapshot(light, self.stub_bytes)
         if self.checker is None:
             self.report(clean_pass, "unchecked", after=after, seconds=seconds)
-            self.accepted_full, self.current, self.shapes_fresh = None, after, False
+            self.accepted, self.current, self.shapes_fresh = None, after, False
             self.replay.append(clean_pass)
             return
-        self._check_and_keep(clean_pass, light, after, seconds)
+        record = _Deferred(clean_pass, "changed", self.current, after, seconds, tuple(self.context.findings))
+        if is_override and prepared is not None and not self._resolve(prepared, then=record):
+            return  # the group failed: it and this pass were proven again one by one
+        if not self._grouped() or is_override:
+            self._check_and_keep(clean_pass, after, seconds)
+            return
+        if prepared is not None:
+            next(r for r in reversed(self.pending) if r.status == "changed").checkpoint = prepared
+        self.pending.append(record)
+        self.pending_tolerance = clean_pass.tolerance
+        self.current, self.shapes_fresh = after, False
 
-    def _apply(self, clean_pass: CleanPass) -> Any:
-        """Run the pass on the graph; the light export of the result, or None for a report-only pass."""
+    def finish(self) -> None:
+        """Prove the passes still waiting for a check."""
+        if self.pending:
+            self._resolve()
+
+    def _apply(self, clean_pass: CleanPass) -> _Snapshot | None:
+        """Run the pass on the graph: None for a report-only pass, ``self.current`` when the graph is unchanged,
+        else a snapshot of the new graph (from its light export)."""
         self.graph = run_pass(clean_pass, self.graph, self.context)
         if clean_pass.tolerance == "report":
             return None
         _tidy(self.graph)
-        light, self.stub_bytes = light_export(self.graph, self.original)
-        return light
+        fingerprint = self.exporter.fingerprint(self.graph)
+        if fingerprint == self.current.fingerprint:
+            return self.current
+        light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
+        return _snapshot(light, fingerprint, stub_bytes)
 
-    def _check_and_keep(self, clean_pass: CleanPass, light: Any, after: _Snapshot, seconds: float) -> None:
+    def _prepare_current(self) -> tuple[Any, dict[str, np.ndarray]]:
+        """:meth:`_prepare`, made once per graph state (unchanged passes keep the state)."""
+        if self._prepared is None or self._prepared[0] is not self.current:
+            self._prepared = (self.current, self._prepare())
+        return self._prepared[1]
+
+    def _prepare(self) -> tuple[Any, dict[str, np.ndarray]]:
+        """What a check of the graph as it is now runs: its light export with value_info, body constants with
+        their data, and the top-level stubs' arrays (handed to ONNX Runtime from memory)."""
+        candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
+        return candidate, {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+
+    def _prove(self, tolerance: str, wanted_io: Any, light: Any, prepared: Any = None) -> tuple[Any, float]:
+        """Check the graph as it is now (or as ``prepared`` holds it): (outcome, seconds)."""
         assert self.checker is not None
-        is_override = clean_pass.name == "override_input_shapes"
-        wanted_io = self.overridden_io if is_override else self.expected_io
         check_start = time.perf_counter()
-        candidate = export_graph(self.graph, self.original)
-        outcome = self.checker.check(candidate, clean_pass.tolerance, wanted_io, light=light)
+        candidate, arrays = prepared if prepared is not None else self._prepare()
+        outcome = self.checker.check(candidate, tolerance, wanted_io, light=light, external=arrays)
+        outcome.candidate = (candidate, arrays)
         check_time = time.perf_counter() - check_start
         self.check_seconds += check_time
+        return outcome, check_time
+
+    def _keep(self, outcome: Any, after: _Snapshot, graph_moved_on: bool = False) -> None:
+        assert self.checker is not None
+        self.checker.accept(outcome)
+        self.accepted, self.current, self.accepted_snapshot = outcome.candidate, after, after
+        self.replay.clear()
+        self.shapes_fresh = outcome.inferred_model is not None and not graph_moved_on
+        if self.shapes_fresh:
+            apply_inferred_shapes(self.graph, outcome.inferred_model)
+
+    def _check_and_keep(self, clean_pass: CleanPass, after: _Snapshot, seconds: float) -> None:
+        is_override = clean_pass.name == "override_input_shapes"
+        wanted_io = self.overridden_io if is_override else self.expected_io
+        outcome, check_time = self._prove(clean_pass.tolerance, wanted_io, after.light)
         self.report(
             clean_pass,
             "accepted" if outcome.ok else "rolled_back",
@@ -358,23 +470,138 @@ class _PassRunner:
             failure=outcome.failure,
         )
         if not outcome.ok:
-            self.graph, self.shapes_fresh = import_graph(self.accepted_full), False
+            self._restore()
             return
         if is_override:
             self.expected_io = wanted_io
-        self.checker.accept(outcome)
-        self.accepted_full, self.current = candidate, after
-        self.replay.clear()
-        self.shapes_fresh = outcome.inferred_model is not None
-        if self.shapes_fresh:
-            apply_inferred_shapes(self.graph, outcome.inferred_model)
+        self._keep(outcome, after)
+
+    def _resolve(self, prepared: Any = None, then: _Deferred | None = None) -> bool:
+        """Prove the waiting group (the graph now, or as ``prepared`` holds it before ``then`` ran) with as few
+        ONNX Runtime evaluations as the bars allow; on failure, the rest again pass by pass. False when it fell back.
+
+        The states to reach are the checkpoints (where the tolerance changes) and the group's end. A step from
+        the last accepted state to a later one is proven when the later state's outputs are bit-exact to the
+        accepted state's (any passes), or within tolerance of the original's (numeric passes only): the bars of
+        one check per pass, for the step's passes together. The furthest provable state is taken first, so a group
+        whose result is bit-exact costs one evaluation, and one ending in non-bit-exact fusions two.
+        """
+        assert self.checker is not None
+        pending, self.pending = self.pending, []
+        changed = [record for record in pending if record.status == "changed"]
+        if not changed:
+            for record in pending:
+                self._report_deferred(record)
+            return True
+        states: list[tuple[int, Any, _Snapshot]] = [  # (index in changed, (light model, arrays), snapshot)
+            (index, record.checkpoint, record.after)
+            for index, record in enumerate(changed[:-1])
+            if record.checkpoint is not None
+        ]
+        states.append((len(changed) - 1, prepared if prepared is not None else self._prepare(), self.current))
+        evaluated: dict[int, Any] = {}
+        position, queue, spent = -1, list(pending), 0.0
+
+        def evaluate(index: int, candidate: Any, light: Any) -> Any:
+            nonlocal spent
+            if index not in evaluated:
+                outcome, seconds = self._prove("none", self.expected_io, light, candidate)
+                evaluated[index], spent = outcome, spent + seconds
+            return evaluated[index]
+
+        failure: tuple[str | None, float | None] = (None, None)
+        while position < len(changed) - 1:
+            step = None
+            for index, candidate, snapshot in reversed([state for state in states if state[0] > position]):
+                outcome = evaluate(index, candidate, snapshot.light)
+                if not outcome.ok:
+                    failure = (outcome.failure, None)
+                    continue
+                passes = changed[position + 1 : index + 1]
+                numeric = all(record.clean_pass.tolerance == "numeric" for record in passes)
+                ok, diff, why = self.checker.compare(outcome.outputs, "numeric" if numeric else "exact")
+                if ok:
+                    step = (index, outcome, snapshot, diff, passes)
+                    break
+                failure = (why, diff)
+            if step is None:
+                break
+            index, outcome, snapshot, diff, passes = step
+            names = tuple(record.clean_pass.name for record in passes) if len(passes) > 1 else ()
+            while queue:  # report the step's passes and the unchanged ones among them, in order
+                record = queue.pop(0)
+                if record.status != "changed":
+                    self._report_deferred(record)
+                    continue
+                last = record is passes[-1]
+                self._report_deferred(
+                    record,
+                    status="accepted",
+                    check_seconds=spent if last else 0.0,
+                    max_abs_diff=diff,
+                    checked_with=names,
+                )
+                if last:
+                    break
+            spent = 0.0
+            moved_on = prepared is not None or index != len(changed) - 1
+            self._keep(outcome, snapshot, graph_moved_on=moved_on)
+            position = index
+        if position == len(changed) - 1:
+            for record in queue:  # unchanged passes after the group's last change
+                self._report_deferred(record)
+            return True
+        rest = queue + ([then] if then is not None else [])
+        single = len(rest) == 1 and rest[0].status == "changed" and then is None and len(evaluated) == 1
+        if single:  # one pass checked alone failed: it is rolled back, nothing to prove again
+            record = rest[0]
+            self._report_deferred(
+                record, status="rolled_back", check_seconds=spent, max_abs_diff=failure[1], failure=failure[0]
+            )
+            self._restore()
+            return True
+        self._fall_back(rest)
+        return False
+
+    def _report_deferred(self, record: _Deferred, status: str | None = None, **extra: Any) -> None:
+        self.report(
+            record.clean_pass,
+            status or record.status,
+            before=record.before,
+            after=record.after,
+            seconds=record.seconds,
+            findings=record.findings,
+            **({"failure": record.failure} | extra),
+        )
+
+    def _fall_back(self, records: list[_Deferred]) -> None:
+        """Back to the last accepted model, then the records' passes again, each proven on its own."""
+        self.pending = []
+        self._restore()
+        self.strict = True
+        try:
+            for record in records:
+                if record.failure is not None:  # a skipped pass
+                    self.report(record.clean_pass, "unchanged", seconds=0.0, failure=record.failure)
+                else:
+                    self.run(record.clean_pass)
+        finally:
+            self.strict = False
 
     def _restore(self) -> None:
-        self.graph = _restore(self.accepted_full, self.original, self.replay, self.context)
+        self.graph = _restore(self.accepted, self.original, self.replay, self.context)
         self.shapes_fresh = False
+        if self.checker is not None:
+            self.current = self.accepted_snapshot
+        self.current.fingerprint = self.exporter.fingerprint(self.graph)  # new objects, same graph
 
     def final_model(self) -> Any:
-        return self.accepted_full if self.accepted_full is not None else export_graph(self.graph, self.original)
+        """The last accepted model as it was checked (weights filled in), or with checks off the graph's export."""
+        if isinstance(self.accepted, tuple):
+            return copy_model_metadata(fill_stubs(*self.accepted), self.original)
+        if self.accepted is not None:
+            return self.accepted
+        return export_graph(self.graph, self.original)
 
 
 def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
@@ -398,11 +625,10 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     for clean_pass in passes:
         skipped = runner.skip_reason(clean_pass, opset)
         if skipped:
-            context.findings = []
-            runner.report(clean_pass, "unchanged", seconds=0.0, failure=skipped)
+            runner.skip(clean_pass, skipped)
         else:
             runner.run(clean_pass)
-
+    runner.finish()
     final = runner.final_model()
     return CleanResult(
         source=source,

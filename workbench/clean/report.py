@@ -47,6 +47,10 @@ class PassReport(Artifact):
     tolerance: str = "exact"
     failure: str | None = None  # why the pass was rolled back
     findings: tuple[Finding, ...] = ()
+    # with checks on, consecutive changed passes are proven together by one ONNX Runtime evaluation where the bars
+    # allow (see workbench.clean.pipeline._PassRunner): the names of the passes proven by the same step (this one
+    # included; empty when it was proven alone). max_abs_diff is the step's, check_seconds sit on its last pass.
+    checked_with: tuple[str, ...] = ()
     # node-only snapshots (onnx.GraphProto without weights) for the before/after picture
     graph_before: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
     graph_after: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)
