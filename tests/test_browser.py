@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.flow.quickstart import STAGE_NAMES
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
@@ -229,7 +231,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             )
             _type_into(panel, "streams", "4")
             _wait_status(page, "4 stream(s) x batch 8", 120_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             assert "4 stream(s) x batch 8" in _panel_text(page)
             _screenshot(page, ARTIFACTS / "quickstart-timing-4-streams.png")
 
@@ -237,7 +239,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             panel.locator(".widget-dropdown", has_text="precision").locator("select").select_option(label="FP16")
             _open_tab(page, "Stages")
             _wait_status(page, "fp16 engine", 120_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             _open_tab(page, "Task metric")
             _wait_status(page, "\u25b6 fp16", 30_000)
             _open_tab(page, "Fusion")
@@ -248,7 +250,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="digits-cnn")
             _open_tab(page, "Stages")
             _wait_status(page, "digits-cnn.fp16.engine", 150_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             _open_tab(page, "Fusion")
             _wait_status(page, "digits-cnn.fp16.engine", 30_000)
             time.sleep(1.0)  # let plotly finish laying out before the screenshot

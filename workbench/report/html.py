@@ -20,6 +20,7 @@ from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
     choice_html,
     esc,
+    front_table_html,
     html_table,
     metrics_table_html,
     stage_table_html,
@@ -199,24 +200,10 @@ def _mixed_section(run: QuickstartRun) -> str:
     result = search.result
     chosen = search.intervals[result.chosen.index]
     figure = calib_figures.pareto_figure(result, intervals=search.intervals, front=[c.index for c in search.front])
-    rows = [
-        [
-            f"{c.index}{' (search pick)' if c.chosen_by_search else ''}",
-            c.estimate.text(),
-            f"{c.delta_vs_fp32:+.4f}",
-            f"{c.int8_math_nodes}/{c.math_nodes} ({c.int8_share:.0%})",
-            f"{c.fallback_nodes} to {c.fallback}",
-            "-" if c.engine_layers is None else c.engine_layers,
-            "-" if c.qdq_kernels is None else c.qdq_kernels,
-            "-" if c.reformat_layers is None else c.reformat_layers,
-            "-" if c.engine_bytes is None else f"{c.engine_bytes / 1e6:.2f}",
-            "yes" if c.meets_target else "no",
-        ]
-        for c in search.front
-    ]
     cost_label = result.cost_label or "no engine was built (no TensorRT backend)"
     return (
-        f"<p>Target: {esc(result.metric_name)} &ge; {result.target:.4f} (FP32 {result.fp32_metric:.4f} minus "
+        f"<p>Target: {esc(result.metric_name)} {'&ge;' if result.higher_is_better else '&le;'} "
+        f"{result.target:.4f} (FP32 {result.fp32_metric:.4f} {'minus' if result.higher_is_better else 'plus'} "
         f"{run.config.max_metric_drop:g}); all-INT8 {result.int8_metric:.4f}. The search chose "
         f"<b>{esc(chosen.text())}</b> with {result.int8_math_nodes}/{result.math_nodes} Conv/Gemm/MatMul nodes INT8 "
         f"({'target met' if result.met else 'target NOT met'}); {result.evaluations_used} plan(s) evaluated "
@@ -224,21 +211,7 @@ def _mixed_section(run: QuickstartRun) -> str:
         + _figure_html(figure, "fig-pareto")
         + f"<p>Pareto front ({len(search.front)} of {len(result.evaluated)} plans: none better on metric, INT8 "
         "share and engine layers + reformats at once); the export panel picks from these:</p>"
-        + html_table(
-            [
-                "plan",
-                f"{result.metric_name} [95% interval] (n)",
-                "vs FP32",
-                "INT8 math nodes",
-                "fallback",
-                "engine layers",
-                "Q/DQ kernels",
-                "reformats",
-                "engine MB",
-                "meets target",
-            ],
-            rows,
-        )
+        + front_table_html(search)
         + f'<p class="muted">Engine columns: {esc(cost_label)}. Metric: {esc(search.how)}.</p>'
     )
 
