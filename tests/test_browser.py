@@ -435,13 +435,15 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
             assert seconds <= 2.0, f"05: no progress shown for {seconds:.1f} s after Run All"
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".filter(e => e.innerText.includes('model.engine')).length >= 2",
+                ".filter(e => e.innerText.includes('model.engine')).length >= 2"
+                " && [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.innerText.includes('-plan'))",
                 timeout=240_000,
             )
             problems = page.evaluate(_LAYOUT_PROBLEMS)
             assert problems == {"wide": [], "empty": 0}, problems
             bundles = [p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()]
-            assert len(bundles) == 2 and all((p / "model.engine").is_file() for p in bundles), bundles
+            assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles), bundles
             page.screenshot(path=str(ARTIFACTS / "notebook-05.png"), full_page=False)
         except Exception:
             if page is not None:
