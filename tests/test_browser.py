@@ -324,7 +324,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
         finally:
             context.close()
-    assert {"fig-cleaning", "fig-layer-diff", "fig-metrics", "fig-timing"} <= set(drawn), drawn
+    assert {"fig-cleaning", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"} <= set(drawn), drawn
     assert boxes == len(run.fp32_engine.layer_map.layers) > 0
     assert refused == [], refused
 
