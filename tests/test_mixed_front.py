@@ -125,3 +125,11 @@ def test_search_budget_zero_turns_the_stage_off(tmp_path: Path) -> None:
     assert run.mixed_search is None
     with pytest.raises(WorkbenchError, match="did not run"):
         front_candidates(session)
+
+
+def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.cli import main
+
+    assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--search-budget", "99"]) == 2
+    assert "search_budget=99 is out of range" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
