@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.flow.quickstart import STAGE_NAMES
+
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
@@ -229,7 +231,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             )
             _type_into(panel, "streams", "4")
             _wait_status(page, "4 stream(s) x batch 8", 120_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             assert "4 stream(s) x batch 8" in _panel_text(page)
             _screenshot(page, ARTIFACTS / "quickstart-timing-4-streams.png")
 
@@ -237,7 +239,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             panel.locator(".widget-dropdown", has_text="precision").locator("select").select_option(label="FP16")
             _open_tab(page, "Stages")
             _wait_status(page, "fp16 engine", 120_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             _open_tab(page, "Task metric")
             _wait_status(page, "\u25b6 fp16", 30_000)
             _open_tab(page, "Fusion")
@@ -248,7 +250,7 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="digits-cnn")
             _open_tab(page, "Stages")
             _wait_status(page, "digits-cnn.fp16.engine", 150_000)
-            _wait_status(page, "11 stages complete")
+            _wait_status(page, f"{len(STAGE_NAMES)} stages complete")
             _open_tab(page, "Fusion")
             _wait_status(page, "digits-cnn.fp16.engine", 30_000)
             time.sleep(1.0)  # let plotly finish laying out before the screenshot
@@ -322,7 +324,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
         finally:
             context.close()
-    assert {"fig-cleaning", "fig-layer-diff", "fig-metrics", "fig-timing"} <= set(drawn), drawn
+    assert {"fig-cleaning", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"} <= set(drawn), drawn
     assert boxes == len(run.fp32_engine.layer_map.layers) > 0
     assert refused == [], refused
 
@@ -433,13 +435,15 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
             assert seconds <= 2.0, f"05: no progress shown for {seconds:.1f} s after Run All"
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".filter(e => e.innerText.includes('model.engine')).length >= 2",
+                ".filter(e => e.innerText.includes('model.engine')).length >= 2"
+                " && [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.innerText.includes('-plan'))",
                 timeout=240_000,
             )
             problems = page.evaluate(_LAYOUT_PROBLEMS)
             assert problems == {"wide": [], "empty": 0}, problems
             bundles = [p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()]
-            assert len(bundles) == 2 and all((p / "model.engine").is_file() for p in bundles), bundles
+            assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles), bundles
             page.screenshot(path=str(ARTIFACTS / "notebook-05.png"), full_page=False)
         except Exception:
             if page is not None:

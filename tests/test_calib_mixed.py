@@ -152,6 +152,29 @@ def _check_result(result, budget: int) -> None:
     figure = pareto_figure(result)
     plotted = sum(len(trace.x) for trace in figure.data if trace.name != "chosen plan")
     assert plotted == 2 * len(rows)  # every plan on both panels (INT8 share, engine cost)
+    _check_front(result)
+
+
+def _check_front(result) -> None:
+    """The Pareto front: no plan on it is dominated, every plan off it is dominated by one on it."""
+
+    def point(plan) -> tuple[float, float, float]:
+        return (plan.metric if result.higher_is_better else -plan.metric, plan.int8_share, -plan.cost.score)
+
+    def dominates(a, b) -> bool:
+        return all(x >= y for x, y in zip(point(a), point(b))) and point(a) != point(b)
+
+    front = result.front
+    assert front and all(p in result.evaluated for p in front)
+    for plan in result.evaluated:
+        beaten = [other for other in result.evaluated if dominates(other, plan)]
+        assert (plan in front) == (not beaten), plan.index
+        if beaten:
+            assert any(dominates(other, plan) for other in front)
+    for plan in result.evaluated:  # every plan carries what its interval needs, and its plan rebuilds
+        assert plan.n_samples == result.evaluation_samples == len(plan.scores)
+        assert np.mean(plan.scores) == pytest.approx(plan.metric)
+    assert result.plan_of(result.chosen.index).overrides == result.plan.overrides
 
 
 def test_search_meets_a_reachable_target_on_ocr_cls(ocr_cls) -> None:

@@ -17,6 +17,7 @@ def test_notebook_03_executes_headless() -> None:
     assert "tensors from 16 samples" in text and "accumulated" in text and "lowest local SQNR" in text
     assert "FP32" in text and "INT8 (max)" in text and "mixed (int8+fp32)" in text
     assert "task evaluations (+1 FP32)" in text  # the accuracy-target search ran
+    assert "  front: plan " in text and "(n=32)" in text  # its Pareto front, each plan with interval and samples
 
 
 def test_calibration_panel_is_driven_by_its_widgets() -> None:

@@ -163,7 +163,9 @@ def test_export_notebook_executes_headless(tmp_path: Path) -> None:
     assert "'precision': 'fp32'" in text and "'precision': 'fp16'" in text and "'precision': 'int8'" in text
     assert "recommended:" in text
     bundles = [p for p in (tmp_path / "out" / "export" / "export").iterdir() if (p / "manifest.json").is_file()]
-    assert len(bundles) == 2 and all((p / "model.engine").is_file() for p in bundles)  # two exports, two bundles
+    assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles)  # three exports, three bundles
+    plans = [p for p in bundles if "-plan" in p.name]  # one of them a plan picked from the search's Pareto front
+    assert len(plans) == 1 and "(search's pick)" in text and "[" in text.split(plans[0].name, 1)[1]
 
 
 def test_shared_controls() -> None:

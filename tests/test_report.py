@@ -37,12 +37,13 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
         "Fusion view",
         "Per-layer diff",
         "Task-metric table",
+        "Mixed-precision search (Pareto view)",
         "Timing results",
         "Bottleneck diagnosis",
         "Exported bundle",
     ):
         assert f"<h2>{heading}</h2>" in html
-    for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-timing"):
+    for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"):
         assert f'id="{figure}"' in html, figure
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing

@@ -71,6 +71,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)"
     )
+    parser.add_argument(
+        "--search-budget",
+        type=int,
+        help="task evaluations for the accuracy-target mixed-precision search (default 8; 0 turns it off)",
+    )
     parser.set_defaults(func=_cli)
 
 
@@ -95,6 +100,7 @@ def _cli(args: argparse.Namespace) -> int:
             "calibration_samples": args.calibration_samples,
             "evaluation_samples": args.eval_samples,
             "max_metric_drop": args.max_metric_drop,
+            "search_budget": args.search_budget,
         }.items()
         if value is not None
     }

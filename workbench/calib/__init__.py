@@ -26,7 +26,7 @@ from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
 from workbench.calib.histogram import NUM_BINS, TensorHistogram
 from workbench.calib.methods import METHODS, compute_amax, per_channel_amax
 from workbench.calib.qdq import QdqModel, insert_qdq
-from workbench.calib.search import MixedPrecisionResult, search_mixed_precision
+from workbench.calib.search import MixedPrecisionResult, pareto_front, search_mixed_precision
 from workbench.calib.session import CalibrationSession, FallbackSearchResult
 from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, collect_statistics, load_tensorrt_cache
 
@@ -36,6 +36,7 @@ __all__ = [
     "EngineCost",
     "MethodChoice",
     "MixedPrecisionResult",
+    "pareto_front",
     "PrecisionGroup",
     "bias_correct",
     "block_groups",

@@ -60,6 +60,8 @@ class EvaluatedPlan(Artifact):
     int8_share: float
     cost: EngineCost | None = None
     chosen: bool = False
+    n_samples: int = 0  # evaluation samples behind ``metric``
+    scores: tuple[float, ...] = field(default=(), repr=False)  # per sample, evaluation order (for intervals)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,27 @@ class MixedPrecisionResult(Artifact):
     def chosen(self) -> EvaluatedPlan:
         return next(p for p in self.evaluated if p.chosen)
 
+    @property
+    def front(self) -> tuple[EvaluatedPlan, ...]:
+        """The evaluated plans on the Pareto front (:func:`pareto_front`), in evaluation order."""
+        keep = set(pareto_front(self.evaluated, self.higher_is_better))
+        return tuple(p for p in self.evaluated if p.index in keep)
+
+    def plan_of(self, index: int) -> PrecisionPlan:
+        """The precision plan of evaluated plan ``index``: its fallback nodes at the fallback precision."""
+        if not 0 <= index < len(self.evaluated):
+            raise WorkbenchError(
+                f"plan {index} was not evaluated by this search.", expected=f"0..{len(self.evaluated) - 1}"
+            )
+        plan = self.evaluated[index]
+        chosen = set(self.fallback_nodes)
+        base = {node: precision for node, precision in self.plan.overrides.items() if node not in chosen}
+        return PrecisionPlan(
+            self.plan.default,
+            base | dict.fromkeys(plan.fallback_nodes, self.fallback),
+            note=f"mixed-precision search plan {index} ({len(plan.fallback_nodes)} node(s) to {self.fallback})",
+        )
+
     def summary(self) -> str:
         share = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in self.ops_by_type.items())
         return (
@@ -112,6 +135,31 @@ class MixedPrecisionResult(Artifact):
         from workbench._io import write_json_atomic
 
         return write_json_atomic(path, self.to_json())
+
+
+def pareto_front(plans: Any, higher_is_better: bool = True) -> tuple[int, ...]:
+    """Indices of the plans no other plan dominates on task metric (better), INT8 share (higher) and, when every
+    plan has an engine cost, engine layers + reformats (fewer; structure from a CPU build, not speed).
+
+    A plan is dominated when another is at least as good on every objective and strictly better on one; plans
+    with equal objectives all stay."""
+    plans = list(plans)
+    with_cost = bool(plans) and all(p.cost is not None for p in plans)
+
+    def objectives(plan: Any) -> tuple[float, ...]:
+        metric = plan.metric if higher_is_better else -plan.metric
+        values = (metric, plan.int8_share)
+        return values + ((-plan.cost.score,) if with_cost else ())
+
+    points = [objectives(p) for p in plans]
+    front = []
+    for plan, mine in zip(plans, points):
+        dominated = any(
+            all(o >= m for o, m in zip(other, mine)) and any(o > m for o, m in zip(other, mine)) for other in points
+        )
+        if not dominated:
+            front.append(plan.index)
+    return tuple(front)
 
 
 def _math_ops(session: Any) -> dict[str, str]:
@@ -194,7 +242,8 @@ def search_mixed_precision(
 
     def record(plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None) -> float:
         nonlocal evaluations
-        value = float(session.evaluate(model, limit=limit).value)
+        measured = session.evaluate(model, limit=limit)
+        value = float(measured.value)
         evaluations += 1
         int8 = [n for n in session.int8_nodes(plan) if n in math_ops]
         if build_costs and cost is None:
@@ -212,6 +261,8 @@ def search_mixed_precision(
                 math_nodes=len(math_ops),
                 int8_share=len(int8) / max(len(math_ops), 1),
                 cost=cost,
+                n_samples=int(measured.n_samples),
+                scores=tuple(float(x) for x in getattr(measured, "scores", ()) or ()),
             )
         )
         return value

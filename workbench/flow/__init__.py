@@ -1,6 +1,7 @@
 """The quickstart journey: every stage in order over typed artifacts, re-running only what a changed setting affects."""
 
-from workbench.flow.choose import EngineCandidate, compare_precisions, recommend
+from workbench.flow.choose import EngineCandidate, compare_precisions, export_plan, front_candidates, recommend
+from workbench.flow.mixed import MixedSearch, PlanCandidate, mixed_search
 from workbench.flow.quickstart import (
     PRECISION_CHOICES,
     STAGE_NAMES,
@@ -30,6 +31,8 @@ __all__ = [
     "Choice",
     "Cleaning",
     "EngineCandidate",
+    "MixedSearch",
+    "PlanCandidate",
     "Fallback",
     "LayerDiffStage",
     "MetricRow",
@@ -43,6 +46,9 @@ __all__ = [
     "choose",
     "compare_precisions",
     "recommend",
+    "export_plan",
     "export_selection",
+    "front_candidates",
+    "mixed_search",
     "run_quickstart",
 ]

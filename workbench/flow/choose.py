@@ -5,9 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from workbench.artifact import Artifact
-from workbench.flow.quickstart import QuickstartSession, run_stage
+from workbench.engine import engine_from_onnx
+from workbench.errors import WorkbenchError
+from workbench.export import Bundle, export_bundle
+from workbench.flow.mixed import SEARCH_HOW, PlanCandidate
+from workbench.flow.quickstart import QuickstartSession, new_export_dir, run_stage
 from workbench.flow.rule import COST_ORDER, DEFAULT_MAX_DROP
 
 COMPARED_PRECISIONS = ("fp32", "fp16", "int8")
@@ -109,3 +114,66 @@ def recommend(
 
     fine = [c for c in candidates if acceptable(c) and c.variant in COST_ORDER]
     return min(fine, key=lambda c: COST_ORDER.index(c.variant), default=None)
+
+
+def front_candidates(session: QuickstartSession) -> tuple[PlanCandidate, ...]:
+    """The Pareto front of the session's mixed-precision search (run first if it has not run), best metric first."""
+    if not session.run.stages:
+        session.run_all()
+    elif session.run.mixed_search is None and not session.run.stage("search").ok:
+        session.run_stages(["calibrate", "search"] if not session.run.stage("calibrate").ok else ["search"])
+    search = session.run.mixed_search
+    if search is None:
+        raise WorkbenchError(
+            f"the mixed-precision search did not run: {session.run.stage('search').summary}",
+            expected="a zoo model with a task metric, calibration done and search_budget >= 1",
+        )
+    return search.front
+
+
+def export_plan(
+    session: QuickstartSession, index: int, output_dir: str | Path | None = None, *, overwrite: bool = False
+) -> Bundle:
+    """Build the engine of plan ``index`` of the search's Pareto front and export it: into ``output_dir``, or a new
+    folder ``<out_dir>/export/<model>-plan<index>-<UTC time>``. The bundle records the plan, the calibration cache
+    and the plan's task metric with its 95 % interval and sample count (no timing: nothing was timed for it)."""
+    front_candidates(session)
+    run, workspace = session.run, session.prepare()
+    search = run.mixed_search
+    calibration = run.calibration
+    if search is None or calibration is None:
+        raise WorkbenchError("no mixed-precision search to export from.", expected="the search stage done first")
+    candidate = search.candidate(index)  # only plans on the front are offered
+    plan = search.result.plan_of(index)
+    quantized = workspace.calibration_session(run).quantize(calibration.ranges, plan)
+    onnx_path = workspace.path(f"plan{index}.onnx")
+    quantized.save(onnx_path)
+    from workbench.model import load_onnx
+
+    engine = engine_from_onnx(
+        load_onnx(onnx_path), workspace.path(f"plan{index}.engine"), workspace.build_options(precision="int8")
+    )
+    estimate = candidate.estimate
+    accuracy = {
+        "variant": f"search-plan{index}",
+        "metric": candidate.metric_name,
+        "value": candidate.metric,
+        "n_samples": candidate.n_samples,
+        "higher_is_better": candidate.higher_is_better,
+        "delta_vs_fp32": candidate.delta_vs_fp32,
+        "interval_95": [estimate.low, estimate.high] if estimate.has_interval else None,
+        "interval_method": estimate.method,
+        "how": SEARCH_HOW,
+        "choice": (
+            f"plan {index} of the mixed-precision search's Pareto front, picked by the user: INT8 "
+            f"{candidate.int8_math_nodes}/{candidate.math_nodes} math nodes; target "
+            f"{search.result.target:.4f} {'met' if candidate.meets_target else 'NOT met'}"
+        ),
+        "choice_level": "ok" if candidate.meets_target else "warning",
+    }
+    target = (
+        Path(output_dir) if output_dir else new_export_dir(run, Path(run.config.out_dir) / "export", f"plan{index}")
+    )
+    return export_bundle(
+        engine, target, overwrite=overwrite, plan=plan, calibration_cache=calibration.cache_path, accuracy=accuracy
+    )

@@ -24,6 +24,7 @@ from workbench._io import write_bytes_atomic
 from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
+from workbench.calib.search import search_mixed_precision
 from workbench.calib.session import CalibrationSession
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanOptions, CleanResult, clean_model
@@ -31,6 +32,7 @@ from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_g
 from workbench.engine.backend import get_backend
 from workbench.errors import WorkbenchError
 from workbench.export import Bundle, export_bundle
+from workbench.flow.mixed import MixedSearch, mixed_search
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, choose
 from workbench.flow.uncertainty import Estimate, estimate
 from workbench.model import OnnxModel, load_onnx
@@ -69,6 +71,9 @@ class QuickstartConfig(Artifact):
     diff_samples: int = 32
     evaluation_samples: int = 450  # capped by the model's evaluation split (ocr-cls 400, digits-cnn 450)
     fallback_layers: int = 2
+    # task evaluations the accuracy-target mixed-precision search may use (target: FP32 minus max_metric_drop);
+    # 0 turns the search off. The default models meet the target within 1-2 evaluations (a few seconds).
+    search_budget: int = 8
     max_metric_drop: float = DEFAULT_MAX_DROP  # the task-metric loss vs FP32 an engine may have and still be chosen
     timing_window_s: float = 0.25
     sweep: bool = True  # also time streams=1 and batch=1 so the diagnosis can say whether streams/batching help
@@ -91,6 +96,8 @@ class QuickstartConfig(Artifact):
         for name in ("calibration_samples", "diff_samples", "evaluation_samples"):
             if int(getattr(self, name)) < 1:
                 raise WorkbenchError(f"{name}={getattr(self, name)} must be at least 1.")
+        if not 0 <= int(self.search_budget) <= 64:
+            raise WorkbenchError(f"search_budget={self.search_budget} is out of range.", expected="0 (off) ..64")
         if not 0 <= int(self.fallback_layers) <= 64:
             raise WorkbenchError(f"fallback_layers={self.fallback_layers} is out of range.", expected="0..64")
         if not (isinstance(self.max_metric_drop, (int, float)) and 0 <= self.max_metric_drop <= 1):
@@ -251,6 +258,7 @@ class QuickstartRun(Artifact):
     fallback: Fallback | None = None
     mixed_engine: EngineArtifact | None = None
     metrics: Metrics | None = None
+    mixed_search: MixedSearch | None = None
     selection: Selection | None = None
     timing: Timing | None = None
     bundle: Bundle | None = None
@@ -455,6 +463,25 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
     return Metrics(rows, not_measured)
 
 
+def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
+    """The accuracy-target search (most INT8 whose metric is within ``max_metric_drop`` of FP32) from this run's
+    calibration ranges, every plan's engine built for its structure; the JSON goes to ``<model>.mixed.json``."""
+    cfg = run.config
+    if cfg.search_budget == 0:
+        raise WorkbenchError("the mixed-precision search is off (search_budget=0).", expected="search_budget 1..64")
+    calibration = _result_of(run.calibration, "calibrate")
+    result = search_mixed_precision(
+        ws.calibration_session(run),
+        ranges=calibration.ranges,
+        target_drop=cfg.max_metric_drop,
+        budget=cfg.search_budget,
+        limit=cfg.evaluation_samples,
+    )
+    path = ws.path("mixed.json")
+    result.save(path)
+    return mixed_search(result, path)
+
+
 def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     """The engine of the requested precision ("auto": the rule's pick), with the verdict on its task metric."""
     available = (
@@ -529,11 +556,12 @@ def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     return Timing(tuple(results), reason)
 
 
-def new_export_dir(run: QuickstartRun, root: Path) -> Path:
-    """A folder no export has used: ``<root>/<model>-<variant>-<UTC time>`` (``-2``, ``-3`` ... within one second)."""
-    selection = _result_of(run.selection, "select")
+def new_export_dir(run: QuickstartRun, root: Path, variant: str | None = None) -> Path:
+    """A folder no export has used: ``<root>/<model>-<variant>-<UTC time>`` (``-2``, ``-3`` ... within one second);
+    ``variant`` defaults to the chosen engine's."""
+    variant = variant or _result_of(run.selection, "select").variant
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    base = root / f"{run.config.model}-{selection.variant}-{stamp}"
+    base = root / f"{run.config.model}-{variant}-{stamp}"
     path, suffix = base, 2
     while path.exists():
         path, suffix = base.with_name(f"{base.name}-{suffix}"), suffix + 1
@@ -640,6 +668,16 @@ def _summary_metrics(metrics: Metrics, run: QuickstartRun) -> str:
     return f"{metrics.metric} (ONNX Runtime CPU): {text}"
 
 
+def _summary_search(search: MixedSearch, run: QuickstartRun) -> str:
+    result = search.result
+    chosen = search.intervals[result.chosen.index]
+    return (
+        f"{result.metric_name} {chosen.text()} with INT8 {result.int8_math_nodes}/{result.math_nodes} math nodes "
+        f"(target {result.target:.4f}: {'met' if result.met else 'NOT met'}); {result.evaluations_used} plan(s) "
+        f"evaluated, {len(search.front)} on the Pareto front; stopped: {result.stop_reason}"
+    )
+
+
 def _summary_select(selection: Selection, run: QuickstartRun) -> str:
     engine = selection.engine
     asked = f" (asked: {selection.precision})" if selection.precision != selection.variant else ""
@@ -722,6 +760,15 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "metrics", "Task metric per precision", ("evaluation_samples",), (), "metrics", stage_metrics, _summary_metrics
+    ),
+    Stage(
+        "search",
+        "Mixed-precision search (accuracy target)",
+        ("search_budget", "max_metric_drop", "evaluation_samples"),
+        ("calibrate",),
+        "mixed_search",
+        stage_search,
+        _summary_search,
     ),
     Stage(
         "select",

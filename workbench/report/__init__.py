@@ -2,13 +2,21 @@
 
 from workbench.report.diagnosis import Verdict, diagnose
 from workbench.report.html import SECTION_IDS, render_report, write_report
-from workbench.report.tables import choice_html, metrics_table_html, stage_table_html, timing_table_html, verdicts_html
+from workbench.report.tables import (
+    choice_html,
+    front_table_html,
+    metrics_table_html,
+    stage_table_html,
+    timing_table_html,
+    verdicts_html,
+)
 
 __all__ = [
     "SECTION_IDS",
     "Verdict",
     "diagnose",
     "choice_html",
+    "front_table_html",
     "metrics_table_html",
     "render_report",
     "stage_table_html",

@@ -20,6 +20,7 @@ from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
     choice_html,
     esc,
+    front_table_html,
     html_table,
     metrics_table_html,
     stage_table_html,
@@ -32,7 +33,17 @@ from workbench.viz import engine_view, palette
 from workbench.viz import metrics as metric_figures
 from workbench.viz import timing as timing_figures
 
-SECTION_IDS = ("summary", "cleaning", "fusion", "layer-diff", "metrics", "timing", "diagnosis", "export")
+SECTION_IDS = (
+    "summary",
+    "cleaning",
+    "fusion",
+    "layer-diff",
+    "metrics",
+    "mixed-precision",
+    "timing",
+    "diagnosis",
+    "export",
+)
 
 _CSS = (
     """
@@ -180,6 +191,31 @@ def _metrics_section(run: QuickstartRun) -> str:
     )
 
 
+def _mixed_section(run: QuickstartRun) -> str:
+    """The accuracy-target search: every evaluated plan (metric with 95 % interval against INT8 share and engine
+    structure), the chosen plan marked, and the Pareto front as a table."""
+    if run.mixed_search is None:
+        return _stage_note(run, "search")
+    search = run.mixed_search
+    result = search.result
+    chosen = search.intervals[result.chosen.index]
+    figure = calib_figures.pareto_figure(result, intervals=search.intervals, front=[c.index for c in search.front])
+    cost_label = result.cost_label or "no engine was built (no TensorRT backend)"
+    return (
+        f"<p>Target: {esc(result.metric_name)} {'&ge;' if result.higher_is_better else '&le;'} "
+        f"{result.target:.4f} (FP32 {result.fp32_metric:.4f} {'minus' if result.higher_is_better else 'plus'} "
+        f"{run.config.max_metric_drop:g}); all-INT8 {result.int8_metric:.4f}. The search chose "
+        f"<b>{esc(chosen.text())}</b> with {result.int8_math_nodes}/{result.math_nodes} Conv/Gemm/MatMul nodes INT8 "
+        f"({'target met' if result.met else 'target NOT met'}); {result.evaluations_used} plan(s) evaluated "
+        f"(+1 FP32) in {result.seconds:.1f} s, budget {result.budget}; stopped: {esc(result.stop_reason)}.</p>"
+        + _figure_html(figure, "fig-pareto")
+        + f"<p>Pareto front ({len(search.front)} of {len(result.evaluated)} plans: none better on metric, INT8 "
+        "share and engine layers + reformats at once); the export panel picks from these:</p>"
+        + front_table_html(search)
+        + f'<p class="muted">Engine columns: {esc(cost_label)}. Metric: {esc(search.how)}.</p>'
+    )
+
+
 def _timing_section(run: QuickstartRun) -> str:
     if run.timing is None:
         return _stage_note(run, "timing")
@@ -220,6 +256,7 @@ def render_report(run: QuickstartRun) -> str:
         _section("fusion", "Fusion view", _fusion_section(run)),
         _section("layer-diff", "Per-layer diff", _layer_diff_section(run)),
         _section("metrics", "Task-metric table", _metrics_section(run)),
+        _section("mixed-precision", "Mixed-precision search (Pareto view)", _mixed_section(run)),
         _section("timing", "Timing results", _timing_section(run)),
         _section("diagnosis", "Bottleneck diagnosis", verdicts_html(diagnose(run))),
         _section("export", "Exported bundle", _export_section(run)),

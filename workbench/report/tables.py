@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.flow.mixed import MixedSearch
 from workbench.flow.quickstart import STAGE_NAMES, MetricRow, QuickstartRun
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.report.diagnosis import Verdict
@@ -127,3 +128,41 @@ def verdicts_html(verdicts: Sequence[Verdict]) -> str:
         return f"<li{style}><b>{esc(verdict.topic)}</b>: {esc(verdict.text)}</li>"
 
     return "<ul>" + "".join(item(v) for v in verdicts) + "</ul>"
+
+
+def front_table_html(search: MixedSearch, picked: int | None = None) -> str:
+    """The Pareto front of a mixed-precision search, one row per plan: metric with 95 % interval and samples, INT8
+    share, fallback, engine structure (a CPU build: not speed), whether it meets the target. ``picked`` is marked."""
+    rows = [
+        [
+            ("&#9654; " if c.index == picked else "")
+            + esc(f"{c.index}{' (search pick)' if c.chosen_by_search else ''}"),
+            c.estimate.text(),
+            f"{c.delta_vs_fp32:+.4f}",
+            f"{c.int8_math_nodes}/{c.math_nodes} ({c.int8_share:.0%})",
+            f"{c.fallback_nodes} to {c.fallback}",
+            "-" if c.engine_layers is None else c.engine_layers,
+            "-" if c.qdq_kernels is None else c.qdq_kernels,
+            "-" if c.reformat_layers is None else c.reformat_layers,
+            "-" if c.engine_bytes is None else f"{c.engine_bytes / 1e6:.2f}",
+            "yes" if c.meets_target else "no",
+        ]
+        for c in search.front
+    ]
+    result = search.result
+    return html_table(
+        [
+            "plan",
+            f"{result.metric_name} [95% interval] (n)",
+            "vs FP32",
+            "INT8 math nodes",
+            "fallback",
+            "engine layers",
+            "Q/DQ kernels",
+            "reformats",
+            "engine MB",
+            "meets target",
+        ],
+        rows,
+        raw_columns=(0,),
+    )

@@ -1,5 +1,8 @@
 """Choose among several built engines (accuracy vs speed) and export one. Thin over :mod:`workbench.flow`.
 
+Two ways to pick: one engine per precision (``compare``), or one plan of the mixed-precision search's Pareto front
+(``show_front``; the front, each plan's interval and the export are computed in :mod:`workbench.flow`).
+
 Nothing is displayed in the constructor: show ``panel.widget`` yourself.
 """
 
@@ -13,16 +16,21 @@ import ipywidgets as widgets
 from workbench.export import Bundle
 from workbench.flow import (
     EngineCandidate,
+    PlanCandidate,
     QuickstartConfig,
     QuickstartSession,
     compare_precisions,
+    export_plan,
     export_selection,
+    front_candidates,
     recommend,
 )
+from workbench.report.tables import front_table_html
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.progress import ProgressAdapter, Worker
+from workbench.viz.calib import pareto_figure
 from workbench.viz.metrics import candidates_figure
 
 
@@ -73,12 +81,25 @@ class ExportPanel:
         self.export_button = widgets.Button(description="Export chosen", button_style="primary", icon="download")
         self.table = widgets.HTML(value="<p>Nothing compared yet: press <b>Build and compare</b>.</p>")
         self.figure = figure_widget()
+        self.front_button = widgets.Button(description="Show Pareto front", icon="line-chart")
+        self.plan_picker = widgets.Dropdown(
+            options=[], description="plan", style={"description_width": "60px"}, layout=widgets.Layout(width="70%")
+        )
+        self.plan_button = widgets.Button(description="Export plan", button_style="primary", icon="download")
+        self.front_table = widgets.HTML(
+            value="<p>Mixed-precision plans: press <b>Show Pareto front</b> (runs the accuracy-target search).</p>"
+        )
+        self.pareto = figure_widget()
+        self.front: tuple[PlanCandidate, ...] = ()
         self.candidates: list[EngineCandidate] = []
         self.bundle: Bundle | None = None
         self.bundles: list[Bundle] = []
         self.compare_button.on_click(lambda _b: self.compare(wait=False))
         self.export_button.on_click(lambda _b: self.export(self.precision.value, wait=False))
         self.precision.observe(lambda _change: self._render(), names="value")
+        self.front_button.on_click(lambda _b: self.show_front(wait=False))
+        self.plan_button.on_click(lambda _b: self.export_plan(self.plan_picker.value, wait=False))
+        self.plan_picker.observe(lambda _change: self._render_front(), names="value")
         self.widget = widgets.VBox(
             [
                 widgets.HBox([self.precision, self.compare_button]),
@@ -87,6 +108,10 @@ class ExportPanel:
                 self.status.widget,
                 self.table,
                 self.figure,
+                widgets.HTML("<h4>Mixed-precision plans: the Pareto front of the accuracy-target search</h4>"),
+                widgets.HBox([self.front_button, self.plan_picker, self.plan_button]),
+                self.front_table,
+                self.pareto,
             ],
             layout=widgets.Layout(width="100%"),
         )
@@ -110,6 +135,7 @@ class ExportPanel:
             if result is not None:
                 self.candidates = result
                 self._render()
+                self._load_front()
                 self.progress.done(f"{len(result)} engines compared")
                 self.status.ok(f"{len(result)} engines compared")
 
@@ -149,6 +175,76 @@ class ExportPanel:
 
         self.worker.submit(work, wait=wait)
         return exported[0] if exported else None
+
+    def show_front(self, wait: bool = True) -> tuple[PlanCandidate, ...]:
+        """Run the journey's mixed-precision search if it has not run, then list its Pareto front to pick from."""
+        self.status.busy("mixed-precision search...")
+        self.progress.start("mixed-precision search", total=1)
+
+        def work() -> None:
+            front = self._guarded(lambda: front_candidates(self.session))
+            if front is not None:
+                self._load_front()
+                self.progress.done(f"{len(front)} plan(s) on the front")
+                self.status.ok(f"{len(front)} plan(s) on the Pareto front")
+
+        self.worker.submit(work, wait=wait)
+        return self.front
+
+    def export_plan(self, index: int | None = None, wait: bool = True) -> Bundle | None:
+        """Build and export plan ``index`` of the front (default: the one picked), into a new folder per export or
+        the folder typed in the panel (an existing one only with "replace" ticked)."""
+        index = self.plan_picker.value if index is None else index
+        self.status.busy(f"building and exporting plan {index}...")
+        self.progress.start(f"exporting plan {index}", total=2)
+        exported: list[Bundle] = []
+
+        def work() -> None:
+            def act() -> None:
+                bundle = export_plan(
+                    self.session, index, self.folder.value.strip() or None, overwrite=self.replace.value
+                )
+                exported.append(bundle)
+
+            self._guarded(act)
+            if not exported:
+                return
+            self.bundle = exported[0]
+            self.bundles.append(self.bundle)
+            if self.plan_picker.value != index and index in dict(self.plan_picker.options).values():
+                self.plan_picker.value = index
+            picked = next((c for c in self.front if c.index == index), None)
+            self.progress.done("exported")
+            text = f"plan {index} exported to {self.bundle.path}"
+            if picked is not None and not picked.meets_target:
+                self.status.warn(f"{text}; but it misses the search's target")
+            else:
+                self.status.ok(text)
+
+        self.worker.submit(work, wait=wait)
+        return exported[0] if exported else None
+
+    def _load_front(self) -> None:
+        search = self.session.run.mixed_search
+        self.front = search.front if search is not None else ()
+        options = [(c.label, c.index) for c in self.front]
+        picked = next((c.index for c in self.front if c.chosen_by_search), options[0][1] if options else None)
+        self.plan_picker.options = options
+        self.plan_picker.value = picked
+        self._render_front()
+
+    def _render_front(self) -> None:
+        search = self.session.run.mixed_search
+        if search is None:
+            return
+        self.front_table.value = front_table_html(search, self.plan_picker.value) + (
+            f"<p class='muted'>Engine columns: {html.escape(search.result.cost_label or 'no engine built')}. "
+            f"Metric: {html.escape(search.how)}.</p>"
+        )
+        replace_figure(
+            self.pareto,
+            pareto_figure(search.result, intervals=search.intervals, front=[c.index for c in search.front]),
+        )
 
     def _render(self) -> None:
         self.table.value = candidates_table_html(self.candidates, self.precision.value)

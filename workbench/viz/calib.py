@@ -173,17 +173,27 @@ def pareto_rows(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def pareto_figure(result: Any, *, title: str | None = None) -> Any:
+def pareto_figure(
+    result: Any,
+    *,
+    title: str | None = None,
+    intervals: Sequence[Any] | None = None,
+    front: Sequence[int] | None = None,
+) -> Any:
     """Task metric against INT8 share (left) and against engine cost (right) for every evaluated plan.
 
     Engine cost is the layer count plus reformat layers of a TensorRT-RTX CPU build: structure, not speed. The target
-    is a dashed line, the chosen plan a large marker, plans that miss the target hollow.
+    is a dashed line, the chosen plan a large marker, plans that miss the target hollow. ``intervals`` (one per
+    evaluated plan, objects with ``low``/``high``/``n``, e.g. :class:`workbench.flow.uncertainty.Estimate`) draw 95 %
+    error bars; ``front`` (plan indices) rings the plans on the Pareto front.
     """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     data = result.to_json() if hasattr(result, "to_json") else result
     rows = pareto_rows(data)
+    bars = {i: (iv.low, iv.high, iv.n) for i, iv in enumerate(intervals or ()) if iv is not None}
+    on_front = set(front or ())
     has_cost = any(r["cost"] is not None for r in rows)
     fig = make_subplots(
         rows=1,
@@ -201,21 +211,57 @@ def pareto_figure(result: Any, *, title: str | None = None) -> Any:
             subset = [r for r in rows if r["meets"] == meets and r[key] is not None]
             if not subset:
                 continue
+            error_y = None
+            if bars:
+                highs = [bars[r["index"]][1] - r["metric"] if r["index"] in bars else 0.0 for r in subset]
+                lows = [r["metric"] - bars[r["index"]][0] if r["index"] in bars else 0.0 for r in subset]
+                error_y = {
+                    "type": "data",
+                    "array": [max(h, 0.0) if h == h else 0.0 for h in highs],
+                    "arrayminus": [max(low, 0.0) if low == low else 0.0 for low in lows],
+                    "color": palette.MUTED,
+                    "thickness": 1,
+                    "width": 2,
+                }
             fig.add_trace(
                 go.Scatter(
                     x=[r[key] for r in subset],
                     y=[r["metric"] for r in subset],
                     mode="markers",
                     marker={"symbol": symbol, "size": 9, "color": palette.INT8},
-                    name=name,
+                    error_y=error_y,
+                    name=name + (" (95 % interval)" if bars else ""),
                     legendgroup=name,
                     showlegend=col == 1,
                     text=[
                         f"plan {r['index']}: {r['fallback']} node(s) to {data['fallback']}, "
                         f"{r['qdq_kernels']} Q/DQ kernels, {r['reformat_layers']} reformats"
+                        + (
+                            f"<br>95 % interval [{bars[r['index']][0]:.4f}, {bars[r['index']][1]:.4f}], "
+                            f"n={bars[r['index']][2]}"
+                            if r["index"] in bars
+                            else ""
+                        )
                         for r in subset
                     ],
                     hovertemplate="%{text}<br>metric %{y:.4f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+        ringed = [r for r in rows if r["index"] in on_front and r[key] is not None]
+        if ringed:
+            fig.add_trace(
+                go.Scatter(
+                    x=[r[key] for r in ringed],
+                    y=[r["metric"] for r in ringed],
+                    mode="markers",
+                    marker={"symbol": "circle-open", "size": 15, "color": palette.TEXT, "line": {"width": 1.5}},
+                    name="Pareto front",
+                    legendgroup="front",
+                    showlegend=col == 1,
+                    text=[f"plan {r['index']} (on the front)" for r in ringed],
+                    hovertemplate="%{text}<extra></extra>",
                 ),
                 row=1,
                 col=col,

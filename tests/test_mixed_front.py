@@ -1,0 +1,135 @@
+"""Issue 14's Pareto view in the journey: the quickstart's search stage, the report's Pareto section and the export
+panel picking a plan of the front. Real parts: the ocr-cls zoo model, TensorRT-RTX builds on the CPU, ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.flow import QuickstartConfig
+
+# entropy ranges on 64 samples: all-INT8 ocr-cls misses FP32 - 0.01, so the search reverts at least one group
+CONFIG = dict(model="ocr-cls", calibration_samples=64, diff_samples=16, timing_window_s=0.1, sweep=False, export=False)
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory: pytest.TempPathFactory):
+    from workbench.ui.export_panel import ExportPanel
+
+    out = tmp_path_factory.mktemp("front")
+    panel = ExportPanel(QuickstartConfig(out_dir=str(out), **CONFIG), background=False)
+    panel.show_front()
+    assert panel.status.kind == "ok", panel.status.text
+    return panel
+
+
+def test_search_stage_carries_every_plan_with_its_interval(panel) -> None:
+    run = panel.session.run
+    assert run.stage("search").ok, run.stage("search").summary
+    search = run.mixed_search
+    result = search.result
+    assert result.target == pytest.approx(result.fp32_metric - run.config.max_metric_drop)
+    assert result.evaluation_samples == 400 and result.budget == run.config.search_budget
+    assert not result.evaluated[0].meets_target and result.met  # all-INT8 misses, the search reaches the target
+    assert len(search.intervals) == len(result.evaluated) >= 2
+    for plan, interval in zip(result.evaluated, search.intervals):
+        assert interval.n == 400 and interval.method == "Wilson 95%"  # top-1: right/wrong per image
+        assert interval.low <= plan.metric <= interval.high
+    # the front's candidates: the front's plans, labelled with metric, interval, INT8 share and engine structure
+    assert [c.index for c in sorted(search.front, key=lambda c: c.index)] == [p.index for p in result.front]
+    for candidate in search.front:
+        plan = result.evaluated[candidate.index]
+        assert candidate.metric == plan.metric and candidate.engine_layers == plan.cost.engine_layers
+        assert f"[{candidate.metric_low:.4f}, {candidate.metric_high:.4f}] (n=400)" in candidate.label
+        assert f"INT8 {plan.int8_math_nodes}/{plan.math_nodes}" in candidate.label
+        assert f"{plan.cost.engine_layers} layers" in candidate.label
+    assert search.chosen is not None and search.chosen.index == result.chosen.index
+    # the record round-trips through JSON with the search in it
+    from workbench.flow import QuickstartRun
+
+    again = QuickstartRun.from_json(json.loads(json.dumps(run.to_json())))
+    assert again.mixed_search.front == search.front and again.mixed_search.result.metric == result.metric
+    assert json.loads(search.path.read_text())["evaluations_used"] == result.evaluations_used
+
+
+def test_report_shows_the_pareto_view(panel, tmp_path: Path) -> None:
+    from workbench.report import SECTION_IDS, write_report
+
+    run = panel.session.run
+    search = run.mixed_search
+    html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "mixed-precision" in SECTION_IDS and '<section id="mixed-precision">' in html
+    section = html[html.index('<section id="mixed-precision">') : html.index('<section id="timing">')]
+    assert 'id="fig-pareto"' in section
+    traces_json = section[section.index("Plotly.newPlot(") :].split(",", 1)[1].lstrip()
+    figure, _ = json.JSONDecoder().raw_decode(traces_json)  # the traces: the first argument after the div id
+    names = [trace.get("name", "") for trace in figure]
+    assert "chosen plan" in names and "Pareto front" in names
+    plotted = [trace for trace in figure if trace.get("error_y")]  # every plan, on both panels, with its interval
+    assert sum(len(trace["x"]) for trace in plotted) == 2 * len(search.result.evaluated)
+    chosen = search.intervals[search.result.chosen.index]
+    assert f"The search chose <b>{chosen.text()}</b>" in section
+    for candidate in search.front:  # the front's table: one row per plan with its interval and sample count
+        assert candidate.estimate.text() in section
+    assert "structure from a TensorRT-RTX CPU build (not speed)" in section
+    assert "(search pick)" in section
+
+
+def test_export_panel_exports_the_picked_plan_of_the_front(panel, tmp_path: Path) -> None:
+    from workbench.export.bundle import verify_bundle
+
+    search = panel.session.run.mixed_search
+    assert [value for _label, value in panel.plan_picker.options] == [c.index for c in search.front]
+    assert panel.plan_picker.value == search.result.chosen.index  # the search's pick is preselected
+    assert panel.front_table.value.count("<tr>") == len(search.front) + 1
+    assert "&#9654; " in panel.front_table.value and "not speed" in panel.front_table.value
+    # pick the plan with the most INT8 on the front (not the search's pick when the front has two) and export it
+    picked = max(search.front, key=lambda c: (c.int8_share, c.index))
+    panel.plan_picker.value = picked.index
+    bundle = panel.export_plan()
+    assert bundle is not None and panel.status.kind in ("ok", "warning"), panel.status.text
+    assert (panel.status.kind == "warning") == (not picked.meets_target)
+    assert bundle.path.name.startswith(f"ocr-cls-plan{picked.index}-") and verify_bundle(bundle.path).ok
+    accuracy = bundle.manifest["accuracy"]
+    assert accuracy["value"] == picked.metric and accuracy["n_samples"] == 400
+    assert accuracy["interval_95"] == [picked.metric_low, picked.metric_high]
+    # the bundle holds that plan's engine: its plan, and the structure the search recorded for it
+    plan = search.result.plan_of(picked.index)
+    assert bundle.manifest["precision_plan"]["overrides"] == plan.overrides
+    layer_map = bundle.layer_map
+    assert len(layer_map.layers) == picked.engine_layers
+    assert bundle.manifest["engine"]["bytes"] == pytest.approx(picked.engine_bytes, rel=0.02)
+    # a plan that is not on the front is refused, said in the panel
+    on_front = {c.index for c in search.front}
+    off_front = next((p.index for p in search.result.evaluated if p.index not in on_front), 99)
+    assert panel.export_plan(off_front) is None
+    assert panel.status.kind == "error" and "not" in panel.status.text
+    assert not math.isnan(picked.metric)
+
+
+def test_search_budget_zero_turns_the_stage_off(tmp_path: Path) -> None:
+    from workbench.flow import QuickstartSession, front_candidates
+
+    with pytest.raises(WorkbenchError, match="search_budget=65 is out of range"):
+        QuickstartConfig(search_budget=65)
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=0, calibration_samples=64)
+    )
+    run = session.run_stages(["calibrate", "search"])
+    assert run.stage("search").status == "failed" and "off (search_budget=0)" in run.stage("search").summary
+    assert run.mixed_search is None
+    with pytest.raises(WorkbenchError, match="did not run"):
+        front_candidates(session)
+
+
+def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.cli import main
+
+    assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--search-budget", "99"]) == 2
+    assert "search_budget=99 is out of range" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
