@@ -156,6 +156,17 @@ class CudaLanes:
         self._host_out_ptrs = [[[b.pointer for b in slot] for slot in lane] for lane in self._host_out]
         self.device.sync()
 
+    def set_graph_priority(self, priority: int) -> bool:
+        """Run the lanes' CUDA graphs at ``priority`` from now on (re-instantiated and uploaded); False when the
+        executor has no graphs whose priority can be set (eager work follows the streams' own priority)."""
+        changed = False
+        for binding in self.bindings:
+            use_priority = getattr(binding, "use_priority", None)
+            if use_priority is not None and getattr(binding, "graphs", None):
+                use_priority(int(priority), upload=True)
+                changed = True
+        return changed
+
     def memory_info(self) -> tuple[int, int]:
         free, total = _check(self._driver.cuMemGetInfo(), "cuMemGetInfo")
         return int(free), int(total)

@@ -104,7 +104,7 @@ class TorchExecutor:
         if existing is not None and existing.has(batch_sizes) and not confined and not existing.capture_on_lane:
             existing.stream_handle = int(stream.handle) if stream is not None else 0
             if existing.graphs:  # the new stream may have another priority: the kernels follow it
-                existing.use_priority(existing._stream_priority())
+                existing.use_priority(existing._stream_priority(), upload=True)
             return existing
         before = torch.cuda.memory_allocated()
         binding = _TorchLane(self, batch_sizes, stream)
@@ -222,8 +222,9 @@ class _TorchLane:
 
         return stream_priority(self.stream_handle)
 
-    def use_priority(self, priority: int) -> None:
-        """(Re-)instantiate the lane's graphs so their kernels run at ``priority`` (the lane stream's)."""
+    def use_priority(self, priority: int, upload: bool = False) -> None:
+        """(Re-)instantiate the lane's graphs so their kernels run at ``priority`` (the lane stream's by default);
+        ``upload`` also uploads them on the lane's stream so the next launch is not slowed by it."""
         if priority == self.priority and self.graph_exec:
             return
         from workbench.timing.graph_priority import destroy_exec, instantiate_at_priority
@@ -241,6 +242,8 @@ class _TorchLane:
             if old is not None and any(old is mine for mine in self._owned):
                 self._owned[:] = [mine for mine in self._owned if mine is not old]
                 destroy_exec(old)
+            if upload and self.stream_handle:
+                self._driver.cuGraphUpload(self.graph_exec[size], self._driver.CUstream(self.stream_handle))
         self.priority = priority
 
     def release(self) -> None:

@@ -123,7 +123,15 @@ def _cuda_priority_range() -> tuple[int, int]:
 class VersionRuntime:
     """A model version ready to serve: executor + lanes + free-slot list + per-bucket service-time estimates."""
 
-    def __init__(self, model: str, version: str, executor: Executor, config: ServeConfig, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: str,
+        version: str,
+        executor: Executor,
+        config: ServeConfig,
+        seed: int = 0,
+        background: bool = False,
+    ) -> None:
         self.model, self.version, self.executor, self.config = model, version, executor, config
         self.device = executor.device
         sizes = config.bucket_sizes()
@@ -147,6 +155,9 @@ class VersionRuntime:
                 sm_count=config.sm_count,
                 sm_owner=model,  # a reloaded version runs on the same SMs as the one it replaces
             )
+            # A version loaded next to live traffic warms up and is checked with its graphs at the lowest priority,
+            # so that work yields to the version serving; promote() restores the model's priority before the swap.
+            self.background = bool(background) and self.lanes.set_graph_priority(least)
         else:
             if config.sm_count is not None:
                 raise WorkbenchError(
@@ -231,6 +242,12 @@ class VersionRuntime:
                 times.append(spans[3] - spans[0])
             self.service_ms[size] = float(np.median(times))
         return dict(self.service_ms)
+
+    def promote(self) -> None:
+        """Give a version loaded in the background its model's priority (before it starts serving)."""
+        if getattr(self, "background", False):
+            self.lanes.set_graph_priority(self.stream_priority)
+            self.background = False
 
     def close(self) -> None:
         if not self.closed:

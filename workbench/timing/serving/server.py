@@ -60,6 +60,12 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
+# While a new version loads next to live traffic: the interpreter's thread switch interval (the dispatcher waits at
+# most this long for the GIL while the loader runs Python), and whether its GPU work runs at the lowest priority.
+RELOAD_SWITCH_INTERVAL_S = 0.0001
+RELOAD_IN_BACKGROUND = True
+
+
 @dataclass
 class ServeRequest(Request):
     inputs: Any = None
@@ -256,7 +262,7 @@ class ModelServer:
         # The reload's Python work (building the executor, capturing graphs) shares the interpreter with the
         # dispatcher thread; a short switch interval keeps the dispatcher's waits for the GIL short meanwhile.
         previous_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(previous_interval, 0.0005))
+        sys.setswitchinterval(min(previous_interval, RELOAD_SWITCH_INTERVAL_S))
         try:
             with quiet_gc():
                 return self._reload(loader, version, reference, rtol, atol, drain_timeout_s)
@@ -299,7 +305,9 @@ class ModelServer:
         try:
             executor = loader()
             phases["executor_built"] = time.perf_counter()
-            runtime = VersionRuntime(self.name, version, executor, self.config, seed=self._seed)
+            runtime = VersionRuntime(
+                self.name, version, executor, self.config, seed=self._seed, background=RELOAD_IN_BACKGROUND
+            )
             phases["lanes_ready"] = time.perf_counter()
             runtime.warm_up()
             phases["warmed_up"] = time.perf_counter()
@@ -332,6 +340,11 @@ class ModelServer:
                 check_s=check_s,
             )
         runtime.golden_outputs = outputs  # type: ignore[attr-defined]
+        try:
+            runtime.promote()
+        except Exception as error:
+            runtime.close()
+            return rejected("load", f"could not give the new version its priority: {error}", load_s=load_s)
         runtime.drained = threading.Event()  # type: ignore[attr-defined]
         old.drained = threading.Event()  # type: ignore[attr-defined]
         self._swapped.clear()
