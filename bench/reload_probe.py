@@ -36,6 +36,7 @@ def main() -> int:
     parser.add_argument("--reload-from", required=True)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="reload_probe.json")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names from VARIANTS")
     args = parser.parse_args()
     earlier = json.loads(Path(args.reload_from).read_text())
     chosen = earlier["sections"]["sla"]["sla_10ms_coordinate"]["chosen"]  # what serving_gpu.py --reload-from takes
@@ -44,7 +45,8 @@ def main() -> int:
     module = serving_gpu.resnet()
     results = []
     for repeat in range(args.repeats):
-        for name, (background, interval) in VARIANTS.items():
+        for name in args.variants.split(","):
+            background, interval = VARIANTS[name]
             server_module.RELOAD_IN_BACKGROUND = background
             server_module.RELOAD_SWITCH_INTERVAL_S = interval
             out = serving_gpu.section_reload(module, False, rate, config)
