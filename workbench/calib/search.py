@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from workbench.artifact import Artifact
 from workbench.calib.cost import EngineCost, build_plan_engine
@@ -118,7 +118,7 @@ class MixedPrecisionResult(Artifact):
         base = {node: precision for node, precision in self.plan.overrides.items() if node not in chosen}
         return PrecisionPlan(
             self.plan.default,
-            base | dict.fromkeys(plan.fallback_nodes, self.fallback),
+            base | dict.fromkeys(plan.fallback_nodes, cast(Precision, self.fallback)),
             note=f"mixed-precision search plan {index} ({len(plan.fallback_nodes)} node(s) to {self.fallback})",
         )
 
