@@ -444,11 +444,14 @@ class LightExporter:
         constants inside If/Loop/Scan bodies keep their data (for a model ONNX Runtime runs with the top-level
         stubs given as external initializers, which it takes for the top-level graph only)."""
         import onnx
+        from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
         onnx_graph, stub_bytes, stubs = self._graph_proto(
             graph, stub=True, value_info=value_info, stub_bodies=stub_bodies
         )
-        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
+        onnx_graph.doc_string = graph.doc_string or ""
+        functions = [OnnxExporter.export_function(function) for function in graph.functions]  # model-local ones
+        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import), functions=functions)
         model.ir_version = max(template.ir_version, 4)
         for imp in graph.import_domains or []:
             if imp.domain not in {existing.domain for existing in model.opset_import}:
