@@ -742,3 +742,22 @@ def test_model_local_functions_travel_with_the_checked_model():
     assert ops(result.model) == ["Scale2", "Relu"] and [f.name for f in result.model.functions] == ["Scale2"]
     feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
     np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+
+
+def test_a_pass_writing_into_a_checked_weight_in_place_is_rolled_back():
+    def scale_in_place(graph, context):  # invisible to the fingerprint: must fail loudly, not slip through
+        for node in graph.nodes:
+            if node.op == "MatMul":
+                node.inputs[1].values *= 2
+
+    register_pass(CleanPass("test_scale_in_place", scale_in_place, "exact"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "test_scale_in_place", "cse"]))
+
+    noops, scale, cse = result.passes
+    assert noops.status == "accepted" and scale.status == "rolled_back" and "read-only" in scale.failure
+    assert cse.status == "accepted"
+    kept = next(init for init in result.model.graph.initializer if init.name == "W")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)

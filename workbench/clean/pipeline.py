@@ -434,7 +434,12 @@ class _PassRunner:
         """What a check of the graph as it is now runs: its light export with value_info, body constants with
         their data, and the top-level stubs' arrays (handed to ONNX Runtime from memory)."""
         candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
-        return candidate, {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        arrays = {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        for array in arrays.values():
+            # the checked (and kept) state shares these arrays with the graph: a later pass that writes into one
+            # in place (which the fingerprint would not see) fails loudly and is rolled back instead
+            array.flags.writeable = False
+        return candidate, arrays
 
     def _prove(self, tolerance: str, wanted_io: Any, light: Any, prepared: Any = None) -> tuple[Any, float]:
         """Check the graph as it is now (or as ``prepared`` holds it): (outcome, seconds)."""
