@@ -417,10 +417,12 @@ class _PassRunner:
         self.graph = run_pass(clean_pass, self.graph, self.context)
         if clean_pass.tolerance == "report":
             return None
+        if self.exporter.fingerprint(self.graph) == self.current.fingerprint:
+            return self.current  # untouched: it is as tidy as it was
         _tidy(self.graph)
         fingerprint = self.exporter.fingerprint(self.graph)
         if fingerprint == self.current.fingerprint:
-            return self.current
+            return self.current  # what it changed was dead code
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
 
