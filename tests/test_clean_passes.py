@@ -708,3 +708,56 @@ def test_a_group_ending_in_a_numeric_change_is_proven_in_two_steps():
     assert ops(result.model) == ["MatMul", "Relu", "Add"]
     kept = next(init for init in result.model.graph.initializer if init.name == "W_nudged")
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), (weight * (1 + 1e-6)).astype(F32))
+
+
+def test_model_local_functions_travel_with_the_checked_model():
+    # a node calling a model-local function: the checked (light) model must carry the function for ORT to load it
+    function = onnx.helper.make_function(
+        "local",
+        "Scale2",
+        ["a"],
+        ["b"],
+        [onnx.helper.make_node("Add", ["a", "a"], ["b"])],
+        [onnx.helper.make_opsetid("", 13)],
+    )
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Identity", ["x"], ["i"]),
+            onnx.helper.make_node("Scale2", ["i"], ["s"], domain="local"),
+            onnx.helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],
+    )
+    model = onnx.helper.make_model(
+        graph,
+        opset_imports=[onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid("local", 1)],
+        functions=[function],
+    )
+
+    result = clean_model(model, only(["remove_noops", "cse"]))
+
+    assert result.report("remove_noops").status == "accepted", result.report("remove_noops").failure
+    assert ops(result.model) == ["Scale2", "Relu"] and [f.name for f in result.model.functions] == ["Scale2"]
+    feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+
+
+def test_a_pass_writing_into_a_checked_weight_in_place_is_rolled_back():
+    def scale_in_place(graph, context):  # invisible to the fingerprint: must fail loudly, not slip through
+        for node in graph.nodes:
+            if node.op == "MatMul":
+                node.inputs[1].values *= 2
+
+    register_pass(CleanPass("test_scale_in_place", scale_in_place, "exact"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["remove_noops", "test_scale_in_place", "cse"]))
+
+    noops, scale, cse = result.passes
+    assert noops.status == "accepted" and scale.status == "rolled_back" and "read-only" in scale.failure
+    assert cse.status == "accepted"
+    kept = next(init for init in result.model.graph.initializer if init.name == "W")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)

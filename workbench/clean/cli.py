@@ -171,6 +171,8 @@ def run_clean(args: argparse.Namespace) -> int:
     for report in result.passes:
         diff = "-" if report.max_abs_diff is None else f"{report.max_abs_diff:.3g}"
         note = f"  ({report.failure})" if report.failure else ""
+        if report.checked_with:
+            note += f"  (proven in one check with {', '.join(n for n in report.checked_with if n != report.name)})"
         print(
             f"{report.name:28s} {report.status:12s} {report.nodes_before:5d} -> {report.nodes_after:5d}  {report.seconds:6.2f}s  max|diff| {diff}{note}"
         )

@@ -246,8 +246,8 @@ def constant_nbytes(tensor: Any) -> int:
         itemsize = _ITEMSIZE.get(tensor.dtype)
         if itemsize is None:
             itemsize = _ITEMSIZE[tensor.dtype] = np.dtype(tensor.dtype).itemsize
-        return math.prod(int(dim) for dim in tensor.shape) * itemsize
-    except TypeError:
+        return math.prod(map(int, tensor.shape)) * itemsize
+    except (TypeError, ValueError):
         return int(np.asarray(tensor.values).nbytes)
 
 
@@ -266,6 +266,9 @@ def _stubbable(tensor: Any) -> bool:
             known = False
         _STUBBABLE[key] = known
     return known
+
+
+_PLAIN_TYPES = frozenset({bool, int, float, str, bytes, type(None)})
 
 
 class LightExporter:
@@ -290,10 +293,14 @@ class LightExporter:
     def _freeze(self, value: Any) -> Any:
         import onnx_graphsurgeon as gs
 
-        if value is None or isinstance(value, (bool, int, float, str, bytes)):
-            return (type(value).__name__, value)
-        if isinstance(value, (list, tuple)):
-            return ("seq", tuple(self._freeze(item) for item in value))
+        kind = type(value)
+        if kind in _PLAIN_TYPES:
+            return (kind, value)
+        if kind is list or kind is tuple:
+            kinds = tuple(map(type, value))
+            if _PLAIN_TYPES.issuperset(kinds):  # ints, floats, strings: the common case, without recursion
+                return (kind, kinds, tuple(value))
+            return (kind, tuple([self._freeze(item) for item in value]))
         if isinstance(value, np.ndarray):
             return ("ndarray", value.dtype.str, value.shape, value.tobytes())
         if isinstance(value, gs.Graph):
@@ -304,16 +311,19 @@ class LightExporter:
             return ("dtype", value.str)
         if isinstance(value, np.generic):
             return ("scalar", value.dtype.str, value.item())
-        return ("object", type(value).__name__, repr(value))
+        if isinstance(value, (bool, int, float, str, bytes)):  # subclasses (e.g. enums)
+            return (kind.__name__, value)
+        return ("object", kind.__name__, repr(value))
 
     def _node_key(self, node: Any) -> Any:
+        freeze = self._freeze
         return (
             node.op,
             node.name,
             node.domain,
-            tuple(t.name for t in node.inputs),
-            tuple(t.name for t in node.outputs),
-            tuple((name, self._freeze(value)) for name, value in node.attrs.items()),
+            tuple([t.name for t in node.inputs]),
+            tuple([t.name for t in node.outputs]),
+            tuple([(name, freeze(value)) for name, value in node.attrs.items()]),
         )
 
     def _constant_key(self, tensor: Any) -> Any:
@@ -338,12 +348,13 @@ class LightExporter:
 
     def fingerprint(self, graph: Any) -> Any:
         """A hashable summary of everything a light export of ``graph`` holds (no export made)."""
+        node_key, constant_key = self._node_key, self._constant_key
         return (
             graph.name,
-            tuple(self._node_key(node) for node in graph.nodes),
+            tuple([node_key(node) for node in graph.nodes]),
             self._io_key(graph.inputs),
             self._io_key(graph.outputs),
-            tuple(self._constant_key(tensor) for tensor in self._constant_tensors(graph)),
+            tuple([constant_key(tensor) for tensor in self._constant_tensors(graph)]),
         )
 
     # ------------------------------------------------------------------ export
@@ -444,11 +455,14 @@ class LightExporter:
         constants inside If/Loop/Scan bodies keep their data (for a model ONNX Runtime runs with the top-level
         stubs given as external initializers, which it takes for the top-level graph only)."""
         import onnx
+        from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 
         onnx_graph, stub_bytes, stubs = self._graph_proto(
             graph, stub=True, value_info=value_info, stub_bodies=stub_bodies
         )
-        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import))
+        onnx_graph.doc_string = graph.doc_string or ""
+        functions = [OnnxExporter.export_function(function) for function in graph.functions]  # model-local ones
+        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import), functions=functions)
         model.ir_version = max(template.ir_version, 4)
         for imp in graph.import_domains or []:
             if imp.domain not in {existing.domain for existing in model.opset_import}:
@@ -463,8 +477,14 @@ def fill_stubs(model: Any, arrays: Any) -> Any:
     full = onnx.ModelProto()
     full.CopyFrom(model)
     for init in full.graph.initializer:
-        if init.name in arrays:
-            init.CopyFrom(onnx.numpy_helper.from_array(np.asarray(arrays[init.name]), init.name))
+        if init.name not in arrays:
+            continue
+        array = np.asarray(arrays[init.name])
+        if array.dtype.byteorder == ">":  # ONNX raw data is little-endian: let onnx swap it
+            init.CopyFrom(onnx.numpy_helper.from_array(array, init.name))
+            continue
+        init.raw_data = np.ascontiguousarray(array).tobytes()  # the stub already has the name, type and dims
+        init.ClearField("doc_string")
     return full
 
 
@@ -480,10 +500,21 @@ def op_counts(model: Any) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
+_RAW_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}  # TensorProto types
+
+
+def _payload_bytes(tensor: Any) -> int:
+    if tensor.HasField("raw_data"):
+        itemsize = _RAW_ITEMSIZE.get(tensor.data_type)
+        # from the dims: reading raw_data would copy the payload
+        return math.prod(tensor.dims) * itemsize if itemsize else len(tensor.raw_data)
+    return tensor.ByteSize()
+
+
 def model_bytes(model: Any, stub_bytes: int = 0) -> int:
     """About the serialized size: weight payloads plus node protos (value_info and headers left out), computed
     without serializing the whole model (upb's ByteSize encodes everything: 0.4 s for a 90 MB model)."""
-    weights = sum(len(t.raw_data) if t.HasField("raw_data") else t.ByteSize() for t in model.graph.initializer)
+    weights = sum(_payload_bytes(t) for t in model.graph.initializer)
     return int(weights + stub_bytes + sum(node.ByteSize() for node in model.graph.node))
 
 

@@ -25,7 +25,6 @@ from workbench.clean.graph_utils import (
     all_subgraphs,
     apply_inferred_shapes,
     copy_model_metadata,
-    export_graph,
     fill_stubs,
     import_graph,
     model_bytes,
@@ -146,11 +145,19 @@ class _Snapshot:
         return subgraph_node_count(self.light)
 
 
-def _tidy(graph: Any) -> None:
-    for sub in [graph, *all_subgraphs(graph)]:
+def _tidy(graph: Any) -> bool:
+    """Drop dead nodes and sort, bodies included; True when that changed any graph's node list."""
+    graphs = [graph, *all_subgraphs(graph)]
+    before = [list(sub.nodes) for sub in graphs]
+    for sub in graphs:
         prune_dead_nodes(sub)
     graph.cleanup(remove_unused_graph_inputs=False)
     toposort(graph)
+    after = [graph, *all_subgraphs(graph)]
+    return len(after) != len(before) or any(
+        len(sub.nodes) != len(nodes) or any(a is not b for a, b in zip(sub.nodes, nodes))
+        for sub, nodes in zip(after, before)
+    )
 
 
 def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
@@ -190,17 +197,19 @@ def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[st
     return sorted((old - new).elements()), sorted((new - old).elements())
 
 
-def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str]:
+def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str, int]:
+    """(model, where it came from, its model_bytes)."""
     original, source = _load(model)
+    size = model_bytes(original)
     # model_bytes (weights and nodes) is a fast lower bound; upb's exact ByteSize encodes the whole model
-    if model_bytes(original) >= max_model_bytes // 2 and original.ByteSize() >= max_model_bytes:
+    if size >= max_model_bytes // 2 and original.ByteSize() >= max_model_bytes:
         raise WorkbenchError(
             f"{source}: the model is {original.ByteSize() / 1024**3:.2f} GiB; the cleaner keeps whole models in one "
             f"protobuf message, which cannot exceed 2 GiB.",
             expected="a model under 2 GiB",
             hint="clean a smaller export, or run polygraphy surgeon sanitize with --external-data-path",
         )
-    return original, source
+    return original, source, size
 
 
 def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanOptions) -> EquivalenceChecker | None:
@@ -265,7 +274,12 @@ class _PassRunner:
     """
 
     def __init__(
-        self, original: Any, checker: EquivalenceChecker | None, context: PassContext, overridden: Any
+        self,
+        original: Any,
+        checker: EquivalenceChecker | None,
+        context: PassContext,
+        overridden: Any,
+        original_bytes: int,
     ) -> None:
         self.original = original
         self.checker = checker
@@ -283,7 +297,7 @@ class _PassRunner:
             original,
             self.exporter.fingerprint(self.graph),
             op_counts(original),
-            model_bytes(original),
+            original_bytes,
             node_names(original),
             node_skeleton(original),
         )
@@ -417,10 +431,13 @@ class _PassRunner:
         self.graph = run_pass(clean_pass, self.graph, self.context)
         if clean_pass.tolerance == "report":
             return None
-        _tidy(self.graph)
         fingerprint = self.exporter.fingerprint(self.graph)
         if fingerprint == self.current.fingerprint:
-            return self.current
+            return self.current  # untouched: it is as tidy as it was
+        if _tidy(self.graph):
+            fingerprint = self.exporter.fingerprint(self.graph)
+            if fingerprint == self.current.fingerprint:
+                return self.current  # what it changed was dead code
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
 
@@ -434,7 +451,12 @@ class _PassRunner:
         """What a check of the graph as it is now runs: its light export with value_info, body constants with
         their data, and the top-level stubs' arrays (handed to ONNX Runtime from memory)."""
         candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
-        return candidate, {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        arrays = {name: np.asarray(tensor.values) for name, tensor in stubs.items()}
+        for array in arrays.values():
+            # the checked (and kept) state shares these arrays with the graph: a later pass that writes into one
+            # in place (which the fingerprint would not see) fails loudly and is rolled back instead
+            array.flags.writeable = False
+        return candidate, arrays
 
     def _prove(self, tolerance: str, wanted_io: Any, light: Any, prepared: Any = None) -> tuple[Any, float]:
         """Check the graph as it is now (or as ``prepared`` holds it): (outcome, seconds)."""
@@ -601,7 +623,10 @@ class _PassRunner:
             return copy_model_metadata(fill_stubs(*self.accepted), self.original)
         if self.accepted is not None:
             return self.accepted
-        return export_graph(self.graph, self.original)
+        # checks off: the light export (unchanged nodes' protos reused) with the weights filled in
+        candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
+        arrays = {name: tensor.values for name, tensor in stubs.items()}
+        return copy_model_metadata(fill_stubs(candidate, arrays), self.original)
 
 
 def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
@@ -609,7 +634,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
     with the cleaned ModelProto in ``result.model``."""
     options = options or CleanOptions()
     run_start = time.perf_counter()
-    original, source = _load_within_limit(model, options.max_model_bytes)
+    original, source, original_bytes = _load_within_limit(model, options.max_model_bytes)
     passes = options.resolved_passes()
     overrides = {name: list(dims) for name, dims in options.input_shapes.items()}
     overridden_inputs = _apply_overrides(io_specs(original)[0], overrides)
@@ -620,7 +645,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         )
     checker = _make_checker(original, overridden_inputs, options)
     context = PassContext(template=original, input_shapes=overrides, fold_size_threshold=options.fold_size_threshold)
-    runner = _PassRunner(original, checker, context, overridden_inputs)
+    runner = _PassRunner(original, checker, context, overridden_inputs, original_bytes)
     opset = opset_of(original)
     for clean_pass in passes:
         skipped = runner.skip_reason(clean_pass, opset)
@@ -637,7 +662,7 @@ def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
         nodes_after=total_node_count(final),
         subgraph_nodes_before=subgraph_node_count(original),
         subgraph_nodes_after=subgraph_node_count(final),
-        bytes_before=model_bytes(original),
+        bytes_before=original_bytes,
         bytes_after=model_bytes(final),
         op_counts_before=op_counts(original),
         op_counts_after=op_counts(final),

@@ -33,6 +33,7 @@ def node_waterfall_figure(result: CleanResult) -> go.Figure:
             f"{report.name}: {report.status}<br>{report.nodes_before} → {report.nodes_after} nodes<br>"
             f"{report.seconds:.3f} s (+{report.check_seconds:.3f} s checks)<br>max |diff| {report.max_abs_diff}"
             + (f"<br>{report.failure}" if report.failure else "")
+            + (f"<br>proven in one check with {', '.join(report.checked_with)}" if report.checked_with else "")
             for report in result.passes
         ]
         + ["cleaned model"]
