@@ -444,6 +444,19 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
             assert problems == {"wide": [], "empty": 0}, problems
             bundles = [p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()]
             assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles), bundles
+            # the panel's own button exports the plan picked from the search's Pareto front (preselected: its pick)
+            export_panel = page.locator(".workbench-export-panel")
+            assert "search pick" in export_panel.inner_text() and "not speed" in export_panel.inner_text()
+            export_panel.locator("button", has_text="Export plan").click()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                bundles = [
+                    p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()
+                ]
+                if len(bundles) == 4:
+                    break
+                time.sleep(0.5)
+            assert len([p for p in bundles if "-plan" in p.name]) == 2, bundles  # the notebook's and the button's
             page.screenshot(path=str(ARTIFACTS / "notebook-05.png"), full_page=False)
         except Exception:
             if page is not None:

@@ -20,7 +20,7 @@ from workbench.flow.uncertainty import Estimate, estimate
 
 SEARCH_HOW = (
     "each plan's task metric by ONNX Runtime CPU with graph optimizations off (Q/DQ as simulated quantization) on "
-    "the evaluation samples; engine structure from a TensorRT-RTX build on the CPU"
+    "the evaluation samples"
 )
 
 

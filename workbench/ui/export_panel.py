@@ -81,7 +81,9 @@ class ExportPanel:
         self.export_button = widgets.Button(description="Export chosen", button_style="primary", icon="download")
         self.table = widgets.HTML(value="<p>Nothing compared yet: press <b>Build and compare</b>.</p>")
         self.figure = figure_widget()
-        self.front_button = widgets.Button(description="Show Pareto front", icon="line-chart")
+        self.front_button = widgets.Button(
+            description="Show Pareto front", icon="line-chart", layout=widgets.Layout(width="auto", min_width="170px")
+        )
         self.plan_picker = widgets.Dropdown(
             options=[], description="plan", style={"description_width": "60px"}, layout=widgets.Layout(width="70%")
         )
