@@ -91,6 +91,7 @@ def test_export_panel_exports_the_picked_plan_of_the_front(panel, tmp_path: Path
     # pick the plan with the most INT8 on the front (not the search's pick when the front has two) and export it
     picked = max(search.front, key=lambda c: (c.int8_share, c.index))
     panel.plan_picker.value = picked.index
+    assert f"&#9654; {picked.index}" in panel.front_table.value  # the table marks the picked plan
     bundle = panel.export_plan()
     assert bundle is not None and panel.status.kind in ("ok", "warning"), panel.status.text
     assert (panel.status.kind == "warning") == (not picked.meets_target)

@@ -101,7 +101,7 @@ class ExportPanel:
         self.precision.observe(lambda _change: self._render(), names="value")
         self.front_button.on_click(lambda _b: self.show_front(wait=False))
         self.plan_button.on_click(lambda _b: self.export_plan(self.plan_picker.value, wait=False))
-        self.plan_picker.observe(lambda _change: self._render_front(), names="value")
+        self.plan_picker.observe(lambda _change: self._render_front_table(), names="value")
         self.widget = widgets.VBox(
             [
                 widgets.HBox([self.precision, self.compare_button]),
@@ -235,7 +235,7 @@ class ExportPanel:
         self.plan_picker.value = picked
         self._render_front()
 
-    def _render_front(self) -> None:
+    def _render_front_table(self) -> None:
         search = self.session.run.mixed_search
         if search is None:
             return
@@ -243,6 +243,12 @@ class ExportPanel:
             f"<p class='muted'>Engine columns: {html.escape(search.result.cost_label or 'no engine built')}. "
             f"Metric: {html.escape(search.how)}.</p>"
         )
+
+    def _render_front(self) -> None:
+        search = self.session.run.mixed_search
+        if search is None:
+            return
+        self._render_front_table()
         replace_figure(
             self.pareto,
             pareto_figure(search.result, intervals=search.intervals, front=[c.index for c in search.front]),

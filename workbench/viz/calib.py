@@ -3,6 +3,7 @@ threshold, and the task-metric table. Functions return plotly figures; nothing i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -286,7 +287,12 @@ def pareto_figure(
             y=data["target"], line={"dash": "dash", "color": palette.MUTED}, annotation_text="target", row=1, col=col
         )
     fig.update_yaxes(title_text=data["metric_name"], row=1, col=1)
-    fig.update_xaxes(tickformat=".0%", row=1, col=1)
+    shares = [r["int8_share"] for r in rows]
+    narrow = bool(shares) and max(shares) - min(shares) < 0.1  # whole percents would repeat the same tick label
+    fig.update_xaxes(tickformat=".1%" if narrow else ".0%", row=1, col=1)
+    if has_cost:  # layer counts are whole numbers: no 121.5 ticks
+        costs = [r["cost"] for r in rows if r["cost"] is not None]
+        fig.update_xaxes(dtick=max(1, math.ceil((max(costs) - min(costs)) / 6)), row=1, col=2)
     fig.update_layout(
         title=title
         or f"{data['model']}: {len(rows)} evaluated plans, {data['evaluations_used']} task evaluations "
