@@ -901,3 +901,25 @@ def test_identity_tokens_never_match_a_dead_object():
     assert token != _Same(np.zeros(4))
     del first
     assert token != _Same(np.zeros(4)) and token != token.__class__(np.ones(4))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_report_only_pass_that_changes_the_graph_is_rolled_back(check):
+    # before: a "report" pass was never fingerprinted; its change went unproven into the graph: with checks on the
+    # next changed pass was blamed for it and rolled back, with checks off it reached the final model
+    def sneaky(graph, context):
+        for node in graph.nodes:
+            if node.op == "Relu":
+                node.op = "Sigmoid"
+
+    register_pass(CleanPass("test_sneaky_report", sneaky, "report"), replace=True)
+    model = _identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32))
+
+    result = clean_model(model, only(["test_sneaky_report", "remove_noops"], check=check))
+
+    sneaky_report, noops = result.passes
+    assert sneaky_report.status == "rolled_back" and "report-only pass changed the graph" in sneaky_report.failure
+    assert noops.status == ("accepted" if check else "unchecked")
+    assert ops(result.model) == ["MatMul", "Relu", "Relu", "Add"]
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
