@@ -302,8 +302,8 @@ def large_constant_array(tensor: Any) -> np.ndarray:
 
 
 class LightExporter:
-    """Light exports of one gs graph as passes change it: nodes, graph I/O and small constants, with large
-    constants as data-free TensorProto stubs (If/Loop/Scan bodies too).
+    """Light exports of one gs graph as passes change it: nodes, graph I/O, small constants and sparse
+    initializers, with large constants as data-free TensorProto stubs (If/Loop/Scan bodies too).
 
     Enough for shape inference, node and op counts and size accounting at a fraction of a full export's cost (a
     full export copies every weight). The NodeProto of a node and the TensorProto of a constant are made once
@@ -377,6 +377,17 @@ class LightExporter:
             if isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
         ]
 
+    @staticmethod
+    def _sparse_tensors(graph: Any) -> list[Any]:
+        """The graph's sparse initializers (exported as they were imported, as graphsurgeon does)."""
+        from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+        return [
+            tensor
+            for tensor in graph.tensors().values()
+            if isinstance(tensor, Constant) and isinstance(tensor._values, SparseValues)
+        ]
+
     def fingerprint(self, graph: Any) -> Any:
         """A hashable summary of everything a light export of ``graph`` (the top-level graph) holds, the model's
         opset imports and model-local functions included (no export made)."""
@@ -400,6 +411,7 @@ class LightExporter:
             self._io_key(graph.inputs),
             self._io_key(graph.outputs),
             tuple([constant_key(tensor) for tensor in self._constant_tensors(graph)]),
+            tuple([(tensor.name, _Same(tensor._values)) for tensor in self._sparse_tensors(graph)]),
         )
 
     # ------------------------------------------------------------------ export
@@ -483,6 +495,9 @@ class LightExporter:
                 stub_bytes += stubbed
                 stubs[tensor.name] = tensor
         proto.initializer.extend(initializers)
+        proto.sparse_initializer.extend(
+            OnnxExporter.export_sparse_tensor_proto(tensor) for tensor in self._sparse_tensors(graph)
+        )
         if value_info:  # as graphsurgeon's exporter writes it: every Variable with a known dtype or shape
             io = {t.name for t in list(graph.inputs) + list(graph.outputs)}
             proto.value_info.extend(
