@@ -375,7 +375,12 @@ class _PassRunner:
         (with checks on, possibly later: see the class notes)."""
         is_override = clean_pass.name == "override_input_shapes"
         prepared = None
-        if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
+        if (
+            self._grouped()
+            and self.pending
+            and clean_pass.tolerance != "report"  # never changes the graph (undone if it does): no checkpoint
+            and (is_override or clean_pass.tolerance != self.pending_tolerance)
+        ):
             # where the tolerance changes, keep the graph as it is (a light export, cheap): a checkpoint the group's
             # proof can fall back on (see _resolve), or the state to prove before the override is checked alone
             prepared = self._prepare_current()
