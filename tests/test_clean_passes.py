@@ -953,3 +953,17 @@ def test_sparse_initializers_travel_with_the_light_export(check):
     assert ops(result.model) == ["MatMul"] and [s.values.name for s in result.model.graph.sparse_initializer] == ["W"]
     feed = {"x": np.arange(16, dtype=F32).reshape(2, 8)}
     np.testing.assert_array_equal(run_ort(result.model, feed)[0], feed["x"] @ weight)
+
+
+def test_a_one_off_light_export_leaves_the_callers_weights_alone():
+    # the run's exporter makes large weights read-only (so in-place edits cannot slip past its fingerprint); a
+    # one-off export of a caller's graph (passes used outside clean_model) must not
+    from workbench.clean.graph_utils import light_export
+
+    graph = gs.import_onnx(_identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32)))
+    weight = next(tensor for tensor in graph.tensors().values() if tensor.name == "W")
+
+    light, stub_bytes = light_export(graph, gs.export_onnx(graph))
+
+    assert stub_bytes == 64 * 32 * 4 and [init.name for init in light.graph.initializer] == ["W"]
+    weight.values[0, 0] = 1.0  # still writable

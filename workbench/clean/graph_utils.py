@@ -314,7 +314,10 @@ class LightExporter:
     bytes. Identities are :class:`_Same` tokens, never raw ``id()`` values, which a new object can reuse.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, track_values: bool = True) -> None:
+        # track_values False (a one-off export, nothing compared): large weights stay as they are (not loaded, not
+        # made read-only), so exporting a caller's graph has no side effect on it
+        self._track_values = track_values
         # (id(node), bodies stubbed) -> (key, NodeProto, stubbed bytes); (id(tensor), stubbed) -> same for constants
         self._nodes: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}  # ... and a weakref to the object
         self._constants: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}
@@ -360,7 +363,8 @@ class LightExporter:
     def _constant_key(self, tensor: Any) -> Any:
         shape = tuple(tensor.shape)
         if constant_nbytes(tensor) > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
-            return (tensor.name, tensor.dtype, shape, _Same(large_constant_array(tensor)))
+            values = large_constant_array(tensor) if self._track_values else tensor
+            return (tensor.name, tensor.dtype, shape, _Same(values))
         return (tensor.name, tensor.dtype, tensor.export_dtype, shape, np.asarray(tensor.values).tobytes())
 
     @staticmethod
@@ -556,7 +560,7 @@ def fill_stubs(model: Any, arrays: Any) -> Any:
 
 def light_export(graph: Any, template: Any) -> tuple[Any, int]:
     """A one-off light export (see :class:`LightExporter`): (model, payload bytes of the stubbed constants)."""
-    model, stub_bytes, _ = LightExporter().export(graph, template)
+    model, stub_bytes, _ = LightExporter(track_values=False).export(graph, template)
     return model, stub_bytes
 
 
