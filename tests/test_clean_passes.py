@@ -761,3 +761,209 @@ def test_a_pass_writing_into_a_checked_weight_in_place_is_rolled_back():
     assert cse.status == "accepted"
     kept = next(init for init in result.model.graph.initializer if init.name == "W")
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)
+
+
+# ------------------------------------------------------------------------------------------ change detection
+
+
+def _reassign_the_weight(graph, context):  # same Constant object, same name/shape/dtype, a new array: a change
+    for node in graph.nodes:
+        if node.op == "MatMul":
+            node.inputs[1].values = np.asarray(node.inputs[1].values) * 2
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_pass_that_only_reassigns_a_large_weights_values_is_seen_as_a_change(check):
+    # before: a large constant was known by its tensor object, so this pass read as "unchanged"; with checks on
+    # its change was then blamed on the next changed pass (or silently dropped), with checks off it reached the
+    # final model under an "unchanged" report
+    register_pass(CleanPass("test_reassign_weight", _reassign_the_weight, "exact"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32)}
+
+    result = clean_model(model, only(["test_reassign_weight", "remove_noops"], check=check))
+
+    reassign, noops = result.passes
+    kept = next(init for init in result.model.graph.initializer if init.name == "W")
+    if check:
+        assert reassign.status == "rolled_back" and "not bit-exact" in reassign.failure
+        assert noops.status == "accepted"  # the innocent pass is proven and kept, not blamed
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)
+        np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+    else:
+        assert reassign.status == "unchecked" and noops.status == "unchecked"
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight * 2)  # reported as it is
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_pass_writing_into_an_unchecked_weight_in_place_fails_loudly(check):
+    # before: only the arrays of an already checked state were read-only; a write before the first check (or with
+    # checks off, or into an If/Loop body's weight) went unseen: "unchanged", with the change kept or dropped at random
+    def scale_in_place(graph, context):
+        for node in graph.nodes:
+            if node.op == "MatMul":
+                node.inputs[1].values *= 2
+
+    register_pass(CleanPass("test_scale_first", scale_in_place, "exact"), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _identity_relu_matmul(weight)
+
+    result = clean_model(model, only(["test_scale_first", "remove_noops"], check=check))
+
+    scale, noops = result.passes
+    assert scale.status == "rolled_back" and "read-only" in scale.failure
+    assert noops.status == ("accepted" if check else "unchecked")
+    kept = next(init for init in result.model.graph.initializer if init.name == "W")
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(kept), weight)
+
+
+def _if_with_body_weight(weight: np.ndarray) -> onnx.ModelProto:
+    """y = If(c, then: x @ W (W 64x64, an initializer of the branch, over the stub size), else: x), then Identity."""
+    h, T = onnx.helper, onnx.TensorProto
+    then_branch = h.make_graph(
+        [h.make_node("MatMul", ["x", "W"], ["t"])],
+        "then",
+        [],
+        [h.make_tensor_value_info("t", T.FLOAT, ["N", weight.shape[1]])],
+        initializer=[onnx.numpy_helper.from_array(weight, "W")],
+    )
+    else_branch = h.make_graph(
+        [h.make_node("Identity", ["x"], ["e"])], "else", [], [h.make_tensor_value_info("e", T.FLOAT, ["N", 64])]
+    )
+    graph = h.make_graph(
+        [
+            h.make_node("If", ["c"], ["i"], then_branch=then_branch, else_branch=else_branch),
+            h.make_node("Identity", ["i"], ["y"]),
+        ],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 64]), h.make_tensor_value_info("c", T.BOOL, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 64])],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_new_array_for_a_weight_inside_an_if_branch_is_seen_and_exported(check):
+    # before: the branch's weight was known by its tensor object and its exported proto cached by it: the pass
+    # read as "unchanged" and, with checks off, the final model kept the stale cached weight while the graph had
+    # the new one
+    from workbench.clean.graph_utils import all_subgraphs
+
+    def reassign_in_body(graph, context):
+        if context.root is None:
+            for sub in all_subgraphs(graph):
+                for node in sub.nodes:
+                    if node.op == "MatMul":
+                        node.inputs[1].values = np.asarray(node.inputs[1].values) * 2
+
+    register_pass(CleanPass("test_reassign_body_weight", reassign_in_body, "exact", recurse=False), replace=True)
+    weight = np.random.default_rng(0).standard_normal((64, 64)).astype(F32)
+    model = _if_with_body_weight(weight)
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32), "c": np.array(True)}
+
+    result = clean_model(model, only(["test_reassign_body_weight"], check=check, extra_feeds=[feed]))
+
+    (reassign,) = result.passes
+    got = run_ort(result.model, feed)[0]
+    if check:
+        assert reassign.status == "rolled_back" and "not bit-exact" in reassign.failure
+        np.testing.assert_array_equal(got, run_ort(model, feed)[0])
+    else:
+        assert reassign.status == "unchecked"
+        np.testing.assert_array_equal(got, feed["x"] @ (weight * 2))  # the model holds what the graph holds
+
+
+def test_a_pass_changing_only_the_opset_is_seen_and_exported():
+    # before: the light export always wrote the original's opset imports and the fingerprint ignored graph.opset
+    def to_opset_14(graph, context):
+        graph.opset = 14
+
+    register_pass(CleanPass("test_opset_14", to_opset_14, "exact", recurse=False), replace=True)
+    model = _identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32))
+
+    result = clean_model(model, only(["test_opset_14"]))
+
+    assert result.passes[0].status == "accepted"
+    assert [(imp.domain, imp.version) for imp in result.model.opset_import] == [("", 14)]
+
+
+def test_identity_tokens_never_match_a_dead_object():
+    # a fingerprint must not take a new weight for a freed one that CPython placed at the same address (as id() can)
+    from workbench.clean.graph_utils import _Same
+
+    first = np.zeros(4)
+    token = _Same(first)
+    assert token == _Same(first) and hash(token) == hash(_Same(first))
+    assert token != _Same(np.zeros(4))
+    del first
+    assert token != _Same(np.zeros(4)) and token != token.__class__(np.ones(4))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_report_only_pass_that_changes_the_graph_is_rolled_back(check):
+    # before: a "report" pass was never fingerprinted; its change went unproven into the graph: with checks on the
+    # next changed pass was blamed for it and rolled back, with checks off it reached the final model
+    def sneaky(graph, context):
+        for node in graph.nodes:
+            if node.op == "Relu":
+                node.op = "Sigmoid"
+
+    register_pass(CleanPass("test_sneaky_report", sneaky, "report"), replace=True)
+    model = _identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32))
+
+    result = clean_model(model, only(["test_sneaky_report", "remove_noops"], check=check))
+
+    sneaky_report, noops = result.passes
+    assert sneaky_report.status == "rolled_back" and "report-only pass changed the graph" in sneaky_report.failure
+    assert noops.status == ("accepted" if check else "unchecked")
+    assert ops(result.model) == ["MatMul", "Relu", "Relu", "Add"]
+    feed = {"x": np.random.default_rng(1).standard_normal((2, 64)).astype(F32)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_sparse_initializers_travel_with_the_light_export(check):
+    # before: light exports left sparse initializers out: with checks on every pass failed (input 'W' unknown),
+    # with checks off the cleaned model lacked its weight and ONNX Runtime could not load it
+    h = onnx.helper
+    weight = np.zeros((8, 4), F32)
+    weight[1, 2], weight[5, 0] = 3.0, -2.0
+    index = np.flatnonzero(weight).astype(np.int64)
+    sparse = h.make_sparse_tensor(
+        onnx.numpy_helper.from_array(weight.ravel()[index], "W"), onnx.numpy_helper.from_array(index, "W_idx"), [8, 4]
+    )
+    graph = h.make_graph(
+        [h.make_node("Identity", ["x"], ["a"]), h.make_node("MatMul", ["a", "W"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],
+        sparse_initializer=[sparse],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+
+    result = clean_model(model, only(["remove_noops"], check=check))
+
+    assert result.passes[0].status == ("accepted" if check else "unchecked"), result.passes[0].failure
+    assert ops(result.model) == ["MatMul"] and [s.values.name for s in result.model.graph.sparse_initializer] == ["W"]
+    feed = {"x": np.arange(16, dtype=F32).reshape(2, 8)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], feed["x"] @ weight)
+
+
+def test_a_one_off_light_export_leaves_the_callers_weights_alone():
+    # the run's exporter makes large weights read-only (so in-place edits cannot slip past its fingerprint); a
+    # one-off export of a caller's graph (passes used outside clean_model) must not
+    from workbench.clean.graph_utils import light_export
+
+    graph = gs.import_onnx(_identity_relu_matmul(np.random.default_rng(0).standard_normal((64, 32)).astype(F32)))
+    weight = next(tensor for tensor in graph.tensors().values() if tensor.name == "W")
+
+    light, stub_bytes = light_export(graph, gs.export_onnx(graph))
+
+    assert stub_bytes == 64 * 32 * 4 and [init.name for init in light.graph.initializer] == ["W"]
+    weight.values[0, 0] = 1.0  # still writable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TypeGuard
@@ -271,22 +272,55 @@ def _stubbable(tensor: Any) -> bool:
 _PLAIN_TYPES = frozenset({bool, int, float, str, bytes, type(None)})
 
 
+class _Same:
+    """An identity token for a fingerprint: equal only to a token of the very same live object. It holds the object
+    weakly (a fingerprint or a cached key never keeps an old weight alive) and a dead object's token equals no
+    other, so a new object that CPython places at a freed one's address is never taken for it (as ``id()`` would)."""
+
+    __slots__ = ("_id", "_ref")
+
+    def __init__(self, obj: Any) -> None:
+        self._ref, self._id = weakref.ref(obj), id(obj)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Same):
+            return NotImplemented
+        target = self._ref()
+        return target is not None and target is other._ref()
+
+    def __hash__(self) -> int:
+        return self._id
+
+
+def large_constant_array(tensor: Any) -> np.ndarray:
+    """The array of a large constant, loaded and made read-only: from then on it can change only by being replaced
+    (which a fingerprint sees), never in place (a pass writing into it raises and is rolled back)."""
+    values = tensor.values  # loads lazy values once (graphsurgeon keeps the loaded array)
+    if isinstance(values, np.ndarray) and values.flags.writeable:
+        values.flags.writeable = False
+    return values
+
+
 class LightExporter:
-    """Light exports of one gs graph as passes change it: nodes, graph I/O and small constants, with large
-    constants as data-free TensorProto stubs (If/Loop/Scan bodies too).
+    """Light exports of one gs graph as passes change it: nodes, graph I/O, small constants and sparse
+    initializers, with large constants as data-free TensorProto stubs (If/Loop/Scan bodies too).
 
     Enough for shape inference, node and op counts and size accounting at a fraction of a full export's cost (a
     full export copies every weight). The NodeProto of a node and the TensorProto of a constant are made once
     and reused while what their export reads is unchanged, and :meth:`fingerprint` tells whether the graph
     changed without exporting at all: equal fingerprints mean equal light exports. A large constant is known by
-    its tensor object (passes replace a weight by a new Constant; an in-place edit of a large weight's array goes
-    unnoticed here and is caught by the next changed pass's check instead); a small one by its bytes.
+    its array object (a pass replaces a weight by a new Constant, or a Constant's ``values`` by a new array), which
+    is made read-only when first seen, so an in-place edit raises instead of going unnoticed; a small one by its
+    bytes. Identities are :class:`_Same` tokens, never raw ``id()`` values, which a new object can reuse.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, track_values: bool = True) -> None:
+        # track_values False (a one-off export, nothing compared): large weights stay as they are (not loaded, not
+        # made read-only), so exporting a caller's graph has no side effect on it
+        self._track_values = track_values
         # (id(node), bodies stubbed) -> (key, NodeProto, stubbed bytes); (id(tensor), stubbed) -> same for constants
-        self._nodes: dict[tuple[int, bool], tuple[Any, Any, int]] = {}
-        self._constants: dict[tuple[int, bool], tuple[Any, Any, int]] = {}
+        self._nodes: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}  # ... and a weakref to the object
+        self._constants: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}
 
     # ------------------------------------------------------------------ keys
 
@@ -304,7 +338,7 @@ class LightExporter:
         if isinstance(value, np.ndarray):
             return ("ndarray", value.dtype.str, value.shape, value.tobytes())
         if isinstance(value, gs.Graph):
-            return ("graph", self.fingerprint(value))
+            return ("graph", self._graph_key(value))
         if isinstance(value, gs.Constant):
             return ("constant", self._constant_key(value))
         if isinstance(value, np.dtype):
@@ -329,7 +363,8 @@ class LightExporter:
     def _constant_key(self, tensor: Any) -> Any:
         shape = tuple(tensor.shape)
         if constant_nbytes(tensor) > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
-            return (tensor.name, tensor.dtype, shape, id(tensor))
+            values = large_constant_array(tensor) if self._track_values else tensor
+            return (tensor.name, tensor.dtype, shape, _Same(values))
         return (tensor.name, tensor.dtype, tensor.export_dtype, shape, np.asarray(tensor.values).tobytes())
 
     @staticmethod
@@ -346,8 +381,33 @@ class LightExporter:
             if isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
         ]
 
+    @staticmethod
+    def _sparse_tensors(graph: Any) -> list[Any]:
+        """The graph's sparse initializers (exported as they were imported, as graphsurgeon does)."""
+        from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+        return [
+            tensor
+            for tensor in graph.tensors().values()
+            if isinstance(tensor, Constant) and isinstance(tensor._values, SparseValues)
+        ]
+
     def fingerprint(self, graph: Any) -> Any:
-        """A hashable summary of everything a light export of ``graph`` holds (no export made)."""
+        """A hashable summary of everything a light export of ``graph`` (the top-level graph) holds, the model's
+        opset imports and model-local functions included (no export made)."""
+        freeze = self._freeze
+        return (
+            self._graph_key(graph),
+            getattr(graph, "opset", None),
+            tuple((imp.domain, imp.version) for imp in getattr(graph, "import_domains", None) or []),
+            tuple(
+                (f.domain, f.name, tuple((k, freeze(v)) for k, v in (f.attrs or {}).items()), self._graph_key(f))
+                for f in getattr(graph, "functions", None) or []
+            ),
+        )
+
+    def _graph_key(self, graph: Any) -> Any:
+        """The summary of one graph's own contents (a subgraph body, a function body or the top-level graph)."""
         node_key, constant_key = self._node_key, self._constant_key
         return (
             graph.name,
@@ -355,6 +415,7 @@ class LightExporter:
             self._io_key(graph.inputs),
             self._io_key(graph.outputs),
             tuple([constant_key(tensor) for tensor in self._constant_tensors(graph)]),
+            tuple([(tensor.name, _Same(tensor._values)) for tensor in self._sparse_tensors(graph)]),
         )
 
     # ------------------------------------------------------------------ export
@@ -367,7 +428,7 @@ class LightExporter:
         subgraphs = node_subgraphs(node)
         key = (self._node_key(node), stub_bodies and bool(subgraphs))
         cached = self._nodes.get((id(node), key[1]))
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and cached[3]() is node:
             return cached[1], cached[2]
         stub_bytes = 0
         if not subgraphs:
@@ -387,7 +448,7 @@ class LightExporter:
                     proto.attribute.append(onnx.helper.make_attribute(name, body))
                 else:
                     proto.attribute.extend(OnnxExporter.export_attributes({name: value}))
-        self._nodes[(id(node), key[1])] = (key, proto, stub_bytes)
+        self._nodes[(id(node), key[1])] = (key, proto, stub_bytes, weakref.ref(node))
         return proto, stub_bytes
 
     def _constant_proto(self, tensor: Any, stub: bool) -> tuple[Any, int]:
@@ -397,7 +458,7 @@ class LightExporter:
 
         key = (self._constant_key(tensor), stub)
         cached = self._constants.get((id(tensor), stub))
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and cached[3]() is tensor:
             return cached[1], cached[2]
         size = constant_nbytes(tensor)
         if stub and size > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
@@ -408,7 +469,7 @@ class LightExporter:
             stubbed = size
         else:
             proto, stubbed = OnnxExporter.export_tensor_proto(tensor), 0
-        self._constants[(id(tensor), stub)] = (key, proto, stubbed)
+        self._constants[(id(tensor), stub)] = (key, proto, stubbed, weakref.ref(tensor))
         return proto, stubbed
 
     def _graph_proto(
@@ -438,6 +499,9 @@ class LightExporter:
                 stub_bytes += stubbed
                 stubs[tensor.name] = tensor
         proto.initializer.extend(initializers)
+        proto.sparse_initializer.extend(
+            OnnxExporter.export_sparse_tensor_proto(tensor) for tensor in self._sparse_tensors(graph)
+        )
         if value_info:  # as graphsurgeon's exporter writes it: every Variable with a known dtype or shape
             io = {t.name for t in list(graph.inputs) + list(graph.outputs)}
             proto.value_info.extend(
@@ -462,7 +526,13 @@ class LightExporter:
         )
         onnx_graph.doc_string = graph.doc_string or ""
         functions = [OnnxExporter.export_function(function) for function in graph.functions]  # model-local ones
-        model = onnx.helper.make_model(onnx_graph, opset_imports=list(template.opset_import), functions=functions)
+        opsets = [  # the template's, with the default domain at the graph's opset (a pass may change it)
+            onnx.helper.make_opsetid(imp.domain, int(graph.opset))
+            if imp.domain in ("", "ai.onnx") and getattr(graph, "opset", None) is not None
+            else imp
+            for imp in template.opset_import
+        ]
+        model = onnx.helper.make_model(onnx_graph, opset_imports=opsets, functions=functions)
         model.ir_version = max(template.ir_version, 4)
         for imp in graph.import_domains or []:
             if imp.domain not in {existing.domain for existing in model.opset_import}:
@@ -490,7 +560,7 @@ def fill_stubs(model: Any, arrays: Any) -> Any:
 
 def light_export(graph: Any, template: Any) -> tuple[Any, int]:
     """A one-off light export (see :class:`LightExporter`): (model, payload bytes of the stubbed constants)."""
-    model, stub_bytes, _ = LightExporter().export(graph, template)
+    model, stub_bytes, _ = LightExporter(track_values=False).export(graph, template)
     return model, stub_bytes
 
 

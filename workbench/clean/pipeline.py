@@ -240,6 +240,10 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
+class _ReportPassChangedGraph(RuntimeError):
+    """A pass of tolerance "report" changed the graph: nothing would prove that change, so it is rolled back."""
+
+
 @dataclass
 class _Deferred:
     """A pass that ran while a group of changed passes waits for its one check (reported once it is decided)."""
@@ -371,7 +375,12 @@ class _PassRunner:
         (with checks on, possibly later: see the class notes)."""
         is_override = clean_pass.name == "override_input_shapes"
         prepared = None
-        if self._grouped() and self.pending and (is_override or clean_pass.tolerance != self.pending_tolerance):
+        if (
+            self._grouped()
+            and self.pending
+            and clean_pass.tolerance != "report"  # never changes the graph (undone if it does): no checkpoint
+            and (is_override or clean_pass.tolerance != self.pending_tolerance)
+        ):
             # where the tolerance changes, keep the graph as it is (a light export, cheap): a checkpoint the group's
             # proof can fall back on (see _resolve), or the state to prove before the override is checked alone
             prepared = self._prepare_current()
@@ -389,7 +398,11 @@ class _PassRunner:
                 return
             self._restore()
             seconds = time.perf_counter() - start
-            failure = f"the pass raised {type(error).__name__}: {_first_line(error)}"
+            failure = (
+                str(error)
+                if isinstance(error, _ReportPassChangedGraph)
+                else f"the pass raised {type(error).__name__}: {_first_line(error)}"
+            )
             self.report(clean_pass, "rolled_back", seconds=seconds, failure=failure)
             return
         seconds = time.perf_counter() - start
@@ -429,9 +442,11 @@ class _PassRunner:
         """Run the pass on the graph: None for a report-only pass, ``self.current`` when the graph is unchanged,
         else a snapshot of the new graph (from its light export)."""
         self.graph = run_pass(clean_pass, self.graph, self.context)
-        if clean_pass.tolerance == "report":
-            return None
         fingerprint = self.exporter.fingerprint(self.graph)
+        if clean_pass.tolerance == "report":
+            if fingerprint != self.current.fingerprint:  # unproven and unreported: undone (see run's except)
+                raise _ReportPassChangedGraph("a report-only pass changed the graph")
+            return None
         if fingerprint == self.current.fingerprint:
             return self.current  # untouched: it is as tidy as it was
         if _tidy(self.graph):

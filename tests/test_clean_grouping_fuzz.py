@@ -1,0 +1,139 @@
+"""Grouped proofs against the one-check-per-pass semantics they stand for, on random pass sequences.
+
+With checks on, consecutive changed passes are proven together (see workbench.clean.pipeline._PassRunner). Whatever
+the grouping, each pass must end exactly as if it had been checked alone: good passes kept, bad or raising ones
+rolled back, report-only ones reporting, and the final model the composition of the kept passes. Real ONNX Runtime
+checks on a small real graph; the sequences come from Hypothesis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+
+from workbench.clean import CleanOptions, CleanPass, clean_model, register_pass
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+F32 = np.float32
+
+
+def _model(weight: np.ndarray) -> onnx.ModelProto:
+    x = gs.Variable("x", F32, ["N", weight.shape[0]])
+    a, m = gs.Variable("a", F32, ["N", weight.shape[0]]), gs.Variable("m", F32, ["N", weight.shape[1]])
+    y = gs.Variable("y", F32, ["N", weight.shape[1]])
+    nodes = [
+        gs.Node("Identity", name="identity", inputs=[x], outputs=[a]),
+        gs.Node("MatMul", name="matmul", inputs=[a, gs.Constant("W", weight)], outputs=[m]),
+        gs.Node("Relu", name="relu", inputs=[m], outputs=[y]),
+    ]
+    graph = gs.Graph(nodes=nodes, inputs=[x], outputs=[y], opset=13)
+    model = gs.export_onnx(graph)
+    model.ir_version = 8
+    return model
+
+
+def _matmul(graph):
+    return next(node for node in graph.nodes if node.op == "MatMul")
+
+
+def _nudge(graph, context):  # numeric, within tolerance: a new weight each time
+    node = _matmul(graph)
+    old = node.inputs[1]
+    node.inputs[1] = gs.Constant(old.name + "n", (np.asarray(old.values) * (1 + 1e-6)).astype(F32))
+
+
+def _copy(graph, context):  # a new weight of equal value: bit-exact
+    node = _matmul(graph)
+    old = node.inputs[1]
+    node.inputs[1] = gs.Constant(old.name + "c", np.array(old.values))
+
+
+def _rename(graph, context):  # exact, bit-exact: a new node name each time
+    node = next(node for node in graph.nodes if node.op == "Relu")
+    node.name += "r"
+
+
+def _double(graph, context):  # changes the outputs: never provable
+    node = _matmul(graph)
+    old = node.inputs[1]
+    node.inputs[1] = gs.Constant(old.name + "d", np.asarray(old.values) * 2)
+
+
+def _raise(graph, context):
+    _matmul(graph).op = "Gemm"
+    raise RuntimeError("broken pass")
+
+
+def _look(graph, context):  # report-only, changes nothing
+    return None
+
+
+# name -> (pass function, tolerance, what it does when checked alone)
+PASSES = {
+    "f_nudge": (_nudge, "numeric", "kept"),
+    "f_copy_numeric": (_copy, "numeric", "kept"),
+    "f_copy_exact": (_copy, "exact", "kept"),
+    "f_rename": (_rename, "exact", "kept"),
+    "f_double_exact": (_double, "exact", "rolled_back"),
+    "f_double_numeric": (_double, "numeric", "rolled_back"),
+    "f_raise": (_raise, "exact", "rolled_back"),
+    "f_look": (_look, "report", "report_only"),
+    "remove_noops": (None, "exact", "noops"),
+}
+
+
+def _expected(sequence: list[str], weight: np.ndarray) -> tuple[list[str], np.ndarray, str, str, bool]:
+    """The statuses, final weight, its name, the Relu's name and whether the Identity is left, of one check per
+    pass."""
+    statuses, value, name, relu, identity = [], weight, "W", "relu", True
+    for pass_name in sequence:
+        _, _, effect = PASSES[pass_name]
+        if effect == "kept":
+            statuses.append("accepted")
+            if pass_name == "f_nudge":
+                value, name = (value * (1 + 1e-6)).astype(F32), name + "n"
+            elif pass_name == "f_rename":
+                relu += "r"
+            else:
+                name += "c"
+        elif effect == "noops":
+            statuses.append("accepted" if identity else "unchanged")
+            identity = False
+        else:
+            statuses.append(effect)
+    return statuses, value, name, relu, identity
+
+
+for _name, (_function, _tolerance, _) in PASSES.items():
+    if _function is not None:
+        register_pass(CleanPass(_name, _function, _tolerance), replace=True)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(PASSES)), min_size=1, max_size=7))
+def test_grouped_proofs_end_as_one_check_per_pass(sequence):
+    weight = (
+        np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    )  # over the stub size: ORT reads it from memory
+    model = _model(weight)
+
+    result = clean_model(model, CleanOptions(passes=sequence))
+
+    statuses, value, name, relu, identity = _expected(sequence, weight)
+    assert [report.status for report in result.passes] == statuses, [
+        (report.name, report.status, report.failure) for report in result.passes
+    ]
+    inits = {init.name: onnx.numpy_helper.to_array(init) for init in result.model.graph.initializer}
+    assert list(inits) == [name]
+    np.testing.assert_array_equal(inits[name], value)
+    assert ("Identity" in [node.op_type for node in result.model.graph.node]) == identity
+    assert [node.op_type for node in result.model.graph.node][-2:] == ["MatMul", "Relu"]
+    assert result.model.graph.node[-1].name == relu
+    for report in result.passes:  # a group names only passes that were proven, this one among them
+        if report.checked_with:
+            assert report.status == "accepted" and report.name in report.checked_with
