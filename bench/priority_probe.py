@@ -199,6 +199,8 @@ def run(
     fresh_lo=0,
     lo_tiny=0,
     hi_tiny=0,
+    cl=0,
+    lo_rate=13000,
 ):
     hi_ex, lo_ex, hi_eager_ex = module_execs
     restore = None
@@ -211,6 +213,8 @@ def run(
         module = resnet()
         hi_ex = executor_for(module) if fresh or fresh_hi else hi_ex
         lo_ex = executor_for(module) if fresh or fresh_lo else lo_ex
+    if cl:  # both models channels-last (NHWC): no layout conversions around cuDNN's tensor-core kernels
+        hi_ex, lo_ex = CHANNELS_LAST
     manager = EngineManager()
     rows: list[tuple[float, ...]] = []
     stop = threading.Event()
@@ -263,7 +267,7 @@ def run(
         c0 = counter[0]
         t_loop0 = time.perf_counter()
         start_hi = hi.start_load(1000.0, seconds + warm, seed=11) if hi is not None else None
-        start_lo = lo.start_load(13000.0, seconds + warm, seed=11) if lo is not None else None
+        start_lo = lo.start_load(float(lo_rate), seconds + warm, seed=11) if lo is not None else None
         time.sleep(warm + seconds / 2)
         result["nvml"] = NVML.sample(label)
         if hi is not None:
@@ -309,16 +313,17 @@ def run(
 # mode|options: hi_sms, hi_lanes, hi_eager, lo_sms (0 = whole GPU), lo_batch, lo_prio, plain (no kernel priorities)
 DEFAULT_MODES = ";".join(
     [
-        "alone|hi_lanes=4",
-        "alone|hi_lanes=4,hi_tiny=1",
-        "lo alone",
-        "server|lo_sms=88,hi_lanes=4",
-        "server|lo_sms=88,hi_lanes=4,lo_tiny=1",
-        "server|lo_sms=88,hi_lanes=4,hi_tiny=1",
-        "server|lo_sms=100,hi_lanes=4,lo_tiny=1",
-        "server|lo_sms=0,hi_lanes=4,lo_tiny=1",
+        "alone|hi_lanes=4,cl=1",
+        "lo alone|cl=1,lo_rate=20000",
+        "server|lo_sms=72,hi_lanes=4,cl=1,lo_rate=20000",
+        "server|lo_sms=64,hi_lanes=4,cl=1,lo_rate=20000",
+        "server|lo_sms=56,hi_lanes=4,cl=1,lo_rate=20000",
+        "server|lo_sms=48,hi_lanes=4,cl=1,lo_rate=20000",
     ]
 )
+
+
+CHANNELS_LAST: tuple[Any, Any] = (None, None)
 
 
 def main() -> int:
@@ -335,6 +340,12 @@ def main() -> int:
 
     eager = TorchExecutor(copy.deepcopy(module), (3, 224, 224), dtype="float16", cuda_graph=False, description="eager")
     execs = (executor_for(module), executor_for(module), eager)
+    if "cl=1" in args.modes:
+        global CHANNELS_LAST
+        CHANNELS_LAST = tuple(  # type: ignore[assignment]
+            TorchExecutor(copy.deepcopy(module), (3, 224, 224), dtype="float16", channels_last=True, description="cl")
+            for _ in range(2)
+        )
     results = []
     for mode in args.modes.split(";"):
         name, _, opts = mode.strip().partition("|")
