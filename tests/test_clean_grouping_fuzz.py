@@ -208,3 +208,51 @@ def test_grouped_proofs_end_as_one_check_per_pass(sequence, where):
     for report in result.passes:  # a group names only passes that were proven, this one among them
         if report.checked_with:
             assert report.status == "accepted" and report.name in report.checked_with
+
+
+def _expected_unchecked(sequence: list[str], weight: np.ndarray) -> tuple[list[str], np.ndarray, str, str, bool]:
+    """As :func:`_expected` with checks off: every pass that does not raise is kept."""
+    statuses, value, name, relu, identity = [], weight, "W", "relu", True
+    for pass_name in sequence:
+        if pass_name in ("f_raise", "f_in_place"):
+            statuses.append("rolled_back")
+            continue
+        if pass_name == "f_look":
+            statuses.append("report_only")
+            continue
+        if pass_name == "remove_noops":
+            statuses.append("unchecked" if identity else "unchanged")
+            identity = False
+            continue
+        statuses.append("unchecked")
+        if pass_name == "f_nudge":
+            value, name = (value * (1 + 1e-6)).astype(F32), name + "n"
+        elif pass_name == "f_rename":
+            relu += "r"
+        elif pass_name.startswith("f_copy"):
+            name += "c"
+        elif pass_name.startswith("f_double"):
+            value, name = value * 2, name + "d"
+        elif pass_name == "f_reassign":
+            value = value * 2
+    return statuses, value, name, relu, identity
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(PASSES)), min_size=1, max_size=7), st.sampled_from(["top", "body"]))
+def test_with_checks_off_the_model_is_every_pass_that_did_not_raise(sequence, where):
+    # no export per pass: a raising pass is undone by replaying the kept ones on the original; the final model is
+    # the light export with the weights filled in
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(F32)
+    model = _model(weight) if where == "top" else _if_model(weight)
+
+    result = clean_model(model, CleanOptions(passes=sequence, check=False))
+
+    statuses, value, name, relu, identity = _expected_unchecked(sequence, weight)
+    assert [report.status for report in result.passes] == statuses
+    layers = _layers(result.model, where)
+    inits = {init.name: onnx.numpy_helper.to_array(init) for init in layers.initializer}
+    assert list(inits) == [name]
+    np.testing.assert_array_equal(inits[name], value)
+    assert ("Identity" in [node.op_type for node in layers.node]) == identity
+    assert [node.op_type for node in layers.node][-2:] == ["MatMul", "Relu"] and layers.node[-1].name == relu
