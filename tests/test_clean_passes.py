@@ -967,3 +967,61 @@ def test_a_one_off_light_export_leaves_the_callers_weights_alone():
 
     assert stub_bytes == 64 * 32 * 4 and [init.name for init in light.graph.initializer] == ["W"]
     weight.values[0, 0] = 1.0  # still writable
+
+
+def _model_with_local_function() -> onnx.ModelProto:
+    h = onnx.helper
+    function = h.make_function(
+        "local", "Scale2", ["a"], ["b"], [h.make_node("Add", ["a", "a"], ["b"])], [h.make_opsetid("", 13)]
+    )
+    graph = h.make_graph(
+        [h.make_node("Scale2", ["x"], ["s"], domain="local"), h.make_node("Relu", ["s"], ["y"])],
+        "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13), h.make_opsetid("local", 1)], functions=[function])
+
+
+def test_a_pass_changing_only_a_model_local_function_is_seen():
+    # before: the fingerprint left model-local functions out: the pass read as "unchanged", never checked
+    def add_to_mul(graph, context):
+        for function in graph.functions:
+            for node in function.nodes:
+                if node.op == "Add":
+                    node.op = "Mul"
+
+    register_pass(CleanPass("test_function_body", add_to_mul, "exact", recurse=False), replace=True)
+    model = _model_with_local_function()
+
+    result = clean_model(model, only(["test_function_body"]))
+
+    assert result.passes[0].status == "rolled_back" and "not bit-exact" in result.passes[0].failure
+    assert [node.op_type for node in result.model.functions[0].node] == ["Add"]
+    unchecked = clean_model(model, only(["test_function_body"], check=False))
+    assert unchecked.passes[0].status == "unchecked"
+    assert [node.op_type for node in unchecked.model.functions[0].node] == ["Mul"]
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_tidying_a_model_local_function_does_not_make_the_next_pass_look_changed(check):
+    # graphsurgeon's cleanup also drops dead nodes inside model-local functions; the tidy-up did not count that as a
+    # change, so the snapshot kept a stale fingerprint and the next pass (which changed nothing) read as changed
+    h = onnx.helper
+    model = _model_with_local_function()
+    model.functions[0].node.insert(0, h.make_node("Neg", ["a"], ["dead"]))  # a dead node in the function
+
+    def rename_relu(graph, context):  # a change that leaves no dead node at the top level
+        for node in graph.nodes:
+            if node.op == "Relu":
+                node.name = (node.name or "relu") + "_renamed"
+
+    register_pass(CleanPass("test_rename_relu", rename_relu, "exact", recurse=False), replace=True)
+
+    result = clean_model(model, only(["test_rename_relu", "cse"], check=check))
+
+    rename, cse = result.passes
+    assert rename.status == ("accepted" if check else "unchecked") and cse.status == "unchanged"
+    assert [node.op_type for node in result.model.functions[0].node] == ["Add"]
+    feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
+    np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])

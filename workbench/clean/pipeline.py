@@ -146,14 +146,15 @@ class _Snapshot:
 
 
 def _tidy(graph: Any) -> bool:
-    """Drop dead nodes and sort, bodies included; True when that changed any graph's node list."""
+    """Drop dead nodes and sort, bodies included; True when that changed any graph's node list (model-local
+    functions included: graphsurgeon's cleanup drops their dead nodes too, and the fingerprint covers them)."""
     graphs = [graph, *all_subgraphs(graph)]
-    before = [list(sub.nodes) for sub in graphs]
+    before = [list(sub.nodes) for sub in graphs + list(graph.functions)]
     for sub in graphs:
         prune_dead_nodes(sub)
     graph.cleanup(remove_unused_graph_inputs=False)
     toposort(graph)
-    after = [graph, *all_subgraphs(graph)]
+    after = [graph, *all_subgraphs(graph), *graph.functions]
     return len(after) != len(before) or any(
         len(sub.nodes) != len(nodes) or any(a is not b for a, b in zip(sub.nodes, nodes))
         for sub, nodes in zip(after, before)
