@@ -29,6 +29,15 @@ DEFAULT_MAX_DROP = 0.01
 LEVELS = ("ok", "warning", "bad")
 
 
+def _loss_text(loss: float, metric: str) -> str:
+    """``loses 0.0123 of top1``, ``gains 0.0050 of top1`` or ``matches top1`` (no "-0.0000")."""
+    if round(loss, 4) > 0:
+        return f"loses {loss:.4f} of {metric}"
+    if round(loss, 4) < 0:
+        return f"gains {-loss:.4f} of {metric}"
+    return f"matches {metric}"
+
+
 def rule_text(max_drop: float, metric: str = "task metric") -> str:
     return (
         f"Rule: the engine expected to cost least on TensorRT (INT8 < mixed INT8 < FP16 < FP32) whose {metric} is at "
@@ -149,7 +158,7 @@ def choose(
         reason = f"FP32 is the reference ({metric} {chosen.estimate.text()})"
     elif chosen.acceptable:
         level = "ok"
-        reason = f"{variant} loses {chosen.loss:.4f} of {metric} vs FP32 (allowed {max_drop:g}) on {n} samples"
+        reason = f"{variant} {_loss_text(chosen.loss, metric)} vs FP32 (allowed loss {max_drop:g}) on {n} samples"
         if not chosen.resolved and chosen.vs_fp32.has_interval:
             reason += f"; but {n} samples cannot rule out a loss up to {chosen.loss_high:.4f}"
     else:
