@@ -14,16 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.errors import WorkbenchError
-
-
-def _ok(result: Any, what: str) -> Any:
-    status = result[0] if isinstance(result, tuple) else result
-    if int(status) != 0:
-        raise WorkbenchError(f"CUDA call {what} failed with {status!r}.")
-    if isinstance(result, tuple):
-        return result[1] if len(result) == 2 else result[1:]
-    return None
+from workbench.timing.lanes import _check as _ok  # (status, *values) -> values, raising on an error
 
 
 def stream_priority(stream_handle: Any) -> int:

@@ -9,6 +9,7 @@ Nothing is displayed in the constructor: show ``panel.widget`` yourself.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
@@ -150,28 +151,37 @@ class ExportPanel:
     def export(self, precision: str, wait: bool = True) -> Bundle | None:
         """Export the engine of ``precision`` (its bundle records accuracy with its interval, and timing): into a
         new folder per export, or the folder typed in the panel (an existing one only with "replace" ticked)."""
-        self.status.busy(f"exporting the {precision} engine...")
-        self.progress.start(f"exporting {precision}", total=2)
+
+        def make() -> Bundle:
+            run = self.session.update(precision=precision)
+            if self.precision.value != precision:
+                self.precision.value = precision
+            return export_selection(run, self.folder.value.strip() or None, overwrite=self.replace.value)
+
+        def outcome(bundle: Bundle) -> tuple[str, str]:
+            choice = self.session.run.selection.choice if self.session.run.selection else None
+            return f"exported to {bundle.path}", choice.reason if choice is not None and not choice.ok else ""
+
+        return self._export(f"exporting the {precision} engine", make, outcome, wait)
+
+    def _export(
+        self, what: str, make: Callable[[], Bundle], outcome: Callable[[Bundle], tuple[str, str]], wait: bool
+    ) -> Bundle | None:
+        """Run ``make`` on the worker with progress shown; keep the bundle; ``outcome`` gives (text, warning)."""
+        self.status.busy(f"{what}...")
+        self.progress.start(what, total=2)
         exported: list[Bundle] = []
 
         def work() -> None:
-            def act() -> None:
-                run = self.session.update(precision=precision)
-                if self.precision.value != precision:
-                    self.precision.value = precision
-                bundle = export_selection(run, self.folder.value.strip() or None, overwrite=self.replace.value)
-                exported.append(bundle)
-
-            self._guarded(act)
+            self._guarded(lambda: exported.append(make()))
             if not exported:
                 return
             self.bundle = exported[0]
             self.bundles.append(self.bundle)
-            choice = self.session.run.selection.choice if self.session.run.selection else None
+            text, warning = outcome(self.bundle)
             self.progress.done("exported")
-            text = f"exported to {self.bundle.path}"
-            if choice is not None and not choice.ok:
-                self.status.warn(f"{text}; but {choice.reason}")
+            if warning:
+                self.status.warn(f"{text}; but {warning}")
             else:
                 self.status.ok(text)
 
@@ -197,34 +207,18 @@ class ExportPanel:
         """Build and export plan ``index`` of the front (default: the one picked), into a new folder per export or
         the folder typed in the panel (an existing one only with "replace" ticked)."""
         index = self.plan_picker.value if index is None else index
-        self.status.busy(f"building and exporting plan {index}...")
-        self.progress.start(f"exporting plan {index}", total=2)
-        exported: list[Bundle] = []
 
-        def work() -> None:
-            def act() -> None:
-                bundle = export_plan(
-                    self.session, index, self.folder.value.strip() or None, overwrite=self.replace.value
-                )
-                exported.append(bundle)
+        def make() -> Bundle:
+            return export_plan(self.session, index, self.folder.value.strip() or None, overwrite=self.replace.value)
 
-            self._guarded(act)
-            if not exported:
-                return
-            self.bundle = exported[0]
-            self.bundles.append(self.bundle)
+        def outcome(bundle: Bundle) -> tuple[str, str]:
             if self.plan_picker.value != index and index in dict(self.plan_picker.options).values():
                 self.plan_picker.value = index
             picked = next((c for c in self.front if c.index == index), None)
-            self.progress.done("exported")
-            text = f"plan {index} exported to {self.bundle.path}"
-            if picked is not None and not picked.meets_target:
-                self.status.warn(f"{text}; but it misses the search's target")
-            else:
-                self.status.ok(text)
+            missed = picked is not None and not picked.meets_target
+            return f"plan {index} exported to {bundle.path}", "it misses the search's target" if missed else ""
 
-        self.worker.submit(work, wait=wait)
-        return exported[0] if exported else None
+        return self._export(f"building and exporting plan {index}", make, outcome, wait)
 
     def _load_front(self) -> None:
         search = self.session.run.mixed_search
