@@ -49,6 +49,11 @@ def test_search_stage_carries_every_plan_with_its_interval(panel) -> None:
         assert f"INT8 {plan.int8_math_nodes}/{plan.math_nodes}" in candidate.label
         assert f"{plan.cost.engine_layers} layers" in candidate.label
     assert search.chosen is not None and search.chosen.index == result.chosen.index
+    # the diagnosis names the search's pick and how to ship it (the journey's engine comes from the rule)
+    from workbench.report.diagnosis import diagnose
+
+    verdict = next(v for v in diagnose(run) if v.topic == "mixed-precision search")
+    assert search.chosen.label in verdict.text and f"export_plan(session, {search.chosen.index})" in verdict.text
     # the record round-trips through JSON with the search in it
     from workbench.flow import QuickstartRun
 

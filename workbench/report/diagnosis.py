@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from workbench.artifact import Artifact
 from workbench.engine import EngineArtifact
+from workbench.flow.mixed import MixedSearch
 from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.rule import Choice, judge, next_steps
 
@@ -34,6 +35,8 @@ def diagnose(run: QuickstartRun) -> list[Verdict]:
         verdicts += _metric_verdicts(run.metrics, run.fallback)
     if run.selection is not None:
         verdicts.append(_choice_verdict(run.selection.choice))
+    if run.mixed_search is not None:
+        verdicts += _search_verdicts(run.mixed_search, run.selection.variant if run.selection else None)
     if run.fp32_engine is not None:
         verdicts += _fusion_verdicts(run.fp32_engine)
     return verdicts
@@ -50,6 +53,28 @@ def _choice_verdict(choice: Choice) -> Verdict:
     if chosen is not None:
         evidence |= {"loss_vs_fp32": chosen.loss, "samples": float(chosen.estimate.n)}
     return Verdict("engine choice", text + " " + choice.rule, evidence, level=choice.level)
+
+
+def _search_verdicts(search: MixedSearch, chosen_variant: str | None) -> list[Verdict]:
+    """What the accuracy-target search found, and how to ship it: the journey's engine is chosen by the rule among
+    the precision variants, so the search's plan reaches an engine only when it is picked from the front."""
+    pick = search.chosen or next((c for c in search.front if c.meets_target), None)
+    if pick is None:
+        result = search.result
+        text = (
+            f"no plan met the target {result.metric_name} {result.target:.4f} within {result.evaluations_used} "
+            f"evaluation(s); the front's plans are listed in the report's Pareto view."
+        )
+        return [Verdict("mixed-precision search", text, {"evaluations": float(result.evaluations_used)})]
+    text = f"the search's {'pick' if pick.chosen_by_search else 'best plan on the front'} is {pick.label}"
+    if chosen_variant is not None:
+        text += (
+            f". The journey's engine ({chosen_variant}) was chosen by the rule above, not from the search: to ship"
+            f" plan {pick.index}, pick it in the export panel's Pareto front (Export plan) or call"
+            f" workbench.flow.export_plan(session, {pick.index})"
+        )
+    evidence = {"metric": pick.metric, "samples": float(pick.n_samples), "int8_share": pick.int8_share}
+    return [Verdict("mixed-precision search", text + ".", evidence)]
 
 
 def _fallback_nodes(fallback: Fallback | None) -> list[str]:
