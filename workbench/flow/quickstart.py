@@ -47,6 +47,12 @@ from workbench.zoo import DEFAULT_MODEL, ZooEntry, get_entry
 PRECISION_CHOICES = ("auto", "fp32", "fp16", "int8")
 CALIBRATION_METHODS = ("entropy", "percentile", "mse", "max")
 STATUSES = ("done", "skipped", "failed")
+
+
+class StageOff(WorkbenchError):
+    """Raised by a stage that the session's settings turn off: the stage is shown as skipped, not as failed."""
+
+
 CALIBRATION_BATCH = 8
 METRIC_HOW = (
     "ONNX Runtime CPU with graph optimizations off: Q/DQ as simulated quantization, the project's numeric "
@@ -468,7 +474,7 @@ def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
     calibration ranges, every plan's engine built for its structure; the JSON goes to ``<model>.mixed.json``."""
     cfg = run.config
     if cfg.search_budget == 0:
-        raise WorkbenchError("the mixed-precision search is off (search_budget=0).", expected="search_budget 1..64")
+        raise StageOff("the mixed-precision search is off (search_budget=0)", expected="search_budget 1..64 to run it")
     calibration = _result_of(run.calibration, "calibrate")
     result = search_mixed_precision(
         ws.calibration_session(run),
@@ -601,7 +607,7 @@ def export_selection(run: QuickstartRun, output_dir: str | Path | None = None, *
 
 def stage_export(run: QuickstartRun, ws: Workspace) -> Bundle:
     if not run.config.export:
-        raise WorkbenchError("export is off for this session (export=False): export from the panel's button.")
+        raise StageOff("export is off for this session (export=False): export from the panel's button")
     return export_selection(run)
 
 
@@ -807,6 +813,8 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
         started = time.perf_counter()
         try:
             artifact = stage.run(run, ws)
+        except StageOff as off:
+            result = StageResult(name, stage.title, "skipped", 0.0, f"off: {off}")
         except WorkbenchError as error:
             result = StageResult(name, stage.title, "failed", time.perf_counter() - started, str(error))
         else:

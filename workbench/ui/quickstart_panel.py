@@ -182,7 +182,8 @@ class QuickstartPanel:
         self.refresh()
         self.stale.clear()
         run = self.session.run
-        failed = [r for r in run.stages.values() if not r.ok]
+        off = [r for r in run.stages.values() if r.status == "skipped" and r.summary.startswith("off: ")]
+        failed = [r for r in run.stages.values() if not r.ok and r not in off]  # turned off by a setting: no problem
         cancelled = [r for r in failed if r.summary.startswith("cancelled")]
         choice = run.selection.choice if run.selection else None
         if cancelled:
@@ -203,7 +204,10 @@ class QuickstartPanel:
                 self.status.warn(text)
         else:
             self.progress.done("finished")
-            self.status.ok(f"done: {len(run.stages)} stages complete" + (f"; {choice.reason}" if choice else ""))
+            complete = f"done: {len(run.stages) - len(off)} stages complete"
+            if off:
+                complete += f" ({len(off)} turned off: {', '.join(r.title for r in off)})"
+            self.status.ok(complete + (f"; {choice.reason}" if choice else ""))
 
     def _stage_finished(self, result: Any, index: int, total: int) -> None:
         if result.name in self._pending:
