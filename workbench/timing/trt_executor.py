@@ -138,6 +138,7 @@ class _TrtLane:
         runner.set_input_consumed_event(self.context, int(self.input_consumed.handle))
         self._current_size = -1
         self.graph_exec: dict[int, Any] = {}
+        self.priority_status = "kernel priorities follow the lane's stream"
         if owner.cuda_graph_active:
             try:
                 for size in sizes:
@@ -166,7 +167,14 @@ class _TrtLane:
         from workbench.timing.graph_priority import instantiate_at_priority, stream_priority
 
         # Kernel nodes at the lane stream's priority: a plain instantiation did not honour it (graph_priority.py).
-        return instantiate_at_priority(graph, stream_priority(stream))
+        try:
+            return instantiate_at_priority(graph, stream_priority(stream))
+        except WorkbenchError as error:  # a driver without node priorities: the graph still runs, at default priority
+            self.priority_status = f"kernel priorities not set ({error})"
+            status, graph_exec = drv.cuGraphInstantiate(graph, 0)
+            if int(status) != 0:
+                raise WorkbenchError(f"cuGraphInstantiate failed: {status!r}") from error
+            return graph_exec
 
     def _set_batch(self, size: int) -> None:
         if size != self._current_size:
