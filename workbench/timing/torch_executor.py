@@ -69,7 +69,7 @@ class TorchExecutor:
         self.outputs = [TensorSlot("output", out_shape, np.dtype(_TORCH_TO_NP[str(probe.dtype).replace("torch.", "")]))]
         self._lanes: dict[int, _TorchLane] = {}
         self._warm_stream: Any = None
-        self._warmed: set[tuple[int, int]] = set()  # (stream, batch size) run eagerly before a capture
+        self._warmed: set[int] = set()  # batch sizes already run eagerly on _warm_stream before a capture
         self.bytes_per_lane: dict[tuple[int, ...], int] = {}
         torch.cuda.synchronize()
 
@@ -183,11 +183,14 @@ class _TorchLane:
             for stream in dict.fromkeys([warm, side]):  # warm up before capture (cuDNN/cuBLAS handles)
                 with torch.cuda.stream(stream):
                     for s in self.sizes:
-                        if (int(stream.cuda_stream), s) in self.owner._warmed:
+                        # only the executor's own side stream is remembered: a partition's stream is new per lane
+                        # and its address may be reused by a later one, which must still be warmed (cuDNN).
+                        if stream is warm and s in self.owner._warmed:
                             continue
                         for _ in range(passes):
                             self.owner.module(self.static_in[:s])
-                        self.owner._warmed.add((int(stream.cuda_stream), s))
+                        if stream is warm:
+                            self.owner._warmed.add(s)
                 torch.cuda.current_stream().wait_stream(stream)
                 torch.cuda.synchronize()
             for s in self.sizes:
