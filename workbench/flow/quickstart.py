@@ -294,11 +294,32 @@ class QuickstartRun(Artifact):
 # --- the workspace: the zoo entry, output paths, and caches kept between re-runs (not part of the record) ---------
 
 
+OWN_MODEL_STEPS = (
+    "workbench clean M.onnx -o C.onnx; workbench build C.onnx -o C.engine [--shapes NAME:MIN,OPT,MAX]; "
+    "workbench fusions C.layers.json --html F.html; workbench calibrate C.onnx --data DIR -o Q.onnx; "
+    "workbench diff C.onnx Q.onnx --data DIR -o D.json; workbench export C.engine -o BUNDLE/"
+)
+
+
+def quickstart_entry(model: str) -> ZooEntry:
+    """The zoo entry the quickstart runs on. An ONNX path is refused with the stage commands that do take one: the
+    journey's task metric, calibration and evaluation sets come with a zoo entry, and a file has none of them."""
+    import os
+
+    if model.endswith(".onnx") or "/" in model or os.sep in model or Path(model).is_file():
+        raise WorkbenchError(
+            f"{model}: the quickstart journey runs on zoo models only: it needs the model's calibration and "
+            "evaluation data and its task metric, which an ONNX file does not carry.",
+            expected="a zoo model name (workbench zoo); for your own ONNX file run the stages: " + OWN_MODEL_STEPS,
+        )
+    return get_entry(model)
+
+
 class Workspace:
     """What the stages share besides the run record: the zoo entry, output paths and reusable state."""
 
     def __init__(self, config: QuickstartConfig) -> None:
-        self.entry: ZooEntry = get_entry(config.model)
+        self.entry: ZooEntry = quickstart_entry(config.model)
         self.model_name = config.model
         self.out = Path(config.out_dir)
         self._calibration: tuple[tuple[str, int], CalibrationSession] | None = None
