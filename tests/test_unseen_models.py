@@ -159,12 +159,66 @@ def test_int8_on_an_fp16_model_is_refused(models: Path, tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-def test_demo_with_an_onnx_path_says_what_to_run_instead(models: Path, tmp_path: Path) -> None:
+def _quickstart(model: Path, out: Path, **settings):
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    small = dict(calibration_samples=16, diff_samples=8, evaluation_samples=16, search_budget=1)
+    small |= dict(timing_window_s=0.05, sweep=False)
+    return run_quickstart(QuickstartConfig(model=str(model), out_dir=str(out), **(small | settings)))
+
+
+def test_demo_runs_the_whole_journey_on_an_onnx_file(models: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    line = _refused(
-        run_cli_forked(["demo", "--model", str(models / "conv3d.onnx"), "--out", str(out)], tmp_path),
-        "zoo models only",
-        "workbench calibrate",
+    argv = ["demo", "--model", str(models / "multi-io.onnx"), "--out", str(out), "--eval-samples", "16"]
+    run = run_cli_forked([*argv, "--calibration-samples", "16", "--search-budget", "1"], tmp_path, timeout=240)
+    _ok(run, "demo")
+    assert "seeded RANDOM inputs" in run.stdout
+    stages = json.loads((out / "run.json").read_text())["stages"]
+    assert {name: stage["status"] for name, stage in stages.items()} == dict.fromkeys(stages, "done")
+    metrics = json.loads((out / "run.json").read_text())["metrics"]
+    assert {row["n_samples"] for row in metrics["rows"]} == {16}
+    assert "RANDOM" in metrics["how"]
+    assert "RANDOM" in (out / "report.html").read_text()
+    assert list((out / "export").iterdir())
+
+
+def test_quickstart_skips_int8_with_the_reason_when_nothing_to_quantize(models: Path, tmp_path: Path) -> None:
+    run = _quickstart(models / "no-math.onnx", tmp_path)
+    calibrate = run.stage("calibrate")
+    assert calibrate.status == "skipped" and "nothing to quantize" in calibrate.summary, calibrate
+    assert run.calibration is None and run.mixed_engine is None
+    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+    assert run.selection is not None and run.selection.variant in ("fp32", "fp16")
+    assert run.bundle is not None
+
+
+def test_quickstart_on_an_fp16_model_skips_int8(models: Path, tmp_path: Path) -> None:
+    run = _quickstart(models / "fp16.onnx", tmp_path, export=False)
+    assert run.stage("calibrate").status == "skipped" and "float16" in run.stage("calibrate").summary
+    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+
+
+def test_quickstart_fallback_keeps_some_int8_and_token_inputs_time(models: Path, tmp_path: Path) -> None:
+    """tokens-float has 2 INT8 nodes: the default fallback of 2 used to leave a 'mixed' model without Q/DQ (its build
+    failed); the timing executor's token ids (1..99) were out of its 50-row embedding table."""
+    run = _quickstart(models / "tokens-float.onnx", tmp_path, export=False)
+    assert run.stage("build_mixed").ok, run.stage("build_mixed")
+    assert run.fallback is not None and run.fallback.qdq_pairs_mixed > 0
+    assert run.stage("timing").ok, run.stage("timing")
+
+
+def test_demo_exits_2_when_a_stage_failed(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["demo", "--model", str(models / "custom-op.onnx"), "--out", str(out), "--eval-samples", "8"]
+    line = _refused(run_cli_forked(argv, tmp_path, timeout=240), "stage(s) failed", "clean", "build_fp32")
+    assert "report" in line
+    assert (out / "report.html").is_file()
+
+
+def test_demo_refuses_a_model_without_a_batch_axis_before_any_work(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _refused(
+        run_cli_forked(["demo", "--model", str(models / "control-flow.onnx"), "--out", str(out)], tmp_path),
+        "no dynamic batch axis",
     )
-    assert "--shapes" in line
     assert not out.exists()
