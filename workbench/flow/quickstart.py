@@ -505,7 +505,8 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
     from workbench.zoo.onnx_file import RANDOM_INPUTS_NOTE, OnnxFileEntry
 
     if isinstance(ws.entry, OnnxFileEntry):
-        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {RANDOM_INPUTS_NOTE}")
+        notes = "".join(f"; {note}" for note in ws.entry.notes)
+        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {RANDOM_INPUTS_NOTE}{notes}")
     return Metrics(rows, not_measured)
 
 
