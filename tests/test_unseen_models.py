@@ -187,6 +187,8 @@ def test_quickstart_skips_int8_with_the_reason_when_nothing_to_quantize(models: 
     calibrate = run.stage("calibrate")
     assert calibrate.status == "skipped" and "nothing to quantize" in calibrate.summary, calibrate
     assert run.calibration is None and run.mixed_engine is None
+    for name in ("layer_diff", "fallback", "build_mixed", "search"):  # the chain says why, not "did not complete"
+        assert run.stage(name).summary.startswith("not applicable"), run.stage(name)
     assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
     assert run.selection is not None and run.selection.variant in ("fp32", "fp16")
     assert run.bundle is not None
@@ -222,3 +224,33 @@ def test_demo_refuses_a_model_without_a_batch_axis_before_any_work(models: Path,
         "no dynamic batch axis",
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["no-math", "passthrough"])
+def test_quickstart_panel_on_an_onnx_file_draws_and_says_what_did_not_apply(
+    models: Path, tmp_path: Path, name: str
+) -> None:
+    """The notebook panel (real widgets, plotly figures) on a file: no warning for stages that cannot apply; the
+    figures and tables fill from what ran."""
+    from workbench.flow import QuickstartConfig
+    from workbench.ui.quickstart_panel import QuickstartPanel
+
+    config = QuickstartConfig(
+        model=str(models / f"{name}.onnx"),
+        out_dir=str(tmp_path),
+        calibration_samples=16,
+        diff_samples=8,
+        evaluation_samples=16,
+        search_budget=1,
+        timing_window_s=0.05,
+        sweep=False,
+        export=False,
+    )
+    panel = QuickstartPanel(config, background=False)
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    assert "not applicable to this model" in panel.status.text
+    assert panel.session.run.selection is not None
+    assert '<g class="layer"' in panel.fusion_view.value
+    assert "output_cosine_vs_fp32" in panel.metrics_table.value
+    assert panel.timing_figure.data

@@ -847,7 +847,15 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
     stage = STAGE_BY_NAME[name]
     missing = [dep for dep in stage.requires if not run.stage(dep).ok]
     artifact = None
-    if missing:
+    if missing and all(run.stage(dep).summary.startswith("not applicable") for dep in missing):
+        # a stage built on one that does not apply to this model does not apply either: say so, not "did not complete"
+        result = StageResult(
+            name,
+            stage.title,
+            "skipped",
+            summary=f"not applicable: needs stage {', '.join(missing)}, which does not apply",
+        )
+    elif missing:
         result = StageResult(
             name, stage.title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete"
         )
