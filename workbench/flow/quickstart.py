@@ -304,8 +304,6 @@ class QuickstartRun(Artifact):
 def quickstart_entry(model: str) -> ZooEntry:
     """The entry the quickstart runs on: a zoo model by name, or an ONNX file (a path) as an
     :class:`~workbench.zoo.onnx_file.OnnxFileEntry`: seeded random inputs, metric = output cosine vs its FP32."""
-    import os
-
     if model.endswith(".onnx") or "/" in model or os.sep in model or Path(model).is_file():
         from workbench.zoo.onnx_file import OnnxFileEntry
 
