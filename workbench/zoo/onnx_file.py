@@ -49,9 +49,11 @@ class OnnxFileEntry(ZooEntry):
 
         self.path = Path(path)
         model = load_onnx(self.path)
-        self.name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.path.stem) or "model"
-        self.description = f"{self.path.name} (your file: random inputs, metric = output cosine vs its FP32 outputs)"
-        self.split_sizes = {"calibration": 256, "evaluation": 256}
+        # the zoo declares these per class (ClassVar); an ONNX file sets them per instance
+        self.name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.path.stem) or "model"  # type: ignore[misc]
+        what = "your file: random inputs, metric = output cosine vs its FP32 outputs"
+        self.description = f"{self.path.name} ({what})"  # type: ignore[misc]
+        self.split_sizes = {"calibration": 256, "evaluation": 256}  # type: ignore[misc]
         initializers = {init.name for init in model.proto.graph.initializer}
         self.inputs: dict[str, tuple[np.dtype, list[int | str]]] = {}
         profiles: dict[str, Profile] = {}
@@ -82,7 +84,7 @@ class OnnxFileEntry(ZooEntry):
                     shape.append(int(dim))
             profiles[value.name] = (tuple(low), tuple(opt), tuple(high))
             self.inputs[value.name] = (dtype, dims)
-        self.profiles = profiles
+        self.profiles = profiles  # type: ignore[misc]
         self._reference_cache: dict[int, np.ndarray] = {}
 
     # the file is used where it is: nothing to materialize or cache
