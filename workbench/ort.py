@@ -71,6 +71,13 @@ def cpu_session(
             session.workbench_external_values = values  # ORT reads these buffers: keep them alive with it
         return session
     except Exception as error:  # onnxruntime raises its own exception classes (Fail, InvalidGraph, ...)
+        if "is not a registered function/op" in str(error):
+            raise WorkbenchError(
+                f"ONNX Runtime cannot load {what}: it has no kernel for a custom op ({error}).",
+                expected="a model of standard ONNX ops, or the op's custom-op library registered with ONNX Runtime",
+                hint="every check and INT8 step here runs the model in ONNX Runtime; replace the op with standard "
+                "ONNX ops (or a function), or export the model without it",
+            ) from error
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
 
 

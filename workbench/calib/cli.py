@@ -151,7 +151,16 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         inputs=[model.path, args.plan, data_dir],
     )
     from workbench.model.resources import guard_model_inputs
+    from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
+    if not any(node.op_type in QUANTIZABLE_OPS for node in model.proto.graph.node):
+        ops = sorted({node.op_type for node in model.proto.graph.node})
+        raise WorkbenchError(
+            f"{model.path}: nothing to quantize: INT8 applies to {', '.join(QUANTIZABLE_OPS)} nodes of the main "
+            f"graph and this model has none (its ops: {', '.join(ops[:12])}{' ...' if len(ops) > 12 else ''}).",
+            expected="a model with convolutions or matrix products; build this one as FP32 or FP16 "
+            "(`workbench build --precision fp16`)",
+        )
     guard_model_inputs(model, what=str(model.path), batch=8, copies=2)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
     cache_path = Path(args.cache) if args.cache else None

@@ -32,6 +32,25 @@ def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.nd
     return cpu_predict(proto, what="the rewritten model")
 
 
+class Float16Model(WorkbenchError):
+    """The model computes in float16: there is no FP32 graph to insert Q/DQ into."""
+
+
+def _refuse_float16(model: Any) -> None:
+    """INT8 calibration starts from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX."""
+    from onnx import TensorProto
+
+    graph = model.proto.graph
+    half = [v.name for v in graph.input if v.type.tensor_type.elem_type == TensorProto.FLOAT16]
+    half += [init.name for init in graph.initializer if init.data_type == TensorProto.FLOAT16]
+    if half:
+        raise Float16Model(
+            f"{model.path or 'the model'} computes in float16 (e.g. {', '.join(repr(n) for n in half[:3])}): INT8 "
+            "calibration inserts Q/DQ into an FP32 model.",
+            expected="the FP32 model (the FP16 engine is made from it with `workbench build --precision fp16`)",
+        )
+
+
 @dataclass(frozen=True)
 class FallbackStep(Artifact):
     """One evaluated point of a fallback search: how many ranked nodes left INT8 and the metric it gave."""
@@ -82,6 +101,7 @@ class CalibrationSession:
                 f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
                 expected="workbench.model.load_onnx(path) or a path",
             )
+        _refuse_float16(model)
         self.model = model
         self.entry = entry
         if data is None:

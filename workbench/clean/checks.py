@@ -246,7 +246,9 @@ def ort_session(model: Any, external: Mapping[str, np.ndarray] | None = None) ->
     ``external``: arrays of the top-level initializers the model declares as external data."""
     from workbench.ort import cpu_session
 
-    return cpu_session(model, what="the cleaned model", external_initializers=external)
+    return cpu_session(
+        model, what="the model under check (the input or a pass's result)", external_initializers=external
+    )
 
 
 EXTERNAL_LOCATION = "workbench-in-memory"  # never read: ONNX Runtime gets these arrays as external initializers

@@ -170,6 +170,16 @@ class NetworkBuildOutput:
     network_inputs: list[tuple[str, tuple[int, ...], str]]
 
 
+def _parser_error_text(error: Any) -> str:
+    """A parser error's text, with the ONNX node and op it names where the binding gives them."""
+    text = str(error.desc())
+    try:
+        node, op = str(error.node_name()), str(error.node_operator())
+    except Exception:  # older bindings have no node_name()/node_operator()
+        return text
+    return f"node {node!r} ({op}): {text}" if node else text
+
+
 def build_serialized(
     backend: Backend,
     request: NetworkBuildRequest,
@@ -187,11 +197,14 @@ def build_serialized(
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(request.onnx_path):
-        errors = [str(parser.get_error(i).desc()) for i in range(parser.num_errors)]
+        errors = [_parser_error_text(parser.get_error(i)) for i in range(parser.num_errors)]
+        plugin = any("Plugin not found" in error for error in errors)
         raise WorkbenchError(
             f"{request.onnx_path}: the TensorRT ONNX parser ({backend.name} {backend.version}) rejected the model: "
             + "; ".join(errors[:5]),
-            expected="an ONNX graph TensorRT supports (try `workbench clean` first)",
+            expected="an ONNX graph TensorRT supports (try `workbench clean` first)"
+            if not plugin
+            else "standard ONNX ops, or a TensorRT plugin registered for the custom op (this op is not built in)",
         )
     inputs = []
     for index in range(network.num_inputs):
@@ -206,11 +219,17 @@ def build_serialized(
         config.builder_optimization_level = int(request.optimization_level)
     if request.compute_capabilities:
         _set_compute_capabilities(config, request.compute_capabilities, backend)
+    # the parser renames a graph input that is also a graph output to "__<name>" (its copy keeps the name)
+    input_names = {name for name, _, _ in inputs}
+    network_name = {name[2:]: name for name in input_names if name.startswith("__") and name[2:] not in input_names}
     for profile_shapes in request.profiles:
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in profile_shapes.items():
             profile.set_shape(
-                name, trt.Dims([int(d) for d in low]), trt.Dims([int(d) for d in opt]), trt.Dims([int(d) for d in high])
+                network_name.get(name, name),
+                trt.Dims([int(d) for d in low]),
+                trt.Dims([int(d) for d in opt]),
+                trt.Dims([int(d) for d in high]),
             )
         config.add_optimization_profile(profile)
     cache = None

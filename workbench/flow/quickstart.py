@@ -14,6 +14,7 @@ artifact is cleared, so nothing stale is shown next to a failure.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -25,7 +26,7 @@ from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import CalibrationSession
+from workbench.calib.session import CalibrationSession, Float16Model
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanOptions, CleanResult, clean_model
 from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -37,6 +38,7 @@ from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, choose
 from workbench.flow.uncertainty import Estimate, estimate
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan, apply_precision_plan
+from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 from workbench.timing import RunConfig, TimingResult, run_pipeline
 from workbench.timing.executors import OrtCpuExecutor
 from workbench.timing.trt_executor import TrtExecutor
@@ -51,6 +53,11 @@ STATUSES = ("done", "skipped", "failed")
 
 class StageOff(WorkbenchError):
     """Raised by a stage that the session's settings turn off: the stage is shown as skipped, not as failed."""
+
+
+class StageNotApplicable(WorkbenchError):
+    """Raised by a stage that cannot apply to this model (e.g. INT8 with nothing to quantize): shown as skipped with
+    the reason, not as failed; the stages that need it are skipped too."""
 
 
 CALIBRATION_BATCH = 8
@@ -294,19 +301,30 @@ class QuickstartRun(Artifact):
 # --- the workspace: the zoo entry, output paths, and caches kept between re-runs (not part of the record) ---------
 
 
+def quickstart_entry(model: str) -> ZooEntry:
+    """The entry the quickstart runs on: a zoo model by name, or an ONNX file (a path) as an
+    :class:`~workbench.zoo.onnx_file.OnnxFileEntry`: seeded random inputs, metric = output cosine vs its FP32."""
+    if model.endswith(".onnx") or "/" in model or os.sep in model or Path(model).is_file():
+        from workbench.zoo.onnx_file import OnnxFileEntry
+
+        return OnnxFileEntry(model)
+    return get_entry(model)
+
+
 class Workspace:
     """What the stages share besides the run record: the zoo entry, output paths and reusable state."""
 
     def __init__(self, config: QuickstartConfig) -> None:
-        self.entry: ZooEntry = get_entry(config.model)
+        self.entry: ZooEntry = quickstart_entry(config.model)
         self.model_name = config.model
+        self.file_stem = self.entry.name  # names the output files (an ONNX path's stem, or the zoo name)
         self.out = Path(config.out_dir)
         self._calibration: tuple[tuple[str, int], CalibrationSession] | None = None
         self._fp16: dict[str, Any] = {}
         self._int8_all: EngineArtifact | None = None
 
     def path(self, suffix: str) -> Path:
-        return self.out / f"{self.model_name}.{suffix}"
+        return self.out / f"{self.file_stem}.{suffix}"
 
     def build_options(self, **overrides: Any) -> BuildOptions:
         return BuildOptions(shapes=dict(self.entry.input_profiles()), progress=False, **overrides)
@@ -387,7 +405,17 @@ def stage_fusion(run: QuickstartRun, ws: Workspace) -> FusionStats:
 
 def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     cfg = run.config
-    session = ws.calibration_session(run)
+    source = ws.source_model(run).proto.graph
+    if not any(node.op_type in QUANTIZABLE_OPS for node in source.node):
+        ops = sorted({node.op_type for node in source.node})
+        raise StageNotApplicable(
+            f"nothing to quantize: INT8 applies to {', '.join(QUANTIZABLE_OPS)} nodes and this model has none "
+            f"(its ops: {', '.join(ops[:12])}); the FP32 and FP16 engines are compared instead"
+        )
+    try:
+        session = ws.calibration_session(run)
+    except Float16Model as error:
+        raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
     cache, onnx_path = ws.path("calib.json"), ws.path("int8-all.onnx")
@@ -417,7 +445,13 @@ def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
 
 def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
     calibration = _result_of(run.calibration, "calibrate")
-    nodes = list(_result_of(run.layer_diff, "layer_diff").int8_nodes_worst_first[: run.config.fallback_layers])
+    worst = _result_of(run.layer_diff, "layer_diff").int8_nodes_worst_first
+    if len(worst) < 2:
+        raise StageNotApplicable(
+            f"the all-INT8 model has {len(worst)} INT8 node(s): keeping the worst in FP32 would leave no INT8 to mix"
+        )
+    # at least one INT8 node stays: a "mixed" plan without INT8 would be the FP32 model under another name
+    nodes = list(worst[: min(run.config.fallback_layers, len(worst) - 1)])
     session = ws.calibration_session(run)
     plan = replace(
         session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
@@ -466,6 +500,11 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
         )
         for variant, path, result in measured
     )
+    from workbench.zoo.onnx_file import RANDOM_INPUTS_NOTE, OnnxFileEntry
+
+    if isinstance(ws.entry, OnnxFileEntry):
+        notes = "".join(f"; {note}" for note in ws.entry.notes)
+        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {RANDOM_INPUTS_NOTE}{notes}")
     return Metrics(rows, not_measured)
 
 
@@ -567,7 +606,8 @@ def new_export_dir(run: QuickstartRun, root: Path, variant: str | None = None) -
     ``variant`` defaults to the chosen engine's."""
     variant = variant or _result_of(run.selection, "select").variant
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    base = root / f"{run.config.model}-{variant}-{stamp}"
+    name = Path(run.config.model).stem if run.config.model.endswith(".onnx") else run.config.model
+    base = root / f"{name.replace(os.sep, '_')}-{variant}-{stamp}"
     path, suffix = base, 2
     while path.exists():
         path, suffix = base.with_name(f"{base.name}-{suffix}"), suffix + 1
@@ -805,7 +845,15 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
     stage = STAGE_BY_NAME[name]
     missing = [dep for dep in stage.requires if not run.stage(dep).ok]
     artifact = None
-    if missing:
+    if missing and all(run.stage(dep).summary.startswith("not applicable") for dep in missing):
+        # a stage built on one that does not apply to this model does not apply either: say so, not "did not complete"
+        result = StageResult(
+            name,
+            stage.title,
+            "skipped",
+            summary=f"not applicable: needs stage {', '.join(missing)}, which does not apply",
+        )
+    elif missing:
         result = StageResult(
             name, stage.title, "skipped", summary=f"needs stage {', '.join(missing)}, which did not complete"
         )
@@ -815,6 +863,8 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
             artifact = stage.run(run, ws)
         except StageOff as off:
             result = StageResult(name, stage.title, "skipped", 0.0, f"off: {off}")
+        except StageNotApplicable as reason:
+            result = StageResult(name, stage.title, "skipped", 0.0, f"not applicable: {reason}")
         except WorkbenchError as error:
             result = StageResult(name, stage.title, "failed", time.perf_counter() - started, str(error))
         else:

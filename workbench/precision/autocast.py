@@ -17,6 +17,8 @@ Rules that keep a node planned for FP16 in FP32 (each reported with its reason i
 * ``typed-by-attribute``: the node declares its output type itself (Cast, Constant, ConstantOfShape, Random*),
   or is a Q/DQ node, whose scale type the calibration owns.
 * ``control-flow``: If/Loop/Scan bodies are not rewritten.
+* ``read-by-subgraph``: an If/Loop/Scan body reads the node's output by name from the outer scope, so its type
+  must stay what the body was written for.
 * ``no-float-io``: the node has no float32 inputs or outputs, so there is nothing to cast.
 * ``unknown-dtype``: shape inference could not tell an input's element type.
 
@@ -210,6 +212,24 @@ def _tensor_types(proto: Any) -> _TensorTypes:
     return _TensorTypes(dtype, initializers, constants)
 
 
+def _subgraph_reads(graph: Any) -> set[str]:
+    """Every tensor name any If/Loop/Scan body (any depth) reads: a superset of what bodies take from outer scopes."""
+    names: set[str] = set()
+    stack = [attr.g for node in graph.node for attr in node.attribute if attr.type == attr.GRAPH]
+    stack += [g for node in graph.node for attr in node.attribute if attr.type == attr.GRAPHS for g in attr.graphs]
+    while stack:
+        body = stack.pop()
+        for node in body.node:
+            names.update(name for name in node.input if name)
+            for attr in node.attribute:
+                if attr.type == attr.GRAPH:
+                    stack.append(attr.g)
+                elif attr.type == attr.GRAPHS:
+                    stack.extend(attr.graphs)
+        names.update(output.name for output in body.output)
+    return names
+
+
 def _keep_fp32_reason(node: Any, shape_only: bool, types: _TensorTypes) -> str:
     """The rule (module docstring) that keeps a node planned for FP16 in FP32, or "" to convert it."""
     import numpy as np
@@ -246,6 +266,7 @@ def _choose_fp16_nodes(
 ) -> tuple[set[int], list[str], dict[str, str]]:
     """(indices of the nodes to convert, their names, node -> rule for those the plan wanted FP16 but stay FP32)."""
     shape_only = _shape_only_nodes(graph)
+    read_by_bodies = _subgraph_reads(graph)
     fp16_set: set[int] = set()
     fp16_names: list[str] = []
     kept: dict[str, str] = {}
@@ -254,6 +275,8 @@ def _choose_fp16_nodes(
         if plan.precision_of(name) != "fp16":
             continue
         reason = _keep_fp32_reason(node, index in shape_only, types)
+        if not reason and any(output in read_by_bodies for output in node.output):
+            reason = "read-by-subgraph"
         if reason:
             kept[name] = reason
         else:
@@ -317,6 +340,9 @@ class _CastInserter:
         graph = self.graph
         renamed_outputs = self.rename_fp16_graph_outputs()
         original_of = {renamed: original for original, renamed in renamed_outputs.items()}
+        # an FP16 consumer of such an output reads the FP16 tensor itself (no second "<name>__fp16" Cast)
+        for original, renamed in renamed_outputs.items():
+            self.cast_cache[(original, _FLOAT16)] = renamed
         for index, node in enumerate(graph.node):
             in_fp16 = index in self.fp16_set
             for slot, name in enumerate(node.input):
@@ -332,17 +358,21 @@ class _CastInserter:
                         self.current[output] = _FLOAT16
                         self.dtype.setdefault(output, _FLOAT)
             self.new_nodes.append(node)
-        for original, renamed in renamed_outputs.items():
-            self.new_nodes.append(
-                helper.make_node("Cast", [renamed], [original], name=f"autocast/{original}__out", to=_FLOAT)
-            )
-            self.casts_added += 1
+            # the FP32 graph output is restored right after its producer, so FP32 consumers of it stay in order
+            for output in node.output:
+                if output in original_of:
+                    original = original_of[output]
+                    self.new_nodes.append(
+                        helper.make_node("Cast", [output], [original], name=f"autocast/{original}__out", to=_FLOAT)
+                    )
+                    self.casts_added += 1
         self._replace_graph_contents()
 
     def _replace_graph_contents(self) -> None:
         graph = self.graph
         # drop what the conversion left unused (FP32 originals of converted constants)
         used = {name for node in self.new_nodes for name in node.input} | {output.name for output in graph.output}
+        used |= _subgraph_reads(graph)  # If/Loop/Scan bodies read weights of the outer scope by name
         nodes = [node for node in self.new_nodes if node.op_type != "Constant" or any(o in used for o in node.output)]
         initializers = [init for init in graph.initializer if init.name in used] + self.new_initializers
         del graph.node[:]

@@ -59,7 +59,10 @@ class QuickstartPanel:
         self.session.progress = self.progress
         self.session.on_result = self._stage_finished
         cfg = self.session.config
-        self.model = controls.model_picker(cfg.model)
+        from workbench.zoo import entry_names
+
+        names = entry_names()  # an ONNX file given in the config is offered beside the zoo models
+        self.model = controls.model_picker(cfg.model, names if cfg.model in names else [*names, cfg.model])
         self.precision = controls.precision_dropdown(cfg.precision)
         self.calibration_method = controls.calibration_method_dropdown(cfg.calibration_method)
         self.streams = controls.streams_input(cfg.streams)
@@ -183,7 +186,11 @@ class QuickstartPanel:
         self.stale.clear()
         run = self.session.run
         off = [r for r in run.stages.values() if r.status == "skipped" and r.summary.startswith("off: ")]
-        failed = [r for r in run.stages.values() if not r.ok and r not in off]  # turned off by a setting: no problem
+        # stages that do not apply to this model (e.g. INT8 with nothing to quantize): skipped with a reason, no problem
+        not_applicable = [
+            r for r in run.stages.values() if r.status == "skipped" and r.summary.startswith("not applicable")
+        ]
+        failed = [r for r in run.stages.values() if not r.ok and r not in off and r not in not_applicable]
         cancelled = [r for r in failed if r.summary.startswith("cancelled")]
         choice = run.selection.choice if run.selection else None
         if cancelled:
@@ -204,9 +211,14 @@ class QuickstartPanel:
                 self.status.warn(text)
         else:
             self.progress.done("finished")
-            complete = f"done: {len(run.stages) - len(off)} stages complete"
+            complete = f"done: {len(run.stages) - len(off) - len(not_applicable)} stages complete"
             if off:
                 complete += f" ({len(off)} turned off: {', '.join(r.title for r in off)})"
+            if not_applicable:
+                complete += (
+                    f" ({len(not_applicable)} not applicable to this model: "
+                    f"{', '.join(r.title for r in not_applicable)}; the first says why: {not_applicable[0].summary})"
+                )
             self.status.ok(complete + (f"; {choice.reason}" if choice else ""))
 
     def _stage_finished(self, result: Any, index: int, total: int) -> None:

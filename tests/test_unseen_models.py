@@ -1,0 +1,256 @@
+"""Models the zoo has never seen, through the real stage CLIs (TensorRT-RTX builder, ONNX Runtime, forked CLI).
+
+Each model comes from ``tests/fixtures/unseen_models.py`` (onnx.helper, seeded weights). A model either goes through
+clean -> build -> fusions -> explore export -> calibrate -> diff -> export -> verify, or is refused with exit 2, an
+``error:`` line saying what is unsupported and what would work, no traceback and no file written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runner import run_cli_forked, snapshot
+from tests.fixtures.unseen_models import MODELS, write_model
+
+# dims the ONNX leaves symbolic besides the batch: the build needs a profile for them
+SHAPES = {
+    "tokens-float": ["ids:1x4,2x8,4x16", "feats:1x4x16,2x8x16,4x16x16"],
+    "dynamic-hw": ["x:1x3x8x8,2x3x16x16,4x3x32x32"],
+    "transformer": ["x:1x4x16,2x8x16,4x16x16"],
+    "audio-conv1d": ["wave:1x1x64,2x1x256,4x1x1024"],
+}
+# the whole journey passes on these (deep-chain, 2,001 nodes, is covered by the slower bench only)
+JOURNEY = [
+    "conv-opset13",
+    "conv-opset21",
+    "multi-io",
+    "tokens-float",
+    "dynamic-hw",
+    "control-flow",
+    "passthrough",
+    "external-data",
+    "odd-names",
+    "transformer",
+    "audio-conv1d",
+    "conv3d",
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("unseen-models")
+    for name in MODELS:
+        write_model(name, folder)
+    return folder
+
+
+def _ok(run, what: str) -> None:
+    assert run.returncode == 0, f"{what}: exit {run.returncode}\n{run.stdout[-1500:]}\n{run.stderr[-3000:]}"
+    assert "Traceback" not in run.stderr, run.stderr
+
+
+def _refused(run, *needles: str) -> str:
+    assert run.returncode == 2, f"exit {run.returncode}\n{run.stdout[-1000:]}\n{run.stderr[-2000:]}"
+    assert "Traceback" not in run.stderr, run.stderr
+    line = next(line for line in run.stderr.splitlines() if "error:" in line)
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def test_fixtures_are_valid_onnx_that_ort_runs(models: Path) -> None:
+    import numpy as np
+    import onnx
+
+    from workbench.ort import cpu_predict
+
+    for name in MODELS:
+        path = models / f"{name}.onnx"
+        proto = onnx.load(path)
+        if name == "custom-op":
+            continue
+        onnx.checker.check_model(proto, full_check=True)
+        feed = {}
+        for value in proto.graph.input:
+            dims = [d.dim_value or 2 for d in value.type.tensor_type.shape.dim]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+            feed[value.name] = np.ones(dims, dtype=dtype)
+        outputs = cpu_predict(path, what=name)(feed)
+        assert len(outputs) == len(proto.graph.output)
+    assert (models / "external-data.onnx.data").is_file()
+
+
+@pytest.mark.parametrize("name", JOURNEY)
+def test_journey_through_the_stage_clis(models: Path, tmp_path: Path, name: str) -> None:
+    model = str(models / f"{name}.onnx")
+    shapes = [arg for spec in SHAPES.get(name, []) for arg in ("--shapes", spec)]
+    out = tmp_path
+    _ok(run_cli_forked(["clean", model, "-o", str(out / "c.onnx"), "--report", str(out / "c.json")], out), "clean")
+    report = json.loads((out / "c.json").read_text())
+    assert report["nodes_after"] <= report["nodes_before"]
+    cleaned = str(out / "c.onnx")
+    _ok(run_cli_forked(["build", cleaned, "-o", str(out / "e.engine"), "--no-progress", *shapes], out), "build")
+    records = json.loads((out / "e.layers.json").read_text())
+    assert records["engine_layers"], "the layer map is empty"
+    _ok(run_cli_forked(["fusions", str(out / "e.layers.json"), "--html", str(out / "f.html")], out), "fusions")
+    assert (out / "f.html").stat().st_size > 1000
+    _ok(run_cli_forked(["explore", str(out / "e.engine"), "--export", str(out / "x")], out), "explore")
+    assert any((out / "x").iterdir())
+    calib = ["calibrate", cleaned, "--data", "random", "-o", str(out / "q.onnx"), "--no-progress"]
+    _ok(run_cli_forked([*calib, "--max-batches", "2"], out), "calibrate")
+    diff = ["diff", cleaned, str(out / "q.onnx"), "--data", "random", "-o", str(out / "d.json"), "--no-progress"]
+    _ok(run_cli_forked([*diff, "--max-batches", "1"], out), "diff")
+    assert json.loads((out / "d.json").read_text())["tensors"]
+    _ok(run_cli_forked(["export", str(out / "e.engine"), "-o", str(out / "bundle")], out), "export")
+    _ok(run_cli_forked(["verify", str(out / "bundle")], out), "verify")
+
+
+@pytest.mark.parametrize("name", ["multi-io", "control-flow", "passthrough"])
+def test_fp16_build_of_models_that_broke_it(models: Path, tmp_path: Path, name: str) -> None:
+    """multi-io: an FP16 graph output also read by an FP16 node got a second Cast of the same name; control-flow: a
+    Loop body's outer-scope weight was dropped and an If branch read an FP16 tensor; passthrough: the parser renames
+    an input that is also an output to '__x', so the profile missed it."""
+    engine = tmp_path / "e.engine"
+    run = run_cli_forked(
+        ["build", str(models / f"{name}.onnx"), "-o", str(engine), "--precision", "fp16", "--no-progress"], tmp_path
+    )
+    _ok(run, "fp16 build")
+    layers = json.loads(engine.with_suffix(".layers.json").read_text())["engine_layers"]
+    precisions = {layer.get("precision") for layer in layers}
+    assert "fp16" in precisions or name == "passthrough", precisions
+
+
+def test_autocast_keeps_nodes_a_subgraph_reads_in_fp32(models: Path) -> None:
+    from workbench.model import load_onnx
+    from workbench.precision import PrecisionPlan, apply_precision_plan
+
+    result = apply_precision_plan(load_onnx(models / "control-flow.onnx"), PrecisionPlan(default="fp16"))
+    assert result.kept_fp32.get("pre_matmul") == "read-by-subgraph"
+    assert "wl" in {init.name for init in result.proto.graph.initializer}  # the Loop body's weight is kept
+
+
+def test_custom_op_is_refused_naming_the_op(models: Path, tmp_path: Path) -> None:
+    model = str(models / "custom-op.onnx")
+    before = snapshot(tmp_path)
+    line = _refused(run_cli_forked(["clean", model, "-o", str(tmp_path / "c.onnx")], tmp_path), "custom op", "MyRelu")
+    assert "standard ONNX ops" in line
+    _refused(
+        run_cli_forked(["build", model, "-o", str(tmp_path / "e.engine"), "--no-progress"], tmp_path),
+        "'my_relu' (MyRelu)",
+        "plugin",
+    )
+    calib = ["calibrate", model, "--data", "random", "-o", str(tmp_path / "q.onnx"), "--no-progress"]
+    _refused(run_cli_forked(calib, tmp_path), "custom op")
+    assert snapshot(tmp_path) == before
+
+
+def test_int8_on_a_model_with_nothing_to_quantize_is_refused(models: Path, tmp_path: Path) -> None:
+    argv = ["calibrate", str(models / "no-math.onnx"), "--data", "random", "-o", str(tmp_path / "q.onnx")]
+    _refused(run_cli_forked([*argv, "--cache", str(tmp_path / "c.json")], tmp_path), "nothing to quantize", "Sigmoid")
+    assert not any(tmp_path.iterdir())
+
+
+def test_int8_on_an_fp16_model_is_refused(models: Path, tmp_path: Path) -> None:
+    argv = ["calibrate", str(models / "fp16.onnx"), "--data", "random", "-o", str(tmp_path / "q.onnx")]
+    _refused(run_cli_forked(argv, tmp_path), "float16", "FP32 model")
+    assert not any(tmp_path.iterdir())
+
+
+def _quickstart(model: Path, out: Path, **settings):
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    small = dict(calibration_samples=16, diff_samples=8, evaluation_samples=16, search_budget=1)
+    small |= dict(timing_window_s=0.05, sweep=False)
+    return run_quickstart(QuickstartConfig(model=str(model), out_dir=str(out), **(small | settings)))
+
+
+def test_demo_runs_the_whole_journey_on_an_onnx_file(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["demo", "--model", str(models / "multi-io.onnx"), "--out", str(out), "--eval-samples", "16"]
+    run = run_cli_forked([*argv, "--calibration-samples", "16", "--search-budget", "1"], tmp_path, timeout=240)
+    _ok(run, "demo")
+    assert "seeded RANDOM inputs" in run.stdout
+    stages = json.loads((out / "run.json").read_text())["stages"]
+    assert {name: stage["status"] for name, stage in stages.items()} == dict.fromkeys(stages, "done")
+    metrics = json.loads((out / "run.json").read_text())["metrics"]
+    assert {row["n_samples"] for row in metrics["rows"]} == {16}
+    assert "RANDOM" in metrics["how"]
+    assert "RANDOM" in (out / "report.html").read_text()
+    assert list((out / "export").iterdir())
+
+
+def test_quickstart_skips_int8_with_the_reason_when_nothing_to_quantize(models: Path, tmp_path: Path) -> None:
+    run = _quickstart(models / "no-math.onnx", tmp_path)
+    calibrate = run.stage("calibrate")
+    assert calibrate.status == "skipped" and "nothing to quantize" in calibrate.summary, calibrate
+    assert run.calibration is None and run.mixed_engine is None
+    for name in ("layer_diff", "fallback", "build_mixed", "search"):  # the chain says why, not "did not complete"
+        assert run.stage(name).summary.startswith("not applicable"), run.stage(name)
+    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+    assert run.selection is not None and run.selection.variant in ("fp32", "fp16")
+    assert run.bundle is not None
+
+
+def test_quickstart_on_an_fp16_model_skips_int8(models: Path, tmp_path: Path) -> None:
+    run = _quickstart(models / "fp16.onnx", tmp_path, export=False)
+    assert run.stage("calibrate").status == "skipped" and "float16" in run.stage("calibrate").summary
+    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+
+
+def test_quickstart_fallback_keeps_some_int8_and_token_inputs_time(models: Path, tmp_path: Path) -> None:
+    """tokens-float has 2 INT8 nodes: the default fallback of 2 used to leave a 'mixed' model without Q/DQ (its build
+    failed); the timing executor's token ids (1..99) were out of its 50-row embedding table."""
+    run = _quickstart(models / "tokens-float.onnx", tmp_path, export=False)
+    assert run.stage("build_mixed").ok, run.stage("build_mixed")
+    assert run.fallback is not None and run.fallback.qdq_pairs_mixed > 0
+    assert run.stage("timing").ok, run.stage("timing")
+
+
+def test_demo_exits_2_when_a_stage_failed(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = ["demo", "--model", str(models / "custom-op.onnx"), "--out", str(out), "--eval-samples", "8"]
+    line = _refused(run_cli_forked(argv, tmp_path, timeout=240), "stage(s) failed", "clean", "build_fp32")
+    assert "report" in line
+    assert (out / "report.html").is_file()
+
+
+def test_demo_refuses_a_model_without_a_batch_axis_before_any_work(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _refused(
+        run_cli_forked(["demo", "--model", str(models / "control-flow.onnx"), "--out", str(out)], tmp_path),
+        "no dynamic batch axis",
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["no-math", "passthrough"])
+def test_quickstart_panel_on_an_onnx_file_draws_and_says_what_did_not_apply(
+    models: Path, tmp_path: Path, name: str
+) -> None:
+    """The notebook panel (real widgets, plotly figures) on a file: no warning for stages that cannot apply; the
+    figures and tables fill from what ran."""
+    from workbench.flow import QuickstartConfig
+    from workbench.ui.quickstart_panel import QuickstartPanel
+
+    config = QuickstartConfig(
+        model=str(models / f"{name}.onnx"),
+        out_dir=str(tmp_path),
+        calibration_samples=16,
+        diff_samples=8,
+        evaluation_samples=16,
+        search_budget=1,
+        timing_window_s=0.05,
+        sweep=False,
+        export=False,
+    )
+    panel = QuickstartPanel(config, background=False)
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    assert "not applicable to this model" in panel.status.text
+    assert panel.session.run.selection is not None
+    assert '<g class="layer"' in panel.fusion_view.value
+    assert "output_cosine_vs_fp32" in panel.metrics_table.value
+    assert panel.timing_figure.data
