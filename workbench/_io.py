@@ -293,6 +293,36 @@ def _inside(child: Path, folder: Path) -> bool:
         return False
 
 
+def special_file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a directory (following symlinks).
+
+    Returns e.g. ``"a named pipe (FIFO)"``; ``None`` for a regular file, a directory or a missing path. Reading a
+    FIFO blocks until a writer appears, and renaming a file over a device or pipe replaces it, so callers refuse these.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def refuse_special_file(path: str | os.PathLike[str], *, expected: str) -> None:
+    """Raise :class:`WorkbenchError` when ``path`` exists and is a FIFO, device or socket (reading it could hang)."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise WorkbenchError(f"{path}: is {kind}, not a regular file.", expected=expected)
+
+
 def _check_writable_parent(label: str, path: Path) -> None:
     ancestor = path.parent if str(path.parent) else Path(".")
     while not ancestor.exists():
@@ -371,6 +401,12 @@ def validate_outputs(
                 )
             if text.endswith(("/", os.sep)):
                 raise WorkbenchError(f"{label} {path}: ends with a path separator.", expected="a file path")
+            kind = special_file_kind(path)
+            if kind is not None:  # renaming our temp file over it would replace the pipe or device
+                raise WorkbenchError(
+                    f"{label} {path}: is {kind}, not a regular file; writing the output would replace it.",
+                    expected="a path to a regular file or a new file",
+                )
         _check_writable_parent(label, path)
         for source in input_paths:
             if _same_file(path, source):
@@ -467,6 +503,16 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice is ambiguous (json keeps the last silently): refuse it."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        result[key] = value
+    return result
+
+
 def loads_json(
     text: str | bytes, *, where: str, what: str, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False
 ) -> Any:
@@ -474,7 +520,9 @@ def loads_json(
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        kwargs: dict[str, Any] = {} if allow_nan else {"parse_constant": _reject_constant}
+        kwargs: dict[str, Any] = {"object_pairs_hook": _unique_keys}
+        if not allow_nan:
+            kwargs["parse_constant"] = _reject_constant
         data = json.loads(text, **kwargs)
     except UnicodeDecodeError as error:
         raise WorkbenchError(f"{where}: not UTF-8 text ({error.reason}).", expected=what) from None
@@ -503,6 +551,7 @@ def read_json(
     path = Path(path)
     if path.is_dir():
         raise WorkbenchError(f"{path}: is a directory.", expected=what)
+    refuse_special_file(path, expected=what)
     try:
         size = path.stat().st_size
     except FileNotFoundError:

@@ -6,6 +6,7 @@ Errors the user can fix (WorkbenchError) print one readable line on stderr and e
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -60,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.func(args)
     except WorkbenchError as error:
-        print(f"workbench {args.command}: error: {error}", file=sys.stderr)
+        # one line, whatever the message holds (ONNX Runtime and TensorRT errors span several lines)
+        text = re.sub(r"\s*\n\s*", " ", str(error).strip())
+        print(f"workbench {args.command}: error: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
         sys.stderr.close()
