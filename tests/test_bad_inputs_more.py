@@ -69,6 +69,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     const = numpy_helper.from_array(np.ones((1, 3), np.float32))
     _model(root, "noinputs.onnx", x=False, nodes=[helper.make_node("Constant", [], ["y"], value=const)])
     os.mkfifo(root / "fifo.onnx")
+    (root / "notes.txt").write_text("a user's file\n")
     rng = np.random.default_rng(0)
     for folder, feeds in {
         "data": [{"x": rng.standard_normal((8, 4)).astype(np.float32)} for _ in range(3)],
@@ -303,3 +304,97 @@ def test_api_time_executor_refuses_unknown_shape(ws: Path) -> None:
         make_executor(str(ws / "tiny.onnx"), "cpu", shapes=["nope:1x4"])
     with pytest.raises(WorkbenchError, match="twice"):
         make_executor(str(ws / "tiny.onnx"), "cpu", shapes=["x:1x4", "x:2x4"])
+
+
+# --- a full disk: a 64 KiB tmpfs (root only; skipped elsewhere) -----------------------------------------------
+
+
+@pytest.fixture()
+def full_disk(tmp_path: Path) -> Any:
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "build tiny.onnx -o {full}/m.engine --shapes x:1x4,4x4,8x4 --no-progress",
+        "export d.engine -o {full}/bundle --triton",
+        "zoo calib-data digits-cnn {full}/cd",
+    ],
+    ids=["build", "export", "zoo-calib-data"],
+)
+def test_full_disk_is_one_line_and_leaves_nothing(ws: Path, full_disk: Path, argv: str) -> None:
+    (full_disk / "old.engine").write_bytes(b"previous output")  # what was saved before must survive
+    before = _snapshot(ws)
+    run = run_cli_forked(argv.format(full=full_disk).split(), ws, timeout=120.0)
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    error_lines = [line for line in run.stderr.splitlines() if ": error:" in line]
+    assert len(error_lines) == 1 and "No space left on device" in error_lines[0], run.stderr
+    assert sorted(p.name for p in full_disk.iterdir()) == ["old.engine"]  # no partial file or temp folder
+    assert (full_disk / "old.engine").read_bytes() == b"previous output"
+    assert _snapshot(ws) == before
+
+
+def test_api_full_disk_atomic_write(full_disk: Path) -> None:
+    from workbench._io import write_bytes_atomic
+    from workbench.errors import WorkbenchError
+
+    (full_disk / "m.bin").write_bytes(b"old")
+    with pytest.raises(WorkbenchError, match="No space left on device"):
+        write_bytes_atomic(full_disk / "m.bin", b"x" * 200_000)
+    assert (full_disk / "m.bin").read_bytes() == b"old"
+    assert [p.name for p in full_disk.iterdir()] == ["m.bin"]
+
+
+# --- the quickstart settings notebooks pass ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"streams": "2"},
+        {"streams": 2.5},
+        {"streams": True},
+        {"streams": float("nan")},
+        {"batch": None},
+        {"calibration_samples": float("inf")},
+        {"max_metric_drop": "0.1"},
+        {"max_metric_drop": True},
+        {"sweep": "no"},
+        {"export": "false"},
+        {"search_budget": 2.7},
+        {"model": 5},
+        {"out_dir": 5},
+    ],
+    ids=lambda s: f"{next(iter(s))}={next(iter(s.values()))!r}",
+)
+def test_api_quickstart_config_refuses_wrong_types(setting: dict[str, Any]) -> None:
+    from workbench.errors import WorkbenchError
+    from workbench.flow.quickstart import QuickstartConfig
+
+    name = next(iter(setting))
+    with pytest.raises(WorkbenchError, match=f"^{name}="):
+        QuickstartConfig(**setting)
+    with pytest.raises(WorkbenchError, match=f"^{name}="):
+        QuickstartConfig().validated(**setting)  # what the panel's widgets call
+
+
+@pytest.mark.parametrize("out", ["notes.txt", "fifo.onnx"])
+def test_api_quickstart_out_dir_that_is_not_a_folder(ws: Path, out: str) -> None:
+    from workbench.errors import WorkbenchError
+    from workbench.flow.quickstart import QuickstartConfig, run_quickstart
+
+    before = _snapshot(ws)
+    with pytest.raises(WorkbenchError, match="out_dir .* not a folder"):
+        run_quickstart(QuickstartConfig(model="digits-cnn", out_dir=str(ws / out)))
+    assert _snapshot(ws) == before

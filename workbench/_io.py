@@ -167,6 +167,24 @@ def sweep_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+_STORAGE_ERRNOS = {28, 122, 27, 30}  # ENOSPC, EDQUOT, EFBIG, EROFS (Linux numbers; errno names below)
+
+
+def storage_error(error: OSError, target: str | os.PathLike[str]) -> WorkbenchError | None:
+    """A :class:`WorkbenchError` for a write that failed because the disk is full / over quota / read-only."""
+    import errno as errno_
+
+    codes = {
+        getattr(errno_, name, code) for name, code in (("ENOSPC", 28), ("EDQUOT", 122), ("EFBIG", 27), ("EROFS", 30))
+    }
+    if error.errno not in codes | _STORAGE_ERRNOS:
+        return None
+    return WorkbenchError(
+        f"{target}: writing failed ({error.strerror or error}); nothing was replaced and the partial output was removed.",
+        expected="an output folder on a filesystem with enough free space that is writable",
+    )
+
+
 def temp_prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}."
 
@@ -196,6 +214,11 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
+    except OSError as error:  # a full disk while writing: say so (the finally below removes the partial file)
+        converted = storage_error(error, target)
+        if converted is None:
+            raise
+        raise converted from error
     finally:
         if tmp_name is not None:
             if os.path.exists(tmp_name):
@@ -219,6 +242,11 @@ def staging_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
         yield staging
+    except OSError as error:
+        converted = storage_error(error, target)
+        if converted is None:
+            raise
+        raise converted from error
     finally:
         if staging is not None:
             if staging.exists():

@@ -68,6 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
         sys.stderr.close()
         return 0
+    except OSError as error:  # a full or read-only disk met outside our atomic writers: still one line, status 2
+        from workbench._io import storage_error
+
+        converted = storage_error(error, error.filename or "an output")
+        if converted is None:
+            raise
+        print(f"workbench {args.command}: error: {converted}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"workbench {args.command}: interrupted", file=sys.stderr)
         return 130
