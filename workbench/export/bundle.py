@@ -500,7 +500,8 @@ def _triton_config_problems(config_path: Path, manifest: dict[str, Any]) -> list
         config = validate_triton_config(config_path.read_text(encoding="utf-8"))
     except (WorkbenchError, UnicodeDecodeError, OSError) as error:
         return [f"{name}: {error}"]
-    io_tensors = [io for io in manifest.get("io_tensors") or () if isinstance(io, dict)]
+    listed = manifest.get("io_tensors")
+    io_tensors = [io for io in listed if isinstance(io, dict)] if isinstance(listed, list) else []
     if not io_tensors:
         return []
     problems = []
@@ -509,7 +510,10 @@ def _triton_config_problems(config_path: Path, manifest: dict[str, Any]) -> list
         got = sorted(entry.name for entry in entries)
         if got != wanted:
             problems.append(f"{name}: {mode}s {got} are not the engine's {wanted}")
-    batch_max = _batch_max([io for io in io_tensors if str(io.get("io_mode", "")).lower() == "input"])
+    try:
+        batch_max = _batch_max([io for io in io_tensors if str(io.get("io_mode", "")).lower() == "input"])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return [*problems, f"{MANIFEST_FILE}: 'io_tensors' profiles are malformed (expected min/opt/max shape lists)"]
     if batch_max and config.max_batch_size > batch_max:
         problems.append(
             f"{name}: max_batch_size {config.max_batch_size} is above the engine profile's maximum batch {batch_max}"
