@@ -84,6 +84,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     whole = (root / "trunc" / "batch_00000.npz").read_bytes()
     (root / "trunc" / "batch_00000.npz").write_bytes(whole[: len(whole) // 2])
     (root / "plan_typo.json").write_text(json.dumps({"default": "fp32", "override": {"mm": "fp16"}}))
+    (root / "plan_unknown.json").write_text(json.dumps({"default": "int8", "overrides": {"nosuchnode": "fp16"}}))
     (root / "plan_dupkey.json").write_text('{"default": "fp32", "default": "fp16", "overrides": {}}')
 
     def setup(argv: list[str]) -> None:
@@ -134,6 +135,7 @@ def _c(id_: str, argv: str, match: str, env: dict[str, str] | None = None) -> An
 TIME = "time tiny.onnx -o t.json --no-baseline --streams 1 --window 0.05 --max-windows 1"
 CAL = "calibrate tiny.onnx --data data -o q2.onnx --no-progress"
 FIFO_OUT = "is a named pipe"
+LONG = "x" * 300
 
 CASES = [
     # --- ONNX models the checker accepts but no stage can use ---------------------------------------------------
@@ -200,6 +202,15 @@ CASES = [
     _c("export-instances-without-triton", "export d.engine -o b2 --instances 3", "only with --triton"),
     _c("export-max-batch-above-profile", "export d.engine -o b2 --triton --max-batch 64", "profile's maximum batch 8"),
     _c("export-into-a-bundle", "export d.engine -o bundle/sub", "lies inside the bundle"),
+    _c("time-spin-wait-cpu", f"{TIME} --spin-wait", "cpu executor"),
+    _c("time-max-delay-no-batcher", f"{TIME} --max-delay-ms 5", "batcher is off"),
+    _c("cal-plan-unknown-node", f"{CAL} --plan plan_unknown.json", r"^(?!.*/tmp).*model does not have.*nosuchnode"),
+    # --- file names longer than the filesystem allows (ENAMETOOLONG) -----------------------------------------
+    _c("clean-o-long-name", f"clean tiny.onnx -o {LONG}.onnx", "at most 255 bytes"),
+    _c("build-o-long-name", f"build tiny.onnx -o {LONG}.engine --no-progress", "at most 255 bytes"),
+    _c("export-o-long-name", f"export d.engine -o {LONG}", "at most 255 bytes"),
+    _c("time-o-long-name", f"time tiny.onnx -o {LONG}.json", "at most 255 bytes"),
+    _c("model-long-name", f"model {LONG}.onnx", "at most 255 bytes"),
     # --- bundles re-sealed after an edit, a FIFO added, a garbage HMAC ---------------------------------------
     _c("verify-unlisted-fifo", "verify bundles/unlisted_fifo", "evil.pipe: not listed"),
     _c("verify-config-garbage-resealed", "verify bundles/config_garbage", "does not parse"),

@@ -404,6 +404,12 @@ def validate_outputs(
         text = str(value)
         if "\x00" in text:
             raise WorkbenchError(f"{label} {text!r}: contains a NUL byte.", expected="a file path")
+        long_parts = [part for part in path.parts if len(os.fsencode(part)) > 255]
+        if long_parts:  # the filesystem would refuse it (ENAMETOOLONG) at the first stat
+            raise WorkbenchError(
+                f"{label} {text[:80]}…: a path component is {len(os.fsencode(long_parts[0]))} bytes long.",
+                expected="file and folder names of at most 255 bytes",
+            )
         if label in dir_labels:
             if path.exists() or path.is_symlink():
                 if not path.is_dir() or path.is_symlink():

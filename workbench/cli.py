@@ -6,6 +6,7 @@ Errors the user can fix (WorkbenchError) print one readable line on stderr and e
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import sys
 from collections.abc import Sequence
@@ -72,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from workbench._io import storage_error
 
         converted = storage_error(error, error.filename or "an output")
+        if converted is None and error.errno == errno.ENAMETOOLONG:
+            converted = WorkbenchError(
+                f"{str(error.filename or 'a path')[:80]}…: file name too long.",
+                expected="file and folder names of at most 255 bytes",
+            )
         if converted is None:
             raise
         print(f"workbench {args.command}: error: {converted}", file=sys.stderr)

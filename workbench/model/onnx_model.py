@@ -114,7 +114,13 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> OnnxModel:
     import onnx
 
     path = Path(path)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as error:  # a file name too long for the filesystem, a path through a file
+        raise WorkbenchError(
+            f"{str(path)[:80]}…: cannot be looked up ({error.strerror}).", expected="a path to an existing .onnx file"
+        ) from None
+    if not exists:
         raise WorkbenchError(f"{path}: no such file.", expected="a path to an existing .onnx file")
     if path.is_dir():
         raise WorkbenchError(f"{path}: is a directory, not an ONNX file.", expected="a path to a .onnx file")

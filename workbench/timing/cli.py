@@ -54,7 +54,10 @@ def register(subparsers: Any) -> None:
         "--max-batch", type=bounded_int(1, 2**16), default=None, help="dynamic batcher's largest batch (default 8)"
     )
     p.add_argument(
-        "--max-delay-ms", type=bounded_float(0.0, 60_000.0), default=0.5, help="dynamic batcher's max queue delay"
+        "--max-delay-ms",
+        type=bounded_float(0.0, 60_000.0),
+        default=None,
+        help="dynamic batcher's max queue delay (default 0.5)",
     )
     p.add_argument(
         "--timeout-ms",
@@ -103,6 +106,8 @@ def run_cli(args: argparse.Namespace) -> int:
     _refuse_ignored_options(args)
     if args.max_batch is None:
         args.max_batch = 8
+    if args.max_delay_ms is None:
+        args.max_delay_ms = 0.5
     if args.executor == "trt":
         _check_engine_batch(args.model, max(args.batch, args.max_batch if args.dynamic_batching else 1))
     if args.batch < 1:
@@ -202,6 +207,11 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             f"--max-batch {args.max_batch} sizes the dynamic batcher, which is off.",
             expected="--load open --rate R --dynamic-batching --max-batch N, or no --max-batch",
         )
+    if args.max_delay_ms is not None and not args.dynamic_batching:
+        raise WorkbenchError(
+            f"--max-delay-ms {args.max_delay_ms} is the dynamic batcher's queue delay, and the batcher is off.",
+            expected="--load open --rate R --dynamic-batching --max-delay-ms D, or no --max-delay-ms",
+        )
     if len(set(args.streams)) != len(args.streams):
         raise WorkbenchError(
             f"--streams {','.join(map(str, args.streams))} names a lane count twice.",
@@ -211,10 +221,11 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
         for flag, given in (
             ("--priorities", bool(args.priorities)),
             ("--no-cuda-graph", args.no_cuda_graph),
+            ("--spin-wait", args.spin_wait),
         ):
             if given:
                 raise WorkbenchError(
-                    f"{flag} sets CUDA streams or graphs; the cpu executor (ONNX Runtime on host threads) has none.",
+                    f"{flag} sets CUDA streams, graphs or events; the cpu executor (ONNX Runtime on host threads) has none.",
                     expected=f"--executor torch or trt with {flag}, or no {flag}",
                 )
 
