@@ -409,3 +409,45 @@ def test_api_quickstart_out_dir_that_is_not_a_folder(ws: Path, out: str) -> None
     with pytest.raises(WorkbenchError, match="out_dir .* not a folder"):
         run_quickstart(QuickstartConfig(model="digits-cnn", out_dir=str(ws / out)))
     assert _snapshot(ws) == before
+
+
+# --- Ctrl-C at any moment of a build --------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_build_is_an_interrupt_never_a_finished_or_misreported_build(ws: Path) -> None:
+    """SIGINT while TensorRT parses or builds used to raise inside a TensorRT callback, which TensorRT caught: the
+    build then finished (exit 0, Ctrl-C ignored) or failed with "logged no per-layer records" / "no TensorRT backend
+    is importable". Now Ctrl-C is held during TensorRT calls and re-raised after: exit 130, one line, no files."""
+    import signal
+    import time
+
+    from cli_runner import spawn_cli_forked
+
+    argv = "build digits-cnn -o sig.engine --no-progress".split()
+    started = time.monotonic()
+    assert run_cli_forked(argv, ws).returncode == 0
+    duration = time.monotonic() - started
+    for path in ws.glob("sig.*"):
+        path.unlink()
+    before = _snapshot(ws)
+    outcomes = []
+    for step in range(10):
+        child = spawn_cli_forked(argv, ws)
+        time.sleep(duration * 0.8 * step / 10)
+        child.signal(signal.SIGINT)
+        run = child.wait(120.0)
+        assert "Traceback" not in run.stderr, run.stderr
+        assert "error:" not in run.stderr, run.stderr  # never a misleading build error
+        if run.returncode == 130:
+            assert run.stderr.strip().endswith("interrupted"), run.stderr
+            assert _snapshot(ws) == before  # nothing written, no temp file left
+        else:  # the signal came after the build had finished: complete outputs only
+            assert run.returncode == 0, run.stderr
+            assert (
+                json.loads((ws / "sig.layers.json").read_text())["build"]["engine_sha256"]
+                == hashlib.sha256((ws / "sig.engine").read_bytes()).hexdigest()
+            )
+        outcomes.append(run.returncode)
+        for path in ws.glob("sig.*"):
+            path.unlink()
+    assert outcomes.count(130) >= 5, outcomes
