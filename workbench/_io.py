@@ -167,6 +167,24 @@ def sweep_stale_temps(folder: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+_STORAGE_ERRNOS = {28, 122, 27, 30}  # ENOSPC, EDQUOT, EFBIG, EROFS (Linux numbers; errno names below)
+
+
+def storage_error(error: OSError, target: str | os.PathLike[str]) -> WorkbenchError | None:
+    """A :class:`WorkbenchError` for a write that failed because the disk is full / over quota / read-only."""
+    import errno as errno_
+
+    codes = {
+        getattr(errno_, name, code) for name, code in (("ENOSPC", 28), ("EDQUOT", 122), ("EFBIG", 27), ("EROFS", 30))
+    }
+    if error.errno not in codes | _STORAGE_ERRNOS:
+        return None
+    return WorkbenchError(
+        f"{target}: writing failed ({error.strerror or error}); nothing was replaced and the partial output was removed.",
+        expected="an output folder on a filesystem with enough free space that is writable",
+    )
+
+
 def temp_prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}."
 
@@ -196,6 +214,11 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
+    except OSError as error:  # a full disk while writing: say so (the finally below removes the partial file)
+        converted = storage_error(error, target)
+        if converted is None:
+            raise
+        raise converted from error
     finally:
         if tmp_name is not None:
             if os.path.exists(tmp_name):
@@ -219,6 +242,11 @@ def staging_directory(target: str | os.PathLike[str]) -> Iterator[Path]:
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700 directories; a bundle is meant to be shared
         yield staging
+    except OSError as error:
+        converted = storage_error(error, target)
+        if converted is None:
+            raise
+        raise converted from error
     finally:
         if staging is not None:
             if staging.exists():
@@ -293,6 +321,36 @@ def _inside(child: Path, folder: Path) -> bool:
         return False
 
 
+def special_file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a directory (following symlinks).
+
+    Returns e.g. ``"a named pipe (FIFO)"``; ``None`` for a regular file, a directory or a missing path. Reading a
+    FIFO blocks until a writer appears, and renaming a file over a device or pipe replaces it, so callers refuse these.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def refuse_special_file(path: str | os.PathLike[str], *, expected: str) -> None:
+    """Raise :class:`WorkbenchError` when ``path`` exists and is a FIFO, device or socket (reading it could hang)."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise WorkbenchError(f"{path}: is {kind}, not a regular file.", expected=expected)
+
+
 def _check_writable_parent(label: str, path: Path) -> None:
     ancestor = path.parent if str(path.parent) else Path(".")
     while not ancestor.exists():
@@ -346,6 +404,12 @@ def validate_outputs(
         text = str(value)
         if "\x00" in text:
             raise WorkbenchError(f"{label} {text!r}: contains a NUL byte.", expected="a file path")
+        long_parts = [part for part in path.parts if len(os.fsencode(part)) > 255]
+        if long_parts:  # the filesystem would refuse it (ENAMETOOLONG) at the first stat
+            raise WorkbenchError(
+                f"{label} {text[:80]}…: a path component is {len(os.fsencode(long_parts[0]))} bytes long.",
+                expected="file and folder names of at most 255 bytes",
+            )
         if label in dir_labels:
             if path.exists() or path.is_symlink():
                 if not path.is_dir() or path.is_symlink():
@@ -371,6 +435,12 @@ def validate_outputs(
                 )
             if text.endswith(("/", os.sep)):
                 raise WorkbenchError(f"{label} {path}: ends with a path separator.", expected="a file path")
+            kind = special_file_kind(path)
+            if kind is not None:  # renaming our temp file over it would replace the pipe or device
+                raise WorkbenchError(
+                    f"{label} {path}: is {kind}, not a regular file; writing the output would replace it.",
+                    expected="a path to a regular file or a new file",
+                )
         _check_writable_parent(label, path)
         for source in input_paths:
             if _same_file(path, source):
@@ -467,6 +537,16 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice is ambiguous (json keeps the last silently): refuse it."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        result[key] = value
+    return result
+
+
 def loads_json(
     text: str | bytes, *, where: str, what: str, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False
 ) -> Any:
@@ -474,7 +554,9 @@ def loads_json(
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        kwargs: dict[str, Any] = {} if allow_nan else {"parse_constant": _reject_constant}
+        kwargs: dict[str, Any] = {"object_pairs_hook": _unique_keys}
+        if not allow_nan:
+            kwargs["parse_constant"] = _reject_constant
         data = json.loads(text, **kwargs)
     except UnicodeDecodeError as error:
         raise WorkbenchError(f"{where}: not UTF-8 text ({error.reason}).", expected=what) from None
@@ -503,6 +585,7 @@ def read_json(
     path = Path(path)
     if path.is_dir():
         raise WorkbenchError(f"{path}: is a directory.", expected=what)
+    refuse_special_file(path, expected=what)
     try:
         size = path.stat().st_size
     except FileNotFoundError:

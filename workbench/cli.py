@@ -6,6 +6,8 @@ Errors the user can fix (WorkbenchError) print one readable line on stderr and e
 from __future__ import annotations
 
 import argparse
+import errno
+import re
 import sys
 from collections.abc import Sequence
 
@@ -49,6 +51,14 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command started (building the parser, parsing): no traceback
+        print("workbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = make_parser()
     try:
         args = parser.parse_args(argv)
@@ -60,11 +70,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.func(args)
     except WorkbenchError as error:
-        print(f"workbench {args.command}: error: {error}", file=sys.stderr)
+        # one line, whatever the message holds (ONNX Runtime and TensorRT errors span several lines)
+        text = re.sub(r"\s*\n\s*", " ", str(error).strip())
+        print(f"workbench {args.command}: error: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as Unix tools do
         sys.stderr.close()
         return 0
+    except OSError as error:  # a full or read-only disk met outside our atomic writers: still one line, status 2
+        from workbench._io import storage_error
+
+        converted = storage_error(error, error.filename or "an output")
+        if converted is None and error.errno == errno.ENAMETOOLONG:
+            converted = WorkbenchError(
+                f"{str(error.filename or 'a path')[:80]}…: file name too long.",
+                expected="file and folder names of at most 255 bytes",
+            )
+        if converted is None:
+            raise
+        print(f"workbench {args.command}: error: {converted}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"workbench {args.command}: interrupted", file=sys.stderr)
         return 130

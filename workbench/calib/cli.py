@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument(
         "--percentile",
         type=bounded_float(0.0, 100.0, low_inclusive=False),
-        default=99.99,
+        default=None,
         help="for --method percentile (default 99.99)",
     )
     calibrate.add_argument("-o", "--output", required=True, help="Q/DQ ONNX to write")
@@ -68,13 +68,13 @@ def register(subparsers: Any) -> None:
         "the most INT8 whose task metric is within this drop of FP32",
     )
     calibrate.add_argument(
-        "--fallback", default="fp16", choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
+        "--fallback", default=None, choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
     )
     calibrate.add_argument(
-        "--budget", type=bounded_int(1, 10_000), default=30, help="--target-drop: at most N task evaluations"
+        "--budget", type=bounded_int(1, 10_000), default=None, help="--target-drop: at most N task evaluations"
     )
     calibrate.add_argument(
-        "--groups", default="fusion", choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
+        "--groups", default=None, choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
         "--eval-limit",
@@ -133,11 +133,49 @@ def _say(text: str) -> None:
     print(text, file=sys.stdout, flush=True)
 
 
+def _refuse_ignored_options(args: argparse.Namespace) -> None:
+    """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
+    if args.percentile is not None and args.method != "percentile":
+        raise WorkbenchError(
+            f"--percentile {args.percentile} is used by --method percentile only; --method {args.method} ignores it.",
+            expected="--method percentile --percentile P, or no --percentile",
+        )
+    if args.target_drop is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--fallback", args.fallback),
+                ("--budget", args.budget),
+                ("--groups", args.groups),
+                ("--search-report", args.search_report),
+                ("--eval-limit", args.eval_limit),
+            )
+            if value is not None
+        ]
+        if given:
+            raise WorkbenchError(
+                f"{', '.join(given)} configure the accuracy-target search, which runs only with --target-drop.",
+                expected=f"--target-drop D {' '.join(given)}, or none of them",
+            )
+    if args.recalibrate and not args.cache:
+        raise WorkbenchError(
+            "--recalibrate ignores an existing --cache, but no --cache was given.",
+            expected="--cache CACHE.json --recalibrate, or no --recalibrate",
+        )
+    if args.keep and not [name for name in args.keep.split(",") if name.strip()]:
+        raise WorkbenchError(f"--keep {args.keep!r} names no node.", expected="comma-separated ONNX node names")
+    args.percentile = 99.99 if args.percentile is None else args.percentile
+    args.fallback = args.fallback or "fp16"
+    args.budget = 30 if args.budget is None else args.budget
+    args.groups = args.groups or "fusion"
+
+
 def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import CalibrationRanges
     from workbench.precision import PrecisionPlan
 
+    _refuse_ignored_options(args)
     model, entry = resolve_model(args.model)
     if args.target_drop is not None and entry is None:
         raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")

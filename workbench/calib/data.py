@@ -124,6 +124,10 @@ class FolderSource:
                 )
             self.files = images
             self.kind = "images"
+        from workbench._io import refuse_special_file
+
+        for path in self.files:  # a FIFO named batch_1.npz would block the first read forever
+            refuse_special_file(path, expected="calibration batches that are regular .npz or image files")
 
     def batches(self, limit: int | None = None) -> Iterator[Feed]:
         if self.kind == "images":
@@ -200,10 +204,15 @@ class RandomSource:
 
 def read_npz_batch(path: Path) -> Feed:
     """One ``.npz`` batch keyed by input name (no pickles)."""
+    import zipfile
+
+    from workbench._io import refuse_special_file
+
+    refuse_special_file(path, expected="numpy .npz keyed by input name")
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         raise WorkbenchError(
             f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
         ) from error

@@ -353,8 +353,14 @@ def _accumulate(
         pending = _split(feed, 1 if micro_batch == 0 else micro_batch)
         while pending:
             part = pending.pop(0)
-            reference = dict(zip(fp32_names, ref_session.run(fp32_names, part)))
-            test = dict(zip(compared, quant_session.run(compared, part)))
+            try:
+                reference = dict(zip(fp32_names, ref_session.run(fp32_names, part)))
+                test = dict(zip(compared, quant_session.run(compared, part)))
+            except Exception as error:  # ORT's Fail / InvalidArgument: feeds of the wrong shape or dtype
+                raise WorkbenchError(
+                    f"diff batch {batches}: ONNX Runtime failed ({' '.join(str(error).split())}).",
+                    expected="feeds matching the model's input shapes and dtypes",
+                ) from error
             if micro_batch == 0:  # first sample measured: size the micro-batches to the memory budget
                 per_sample = sum(v.nbytes for v in reference.values()) + sum(v.nbytes for v in test.values())
                 micro_batch = max(1, int(memory_budget_mb * 2**20 // max(per_sample, 1)))

@@ -87,6 +87,12 @@ def insert_qdq(
         raise WorkbenchError(
             "the model already has Q/DQ nodes.", expected="an FP32 model (calibrate before quantizing, not after)"
         )
+    unknown = sorted(set(plan.overrides) - {node.name for node in base.graph.node})
+    if unknown:  # checked here, on the model given, so the message does not name a temporary file
+        raise WorkbenchError(
+            f"the precision plan names {len(unknown)} node(s) the model does not have, e.g. {unknown[:3]}.",
+            expected="override keys that are ONNX node names of this model",
+        )
     graph = gs.import_onnx(base)
     graph.toposort()
     placement = plan_placement(graph, plan, quantize_attention=quantize_attention)

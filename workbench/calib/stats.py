@@ -315,6 +315,11 @@ def collect_statistics(
     names = list(tensors) if tensors is not None else activation_tensors(prepared)
     session = _session(prepared, names, optimized=optimized)
     input_names = [i.name for i in session.get_inputs()]
+    if not input_names:
+        raise WorkbenchError(
+            "the model has no graph inputs: its outputs are constants, so calibration data cannot change any range.",
+            expected="a model with at least one input",
+        )
     histograms = {name: TensorHistogram(name) for name in names}
     digests: list[str] = []
     batches = samples = 0

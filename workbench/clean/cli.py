@@ -89,7 +89,23 @@ def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
         if any(not 0 < d <= MAX_DIM for d in shape):
             raise WorkbenchError(f"--profile {text!r}: dimension out of range in {shape}.", expected=f"1..{MAX_DIM}")
         ensure_fits(tensor_bytes(shape, "float32", what=f"--profile {name}"), what=f"--profile {name} shape {shape}")
+    low, opt, high = shapes
+    if len({len(low), len(opt), len(high)}) == 1 and not all(a <= b <= c for a, b, c in zip(low, opt, high)):
+        raise WorkbenchError(
+            f"--profile {text!r}: MIN/OPT/MAX are not ordered (every dimension needs MIN <= OPT <= MAX).",
+            expected="e.g. --profile x:1x3x48x320/8x3x48x320/32x3x48x320",
+        )
     return name, shapes
+
+
+def _unique(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``--shape``/``--profile`` given twice for one input would silently keep the last: refuse it."""
+    result: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in result:
+            raise WorkbenchError(f"{label} gives input {name!r} twice.", expected=f"one {label} per input")
+        result[name] = value
+    return result
 
 
 def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
@@ -143,15 +159,20 @@ def run_clean(args: argparse.Namespace) -> int:
     validate_outputs({"-o": args.output, "--report": args.report}, inputs=[model_path, data_path])
     _guard_inputs(model_path)
     passes = [name.strip() for name in args.passes.split(",") if name.strip()] if args.passes else list(DEFAULT_PASSES)
+    if args.passes is not None and not passes:
+        raise WorkbenchError(
+            f"--passes {args.passes!r} names no pass.",
+            expected="comma-separated pass names (see --list-passes), or no --passes for the default list",
+        )
     skip = {name.strip() for name in args.skip.split(",") if name.strip()}
     for name in list(skip) + passes:
         get_pass(name)  # unknown names fail here, listing the valid ones
     passes = [name for name in passes if name not in skip]
     profile = dict(zoo_profile or {})
-    profile.update(dict(_parse_profile(text) for text in args.profile))
+    profile.update(_unique("--profile", [_parse_profile(text) for text in args.profile]))
     options = CleanOptions(
         passes=passes,
-        input_shapes=dict(_parse_shape(text) for text in args.shape),
+        input_shapes=_unique("--shape", [_parse_shape(text) for text in args.shape]),
         profile=profile or None,
         check=not args.no_check,
     )

@@ -28,11 +28,14 @@ def _npy_batches(files: list[Path], inputs: Sequence[TensorSpec], limit: int) ->
             f"{[spec.name for spec in inputs]}.",
             expected=".npz batches keyed by input name",
         )
+    from workbench._io import refuse_special_file
+
     feeds = []
     for path in files[:limit]:
+        refuse_special_file(path, expected="a numpy .npy file")
         try:
             feeds.append({inputs[0].name: np.load(path, allow_pickle=False)})
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError) as error:
             raise WorkbenchError(
                 f"{path}: not a readable .npy array ({error}).", expected="a numpy .npy file"
             ) from None
@@ -74,6 +77,13 @@ def load_check_batches(
         path = Path(text)
         if not path.exists():
             raise WorkbenchError(f"--data {text}: no such file or folder.", expected="a folder of .npz/.npy batches")
+        if not path.is_dir() and not path.is_file():
+            from workbench._io import special_file_kind
+
+            raise WorkbenchError(
+                f"--data {text}: is {special_file_kind(path) or 'not a regular file'}.",
+                expected="a folder of .npz/.npy batches, or one such file",
+            )
         if path.is_file():
             if path.suffix == ".npz":
                 return _refuse_degenerate([read_npz_batch(path)], str(path)), str(path)

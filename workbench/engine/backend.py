@@ -10,12 +10,14 @@ Every other module goes through the functions here, so a call full TensorRT woul
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +51,12 @@ def _import_real(name: str) -> Any | None:
     """Import a backend module, ignoring stub-only namespace packages (tensorrt-stubs installs a bare ``tensorrt``)."""
     try:
         module = importlib.import_module(name)
-    except Exception:  # ImportError, or a broken native library raising OSError
+    except Exception as error:  # ImportError, or a broken native library raising OSError
+        cause: BaseException | None = error
+        while cause is not None:  # Ctrl-C during the import, wrapped by the extension: not a missing backend
+            if isinstance(cause, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            cause = cause.__cause__ or cause.__context__
         return None
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
         return None
@@ -115,10 +122,52 @@ def make_logger(backend: Backend, sink: Callable[[int, str], None]) -> trt.ILogg
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
 
+        interrupted = False  # Ctrl-C arrived inside this callback, where TensorRT would swallow the exception
+
         def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
-            sink(int(severity), msg)
+            try:
+                sink(int(severity), msg)
+            except KeyboardInterrupt:
+                self.interrupted = True
 
     return _Logger()
+
+
+_INTERRUPT_REQUESTED = threading.Event()
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while TensorRT parses or builds, then raise KeyboardInterrupt once it returns.
+
+    A KeyboardInterrupt raised inside a TensorRT callback (logger, progress monitor) is caught and printed by
+    TensorRT, which then finishes the build as if nothing happened, or fails it with a misleading message. Here
+    SIGINT only sets a flag; the progress monitor cancels the build when it sees it. Main thread only (elsewhere
+    signals are not ours to handle)."""
+    _INTERRUPT_REQUESTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, lambda signum, frame: _INTERRUPT_REQUESTED.set())
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if _INTERRUPT_REQUESTED.is_set():
+        _INTERRUPT_REQUESTED.clear()
+        raise KeyboardInterrupt
+
+
+def _raise_if_interrupted(*callbacks: Any) -> None:
+    """Re-raise a Ctrl-C that a TensorRT callback caught (TensorRT would otherwise finish or fail the build with a
+    misleading message such as "logged no per-layer records")."""
+    if any(getattr(callback, "interrupted", False) for callback in callbacks):
+        raise KeyboardInterrupt
 
 
 ProgressEvent = Callable[[str, str, str, int, int], bool]
@@ -136,13 +185,27 @@ def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> trt.IPro
             trt.IProgressMonitor.__init__(self)
 
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
-            on_event("start", phase_name, parent_phase or "", 0, int(num_steps))
+            try:
+                on_event("start", phase_name, parent_phase or "", 0, int(num_steps))
+            except KeyboardInterrupt:
+                self.interrupted = True
+
+        interrupted = False
 
         def step_complete(self, phase_name: str, step: int) -> bool:
-            return bool(on_event("step", phase_name, "", int(step), 0))
+            if _INTERRUPT_REQUESTED.is_set():  # Ctrl-C held by _sigint_deferred: cancel the build
+                return False
+            try:
+                return bool(on_event("step", phase_name, "", int(step), 0))
+            except KeyboardInterrupt:  # cancel the build; build_serialized re-raises it afterwards
+                self.interrupted = True
+                return False
 
         def phase_finish(self, phase_name: str) -> None:
-            on_event("finish", phase_name, "", 0, 0)
+            try:
+                on_event("finish", phase_name, "", 0, 0)
+            except KeyboardInterrupt:
+                self.interrupted = True
 
     return _Monitor()
 
@@ -196,7 +259,10 @@ def build_serialized(
         flags |= 1 << int(strongly_typed)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(request.onnx_path):
+    with _sigint_deferred():
+        parsed = parser.parse_from_file(request.onnx_path)
+    _raise_if_interrupted(logger)
+    if not parsed:
         errors = [_parser_error_text(parser.get_error(i)) for i in range(parser.num_errors)]
         plugin = any("Plugin not found" in error for error in errors)
         raise WorkbenchError(
@@ -237,10 +303,12 @@ def build_serialized(
     if supports_timing_cache(backend):
         cache = config.create_timing_cache(request.timing_cache or b"")
         config.set_timing_cache(cache, False)
-    monitor = make_progress_monitor(backend, progress) if progress is not None else None
-    if monitor is not None:
-        config.progress_monitor = monitor
-    serialized = builder.build_serialized_network(network, config)
+    # always a monitor: it is how a held Ctrl-C cancels the build (see _sigint_deferred)
+    monitor = make_progress_monitor(backend, progress if progress is not None else (lambda *event: True))
+    config.progress_monitor = monitor
+    with _sigint_deferred():
+        serialized = builder.build_serialized_network(network, config)
+    _raise_if_interrupted(logger, monitor)
     if serialized is None:
         raise WorkbenchError(
             f"{request.onnx_path}: {backend.name} {backend.version} failed to build an engine (see the errors logged above).",

@@ -459,6 +459,11 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
                 expected="NAME:1x3x224x224 or NAME:MIN,OPT,MAX like x:1x3x48x320,4x3x48x320,8x3x48x320",
             )
         dims = [tuple(int(d) for d in s.split("x")) for s in shapes]
+        if name in result:
+            raise WorkbenchError(
+                f"--shapes gives input {name!r} twice ({value!r} and an earlier one).",
+                expected="one --shapes per input",
+            )
         result[name] = _check_range(name, dims * 3 if len(dims) == 1 else dims)
     return result
 

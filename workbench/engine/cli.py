@@ -21,6 +21,7 @@ from workbench.engine.build import (
 from workbench.engine.doctor import diagnose, format_report
 from workbench.engine.layermap import LayerMap
 from workbench.engine.records import EngineLayers, engine_layers_from_document, read_layers, read_layers_document
+from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan
 
@@ -48,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _cli_fusions(args: argparse.Namespace) -> int:
     validate_outputs({"--html": args.html}, inputs=[args.layers, args.onnx, args.compare, args.compare_onnx])
+    if args.compare_onnx and not args.compare:
+        raise WorkbenchError(
+            f"--compare-onnx {args.compare_onnx} is the ONNX of a --compare build, but no --compare was given.",
+            expected="--compare OTHER.layers.json --compare-onnx OTHER.onnx, or no --compare-onnx",
+        )
     layer_map = LayerMap.load(args.layers, args.onnx)
     before = LayerMap.load(args.compare, args.compare_onnx) if args.compare else None
     if args.json:

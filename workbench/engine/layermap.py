@@ -248,11 +248,12 @@ class LayerMap:
     ) -> LayerMap:
         """From a ``.layers.json`` (ONNX order inside), or any layer-record file plus the ONNX that was built."""
         path = Path(path)
-        onnx_proto = None
+        onnx_proto = onnx_sha = None
         if onnx_path is not None:
             from workbench.model import load_onnx
 
-            onnx_proto = load_onnx(onnx_path, check=False).proto
+            loaded = load_onnx(onnx_path, check=False)
+            onnx_proto, onnx_sha = loaded.proto, loaded.sha256
         label = label or path.name.removesuffix(".layers.json")
         if path.suffix == ".json" and path.is_file():
             from workbench._io import read_json
@@ -261,6 +262,15 @@ class LayerMap:
             data = read_json(path, what="a .layers.json document")
             if isinstance(data, Mapping) and "engine_layers" in data:
                 validate_layers_document(data, str(path))
+                build = data.get("build") if isinstance(data.get("build"), Mapping) else {}
+                recorded = {build.get(key) for key in ("onnx_sha256", "built_onnx_sha256")} - {None, ""}
+                if onnx_sha is not None and recorded and onnx_sha not in recorded:
+                    raise WorkbenchError(
+                        f"{onnx_path}: is not the ONNX these layer records were built from (sha256 "
+                        f"{onnx_sha[:12]}…; {path} records {', '.join(sorted(str(r)[:12] + '…' for r in recorded))}).",
+                        expected=f"the model {build.get('onnx', 'that was built')} (or leave the ONNX out: "
+                        "a .layers.json carries the ONNX order itself)",
+                    )
                 return cls.from_document(data, onnx_proto=onnx_proto, label=label)
             return (
                 cls.from_engine_layers(read_layers(data), onnx_proto=onnx_proto, label=label)

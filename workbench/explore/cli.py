@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--compare", help="a second build shown beside the first, fusions gained/lost marked")
     parser.add_argument("--diff", help="DIFF.json from `workbench diff`: INT8 damage overlays")
     parser.add_argument("--profile", help="a per-layer profile JSON (LayerProfile): layer-time overlay")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="when BUILD is a model")
+    parser.add_argument(
+        "--precision", default=None, choices=["fp32", "fp16"], help="when BUILD is a model (default fp32)"
+    )
     parser.add_argument("--export", metavar="DIR", help="write the graphs JSON and node-data JSON here and exit")
     parser.add_argument("--print-url", action="store_true", help="print the page URL and exit (stops the server)")
     parser.set_defaults(func=_cli_explore)
@@ -37,6 +39,17 @@ def _cli_explore(args: argparse.Namespace) -> int:
         overwrite=True,
         is_ours=lambda path: True,
     )
+    if args.precision is not None:
+        built = [str(b) for b in (args.build, args.compare) if b and str(b).endswith((".engine", ".json", ".log"))]
+        if len(built) == len([b for b in (args.build, args.compare) if b]):
+            from workbench.errors import WorkbenchError
+
+            raise WorkbenchError(
+                f"--precision {args.precision} picks the precision of a build made here, but {' and '.join(built)} "
+                "are already built.",
+                expected="--precision with a zoo name or an .onnx path, or no --precision",
+            )
+    args.precision = args.precision or "fp32"
     diff = profile = None
     if args.diff:
         from workbench.calib.diff import LayerDiff

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,13 +112,15 @@ def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView
 def _load(obj: Any, kind: str) -> Any:
     if obj is None or not isinstance(obj, str | Path):
         return obj
+    from workbench._io import read_json
+
     if kind == "diff":
         from workbench.calib.diff import LayerDiff
 
-        return LayerDiff.from_json(json.loads(Path(obj).read_text(encoding="utf-8")))
+        return LayerDiff.from_json(read_json(obj, what="DIFF.json written by `workbench diff`"))
     from workbench.timing.layer_profile import LayerProfile
 
-    return LayerProfile.from_json(json.loads(Path(obj).read_text(encoding="utf-8")))
+    return LayerProfile.from_json(read_json(obj, what="a LayerProfile JSON"))
 
 
 def _pane(graph_id: str, label: str, fraction: float) -> dict[str, Any]:

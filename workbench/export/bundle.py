@@ -402,7 +402,8 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
             problems.append(f"{root}: {BUNDLE_KEY_ENV} is set but the bundle has no {MANIFEST_HMAC_FILE} (unsigned)")
         else:
             wanted = hmac_path.read_text(encoding="ascii", errors="replace").strip()
-            if not hmac.compare_digest(wanted, _manifest_hmac(raw, key)):
+            # compare bytes: compare_digest refuses str with non-ASCII characters (a garbage .hmac file)
+            if not hmac.compare_digest(wanted.encode("utf-8"), _manifest_hmac(raw, key).encode("ascii")):
                 problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
             else:
                 signed = True
@@ -446,7 +447,7 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
         extra = [
             item.relative_to(root).as_posix()
             for item in sorted(root.rglob("*"))
-            if (item.is_file() or item.is_symlink())
+            if (not item.is_dir() or item.is_symlink())  # files, links, and FIFOs/sockets too
             and item.relative_to(root).as_posix() not in listed
             and item.name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)
         ]
@@ -454,6 +455,12 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
             problems.append(f"{name}: not listed in the manifest (added after export)")
         if manifest["engine"]["sha256"] != (listed.get(manifest["engine"]["file"]) or {}).get("sha256"):
             problems.append("engine.sha256 differs from the sealed engine file's sha256")
+        triton = manifest.get("triton") if isinstance(manifest.get("triton"), dict) else {}
+        if not problems and triton.get("plan") in listed:  # Triton's copy must be the sealed engine itself
+            if listed[triton["plan"]]["sha256"] != manifest["engine"]["sha256"]:
+                problems.append(f"{triton['plan']}: the Triton plan is not the bundle's engine (sha256 differs)")
+        if not problems and triton.get("config") in listed:
+            problems.extend(_triton_config_problems(root / triton["config"], manifest))
         layers = (manifest.get("layers") or {}).get("file")
         if layers and not problems:
             try:
@@ -481,6 +488,37 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
                 )
             checked = 1
     return BundleCheck(root, tuple(problems), checked, signed, tuple(notes))
+
+
+def _triton_config_problems(config_path: Path, manifest: dict[str, Any]) -> list[str]:
+    """The sealed config.pbtxt still parses with Triton's schema and fits the engine: its tensors are the engine's
+    I/O tensors and its max_batch_size is within the optimization profile (hashes cannot tell a re-sealed edit)."""
+    from workbench.export.triton import _batch_max, validate_triton_config
+
+    name = config_path.name
+    try:
+        config = validate_triton_config(config_path.read_text(encoding="utf-8"))
+    except (WorkbenchError, UnicodeDecodeError, OSError) as error:
+        return [f"{name}: {error}"]
+    listed = manifest.get("io_tensors")
+    io_tensors = [io for io in listed if isinstance(io, dict)] if isinstance(listed, list) else []
+    if not io_tensors:
+        return []
+    problems = []
+    for mode, entries in (("input", config.input), ("output", config.output)):
+        wanted = sorted(str(io.get("name")) for io in io_tensors if str(io.get("io_mode", "")).lower() == mode)
+        got = sorted(entry.name for entry in entries)
+        if got != wanted:
+            problems.append(f"{name}: {mode}s {got} are not the engine's {wanted}")
+    try:
+        batch_max = _batch_max([io for io in io_tensors if str(io.get("io_mode", "")).lower() == "input"])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return [*problems, f"{MANIFEST_FILE}: 'io_tensors' profiles are malformed (expected min/opt/max shape lists)"]
+    if batch_max and config.max_batch_size > batch_max:
+        problems.append(
+            f"{name}: max_batch_size {config.max_batch_size} is above the engine profile's maximum batch {batch_max}"
+        )
+    return problems
 
 
 def read_bundle(path: str | os.PathLike[str]) -> Bundle:

@@ -30,13 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--accuracy", help="accuracy results JSON to record")
     export.add_argument("--timing", help="timing results JSON to record")
     export.add_argument("--triton", action="store_true", help="also write a Triton model repository")
-    export.add_argument("--model-name", default="model", help="Triton model name (default: model)")
+    export.add_argument("--model-name", default=None, help="Triton model name (default: model)")
     export.add_argument(
         "--max-batch",
         type=bounded_int(0, 2**31 - 1),
         help="Triton max_batch_size (default: the profile's max batch, 0 if static)",
     )
-    export.add_argument("--instances", type=bounded_int(1, 4096), default=1, help="Triton instance count (default 1)")
+    export.add_argument(
+        "--instances", type=bounded_int(1, 4096), default=None, help="Triton instance count (default 1)"
+    )
     export.add_argument(
         "--no-dynamic-batching", action="store_true", help="leave dynamic batching off in the Triton config"
     )
@@ -67,6 +69,30 @@ def _read_json(path: str | None, what: str) -> dict | None:
     return data
 
 
+def _refuse_inside_bundle(output: str) -> None:
+    """A new bundle inside a sealed one adds unlisted files to it, so the old bundle no longer verifies."""
+    from workbench.export.bundle import BUNDLE_FORMAT, MANIFEST_FILE
+
+    def sealed(folder: Path) -> bool:
+        manifest = folder / MANIFEST_FILE
+        if not manifest.is_file():
+            return False
+        try:
+            data = read_json(manifest, what="a bundle manifest", max_bytes=64 * 1024 * 1024)
+        except WorkbenchError:
+            return False
+        return isinstance(data, dict) and data.get("format") == BUNDLE_FORMAT
+
+    target = Path(output).resolve()
+    for folder in target.parents:
+        if sealed(folder):
+            raise WorkbenchError(
+                f"-o {output}: lies inside the bundle {folder}; writing there would add files its manifest does not "
+                "list, and that bundle would fail `workbench verify`.",
+                expected="a bundle folder outside every existing bundle",
+            )
+
+
 def _cli_export(args: argparse.Namespace) -> int:
     from workbench.engine.build import layers_path_for
 
@@ -84,12 +110,29 @@ def _cli_export(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         is_ours=is_bundle_dir,
     )
+    if not args.triton:  # Triton options without --triton would be dropped without a word
+        given = [
+            flag
+            for flag, value in (
+                ("--model-name", args.model_name),
+                ("--max-batch", args.max_batch),
+                ("--instances", args.instances),
+                ("--no-dynamic-batching", args.no_dynamic_batching or None),
+            )
+            if value is not None
+        ]
+        if given:
+            raise WorkbenchError(
+                f"{', '.join(given)} configure the Triton repository, which is written only with --triton.",
+                expected=f"--triton {' '.join(given)}, or none of them",
+            )
+    _refuse_inside_bundle(args.output)
     triton = None
     if args.triton:
         triton = TritonOptions(
-            model_name=args.model_name,
+            model_name=args.model_name if args.model_name is not None else "model",
             max_batch_size=args.max_batch,
-            instance_count=args.instances,
+            instance_count=args.instances if args.instances is not None else 1,
             dynamic_batching=not args.no_dynamic_batching,
         )
     bundle = export_bundle(

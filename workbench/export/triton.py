@@ -103,6 +103,11 @@ def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOption
             f"max batch size {max_batch} asked for, but the engine's inputs have no dynamic batch dimension.",
             expected="--max-batch 0 (or omitted) for engines with static shapes",
         )
+    if batch_max and max_batch > batch_max:  # Triton would send batches the engine's profile refuses
+        raise WorkbenchError(
+            f"max batch size {max_batch} is above the engine profile's maximum batch {batch_max}.",
+            expected=f"--max-batch between 0 and {batch_max} (or omitted), or rebuild with a larger profile",
+        )
     config = model_config_class()()
     config.name = options.model_name
     config.platform = "tensorrt_plan"

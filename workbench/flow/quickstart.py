@@ -94,6 +94,7 @@ class QuickstartConfig(Artifact):
     export: bool = True  # the export stage writes a bundle (a new folder under <out_dir>/export each run)
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.precision not in PRECISION_CHOICES:
             raise WorkbenchError(
                 f"precision {self.precision!r} is not offered.", expected=" / ".join(PRECISION_CHOICES)
@@ -119,6 +120,44 @@ class QuickstartConfig(Artifact):
             self.timing_window_s > 0
         ):
             raise WorkbenchError(f"timing_window_s={self.timing_window_s} must be a positive number of seconds.")
+
+    def _check_types(self) -> None:
+        """A setting of the wrong type ('2' for streams, 2.5 samples, 'no' for a switch) is refused, not coerced."""
+        import numbers
+
+        for name, kind in (
+            ("streams", int),
+            ("batch", int),
+            ("calibration_samples", int),
+            ("diff_samples", int),
+            ("evaluation_samples", int),
+            ("fallback_layers", int),
+            ("search_budget", int),
+            ("max_metric_drop", float),
+            ("timing_window_s", float),
+            ("sweep", bool),
+            ("export", bool),
+            ("model", str),
+        ):
+            value = getattr(self, name)
+            if kind is bool:
+                ok = isinstance(value, bool)
+            elif kind is int:
+                ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            elif kind is float:
+                ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, str) and bool(value)
+            if not ok:
+                article = {int: "an integer", float: "a number", bool: "True or False", str: "a non-empty string"}
+                raise WorkbenchError(
+                    f"{name}={value!r} ({type(value).__name__}) is not {article[kind]}.",
+                    expected=f"{name} as {article[kind]}",
+                )
+        if not isinstance(self.out_dir, (str, os.PathLike)) or not str(self.out_dir):
+            raise WorkbenchError(
+                f"out_dir={self.out_dir!r} is not a folder path.", expected="out_dir as a string or pathlib.Path"
+            )
 
     def validated(self, **changes: Any) -> QuickstartConfig:
         """This config with ``changes``; an unknown setting or a value out of range raises (nothing is clamped)."""
@@ -319,6 +358,10 @@ class Workspace:
         self.model_name = config.model
         self.file_stem = self.entry.name  # names the output files (an ONNX path's stem, or the zoo name)
         self.out = Path(config.out_dir)
+        from workbench._io import validate_outputs
+
+        # before any stage runs: a file, FIFO or read-only folder given as out_dir is a message, not an OSError later
+        validate_outputs({"out_dir": self.out}, directories=("out_dir",), overwrite=True, is_ours=lambda path: True)
         self._calibration: tuple[tuple[str, int], CalibrationSession] | None = None
         self._fp16: dict[str, Any] = {}
         self._int8_all: EngineArtifact | None = None

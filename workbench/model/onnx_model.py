@@ -114,10 +114,23 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> OnnxModel:
     import onnx
 
     path = Path(path)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as error:  # a file name too long for the filesystem, a path through a file
+        raise WorkbenchError(
+            f"{str(path)[:80]}…: cannot be looked up ({error.strerror}).", expected="a path to an existing .onnx file"
+        ) from None
+    if not exists:
         raise WorkbenchError(f"{path}: no such file.", expected="a path to an existing .onnx file")
-    if not path.is_file():
+    if path.is_dir():
         raise WorkbenchError(f"{path}: is a directory, not an ONNX file.", expected="a path to a .onnx file")
+    if not path.is_file():
+        from workbench._io import special_file_kind
+
+        raise WorkbenchError(
+            f"{path}: is {special_file_kind(path) or 'not a regular file'}, not an ONNX file.",
+            expected="a path to a regular .onnx file",
+        )
     if path.stat().st_size == 0:
         raise WorkbenchError(f"{path}: the file is empty.", expected="a serialized ONNX ModelProto")
     try:
@@ -140,6 +153,7 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> OnnxModel:
         )
     if check:
         _check(proto, path)
+    _check_interface(proto, path)
     initializer_names = {init.name for init in proto.graph.initializer}
     opset = next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
     return OnnxModel(
@@ -151,6 +165,41 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> OnnxModel:
         opset=int(opset),
         producer=f"{proto.producer_name} {proto.producer_version}".strip(),
     )
+
+
+def _check_interface(proto: Any, path: Path) -> None:
+    """What the ONNX checker lets through but no stage can use: an opset newer than ONNX defines, no outputs,
+    graph inputs of undefined element type or with a fixed dimension of 0 (negative ones mean dynamic, as in
+    :attr:`TensorSpec.is_dynamic`)."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > newest:
+            raise WorkbenchError(
+                f"{path}: imports opset {imp.version} of the default ONNX domain; the newest opset this onnx "
+                f"{onnx.__version__} knows is {newest}, so no operator of the model can be checked or run.",
+                expected=f"an opset between 7 and {newest}",
+            )
+    if not proto.graph.output:
+        raise WorkbenchError(f"{path}: the graph has no outputs.", expected="a model with at least one graph output")
+    initializer_names = {init.name for init in proto.graph.initializer}
+    for info in proto.graph.input:
+        if info.name in initializer_names or not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        if tensor_type.elem_type == 0:
+            raise WorkbenchError(
+                f"{path}: graph input {info.name!r} has no element type (UNDEFINED).",
+                expected="a numeric element type such as float32",
+            )
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value == 0:
+                raise WorkbenchError(
+                    f"{path}: graph input {info.name!r} has a fixed dimension of 0 at axis {axis}; "
+                    "such an input holds no data, so no check, calibration or timing can use it.",
+                    expected="fixed dimensions >= 1, or a symbolic name for a dynamic dimension",
+                )
 
 
 def _check(proto: Any, path: Path) -> None:

@@ -79,4 +79,12 @@ class PrecisionPlan(Artifact):
         path = Path(path)
         from workbench._io import read_json
 
-        return cls.from_json(read_json(path, what="a JSON precision plan", max_bytes=64 * 1024 * 1024))
+        data = read_json(path, what="a JSON precision plan", max_bytes=64 * 1024 * 1024)
+        if isinstance(data, Mapping):  # a misspelt key ("override") would otherwise be dropped without a word
+            unknown = sorted(str(key) for key in data if key not in ("default", "overrides", "note"))
+            if unknown:
+                raise WorkbenchError(
+                    f"{path}: precision plan has unknown key(s) {unknown}.",
+                    expected='only "default", "overrides" and "note", e.g. {"default": "fp32", "overrides": {"node": "fp16"}}',
+                )
+        return cls.from_json(data)

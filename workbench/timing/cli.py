@@ -50,9 +50,14 @@ def register(subparsers: Any) -> None:
         "--rate", type=bounded_float(0.0, 1e9, low_inclusive=False), default=None, help="open loop: requests per second"
     )
     p.add_argument("--dynamic-batching", action="store_true", help="batch queued requests (open loop)")
-    p.add_argument("--max-batch", type=bounded_int(1, 2**16), default=8)
     p.add_argument(
-        "--max-delay-ms", type=bounded_float(0.0, 60_000.0), default=0.5, help="dynamic batcher's max queue delay"
+        "--max-batch", type=bounded_int(1, 2**16), default=None, help="dynamic batcher's largest batch (default 8)"
+    )
+    p.add_argument(
+        "--max-delay-ms",
+        type=bounded_float(0.0, 60_000.0),
+        default=None,
+        help="dynamic batcher's max queue delay (default 0.5)",
     )
     p.add_argument(
         "--timeout-ms",
@@ -60,7 +65,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="per-request timeout",
     )
-    p.add_argument("--no-cuda-graph", action="store_true", help="torch: run eager instead of CUDA graphs")
+    p.add_argument("--no-cuda-graph", action="store_true", help="torch/trt: run eager instead of CUDA graphs")
     p.add_argument(
         "--priorities",
         default=None,
@@ -92,13 +97,19 @@ def register(subparsers: Any) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from workbench._io import validate_outputs, write_json_atomic
+    from workbench._io import refuse_special_file, validate_outputs, write_json_atomic
     from workbench.timing.pipeline import RunConfig, run_pipeline
 
     model_input = args.model if Path(args.model).exists() else None
     validate_outputs({"-o": args.output, "--trace": args.trace}, inputs=[model_input])
+    refuse_special_file(args.model, expected="an .onnx file, a .engine file or a zoo name")
+    _refuse_ignored_options(args)
+    if args.max_batch is None:
+        args.max_batch = 8
+    if args.max_delay_ms is None:
+        args.max_delay_ms = 0.5
     if args.executor == "trt":
-        _check_engine_batch(args.model, args.batch)
+        _check_engine_batch(args.model, max(args.batch, args.max_batch if args.dynamic_batching else 1))
     if args.batch < 1:
         raise WorkbenchError(f"--batch {args.batch} is not allowed.", expected="--batch >= 1")
     if args.load == "open" and not args.rate:
@@ -182,6 +193,41 @@ def run_cli(args: argparse.Namespace) -> int:
 
         print(f"wrote {export_trace(best, args.trace)} (open in ui.perfetto.dev)")
     return 0
+
+
+def _refuse_ignored_options(args: argparse.Namespace) -> None:
+    """Options that would be silently ignored with the others given: refuse them rather than mislead."""
+    if args.rate is not None and args.load != "open":
+        raise WorkbenchError(
+            f"--rate {args.rate} applies only to open-loop load; with --load {args.load} it would be ignored.",
+            expected="--load open --rate R, or no --rate",
+        )
+    if args.max_batch is not None and not args.dynamic_batching:
+        raise WorkbenchError(
+            f"--max-batch {args.max_batch} sizes the dynamic batcher, which is off.",
+            expected="--load open --rate R --dynamic-batching --max-batch N, or no --max-batch",
+        )
+    if args.max_delay_ms is not None and not args.dynamic_batching:
+        raise WorkbenchError(
+            f"--max-delay-ms {args.max_delay_ms} is the dynamic batcher's queue delay, and the batcher is off.",
+            expected="--load open --rate R --dynamic-batching --max-delay-ms D, or no --max-delay-ms",
+        )
+    if len(set(args.streams)) != len(args.streams):
+        raise WorkbenchError(
+            f"--streams {','.join(map(str, args.streams))} names a lane count twice.",
+            expected="distinct lane counts, e.g. 1,2,4",
+        )
+    if args.executor == "cpu":
+        for flag, given in (
+            ("--priorities", bool(args.priorities)),
+            ("--no-cuda-graph", args.no_cuda_graph),
+            ("--spin-wait", args.spin_wait),
+        ):
+            if given:
+                raise WorkbenchError(
+                    f"{flag} sets CUDA streams, graphs or events; the cpu executor (ONNX Runtime on host threads) has none.",
+                    expected=f"--executor torch or trt with {flag}, or no {flag}",
+                )
 
 
 def _print_row(label: str, r: Any) -> None:

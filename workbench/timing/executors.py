@@ -90,6 +90,11 @@ def parse_shape_overrides(items: Sequence[str] | None) -> dict[str, tuple[int, .
             shape = ()
         if not sep or not name or not shape or any(d <= 0 for d in shape):
             raise WorkbenchError(f"--shape {item!r} is not understood.", expected="NAME:DxDxD, e.g. x:1x3x224x224")
+        if name in result:
+            raise WorkbenchError(
+                f"--shape gives input {name!r} twice ({'x'.join(map(str, result[name]))} and {dims}).",
+                expected="one --shape per input",
+            )
         result[name] = shape
     return result
 
@@ -133,6 +138,12 @@ class OrtCpuExecutor:
         self._seed = seed
         probe = self._new_session()
         shapes = {name: _full_shape(value) for name, value in (shapes or {}).items()}
+        unknown = sorted(set(shapes) - {arg.name for arg in probe.get_inputs()})
+        if unknown:
+            raise WorkbenchError(
+                f"{self.onnx_path}: --shape names {unknown}, which are not inputs of the model.",
+                expected=f"names among {[arg.name for arg in probe.get_inputs()]}",
+            )
         self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in probe.get_inputs()]
         self.outputs = [
             TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()

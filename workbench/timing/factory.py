@@ -35,5 +35,5 @@ def make_executor(
                 expected="a .engine path",
                 hint="build one with `workbench build MODEL -o X.engine`",
             )
-        return TrtExecutor(model), model
+        return TrtExecutor(model, cuda_graph=cuda_graph), model
     raise WorkbenchError(f"unknown executor {executor!r}.", expected=" | ".join(EXECUTORS))

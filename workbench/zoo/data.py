@@ -45,11 +45,16 @@ def read_npz_batches(
             f"{folder}: holds no .npz files.", expected="one .npz file per batch, arrays keyed by model input name"
         )
     expected = set(input_names) if input_names is not None else None
+    import zipfile
+
+    from workbench._io import refuse_special_file
+
     for path in files:
+        refuse_special_file(path, expected="an .npz written by numpy.savez")
         try:
             with np.load(path, allow_pickle=False) as stored:
                 feed = {name: stored[name] for name in stored.files}
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise WorkbenchError(
                 f"{path}: not a readable .npz file ({error}).", expected="an .npz written by numpy.savez"
             ) from error
