@@ -387,3 +387,21 @@ def test_random_data_is_flagged_and_bad_feeds_are_explained() -> None:
     assert stats.random_data and any("RANDOM" in w for w in stats.ranges("max").warnings)
     with pytest.raises(WorkbenchError, match="lacks model input"):
         collect_statistics(model, IterableSource([{"y": np.zeros((2, 3, 8, 8), np.float32)}]), progress=False)
+
+
+def test_cli_shows_the_random_data_warning_once(tmp_path) -> None:
+    """The stage both warns (for notebooks) and returns the text as a note; the CLI shows it once, as a warning line."""
+    from cli_runner import run_cli_subprocess, tiny_onnx
+
+    from workbench.calib.data import RANDOM_DATA_WARNING
+
+    model = tiny_onnx(tmp_path / "tiny.onnx")
+    out = tmp_path / "q.onnx"
+    # its own process: a forked child would inherit pytest's warning capture and hide a duplicate on stderr
+    run = run_cli_subprocess(["calibrate", str(model), "--data", "random", "-o", str(out), "--no-progress"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    both = run.stdout + run.stderr
+    assert both.count(RANDOM_DATA_WARNING) == 1, both
+    assert f"warning: {RANDOM_DATA_WARNING}" in run.stdout
+    assert "UserWarning" not in both
+    assert out.exists()

@@ -72,6 +72,11 @@ def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
     assert verdicts["more streams"].evidence["ratio"] == pytest.approx(ratio)
     assert f"({ratio:.2f}x)" in verdicts["more streams"].text
     assert ("more streams help" in verdicts["more streams"].text) == (ratio >= 1.15)
+    if ratio < 1.15:  # the reason given must agree with the measured busy fraction (no "already 41% busy")
+        busy = one_stream.busy_fraction
+        text = verdicts["more streams"].text
+        assert (f"already {busy:.0%} busy" in text) == (busy >= 0.8)
+        assert (f"only {busy:.0%} busy" in text) == (busy < 0.8)
     worst = run.layer_diff.diff.ranking(1)[0]
     assert (
         worst.node in verdicts["accuracy"].text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +95,7 @@ def register(subparsers: Any) -> None:
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
-    calibrate.set_defaults(func=_cli_calibrate)
+    calibrate.set_defaults(func=_warnings_once(_cli_calibrate))
 
     diff = subparsers.add_parser(
         "diff",
@@ -117,7 +119,7 @@ def register(subparsers: Any) -> None:
     )
     diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
-    diff.set_defaults(func=_cli_diff)
+    diff.set_defaults(func=_warnings_once(_cli_diff))
 
 
 def resolve_model(value: str) -> tuple[Any, Any]:
@@ -129,8 +131,37 @@ def resolve_model(value: str) -> tuple[Any, Any]:
     return load_onnx(path), entry
 
 
+_SHOWN_WARNINGS: set[str] = set()
+
+
 def _say(text: str) -> None:
+    if text.startswith("warning: ") and text.removeprefix("warning: ") in _SHOWN_WARNINGS:
+        return  # already shown when the stage warned
     print(text, file=sys.stdout, flush=True)
+
+
+def _warnings_once(command: Any) -> Any:
+    """Stage functions warn (for notebook users) and also return the same text as notes, which the CLI prints as
+    ``warning: ...`` lines; show each text once, as it happens, in the CLI's own format."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        _SHOWN_WARNINGS.clear()
+        original = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            text = str(message)
+            if text not in _SHOWN_WARNINGS:
+                _SHOWN_WARNINGS.add(text)
+                print(f"warning: {text}", file=sys.stdout, flush=True)
+
+        warnings.showwarning = show
+        try:
+            return command(args)
+        finally:
+            warnings.showwarning = original
+
+    return run
 
 
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
@@ -191,8 +222,16 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     from workbench.model.resources import guard_model_inputs
     from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
-    if not any(node.op_type in QUANTIZABLE_OPS for node in model.proto.graph.node):
-        ops = sorted({node.op_type for node in model.proto.graph.node})
+    graph = model.proto.graph
+    weights = {initializer.name for initializer in graph.initializer}
+    if not any(value.name not in weights for value in graph.input):  # before "nothing to quantize": the cause
+        raise WorkbenchError(
+            f"{model.path}: the model has no graph inputs: its outputs are constants, so calibration data cannot "
+            "change any range.",
+            expected="a model with at least one input",
+        )
+    if not any(node.op_type in QUANTIZABLE_OPS for node in graph.node):
+        ops = sorted({node.op_type for node in graph.node})
         raise WorkbenchError(
             f"{model.path}: nothing to quantize: INT8 applies to {', '.join(QUANTIZABLE_OPS)} nodes of the main "
             f"graph and this model has none (its ops: {', '.join(ops[:12])}{' ...' if len(ops) > 12 else ''}).",

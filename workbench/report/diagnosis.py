@@ -11,6 +11,7 @@ from workbench.flow.mixed import MixedSearch
 from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.rule import Choice, judge, next_steps
 
+BUSY_ENOUGH = 0.8  # a device this busy with one stream has little left for a second
 STREAMS_HELP_RATIO = 1.15  # a configuration "helps" when it gives at least 15 % more throughput
 
 
@@ -128,11 +129,7 @@ def _timing_verdicts(timing: Timing) -> list[Verdict]:
                 (
                     f"{chosen.streams} streams give {chosen.throughput_per_s:.0f} samples/s vs {one_stream.throughput_per_s:.0f} "
                     f"with 1 ({ratio:.2f}x): more streams {'help' if helps else 'do not help'}"
-                    + (
-                        ""
-                        if helps
-                        else f" (the {device} is already {one_stream.busy_fraction:.0%} busy with one stream)"
-                    )
+                    + ("" if helps else _why_streams_do_not_help(device, one_stream.busy_fraction))
                     + "."
                 ),
                 {
@@ -240,3 +237,13 @@ def _fusion_verdicts(artifact: EngineArtifact) -> list[Verdict]:
             {"onnx_nodes": float(artifact.onnx_node_count), "engine_layers": float(artifact.layer_count)},
         )
     ]
+
+
+def _why_streams_do_not_help(device: str, busy_fraction: float) -> str:
+    # A device mostly idle with one stream is not what stops more streams from helping: say where to look instead.
+    if busy_fraction >= BUSY_ENOUGH:
+        return f" (the {device} is already {busy_fraction:.0%} busy with one stream)"
+    return (
+        f" although the {device} is only {busy_fraction:.0%} busy with one stream: the limit is elsewhere "
+        "(host enqueue, or the cores a CPU executor shares; see the host verdict)"
+    )
