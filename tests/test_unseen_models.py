@@ -254,3 +254,73 @@ def test_quickstart_panel_on_an_onnx_file_draws_and_says_what_did_not_apply(
     assert '<g class="layer"' in panel.fusion_view.value
     assert "output_cosine_vs_fp32" in panel.metrics_table.value
     assert panel.timing_figure.data
+
+
+def _batch1_conv(path: Path, *, hard_coded_reshape: bool) -> Path:
+    """Conv -> Relu -> GlobalAveragePool -> Flatten (or Reshape to [1, 8]) -> Gemm, exported with a fixed batch of 1
+    (what torch.onnx.export gives without dynamic_axes)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.2).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((10, 8)) * 0.2).astype(np.float32), "G"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="pool"),
+    ]
+    if hard_coded_reshape:
+        weights.append(numpy_helper.from_array(np.array([1, 8], np.int64), "shape"))
+        nodes.append(helper.make_node("Reshape", ["g", "shape"], ["f"], name="reshape"))
+    else:
+        nodes.append(helper.make_node("Flatten", ["g"], ["f"], name="flatten"))
+    nodes.append(helper.make_node("Gemm", ["f", "G"], ["y"], transB=1, name="fc"))
+    graph = helper.make_graph(
+        nodes,
+        "batch1",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_fixed_batch_1_model_gets_a_proven_batch_axis_and_runs_the_journey(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "static.onnx", hard_coded_reshape=False)
+    original = model.read_bytes()
+    entry = OnnxFileEntry(model)
+    assert entry.profiles["x"] == ((1, 3, 16, 16), (8, 3, 16, 16), (64, 3, 16, 16))
+    assert any("made symbolic" in note and "3 random samples" in note for note in entry.notes), entry.notes
+    assert entry.onnx_path() != model and entry.onnx_path().is_file()
+    assert model.read_bytes() == original  # the user's file is never rewritten
+    run = _quickstart(model, tmp_path / "out", export=False)
+    for name in ("clean", "build_fp32", "calibrate", "timing"):
+        assert run.stage(name).ok, run.stage(name)
+
+
+def test_a_batch_1_model_that_hard_codes_its_batch_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "hard.onnx", hard_coded_reshape=True)
+    out = tmp_path / "out"
+    line = _refused(
+        run_cli_forked(["demo", "--model", str(model), "--out", str(out)], tmp_path),
+        "no dynamic batch axis",
+        "batch of 3",
+    )
+    assert "reshape" in line.lower()
+    assert not out.exists()
+    assert not list((tmp_path / "cache").rglob("*.onnx"))  # no unproven copy left behind
