@@ -161,6 +161,7 @@ CASES = [
     _c("clean-o-fifo", "clean tiny.onnx -o fifo.onnx", FIFO_OUT),
     _c("build-o-fifo", "build tiny.onnx -o fifo.onnx --no-progress", FIFO_OUT),
     _c("cal-o-fifo", "calibrate tiny.onnx --data data -o fifo.onnx --no-progress", FIFO_OUT),
+    _c("cal-cache-fifo", f"{CAL} --cache fifo.onnx", FIFO_OUT),
     _c("diff-o-fifo", "diff tiny.onnx q.onnx --data data -o fifo.onnx --no-progress", FIFO_OUT),
     _c("time-o-fifo", "time tiny.onnx -o fifo.onnx", FIFO_OUT),
     _c("time-trace-fifo", f"{TIME} --trace fifo.onnx", FIFO_OUT),
