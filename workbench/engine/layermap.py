@@ -262,7 +262,8 @@ class LayerMap:
             data = read_json(path, what="a .layers.json document")
             if isinstance(data, Mapping) and "engine_layers" in data:
                 validate_layers_document(data, str(path))
-                build = data.get("build") if isinstance(data.get("build"), Mapping) else {}
+                raw_build = data.get("build")
+                build: Mapping[str, Any] = raw_build if isinstance(raw_build, Mapping) else {}
                 recorded = {build.get(key) for key in ("onnx_sha256", "built_onnx_sha256")} - {None, ""}
                 if onnx_sha is not None and recorded and onnx_sha not in recorded:
                     raise WorkbenchError(
