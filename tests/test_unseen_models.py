@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.cli_runner import run_cli_forked, snapshot
@@ -324,3 +325,59 @@ def test_a_batch_1_model_that_hard_codes_its_batch_is_refused_with_the_reason(
     assert "reshape" in line.lower()
     assert not out.exists()
     assert not list((tmp_path / "cache").rglob("*.onnx"))  # no unproven copy left behind
+
+
+def _npz_batches(folder: Path, batches: list[dict]) -> Path:
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, feed in enumerate(batches):
+        np.savez(folder / f"batch_{index:03d}.npz", **feed)
+    return folder
+
+
+def test_your_own_data_calibrates_and_evaluates_your_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--data DIR: the first half of the samples calibrates, the second half is the evaluation set; the run says so."""
+    import numpy as np
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "static.onnx", hard_coded_reshape=False)
+    rng = np.random.default_rng(5)
+    data = _npz_batches(
+        tmp_path / "data", [{"x": rng.uniform(0, 1, (8, 3, 16, 16)).astype(np.float32)} for _ in range(3)]
+    )
+    run = _quickstart(model, tmp_path / "out", export=False, data=str(data))
+    assert run.stage("calibrate").ok, run.stage("calibrate")
+    assert f"first 12 of 24 samples from {data}" in run.metrics.how
+    assert {row.n_samples for row in run.metrics.rows} == {12}
+    assert "RANDOM" not in run.metrics.how
+
+
+@pytest.mark.parametrize(
+    "feed, needle",
+    [
+        ({"image": np.zeros((4, 3, 16, 16), np.float32)}, "do not match the model's inputs"),
+        ({"x": np.zeros((4, 3, 8, 8), np.float32)}, "has shape (4, 3, 8, 8)"),
+        ({"x": np.full((4, 3, 16, 16), np.nan, np.float32)}, "NaN or infinite"),
+        ({"x": np.zeros((4, 3, 16, 16), np.int64)}, "is int64, the model takes float32"),
+    ],
+    ids=["wrong-key", "wrong-shape", "nan", "wrong-dtype"],
+)
+def test_bad_data_for_your_file_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feed: dict, needle: str
+) -> None:
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "static.onnx", hard_coded_reshape=False)
+    data = _npz_batches(tmp_path / "data", [feed])
+    out = tmp_path / "out"
+    _refused(run_cli_forked(["demo", "--model", str(model), "--data", str(data), "--out", str(out)], tmp_path), needle)
+    assert not out.exists()
+
+
+def test_data_for_a_zoo_model_or_without_a_model_is_refused(tmp_path: Path) -> None:
+    from workbench.errors import WorkbenchError
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    with pytest.raises(WorkbenchError, match="brings its own data set"):
+        run_quickstart(QuickstartConfig(model="digits-cnn", data=str(tmp_path), out_dir=str(tmp_path / "out")))
+    _refused(run_cli_forked(["demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")], tmp_path), "--model")

@@ -14,7 +14,7 @@ from typing import Any
 from workbench._io import validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
 from workbench.report import diagnose, write_report
-from workbench.zoo.onnx_file import RANDOM_INPUTS_NOTE, OnnxFileEntry
+from workbench.zoo.onnx_file import OnnxFileEntry
 
 _MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
 
@@ -40,7 +40,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     session = QuickstartSession(config, on_result=show)
     entry = session.prepare().entry
     if isinstance(entry, OnnxFileEntry):
-        print(f"note        {RANDOM_INPUTS_NOTE}", flush=True)
+        print(f"note        {entry.inputs_note}", flush=True)
         for note in entry.notes:
             print(f"note        {note}", flush=True)
     run = session.run_all()
@@ -63,6 +63,11 @@ def register(subparsers: Any) -> None:
         "seeded random inputs and its metric is the output cosine vs its own FP32 outputs (not task accuracy)",
     )
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
+    parser.add_argument(
+        "--data",
+        help="with your own .onnx file: a folder of .npz batches keyed by input name (batch first); the first half "
+        "calibrates INT8, the second half is the evaluation set (default: seeded random inputs)",
+    )
     parser.add_argument(
         "--precision",
         choices=["auto", "fp32", "fp16", "int8"],
@@ -97,10 +102,16 @@ def _cli(args: argparse.Namespace) -> int:
 
         raise WorkbenchError(f"--out {out}: exists and is not a folder.", expected="an output folder")
     validate_outputs({"--out report.html": out / "report.html", "--out run.json": out / "run.json"})
+    if args.data and not args.model:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(
+            f"--data {args.data} was given without --model.", expected="--model my.onnx --data DIR (data for your file)"
+        )
     if args.model:
         from workbench.flow.quickstart import quickstart_entry
 
-        quickstart_entry(args.model)  # an unknown name or an unreadable ONNX file is refused before any work
+        quickstart_entry(args.model, args.data or "")  # an unknown name, unreadable file or bad data: before any work
     settings = {
         key: value
         for key, value in {
@@ -112,6 +123,7 @@ def _cli(args: argparse.Namespace) -> int:
             "evaluation_samples": args.eval_samples,
             "max_metric_drop": args.max_metric_drop,
             "search_budget": args.search_budget,
+            "data": args.data,
         }.items()
         if value is not None
     }

@@ -91,6 +91,9 @@ class QuickstartConfig(Artifact):
     timing_window_s: float = 0.25
     sweep: bool = True  # also time streams=1 and batch=1 so the diagnosis can say whether streams/batching help
     out_dir: str = "out"
+    # your own ONNX file only: a folder of .npz batches keyed by input name (first half calibrates, second evaluates);
+    # empty = seeded random inputs
+    data: str = ""
     export: bool = True  # the export stage writes a bundle (a new folder under <out_dir>/export each run)
 
     def __post_init__(self) -> None:
@@ -154,6 +157,11 @@ class QuickstartConfig(Artifact):
                     f"{name}={value!r} ({type(value).__name__}) is not {article[kind]}.",
                     expected=f"{name} as {article[kind]}",
                 )
+        if not isinstance(self.data, str):
+            raise WorkbenchError(
+                f"data={self.data!r} ({type(self.data).__name__}) is not a folder path string.",
+                expected='data as a string: a folder of .npz batches, or "" for seeded random inputs',
+            )
         if not isinstance(self.out_dir, (str, os.PathLike)) or not str(self.out_dir):
             raise WorkbenchError(
                 f"out_dir={self.out_dir!r} is not a folder path.", expected="out_dir as a string or pathlib.Path"
@@ -340,13 +348,19 @@ class QuickstartRun(Artifact):
 # --- the workspace: the zoo entry, output paths, and caches kept between re-runs (not part of the record) ---------
 
 
-def quickstart_entry(model: str) -> ZooEntry:
+def quickstart_entry(model: str, data: str = "") -> ZooEntry:
     """The entry the quickstart runs on: a zoo model by name, or an ONNX file (a path) as an
-    :class:`~workbench.zoo.onnx_file.OnnxFileEntry`: seeded random inputs, metric = output cosine vs its FP32."""
+    :class:`~workbench.zoo.onnx_file.OnnxFileEntry`: seeded random inputs, or the ``.npz`` batches in ``data``;
+    metric = output cosine vs its FP32."""
     if model.endswith(".onnx") or "/" in model or os.sep in model or Path(model).is_file():
         from workbench.zoo.onnx_file import OnnxFileEntry
 
-        return OnnxFileEntry(model)
+        return OnnxFileEntry(model, data=data or None)
+    if data:
+        raise WorkbenchError(
+            f"data={data!r} was given for the zoo model {model!r}, which brings its own data set.",
+            expected="data only with your own ONNX file (a path), or no data for a zoo model",
+        )
     return get_entry(model)
 
 
@@ -354,7 +368,7 @@ class Workspace:
     """What the stages share besides the run record: the zoo entry, output paths and reusable state."""
 
     def __init__(self, config: QuickstartConfig) -> None:
-        self.entry: ZooEntry = quickstart_entry(config.model)
+        self.entry: ZooEntry = quickstart_entry(config.model, config.data)
         self.model_name = config.model
         self.file_stem = self.entry.name  # names the output files (an ONNX path's stem, or the zoo name)
         self.out = Path(config.out_dir)
@@ -543,11 +557,11 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
         )
         for variant, path, result in measured
     )
-    from workbench.zoo.onnx_file import RANDOM_INPUTS_NOTE, OnnxFileEntry
+    from workbench.zoo.onnx_file import OnnxFileEntry
 
     if isinstance(ws.entry, OnnxFileEntry):
         notes = "".join(f"; {note}" for note in ws.entry.notes)
-        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {RANDOM_INPUTS_NOTE}{notes}")
+        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {ws.entry.inputs_note}{notes}")
     return Metrics(rows, not_measured)
 
 

@@ -45,7 +45,7 @@ class OnnxFileEntry(ZooEntry):
     license = "unknown"
     metric_output = ""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, data: str | Path | None = None) -> None:
         from onnx import TensorProto, helper
 
         from workbench.model import load_onnx
@@ -94,6 +94,82 @@ class OnnxFileEntry(ZooEntry):
             self.inputs[value.name] = (dtype, dims)
         self.profiles = profiles  # type: ignore[misc]
         self._reference_cache: dict[int, np.ndarray] = {}
+        self.data = Path(data) if data else None
+        self._samples: list[dict[str, np.ndarray]] = []
+        self.inputs_note = RANDOM_INPUTS_NOTE
+        if self.data is not None:
+            self._load_samples(self.data)
+
+    def _load_samples(self, folder: Path) -> None:
+        """Per-sample feeds from a folder of ``.npz`` batches keyed by input name: the first half calibrates, the
+        second half is the evaluation set (disjoint, so ranges are not judged on the samples they were fitted to)."""
+        from workbench.zoo.data import read_npz_batches
+
+        samples: list[dict[str, np.ndarray]] = []
+        # read_npz_batches refuses a missing or empty folder, special files and unreadable or pickled .npz
+        for path, feed in zip(sorted(folder.glob("*.npz")), read_npz_batches(folder)):
+            missing = sorted(set(self.inputs) - set(feed))
+            extra = sorted(set(feed) - set(self.inputs))
+            if missing or extra:
+                raise WorkbenchError(
+                    f"{path}: keys {sorted(feed)} do not match the model's inputs {sorted(self.inputs)}"
+                    + (f" (missing {missing})" if missing else "")
+                    + (f" (not inputs: {extra})" if extra else "")
+                    + ".",
+                    expected="one array per model input, keyed by input name, batch on the first axis",
+                )
+            sizes = {name: feed[name].shape[0] if feed[name].ndim else None for name in self.inputs}
+            if len(set(sizes.values())) != 1 or None in sizes.values():
+                raise WorkbenchError(
+                    f"{path}: the arrays do not share one batch axis (first axes {sizes}).",
+                    expected="arrays whose first axis is the same number of samples",
+                )
+            for name, (dtype, dims) in self.inputs.items():
+                array = feed[name]
+                same_kind = (array.dtype.kind in "biu") if dtype.kind in "biu" else array.dtype.kind == dtype.kind
+                if not same_kind:
+                    raise WorkbenchError(
+                        f"{path}: input {name!r} is {array.dtype}, the model takes {dtype}.",
+                        expected=f"{dtype} arrays (or the same kind: float for float, integer for integer)",
+                    )
+                if array.dtype.kind == "f" and not np.isfinite(array).all():
+                    raise WorkbenchError(
+                        f"{path}: input {name!r} holds NaN or infinite values.", expected="finite input samples"
+                    )
+                if array.ndim != len(dims) or any(
+                    isinstance(dim, int) and dim != size for dim, size in zip(dims[1:], array.shape[1:])
+                ):
+                    raise WorkbenchError(
+                        f"{path}: input {name!r} has shape {array.shape}, the model takes {dims}.",
+                        expected="the model's shape with the batch first",
+                    )
+            batch = next(iter(sizes.values()))
+            samples.extend(
+                {name: feed[name][i].astype(self.inputs[name][0]) for name in self.inputs} for i in range(batch)
+            )
+        if len(samples) < 2:
+            raise WorkbenchError(
+                f"{folder}: {len(samples)} sample(s); half calibrate and half evaluate.",
+                expected="at least 2 samples (hundreds for meaningful ranges and metrics)",
+            )
+        shapes = {name: {sample[name].shape for sample in samples} for name in self.inputs}
+        ragged = {name: sorted(found) for name, found in shapes.items() if len(found) > 1}
+        if ragged:
+            raise WorkbenchError(
+                f"{folder}: samples of different shapes {ragged}.", expected="one shape per input across all batches"
+            )
+        for name in self.inputs:  # symbolic dimensions take the data's sizes instead of FIXED_DIM
+            shape = samples[0][name].shape
+            self.profiles[name] = tuple((size, *shape) for size in BATCH_PROFILE)  # type: ignore[index]
+        self.notes[:] = [note for note in self.notes if "fixed to" not in note]
+        self._samples = samples
+        calibration = (len(samples) + 1) // 2
+        self.split_sizes = {"calibration": calibration, "evaluation": len(samples) - calibration}  # type: ignore[misc]
+        self.inputs_note = (
+            f"calibration on the first {calibration} of {len(samples)} samples from {folder}, evaluation on the other "
+            f"{len(samples) - calibration}; the metric is the cosine of each variant's outputs vs the FP32 model's "
+            "(how far FP16/INT8 move the outputs, not task accuracy)"
+        )
 
     # the file is used where it is: nothing to materialize or cache
     def is_cached(self) -> bool:
@@ -106,9 +182,13 @@ class OnnxFileEntry(ZooEntry):
         raise NotImplementedError
 
     def manifest(self) -> dict[str, Any]:
-        return {"name": self.name, "source": str(self.source_path), "notes": list(self.notes)}
+        data = {"data": str(self.data)} if self.data is not None else {}
+        return {"name": self.name, "source": str(self.source_path), "notes": list(self.notes), **data}
 
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+        if self._samples:
+            offset = 0 if split == "calibration" else self.split_sizes["calibration"]
+            return dict(self._samples[offset + index]), None
         rng = sample_rng(split, index, salt=7)
         feed: Feed = {}
         for name, (dtype, _dims) in self.inputs.items():
