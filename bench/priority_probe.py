@@ -223,11 +223,8 @@ def pin_weights_in_l2(executor: Any) -> dict[str, Any]:
 def set_access_window(graph: Any, info: dict[str, Any]) -> int:
     from cuda.bindings import driver
 
-    from workbench.timing.lanes import _check
+    from workbench.timing.graph_priority import set_kernel_attribute
 
-    graph = graph if isinstance(graph, driver.CUgraph) else driver.CUgraph(int(graph))
-    _nodes, count = _check(driver.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
-    nodes, _count = _check(driver.cuGraphGetNodes(graph, int(count)), "cuGraphGetNodes")
     value = getattr(driver, "CUkernelNodeAttrValue", driver.CUlaunchAttributeValue)()
     window = value.accessPolicyWindow
     window.base_ptr = info["base"]
@@ -236,14 +233,7 @@ def set_access_window(graph: Any, info: dict[str, Any]) -> int:
     window.hitProp = driver.CUaccessProperty.CU_ACCESS_PROPERTY_PERSISTING
     window.missProp = driver.CUaccessProperty.CU_ACCESS_PROPERTY_STREAMING
     value.accessPolicyWindow = window
-    attribute = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
-    kernel = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-    changed = 0
-    for node in nodes:
-        if _check(driver.cuGraphNodeGetType(node), "cuGraphNodeGetType") == kernel:
-            _check(driver.cuGraphKernelNodeSetAttribute(node, attribute, value), "cuGraphKernelNodeSetAttribute")
-            changed += 1
-    return changed
+    return set_kernel_attribute(graph, driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, value)
 
 
 def reset_l2() -> None:

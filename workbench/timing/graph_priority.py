@@ -29,14 +29,20 @@ def set_kernel_priorities(graph: Any, priority: int) -> int:
     """Give every kernel node of ``graph`` (a CUgraph or its raw address) the launch priority; returns how many."""
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
-    graph = graph if isinstance(graph, driver.CUgraph) else driver.CUgraph(int(graph))
-    _nodes, count = _ok(driver.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
-    nodes, _count = _ok(driver.cuGraphGetNodes(graph, int(count)), "cuGraphGetNodes")
     # cuda.bindings names the value type of kernel-node attributes CUkernelNodeAttrValue (older: CUlaunchAttributeValue)
     value = getattr(driver, "CUkernelNodeAttrValue", driver.CUlaunchAttributeValue)()
     value.priority = int(priority)
+    return set_kernel_attribute(graph, driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY, value)
+
+
+def set_kernel_attribute(graph: Any, attribute: Any, value: Any) -> int:
+    """Set one launch attribute (``CUlaunchAttributeID``) on every kernel node of ``graph``; returns how many."""
+    from cuda.bindings import driver  # type: ignore[import-not-found]
+
+    graph = graph if isinstance(graph, driver.CUgraph) else driver.CUgraph(int(graph))
+    _nodes, count = _ok(driver.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+    nodes, _count = _ok(driver.cuGraphGetNodes(graph, int(count)), "cuGraphGetNodes")
     kernel = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-    attribute = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY
     changed = 0
     for node in nodes:
         if _ok(driver.cuGraphNodeGetType(node), "cuGraphNodeGetType") == kernel:

@@ -396,6 +396,29 @@ def _flat_rows(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
 
 
+def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
+    """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32);
+    two all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
+    predicted = np.asarray(predicted, dtype=np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    norms = np.linalg.norm(predicted, axis=1) * np.linalg.norm(reference, axis=1)
+    both_zero = (np.linalg.norm(predicted, axis=1) == 0) & (np.linalg.norm(reference, axis=1) == 0)
+    cosine = np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
+    empty = not len(cosine)
+    return MetricResult(
+        name=name,
+        value=float("nan") if empty else float(cosine.mean()),
+        higher_is_better=True,
+        n_samples=int(len(cosine)),
+        scores=[float(c) for c in cosine],
+        details={
+            "min_cosine": float("nan") if empty else float(cosine.min()),
+            "p05_cosine": float("nan") if empty else float(np.percentile(cosine, 5)),
+            **details,
+        },
+    )
+
+
 def sample_rng(split: str, index: int, salt: int = 0) -> np.random.Generator:
     """The random generator of one sample: a pure function of (split, index, salt)."""
     return np.random.default_rng([SPLIT_SEEDS[split], int(index), int(salt)])

@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import DEV_EXTRA_HINT, Feed, MetricResult, Outputs, ZooEntry, export_to_onnx, sample_rng
+from workbench.zoo.base import (
+    DEV_EXTRA_HINT,
+    Feed,
+    MetricResult,
+    Outputs,
+    ZooEntry,
+    cosine_metric,
+    export_to_onnx,
+    sample_rng,
+)
 
 SEQUENCE_LENGTH = 64
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -204,18 +213,4 @@ class MiniLmEntry(ZooEntry):
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         reference = np.asarray(self._reference(), dtype=np.float64)[indices]
-        predicted = np.asarray(predictions, dtype=np.float64)
-        cosine = (predicted * reference).sum(axis=1) / np.maximum(
-            np.linalg.norm(predicted, axis=1) * np.linalg.norm(reference, axis=1), 1e-12
-        )
-        return MetricResult(
-            name=self.metric_name,
-            value=float(cosine.mean()) if len(cosine) else float("nan"),
-            higher_is_better=True,
-            n_samples=int(len(cosine)),
-            scores=[float(c) for c in cosine],
-            details={
-                "min_cosine": float(cosine.min()) if len(cosine) else float("nan"),
-                "p05_cosine": float(np.percentile(cosine, 5)) if len(cosine) else float("nan"),
-            },
-        )
+        return cosine_metric(self.metric_name, predictions, reference)

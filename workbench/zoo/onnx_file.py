@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, Profile, ZooEntry, sample_rng
+from workbench.zoo.base import Feed, MetricResult, Outputs, Profile, ZooEntry, cosine_metric, sample_rng
 
 FIXED_DIM = 16
 RANDOM_INPUTS_NOTE = (
@@ -225,23 +225,8 @@ class OnnxFileEntry(ZooEntry):
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         reference = np.asarray(self._reference(), dtype=np.float64)[indices]
-        predicted = np.asarray(predictions, dtype=np.float64)
-        both_zero = (np.linalg.norm(predicted, axis=1) == 0) & (np.linalg.norm(reference, axis=1) == 0)
-        cosine = (predicted * reference).sum(axis=1) / np.maximum(
-            np.linalg.norm(predicted, axis=1) * np.linalg.norm(reference, axis=1), 1e-12
-        )
-        cosine = np.where(both_zero, 1.0, cosine)
-        return MetricResult(
-            name=self.metric_name,
-            value=float(cosine.mean()) if len(cosine) else float("nan"),
-            higher_is_better=True,
-            n_samples=int(len(cosine)),
-            scores=[float(c) for c in cosine],
-            details={
-                "inputs": "seeded random (not real data)",
-                "min_cosine": float(cosine.min()) if len(cosine) else None,
-            },
-        )
+        inputs = f"samples from {self.data}" if self.data is not None else "seeded random (not real data)"
+        return cosine_metric(self.metric_name, predictions, reference, inputs=inputs)
 
 
 def _random_feed(
