@@ -43,6 +43,9 @@ def cpu_session(
     extra = [name for name in extra_outputs]
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
+        from workbench._io import refuse_special_file
+
+        refuse_special_file(path, expected="a path to a regular .onnx file")
         if not path.is_file():
             raise WorkbenchError(f"{path}: no such ONNX file.", expected="a path to an existing .onnx file")
         source = str(path)

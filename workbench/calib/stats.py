@@ -131,6 +131,9 @@ class CalibrationRanges(Artifact):
         With ``model_sha256`` given, a cache made for a different model is refused (ranges would be mismatched).
         """
         path = Path(path)
+        from workbench._io import refuse_special_file
+
+        refuse_special_file(path, expected="a *.calib.json file or a TensorRT calibration cache")
         if not path.is_file():
             raise WorkbenchError(
                 f"{path}: no such calibration cache.", expected="a *.calib.json file or a TensorRT calibration cache"

@@ -488,6 +488,9 @@ def read_layers(source: str | os.PathLike[str] | Mapping[str, Any] | list[Any]) 
             expected="a .layers.json / inspector JSON object or list, or a path",
         )
     path = Path(source)
+    from workbench._io import refuse_special_file
+
+    refuse_special_file(path, expected="a .layers.json, engine-inspector JSON or TensorRT-RTX verbose build log")
     if not path.is_file():
         raise WorkbenchError(
             f"{path}: no such layer-records file.",
@@ -538,6 +541,9 @@ def _layers_message_in_log(text: str) -> str | None:
 def read_layers_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A ``.layers.json`` document written by ``workbench build``, read and checked for its required parts."""
     path = Path(path)
+    from workbench._io import refuse_special_file
+
+    refuse_special_file(path, expected="the .layers.json that `workbench build` writes next to the engine")
     if not path.is_file():
         raise WorkbenchError(
             f"{path}: the engine's layer records are missing.",

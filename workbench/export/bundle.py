@@ -24,6 +24,7 @@ from typing import Any
 from workbench._io import (
     dumps_json,
     read_json,
+    refuse_special_file,
     sha256_file,
     staging_directory,
     swap_directories,
@@ -209,6 +210,7 @@ def export_bundle(
         )
     if calibration_cache is not None:
         cache = Path(calibration_cache)
+        refuse_special_file(cache, expected="the cache file written by calibration")
         if not cache.is_file():
             raise WorkbenchError(
                 f"{cache}: no such calibration cache.", expected="the cache file written by calibration"
