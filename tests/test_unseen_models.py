@@ -381,3 +381,22 @@ def test_data_for_a_zoo_model_or_without_a_model_is_refused(tmp_path: Path) -> N
     with pytest.raises(WorkbenchError, match="brings its own data set"):
         run_quickstart(QuickstartConfig(model="digits-cnn", data=str(tmp_path), out_dir=str(tmp_path / "out")))
     _refused(run_cli_forked(["demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")], tmp_path), "--model")
+
+
+def test_changing_the_data_reruns_the_whole_journey_on_the_new_samples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The panel's session.update(data=...) must not keep metrics measured on the old samples."""
+    from workbench.flow import QuickstartConfig, QuickstartSession
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "static.onnx", hard_coded_reshape=False)
+    rng = np.random.default_rng(9)
+    data = _npz_batches(tmp_path / "data", [{"x": rng.uniform(0, 1, (4, 3, 16, 16)).astype(np.float32)}])
+    small = dict(calibration_samples=8, diff_samples=8, evaluation_samples=8, search_budget=0, export=False)
+    session = QuickstartSession(QuickstartConfig(model=str(model), out_dir=str(tmp_path / "out"), **small))
+    first = session.run_all()
+    assert "RANDOM" in first.metrics.how and {row.n_samples for row in first.metrics.rows} == {8}
+    second = session.update(data=str(data))
+    assert f"first 2 of 4 samples from {data}" in second.metrics.how
+    assert {row.n_samples for row in second.metrics.rows} == {2}

@@ -370,6 +370,7 @@ class Workspace:
     def __init__(self, config: QuickstartConfig) -> None:
         self.entry: ZooEntry = quickstart_entry(config.model, config.data)
         self.model_name = config.model
+        self.data = config.data
         self.file_stem = self.entry.name  # names the output files (an ONNX path's stem, or the zoo name)
         self.out = Path(config.out_dir)
         from workbench._io import validate_outputs
@@ -977,6 +978,7 @@ class QuickstartSession:
         if (
             self.workspace is None
             or self.workspace.model_name != self.config.model
+            or self.workspace.data != self.config.data  # other samples: new calibration, metrics, everything
             or (self.workspace.out != Path(self.config.out_dir))
         ):
             self.workspace = Workspace(self.config)
@@ -1017,7 +1019,7 @@ class QuickstartSession:
         self.run = replace(self.run, config=new)
         if not changed:
             return self.run
-        if "out_dir" in changed or "model" in changed or not self.run.stages:
+        if {"out_dir", "model", "data"} & changed or not self.run.stages:
             return self.run_from(STAGE_NAMES[0])
         return self.run_from(first_affected_stage(changed))
 
