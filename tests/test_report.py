@@ -108,3 +108,19 @@ def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
 def test_demo_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["demo", "--out", str(tmp_path), "--streams", "0"]) == 2
     assert "streams=0 is out of range" in capsys.readouterr().err
+
+
+def test_demo_says_a_long_stage_is_still_running(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from workbench.demo import StillRunning
+
+    heartbeat = StillRunning(every_s=0.1)
+    heartbeat.start("Build the FP32 engine", 1, 12)
+    time.sleep(0.35)
+    heartbeat.stop()
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 2, lines
+    assert all(re.fullmatch(r"\[ 2/12\] \.\.\.  Build the FP32 engine: still running, \d+ s", line) for line in lines)
+    time.sleep(0.25)  # stopped means silent
+    assert capsys.readouterr().out == ""

@@ -8,6 +8,8 @@ self-contained page) next to the engines and the exported bundle.
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,37 @@ from workbench.report import diagnose, write_report
 from workbench.zoo.onnx_file import OnnxFileEntry
 
 _MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
+STILL_RUNNING_EVERY_S = 15.0
+
+
+class StillRunning:
+    """Prints ``... TITLE: still running, N s`` every ``every_s`` while a stage runs, so a long stage (an engine build
+    of a 2,000-node model takes a minute or more) never leaves the terminal silent. Plain lines, not a tqdm bar:
+    the output is read in CI logs and files as much as in terminals."""
+
+    def __init__(self, every_s: float = STILL_RUNNING_EVERY_S) -> None:
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, title: str, index: int, total: int) -> None:
+        self.stop()
+        self._stop = threading.Event()
+        started = time.perf_counter()
+
+        def beat(stop: threading.Event = self._stop) -> None:
+            while not stop.wait(self.every_s):
+                elapsed = time.perf_counter() - started
+                print(f"[{index + 1:2d}/{total}] ...  {title}: still running, {elapsed:.0f} s", flush=True)
+
+        self._thread = threading.Thread(target=beat, name="demo-still-running", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
@@ -30,20 +63,32 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
         flush=True,
     )
 
+    heartbeat = StillRunning()
+
+    def started(name: str, index: int, total: int, title: str) -> None:
+        if name == "done":
+            heartbeat.stop()
+        else:
+            heartbeat.start(title, index, total)
+
     def show(result: StageResult, index: int, total: int) -> None:
+        heartbeat.stop()
         print(
             f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
             f"{result.seconds:6.1f} s  {result.summary}",
             flush=True,
         )
 
-    session = QuickstartSession(config, on_result=show)
+    session = QuickstartSession(config, progress=started, on_result=show)
     entry = session.prepare().entry
     if isinstance(entry, OnnxFileEntry):
         print(f"note        {entry.inputs_note}", flush=True)
         for note in entry.notes:
             print(f"note        {note}", flush=True)
-    run = session.run_all()
+    try:
+        run = session.run_all()
+    finally:
+        heartbeat.stop()
     report = write_report(run, Path(out_dir) / "report.html")
     write_json_atomic(Path(out_dir) / "run.json", run.to_json())
     print("diagnosis:")
