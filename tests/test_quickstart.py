@@ -41,6 +41,7 @@ def test_stage_dependencies_and_failures(tmp_path: Path) -> None:
     assert first_affected_stage({"streams"}) == "timing"
     assert first_affected_stage({"precision"}) == "select"
     assert first_affected_stage({"calibration_method", "batch"}) == "calibrate"
+    assert first_affected_stage({"data"}) == first_affected_stage({"model", "streams"}) == "clean"
     assert timing_plan(QuickstartConfig(streams=4, batch=8)) == [(4, 8), (1, 8), (4, 1), (1, 1)]
     assert timing_plan(QuickstartConfig(streams=1, batch=1)) == [(1, 1)]
     # a stage whose input stage never completed is skipped, says which one it needed, and leaves no artifact

@@ -1019,13 +1019,19 @@ class QuickstartSession:
         self.run = replace(self.run, config=new)
         if not changed:
             return self.run
-        if {"out_dir", "model", "data"} & changed or not self.run.stages:
+        if WHOLE_RUN_SETTINGS & changed or not self.run.stages:
             return self.run_from(STAGE_NAMES[0])
         return self.run_from(first_affected_stage(changed))
 
 
+# settings every stage depends on (a new workspace): no stage lists them among what it reads
+WHOLE_RUN_SETTINGS = frozenset({"model", "data", "out_dir"})
+
+
 def first_affected_stage(changed: Iterable[str]) -> str:
     changed = set(changed)
+    if changed & WHOLE_RUN_SETTINGS:
+        return STAGE_NAMES[0]
     for stage in STAGES:
         if changed & set(stage.reads):
             return stage.name

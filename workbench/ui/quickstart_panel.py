@@ -145,6 +145,8 @@ class QuickstartPanel:
         what = "updating " + ", ".join(f"{k}={v}" for k, v in changes.items())
         if "model" in changed or not self.session.run.stages:
             self._start(STAGE_NAMES, what, f"model changed to {validated.model}: every stage re-runs", clear=True)
+        elif {"data", "out_dir"} & changed:
+            self._start(STAGE_NAMES, what, f"{', '.join(sorted(changed))} changed: every stage re-runs", clear=True)
         else:
             first = first_affected_stage(changed)
             self._start(STAGE_NAMES[STAGE_NAMES.index(first) :], what, f"{', '.join(sorted(changed))} changed")
