@@ -306,6 +306,13 @@ def test_a_fixed_batch_1_model_gets_a_proven_batch_axis_and_runs_the_journey(
     assert any("made symbolic" in note and "3 random samples" in note for note in entry.notes), entry.notes
     assert entry.onnx_path() != model and entry.onnx_path().is_file()
     assert model.read_bytes() == original  # the user's file is never rewritten
+    assert entry.name == "static"  # outputs are named after the user's file, not the cached copy
+    copied = tmp_path / "materialized.onnx"
+    entry._materialize(copied)  # the zoo protocol's self-contained copy: the model this entry runs
+    from workbench.ort import cpu_predict
+
+    feed = {"x": np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    np.testing.assert_array_equal(cpu_predict(copied)(feed)["y"], cpu_predict(entry.onnx_path())(feed)["y"])
     run = _quickstart(model, tmp_path / "out", export=False)
     for name in ("clean", "build_fp32", "calibrate", "timing"):
         assert run.stage(name).ok, run.stage(name)
@@ -400,3 +407,34 @@ def test_changing_the_data_reruns_the_whole_journey_on_the_new_samples(
     second = session.update(data=str(data))
     assert f"first 2 of 4 samples from {data}" in second.metrics.how
     assert {row.n_samples for row in second.metrics.rows} == {2}
+
+
+def test_a_fixed_input_next_to_batched_ones_is_refused_as_a_parameter_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x[N, 4] * s[1, 4]: s is a run-time parameter, not a batch of 1, so no batch copy is made of it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from workbench.errors import WorkbenchError
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("MatMul", ["m", "W"], ["y"])],
+        "scaled",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(np.ones((4, 3), np.float32), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "scaled.onnx")
+    with pytest.raises(
+        WorkbenchError, match=r"\['s'\] have no dynamic batch axis.*other input\(s\) \['x'\] are batched"
+    ):
+        OnnxFileEntry(tmp_path / "scaled.onnx")
+    assert not (tmp_path / "cache").exists()

@@ -225,11 +225,9 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     graph = model.proto.graph
     weights = {initializer.name for initializer in graph.initializer}
     if not any(value.name not in weights for value in graph.input):  # before "nothing to quantize": the cause
-        raise WorkbenchError(
-            f"{model.path}: the model has no graph inputs: its outputs are constants, so calibration data cannot "
-            "change any range.",
-            expected="a model with at least one input",
-        )
+        from workbench.calib.stats import no_graph_inputs
+
+        raise no_graph_inputs(str(model.path))
     if not any(node.op_type in QUANTIZABLE_OPS for node in graph.node):
         ops = sorted({node.op_type for node in graph.node})
         raise WorkbenchError(

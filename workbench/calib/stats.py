@@ -319,10 +319,7 @@ def collect_statistics(
     session = _session(prepared, names, optimized=optimized)
     input_names = [i.name for i in session.get_inputs()]
     if not input_names:
-        raise WorkbenchError(
-            "the model has no graph inputs: its outputs are constants, so calibration data cannot change any range.",
-            expected="a model with at least one input",
-        )
+        raise no_graph_inputs("the model")
     histograms = {name: TensorHistogram(name) for name in names}
     digests: list[str] = []
     batches = samples = 0
@@ -401,4 +398,12 @@ def collect_statistics(
         seconds=time.perf_counter() - start,
         random_data=source.is_random,
         warnings=tuple(notes),
+    )
+
+
+def no_graph_inputs(what: str) -> WorkbenchError:
+    """The error for a model calibration cannot apply to because it has no inputs."""
+    return WorkbenchError(
+        f"{what} has no graph inputs: its outputs are constants, so calibration data cannot change any range.",
+        expected="a model with at least one input",
     )

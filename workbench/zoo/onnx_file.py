@@ -33,6 +33,7 @@ RANDOM_INPUTS_NOTE = (
     "cosine of each variant's outputs vs the FP32 model's (how far FP16/INT8 move the outputs, not task accuracy)"
 )
 BATCH_PROFILE = (1, 8, 64)
+BATCH_DIM = "workbench_batch"  # the symbolic first axis given to a fixed-batch-1 file (a name no export uses)
 
 
 class OnnxFileEntry(ZooEntry):
@@ -58,14 +59,16 @@ class OnnxFileEntry(ZooEntry):
         if batch_copy is not None:
             self.path = batch_copy
             model = load_onnx(self.path)
-        # the zoo declares these per class (ClassVar); an ONNX file sets them per instance
-        self.name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.path.stem) or "model"  # type: ignore[misc]
-        what = "your file: random inputs, metric = output cosine vs its FP32 outputs"
-        self.description = f"{self.path.name} ({what})"  # type: ignore[misc]
+        # the zoo declares these per class (ClassVar); an ONNX file sets them per instance (named after the user's
+        # file, not the cached batch copy)
+        self.name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.source_path.stem) or "model"  # type: ignore[misc]
+        self.data = Path(data) if data else None
+        inputs_from = f"samples from {self.data}" if self.data is not None else "random inputs"
+        what = f"your file: {inputs_from}, metric = output cosine vs its FP32 outputs"
+        self.description = f"{self.source_path.name} ({what})"  # type: ignore[misc]
         self.split_sizes = {"calibration": 256, "evaluation": 256}  # type: ignore[misc]
         initializers = {init.name for init in model.proto.graph.initializer}
         self.inputs: dict[str, tuple[np.dtype, list[int | str]]] = {}
-        profiles: dict[str, Profile] = {}
         for value in model.proto.graph.input:
             if value.name in initializers:
                 continue
@@ -83,22 +86,24 @@ class OnnxFileEntry(ZooEntry):
                     f"{self.path}: input {value.name!r} has no dynamic batch axis (shape {dims}).",
                     expected="inputs whose first axis is a symbolic batch dimension, as the quickstart batches samples",
                 )
-            low, opt, high = ([size] for size in BATCH_PROFILE)
-            for axis, dim in enumerate(dims[1:], start=1):
-                if isinstance(dim, str):
-                    self.notes.append(f"input {value.name!r} axis {axis} ({dim}) fixed to {FIXED_DIM}")
-                    dim = FIXED_DIM
-                for shape in (low, opt, high):
-                    shape.append(int(dim))
-            profiles[value.name] = (tuple(low), tuple(opt), tuple(high))
             self.inputs[value.name] = (dtype, dims)
-        self.profiles = profiles  # type: ignore[misc]
         self._reference_cache: dict[int, np.ndarray] = {}
-        self.data = Path(data) if data else None
         self._samples: list[dict[str, np.ndarray]] = []
         self.inputs_note = RANDOM_INPUTS_NOTE
         if self.data is not None:
-            self._load_samples(self.data)
+            self._load_samples(self.data)  # symbolic dimensions take the data's sizes
+            sample_shapes = {name: self._samples[0][name].shape for name in self.inputs}
+        else:
+            sample_shapes = {}
+            for name, (_dtype, dims) in self.inputs.items():
+                for axis, dim in enumerate(dims[1:], start=1):
+                    if isinstance(dim, str):
+                        self.notes.append(f"input {name!r} axis {axis} ({dim}) fixed to {FIXED_DIM}")
+                sample_shapes[name] = tuple(dim if isinstance(dim, int) else FIXED_DIM for dim in dims[1:])
+        self.profiles: dict[str, Profile] = {  # type: ignore[misc]
+            name: tuple((size, *shape) for size in BATCH_PROFILE)  # type: ignore[misc]
+            for name, shape in sample_shapes.items()
+        }
 
     def _load_samples(self, folder: Path) -> None:
         """Per-sample feeds from a folder of ``.npz`` batches keyed by input name: the first half calibrates, the
@@ -158,10 +163,6 @@ class OnnxFileEntry(ZooEntry):
             raise WorkbenchError(
                 f"{folder}: samples of different shapes {ragged}.", expected="one shape per input across all batches"
             )
-        for name in self.inputs:  # symbolic dimensions take the data's sizes instead of FIXED_DIM
-            shape = samples[0][name].shape
-            self.profiles[name] = tuple((size, *shape) for size in BATCH_PROFILE)  # type: ignore[index]
-        self.notes[:] = [note for note in self.notes if "fixed to" not in note]
         self._samples = samples
         calibration = (len(samples) + 1) // 2
         self.split_sizes = {"calibration": calibration, "evaluation": len(samples) - calibration}  # type: ignore[misc]
@@ -178,8 +179,12 @@ class OnnxFileEntry(ZooEntry):
     def onnx_path(self) -> Path:
         return self.path
 
-    def _materialize(self, target: Path) -> None:  # pragma: no cover - never called (onnx_path is the file)
-        raise NotImplementedError
+    def _materialize(self, target: Path) -> dict[str, Any]:
+        """The model this entry runs (the file, or its proven batch copy) as one self-contained ONNX file."""
+        from workbench.model import load_onnx
+
+        target.write_bytes(load_onnx(self.path).proto.SerializeToString())  # external weights read in, written inline
+        return {"source": str(self.source_path), "notes": list(self.notes)}
 
     def manifest(self) -> dict[str, Any]:
         data = {"data": str(self.data)} if self.data is not None else {}
@@ -189,17 +194,8 @@ class OnnxFileEntry(ZooEntry):
         if self._samples:
             offset = 0 if split == "calibration" else self.split_sizes["calibration"]
             return dict(self._samples[offset + index]), None
-        rng = sample_rng(split, index, salt=7)
-        feed: Feed = {}
-        for name, (dtype, _dims) in self.inputs.items():
-            shape = self.profiles[name][1][1:]
-            if dtype.kind == "f":
-                feed[name] = rng.standard_normal(shape).astype(dtype)
-            elif dtype.kind == "b":
-                feed[name] = rng.integers(0, 2, shape).astype(bool)
-            else:
-                feed[name] = rng.integers(0, 2, shape).astype(dtype)
-        return feed, None
+        shapes = {name: (dtype, self.profiles[name][1][1:]) for name, (dtype, _dims) in self.inputs.items()}
+        return _random_feed(shapes, sample_rng(split, index, salt=7)), None
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
         batch = len(next(iter(feed.values())))
@@ -278,8 +274,19 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
 
     if any(value.type.tensor_type.elem_type in (TensorProto.STRING, TensorProto.UNDEFINED) for value in inputs):
         return None  # the entry refuses non-numeric inputs with its own message
+    batched = sorted(value.name for value in inputs if isinstance(first_dim(value), str))
+    if batched:  # the others are batched: these are not batch axes (e.g. a broadcast parameter)
+        raise refuse(
+            f"the other input(s) {batched} are batched, so these are no batch axes; inputs that take no batch (a "
+            "parameter fed at run time) are not supported by the quickstart: make them initializers, or give them "
+            "the batch axis."
+        )
     if any(first_dim(value) != 1 for value in static) or any(first_dim(value) is None for value in inputs):
         raise refuse("only a fixed batch of 1 on every input can be made symbolic here.")
+    from workbench.model.onnx_model import PROTOBUF_LIMIT_BYTES
+
+    if proto.ByteSize() >= PROTOBUF_LIMIT_BYTES:  # the copy and its proof hold the whole model in one message
+        raise refuse("with its weights the model is over 2 GiB, too large for a rewritten copy.")
     digest = hashlib.sha256(proto.SerializeToString()).hexdigest()[:16]
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "model"
     target = cache_dir() / "onnx-files" / f"{stem}-{digest}-batch.onnx"
@@ -295,7 +302,7 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
             continue
         dims = value.type.tensor_type.shape.dim
         if len(dims) and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
-            dims[0].dim_param = "batch"
+            dims[0].dim_param = BATCH_DIM
             if any(value is output for output in rewritten.graph.output):
                 batch_outputs.append(value.name)
     if not batch_outputs:
@@ -309,9 +316,6 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
     }
     rng = np.random.default_rng(2026)
     samples = [_random_feed(feeds_spec, rng) for _ in range(3)]
-    import onnxruntime
-
-    onnxruntime.set_default_logger_severity(4)  # a failing batch-3 run is reported below, not logged by ORT as well
     try:
         single = cpu_predict(path, optimized=False, what=str(path))
         one_by_one = [single(feed) for feed in samples]
@@ -322,8 +326,6 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
         raise refuse(f"ONNX Runtime could not run it with a batch of 3 ({error}).") from None
     except Exception as error:  # ORT's own errors: the graph hard-codes its batch somewhere
         raise refuse(f"ONNX Runtime could not run it with a batch of 3 ({_ort_reason(error)}).") from None
-    finally:
-        onnxruntime.set_default_logger_severity(2)  # ORT's default (warnings)
     worst = 0.0
     for name in batch_outputs:
         expected = np.concatenate([np.asarray(outputs[name]) for outputs in one_by_one])
