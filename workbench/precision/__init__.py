@@ -5,8 +5,34 @@ strongly typed: FP16 by AutoCast-style casts (:mod:`.autocast`), INT8 by Q/DQ pa
 from workbench.precision.autocast import AutocastResult, apply_precision_plan
 from workbench.precision.plan import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS, QdqPlacement, WeightQuant, plan_placement, prepare_model
+from workbench.precision.variant import (
+    CALIBRATION_METHODS,
+    COST_ORDER,
+    PRECISION_CHOICES,
+    VARIANTS,
+    CalibrationMethod,
+    PrecisionChoice,
+    Variant,
+    VariantInfo,
+    parse_calibration_method,
+    parse_precision_choice,
+    parse_variant,
+    variants_for,
+)
 
 __all__ = [
+    "CALIBRATION_METHODS",
+    "COST_ORDER",
+    "PRECISION_CHOICES",
+    "VARIANTS",
+    "CalibrationMethod",
+    "PrecisionChoice",
+    "Variant",
+    "VariantInfo",
+    "parse_calibration_method",
+    "parse_precision_choice",
+    "parse_variant",
+    "variants_for",
     "PRECISIONS",
     "QUANTIZABLE_OPS",
     "AutocastResult",
