@@ -14,16 +14,13 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
+from workbench.precision.variant import CALIBRATION_METHOD_LABELS, PRECISION_CHOICE_LABELS
 from workbench.timing.limits import BATCH_CHOICES, MAX_STREAMS, MIN_STREAMS
 from workbench.viz.palette import STATUS_COLORS
 
-PRECISIONS = (
-    ("auto (rule)", "auto"),
-    ("FP32", "fp32"),
-    ("FP16", "fp16"),
-    ("INT8 (mixed where better)", "int8"),
-)
-CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
+# (label, value) pairs from the one typed list of each (workbench.precision.variant)
+PRECISIONS = tuple((label, value) for value, label in PRECISION_CHOICE_LABELS.items())
+CALIBRATION_METHODS = tuple((label, value) for value, label in CALIBRATION_METHOD_LABELS.items())
 _STYLE = {"description_width": "110px"}
 _LAYOUT = widgets.Layout(width="340px")
 
