@@ -91,6 +91,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     from workbench._io import refuse_special_file, validate_outputs, write_json_atomic
@@ -129,7 +130,7 @@ def run_cli(args: argparse.Namespace) -> int:
             raise WorkbenchError(
                 f"--priorities {args.priorities!r} is not a list of integers.", expected="e.g. --priorities=-1,0"
             ) from error
-    common = dict(
+    base = RunConfig(
         batch=args.batch,
         depth=args.depth,
         warmup_s=args.warmup,
@@ -138,20 +139,18 @@ def run_cli(args: argparse.Namespace) -> int:
         timeout_ms=args.timeout_ms,
         stream_priorities=priorities,
         spin_wait=args.spin_wait,
+        load=args.load,
+        rate_per_s=args.rate,
+        dynamic_batching=args.dynamic_batching,
+        max_batch=args.max_batch,
+        max_queue_delay_ms=args.max_delay_ms,
     )
     try:
         baseline = None
-        if not args.no_baseline:
-            baseline = run_pipeline(executor, RunConfig(load="sync", **common), model=label)
+        if not args.no_baseline:  # one lane, one request at a time, no batcher
+            sync = replace(base, load="sync", rate_per_s=None, dynamic_batching=False)
+            baseline = run_pipeline(executor, sync, model=label)
             _print_row("sync baseline", baseline)
-        base = RunConfig(
-            load=args.load,
-            rate_per_s=args.rate,
-            dynamic_batching=args.dynamic_batching,
-            max_batch=args.max_batch,
-            max_queue_delay_ms=args.max_delay_ms,
-            **common,
-        )
         sweep = run_sweep(
             executor,
             grid_plan(args.streams, [args.batch]),
