@@ -16,6 +16,7 @@ from typing import Any
 from workbench._io import validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
 from workbench.report import diagnose, write_report
+from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
 
 _MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
@@ -126,7 +127,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
     )
-    parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
+    parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
     parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
     parser.add_argument(
