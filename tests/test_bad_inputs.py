@@ -557,7 +557,7 @@ CASES = [
     *[
         _c(f"demo-{opt}-{value}", f"demo --out newout {opt} {value}", _DEMO_SETTING[opt])
         for opt, values in {
-            "--streams": ["0", "17"],
+            "--streams": ["0", "65"],
             "--batch": ["0", "-1"],
             "--max-metric-drop": ["nan", "-1", "2", "inf"],
             "--calibration-samples": ["0"],

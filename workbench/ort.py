@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -21,15 +21,22 @@ Feed = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 PredictFn = Callable[[Feed], Outputs]
 
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+# what ONNX Runtime can load: a ModelProto, its serialized bytes, or a path to a file
+ModelSource = Union["onnx.ModelProto", bytes, str, os.PathLike[str]]
+
 
 def cpu_session(
-    model: Any,
+    model: ModelSource,
     *,
     extra_outputs: Iterable[str] = (),
     optimized: bool = False,
     what: str = "the model",
     external_initializers: Mapping[str, np.ndarray] | None = None,
-) -> Any:
+) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` on CPU for a ModelProto, its serialized bytes or a file path.
 
     ``extra_outputs`` exposes intermediate tensors as graph outputs (on a copy; the caller's model is untouched).
@@ -39,7 +46,7 @@ def cpu_session(
     """
     import onnxruntime as ort
 
-    source: Any
+    source: onnx.ModelProto | bytes | str
     extra = [name for name in extra_outputs]
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
@@ -84,7 +91,7 @@ def cpu_session(
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
 
 
-def _with_outputs(model: Any, names: list[str]) -> Any:
+def _with_outputs(model: onnx.ModelProto | bytes, names: list[str]) -> onnx.ModelProto:
     import onnx
 
     if isinstance(model, bytes):
@@ -98,7 +105,7 @@ def _with_outputs(model: Any, names: list[str]) -> Any:
     return copy
 
 
-def session_predict(session: Any, *, what: str = "the model") -> PredictFn:
+def session_predict(session: onnxruntime.InferenceSession, *, what: str = "the model") -> PredictFn:
     """``predict(feed) -> {output name: array}`` over a session; a feed missing an input is a WorkbenchError."""
     output_names = [output.name for output in session.get_outputs()]
     input_names = [inp.name for inp in session.get_inputs()]
@@ -112,6 +119,6 @@ def session_predict(session: Any, *, what: str = "the model") -> PredictFn:
     return predict
 
 
-def cpu_predict(model: Any, *, optimized: bool = False, what: str = "the model") -> PredictFn:
+def cpu_predict(model: ModelSource, *, optimized: bool = False, what: str = "the model") -> PredictFn:
     """``predict(feed)`` for a ModelProto, bytes or path, with ONNX Runtime CPU (optimizations off by default)."""
     return session_predict(cpu_session(model, optimized=optimized, what=what), what=what)

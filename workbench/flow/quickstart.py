@@ -48,8 +48,9 @@ from workbench.precision.variant import (
     parse_precision_choice,
     parse_variant,
 )
-from workbench.timing import RunConfig, TimingResult, run_pipeline
+from workbench.timing import TimingResult, interactive_config, run_sweep, sweep_plan
 from workbench.timing.executors import OrtCpuExecutor
+from workbench.timing.limits import check_journey_batch, check_streams
 from workbench.timing.trt_executor import TrtExecutor
 from workbench.zoo import DEFAULT_MODEL, ZooEntry, get_entry
 
@@ -105,10 +106,8 @@ class QuickstartConfig(Artifact):
         self._check_types()
         parse_precision_choice(self.precision)
         parse_calibration_method(self.calibration_method)
-        if not 1 <= int(self.streams) <= 16:
-            raise WorkbenchError(f"streams={self.streams} is out of range.", expected="1..16")
-        if not 1 <= int(self.batch) <= 64:
-            raise WorkbenchError(f"batch={self.batch} is out of range.", expected="1..64")
+        check_streams(self.streams)
+        check_journey_batch(self.batch)
         for name in ("calibration_samples", "diff_samples", "evaluation_samples"):
             if int(getattr(self, name)) < 1:
                 raise WorkbenchError(f"{name}={getattr(self, name)} must be at least 1.")
@@ -617,17 +616,6 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     )
 
 
-def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
-    """(streams, batch) configurations to time: the chosen one first, then streams=1 and batch=1 for comparison."""
-    chosen = (int(config.streams), int(config.batch))
-    plan = [chosen]
-    if config.sweep:
-        for candidate in ((1, chosen[1]), (chosen[0], 1), (1, 1)):
-            if candidate not in plan:
-                plan.append(candidate)
-    return plan
-
-
 def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
     """A GPU executor for the chosen engine when this machine can run it, else ONNX Runtime CPU, and why."""
     gpu = detect_gpu()
@@ -646,21 +634,16 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
     executor, reason = _executor_for(_result_of(run.selection, "select"), ws)
-    results = []
     try:
-        for streams, batch in timing_plan(cfg):
-            config = RunConfig(
-                streams=streams,
-                batch=batch,
-                warmup_s=min(0.2, cfg.timing_window_s),
-                window_s=cfg.timing_window_s,
-                min_windows=3,
-                max_windows=4,
-            )
-            results.append(run_pipeline(executor, config, model=cfg.model))
+        sweep = run_sweep(
+            executor,
+            sweep_plan(cfg.streams, cfg.batch, include_baselines=cfg.sweep),
+            interactive_config(cfg.timing_window_s),
+            model=cfg.model,
+        )
     finally:
         executor.close()
-    return Timing(tuple(results), reason)
+    return Timing(sweep.results, reason)
 
 
 def new_export_dir(run: QuickstartRun, root: Path, variant: Variant | str | None = None) -> Path:
