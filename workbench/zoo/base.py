@@ -34,6 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Feed = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
+# one sample's label (a class id, a text line, a page's boxes; None when scored against the FP32 model) and a
+# model's per-sample prediction (a class id, decoded text, boxes, an embedding)
+Label = int | str | np.ndarray | None
+Prediction = int | str | np.ndarray
 PredictFn = Callable[[Feed], Outputs]
 Profile = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
