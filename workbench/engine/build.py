@@ -40,6 +40,7 @@ from workbench.engine.records import (
 )
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
+from workbench.model.graph import fix_node_names
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
 
@@ -280,20 +281,35 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
     return profiles
 
 
-def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str]:
-    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan.
+def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str, list[str]]:
+    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan and for node names
+    the layer records cannot carry (duplicates, newlines); with a note for each rewrite of names.
 
     TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
     refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
     """
     plan = options.effective_plan
+    names = [node.name for node in model.proto.graph.node if node.name]
+    names_ok = len(set(names)) == len(names) and all(name.isprintable() for name in names)
+    if plan.default == "fp32" and not plan.overrides and names_ok:
+        return model.path, model.sha256, []
     if plan.default == "fp32" and not plan.overrides:
-        return model.path, model.sha256
-    proto = apply_precision_plan(model, plan).proto
+        import onnx
+
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.proto)
+    else:
+        proto = apply_precision_plan(model, plan).proto
+    renamed = fix_node_names(proto)  # duplicate or non-printable names would merge or break the layer records
+    notes = [
+        f"{len(renamed)} ONNX node name(s) were duplicate or not printable and were renamed for the build "
+        f"(the layer map uses the new names), e.g. {old!r} -> {new!r}"
+        for old, new in renamed[:1]
+    ]
     out = workdir / (model.path.stem + f".{plan.label}.onnx")
     data = proto.SerializeToString()
     out.write_bytes(data)
-    return out, sha256_bytes(data)
+    return out, sha256_bytes(data), notes
 
 
 class _TqdmProgress:
@@ -342,7 +358,7 @@ def engine_from_onnx(
         progress = _TqdmProgress()
 
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
-        onnx_for_build, built_sha = _prepare_onnx(model, options, Path(tmp))
+        onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
         request = NetworkBuildRequest(
             onnx_path=str(onnx_for_build),
             profiles=[profiles] if profiles else [],
@@ -368,7 +384,7 @@ def engine_from_onnx(
 
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
-    notes = [msg for sev, msg in messages if sev == 2]
+    notes = name_notes + [msg for sev, msg in messages if sev == 2]
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
