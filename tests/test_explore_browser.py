@@ -69,7 +69,7 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
     fp32 = engine_for_zoo_model("ocr-cls", "fp32", tmp_path)
     explorer = workbench.explore(fp32)
     server = get_server()
-    assert server.host == "127.0.0.1" and healthy(server.port)
+    assert server.host == "127.0.0.1" and healthy(server.port, server.token)
     again = workbench.explore(fp32)
     assert again.url.split("/?")[0] == explorer.url.split("/?")[0] == server.base_url  # one server, reused
     assert "<iframe" in explorer._repr_html_()

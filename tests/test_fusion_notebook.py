@@ -32,7 +32,7 @@ assert explorer.panel.compare_with.label.endswith(".fp16")
 assert explorer.progress.events > 0
 print("DRIVEN", len(explorer.maps))
 from workbench.explore.server import get_server, healthy
-assert healthy(get_server().port) and view.url.startswith(get_server().base_url)
+assert healthy(get_server().port, get_server().token) and view.url.startswith(get_server().base_url)
 assert compared.url.startswith(get_server().base_url)  # one server per kernel, reused
 print("EXPLORED", len(view.graph_files), len(compared.graph_files))
 """

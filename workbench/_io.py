@@ -94,6 +94,12 @@ def _register(path: str | Path) -> None:
         _LIVE_TEMPS.add(str(path))
 
 
+def register_temp(path: str | Path) -> None:
+    """Remove ``path`` (a temporary file or folder this process made) on SIGINT/SIGTERM and at exit."""
+    install_cleanup_handlers()
+    _register(path)
+
+
 def _unregister(path: str | Path) -> None:
     with _LOCK:
         _LIVE_TEMPS.discard(str(path))

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -23,15 +23,22 @@ Feed = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 PredictFn = Callable[[Feed], Outputs]
 
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+# what ONNX Runtime can load: a ModelProto, its serialized bytes, or a path to a file
+ModelSource = Union["onnx.ModelProto", bytes, str, os.PathLike[str]]
+
 
 def cpu_session(
-    model: Any,
+    model: ModelSource,
     *,
     extra_outputs: Iterable[str] = (),
     optimized: bool = False,
     what: str = "the model",
     external_initializers: Mapping[str, np.ndarray] | None = None,
-) -> Any:
+) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` on CPU for a ModelProto, its serialized bytes or a file path.
 
     ``extra_outputs`` exposes intermediate tensors as graph outputs (on a copy; the caller's model is untouched).
@@ -41,7 +48,7 @@ def cpu_session(
     """
     import onnxruntime as ort
 
-    source: Any
+    source: onnx.ModelProto | bytes | str
     extra = [name for name in extra_outputs]
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
@@ -91,7 +98,7 @@ _SHAPE_INPUT = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding th
 MAX_SHAPE_VALUES = 64
 
 
-def _small_int_constants(graph: Any) -> dict[str, list[int]]:
+def _small_int_constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
     """Integer initializers and Constant outputs of at most MAX_SHAPE_VALUES values (shapes, repeats)."""
     from onnx import TensorProto, numpy_helper
 
@@ -109,7 +116,7 @@ def _small_int_constants(graph: Any) -> dict[str, list[int]]:
     return values
 
 
-def refuse_oversized_constants(model: Any, what: str) -> None:
+def refuse_oversized_constants(model: ModelSource, what: str) -> None:
     """Refuse, before ONNX Runtime allocates it, a tensor that a node builds from constant sizes alone
     (ConstantOfShape, Expand, Tile) when it would not fit the memory budget: ORT would allocate it on the
     first run (16 GiB for ConstantOfShape([4, 1024, 1024, 1024])) or fail deep inside its arena."""
@@ -118,17 +125,16 @@ def refuse_oversized_constants(model: Any, what: str) -> None:
 
     from workbench._arrays import check_allocation
 
-    if isinstance(model, str):
-        try:
-            model = onnx.load(model, load_external_data=False)
-        except Exception:  # noqa: BLE001 - ONNX Runtime reports an unreadable file itself, with its own words
-            return
-    elif isinstance(model, bytes):
-        try:
-            model = onnx.load_from_string(model)
-        except Exception:  # noqa: BLE001 - as above
-            return
-    graph = model.graph
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            proto = onnx.load(os.fspath(model), load_external_data=False)
+        elif isinstance(model, bytes):
+            proto = onnx.load_from_string(model)
+        else:
+            proto = model
+    except Exception:  # noqa: BLE001 - ONNX Runtime reports an unreadable model itself, in its own words
+        return
+    graph = proto.graph
     constants = _small_int_constants(graph)
     dims_of = {init.name: list(init.dims) for init in graph.initializer}
     dtype_of = {init.name: init.data_type for init in graph.initializer}
@@ -159,7 +165,7 @@ def refuse_oversized_constants(model: Any, what: str) -> None:
         )
 
 
-def _with_outputs(model: Any, names: list[str]) -> Any:
+def _with_outputs(model: onnx.ModelProto | bytes, names: list[str]) -> onnx.ModelProto:
     import onnx
 
     if isinstance(model, bytes):
@@ -173,7 +179,7 @@ def _with_outputs(model: Any, names: list[str]) -> Any:
     return copy
 
 
-def session_predict(session: Any, *, what: str = "the model") -> PredictFn:
+def session_predict(session: onnxruntime.InferenceSession, *, what: str = "the model") -> PredictFn:
     """``predict(feed) -> {output name: array}`` over a session; a feed missing an input is a WorkbenchError."""
     output_names = [output.name for output in session.get_outputs()]
     input_names = [inp.name for inp in session.get_inputs()]
@@ -211,6 +217,6 @@ def run_failed(what: str, feed: Feed, error: BaseException) -> WorkbenchError:
     )
 
 
-def cpu_predict(model: Any, *, optimized: bool = False, what: str = "the model") -> PredictFn:
+def cpu_predict(model: ModelSource, *, optimized: bool = False, what: str = "the model") -> PredictFn:
     """``predict(feed)`` for a ModelProto, bytes or path, with ONNX Runtime CPU (optimizations off by default)."""
     return session_predict(cpu_session(model, optimized=optimized, what=what), what=what)

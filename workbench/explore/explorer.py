@@ -146,10 +146,10 @@ def build_explorer(
 ) -> Explorer:
     """Write the graphs and node data of one build (or two, with ``compare``) and describe the page; nothing is
     started here (the server starts when the page's URL is first asked for)."""
-    if directory is None:
-        import tempfile
+    if directory is None:  # this process's explorer session folder (the server reads only there; removed at exit)
+        from workbench.explore.server import pages_folder
 
-        directory = Path(tempfile.mkdtemp(prefix="workbench-explore-"))
+        directory = pages_folder()
     out = Path(directory) / f"explorer-{next(_COUNTER)}"
     out.mkdir(parents=True, exist_ok=True)
     first = _view(model_or_engine, "", precision, out)

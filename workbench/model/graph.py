@@ -7,25 +7,29 @@ the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
 
 # Quantization ops: never folded by the cleaner, never cast by AutoCast, and what "a Q/DQ model" means.
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
-def onnx_node_name(node: Any) -> str:
+def onnx_node_name(node: onnx.NodeProto) -> str:
     """The name TensorRT's ONNX parser gives a node: its own, or ``node_of_<first output>`` when unnamed."""
     if node.name:
         return str(node.name)
     return f"node_of_{node.output[0]}" if node.output else f"unnamed_{node.op_type}"
 
 
-def onnx_node_list(proto: Any) -> list[tuple[str, str]]:
+def onnx_node_list(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """(name, op_type) of every top-level node of an ONNX ModelProto, in graph order, named as TensorRT names them."""
     return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
 
 
-def name_unnamed_nodes(proto: Any) -> None:
+def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
     """Give every unnamed node (in place) the name TensorRT's parser would give it, so plans and layer maps agree."""
     used = {node.name for node in proto.graph.node if node.name}
     for node in proto.graph.node:
@@ -45,7 +49,7 @@ def escape_name(name: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
 
 
-def fix_node_names(proto: Any) -> list[tuple[str, str]]:
+def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """Make every top-level node name (in place) printable and unique, as the engine's layer map needs: TensorRT
     keeps duplicate names (two nodes then read as one) and writes newlines into its line-based build log. Returns
     (old, new) for every renamed node; unnamed nodes keep the names TensorRT gives them."""
@@ -68,17 +72,17 @@ def fix_node_names(proto: Any) -> list[tuple[str, str]]:
     return renamed
 
 
-def has_qdq(proto_or_graph: Any) -> bool:
+def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
     graph = getattr(proto_or_graph, "graph", proto_or_graph)
     return any(node.op_type in QDQ_OPS for node in graph.node)
 
 
-def qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
+def qdq_edges(proto: onnx.ModelProto) -> tuple[tuple[str, str, str, bool], ...]:
     """Every QuantizeLinear -> DequantizeLinear pair: (Q node, DQ node, quantized tensor, tensor is a constant)."""
     graph = proto.graph
     constants = {init.name for init in graph.initializer}
     constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    consumers: dict[str, list[Any]] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
@@ -97,20 +101,20 @@ def qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
 # --- onnx-graphsurgeon graphs ----------------------------------------------------------------------------------
 
 
-def is_constant(tensor: Any) -> bool:
+def is_constant(tensor: gs.Tensor) -> bool:
     """A graphsurgeon tensor whose value is known at build time (an initializer or folded constant)."""
     import onnx_graphsurgeon as gs
 
     return isinstance(tensor, gs.Constant)
 
 
-def producer(tensor: Any) -> Any | None:
+def producer(tensor: gs.Tensor) -> gs.Node | None:
     """The node that writes a graphsurgeon tensor (None for graph inputs and constants)."""
     inputs = getattr(tensor, "inputs", None)
     return inputs[0] if inputs else None
 
 
-def subgraph_node_count(graph: Any) -> int:
+def subgraph_node_count(graph: onnx.GraphProto) -> int:
     """Nodes inside the If/Loop/Scan bodies of an ONNX GraphProto (recursively), not counting the top level."""
     total = 0
     for node in graph.node:

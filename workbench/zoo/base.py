@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import time
 from abc import ABC, abstractmethod
@@ -33,6 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Feed = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
+# one sample's label (a class id, a text line, a page's boxes; None when scored against the FP32 model) and a
+# model's per-sample prediction (a class id, decoded text, boxes, an embedding)
+Label = int | str | np.ndarray | None
+Prediction = int | str | np.ndarray
 PredictFn = Callable[[Feed], Outputs]
 Profile = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -405,14 +410,32 @@ def _flat_rows(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
 
 
-def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
-    """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32);
-    two all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
-    predicted = np.asarray(predicted, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
+def cosine_scores(predicted: Any, reference: Any) -> np.ndarray:
+    """Per-sample cosine similarity of ``predicted`` rows to ``reference`` rows ([N, ...], flattened per sample); two
+    all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
+    predicted = _flat_rows(np.asarray(predicted, dtype=np.float64))
+    reference = _flat_rows(np.asarray(reference, dtype=np.float64))
     norms = np.linalg.norm(predicted, axis=1) * np.linalg.norm(reference, axis=1)
     both_zero = (np.linalg.norm(predicted, axis=1) == 0) & (np.linalg.norm(reference, axis=1) == 0)
-    cosine = np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
+    return np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
+
+
+def top1_agreement_scores(predicted: Any, reference: Any) -> np.ndarray:
+    """Per-sample 1/0: does the class with the largest score ([N, C] rows) match the reference's?"""
+    predicted = _flat_rows(np.asarray(predicted))
+    reference = _flat_rows(np.asarray(reference))
+    return (predicted.argmax(axis=1) == reference.argmax(axis=1)).astype(np.float64)
+
+
+def agreement_kind(per_sample_shape: tuple[int, ...]) -> str:
+    """How an output is compared with its FP32 reference: class scores ([N, C], C > 1) by top-1 agreement, anything
+    else (feature maps, boxes, embeddings, one value per sample) by cosine."""
+    return "top1_agreement" if len(per_sample_shape) == 1 and per_sample_shape[0] > 1 else "cosine"
+
+
+def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
+    """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32)."""
+    cosine = cosine_scores(predicted, reference)
     empty = not len(cosine)
     return MetricResult(
         name=name,
@@ -425,6 +448,38 @@ def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> 
             "p05_cosine": float("nan") if empty else float(np.percentile(cosine, 5)),
             **details,
         },
+    )
+
+
+def worst_output_metric(
+    name: str, predicted: dict[str, np.ndarray], reference: dict[str, np.ndarray], **details: Any
+) -> MetricResult:
+    """Agreement with the FP32 reference judged per output and reported for the WORST output: each output ([N, ...]
+    arrays keyed by output name, same keys in both) scores per sample by :func:`agreement_kind`; the value and the
+    per-sample scores are the worst output's, every output's mean is in ``details["outputs"]``.
+
+    Outputs are never joined into one vector: a large feature map beside small logits would hide the logits' damage.
+    """
+    if not predicted or set(predicted) != set(reference):
+        raise WorkbenchError(
+            f"outputs {sorted(predicted)} do not match the reference outputs {sorted(reference)}.",
+            expected="the same outputs as the FP32 model",
+        )
+    per_output: dict[str, dict[str, Any]] = {}
+    scores: dict[str, np.ndarray] = {}
+    for output, expected in reference.items():
+        kind = agreement_kind(tuple(np.shape(expected)[1:]))
+        got = predicted[output]
+        scores[output] = (top1_agreement_scores if kind == "top1_agreement" else cosine_scores)(got, expected)
+        per_output[output] = {"kind": kind, "value": float(scores[output].mean()) if len(scores[output]) else math.nan}
+    worst = min(per_output, key=lambda output: per_output[output]["value"])
+    return MetricResult(
+        name=name,
+        value=per_output[worst]["value"],
+        higher_is_better=True,
+        n_samples=int(len(scores[worst])),
+        scores=[float(score) for score in scores[worst]],
+        details={"worst_output": worst, "outputs": per_output, **details},
     )
 
 

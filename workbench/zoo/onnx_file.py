@@ -5,9 +5,11 @@ A file carries no data and no task metric, so the journey gets what it can measu
 * calibration and evaluation sets are seeded random inputs (floats ~ N(0, 1), integer and bool inputs in {0, 1},
   like the cleaner's probes), two disjoint streams; the ranges they give describe noise, not real inputs, and the
   description says so;
-* the metric is the mean cosine similarity between a variant's outputs and the FP32 model's on the evaluation set
-  (1.0 for FP32 by definition), every output with the batch axis joined per sample: it measures how far FP16 / INT8
-  move the outputs, not task accuracy;
+* the metric: with a ``labels`` array in every ``.npz`` batch (the reserved key: one integer class per sample), top-1
+  accuracy of the model's [N, C] output; without labels, agreement with the FP32 model's outputs on the evaluation set
+  judged on the WORST output (top-1 agreement for [N, C] class scores, mean per-sample cosine for any other output;
+  1.0 for FP32 by definition): it measures how far FP16 / INT8 move the outputs, not task accuracy. Outputs are never
+  joined into one vector, where a large feature map would hide the damage done to small logits;
 * a dynamic batch axis gets the profile 1 / 8 / 64 (the quickstart's batches); any other symbolic dimension is fixed
   to :data:`FIXED_DIM` and named in :attr:`OnnxFileEntry.notes`;
 * a model exported with a fixed batch of 1 (``torch.onnx.export`` without ``dynamic_axes``) gets a copy whose first
@@ -25,12 +27,18 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, Profile, ZooEntry, cosine_metric, sample_rng
+from workbench.zoo.base import Feed, MetricResult, Outputs, Profile, ZooEntry, sample_rng, worst_output_metric
 
 FIXED_DIM = 16
+LABELS_KEY = "labels"  # the reserved .npz key: one integer class per sample (unless a model input has that name)
+AGREEMENT_METRIC = "worst_output_agreement_vs_fp32"
+ACCURACY_METRIC = "top1_accuracy"
+AGREEMENT_HOW = (
+    "the metric is each variant's agreement with the FP32 model's outputs, judged on the WORST output (top-1 "
+    "agreement for [N, C] class scores, cosine otherwise): how far FP16/INT8 move the outputs, not task accuracy"
+)
 RANDOM_INPUTS_NOTE = (
-    "your ONNX file has no data set: calibration and evaluation use seeded RANDOM inputs, and the metric is the "
-    "cosine of each variant's outputs vs the FP32 model's (how far FP16/INT8 move the outputs, not task accuracy)"
+    f"your ONNX file has no data set: calibration and evaluation use seeded RANDOM inputs, and {AGREEMENT_HOW}"
 )
 BATCH_PROFILE = (1, 8, 64)
 BATCH_DIM = "workbench_batch"  # the symbolic first axis given to a fixed-batch-1 file (a name no export uses)
@@ -40,7 +48,7 @@ class OnnxFileEntry(ZooEntry):
     """A quickstart entry for one ONNX file (random inputs, output agreement with FP32)."""
 
     task = "your ONNX file"
-    metric_name = "output_cosine_vs_fp32"
+    metric_name = AGREEMENT_METRIC
     higher_is_better = True
     source = "a local ONNX file"
     license = "unknown"
@@ -63,9 +71,10 @@ class OnnxFileEntry(ZooEntry):
         # file, not the cached batch copy)
         self.name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.source_path.stem) or "model"  # type: ignore[misc]
         self.data = Path(data) if data else None
-        inputs_from = f"samples from {self.data}" if self.data is not None else "random inputs"
-        what = f"your file: {inputs_from}, metric = output cosine vs its FP32 outputs"
-        self.description = f"{self.source_path.name} ({what})"  # type: ignore[misc]
+        self.output_ranks = {
+            value.name: len(value.type.tensor_type.shape.dim) if value.type.tensor_type.HasField("shape") else None
+            for value in model.proto.graph.output
+        }
         self.split_sizes = {"calibration": 256, "evaluation": 256}  # type: ignore[misc]
         initializers = {init.name for init in model.proto.graph.initializer}
         self.inputs: dict[str, tuple[np.dtype, list[int | str]]] = {}
@@ -87,8 +96,10 @@ class OnnxFileEntry(ZooEntry):
                     expected="inputs whose first axis is a symbolic batch dimension, as the quickstart batches samples",
                 )
             self.inputs[value.name] = (dtype, dims)
-        self._reference_cache: dict[int, np.ndarray] = {}
+        self._reference_cache: list[dict[str, np.ndarray]] = []
         self._samples: list[dict[str, np.ndarray]] = []
+        self._labels: list[int] = []
+        self.label_output = ""  # the [N, C] output scored against the labels, when the data carries labels
         self.inputs_note = RANDOM_INPUTS_NOTE
         if self.data is not None:
             self._load_samples(self.data)  # symbolic dimensions take the data's sizes
@@ -104,6 +115,30 @@ class OnnxFileEntry(ZooEntry):
             name: tuple((size, *shape) for size in BATCH_PROFILE)  # type: ignore[misc]
             for name, shape in sample_shapes.items()
         }
+        if self._labels:
+            self.label_output = self._classification_output()
+            self.metric_name = ACCURACY_METRIC  # type: ignore[misc]
+        inputs_from = f"samples from {self.data}" if self.data is not None else "random inputs"
+        metric = (
+            f"top-1 accuracy of {self.label_output!r} vs the labels"
+            if self._labels
+            else "worst-output agreement vs FP32"
+        )
+        self.description = f"{self.source_path.name} (your file: {inputs_from}, metric = {metric})"  # type: ignore[misc]
+
+    def _classification_output(self) -> str:
+        """The output the labels score: the model's only [N, C] output (the first one, named in the notes, if more)."""
+        ranked = [name for name, rank in self.output_ranks.items() if rank == 2]
+        if not ranked:
+            raise WorkbenchError(
+                f"{self.data}: the batches carry {LABELS_KEY!r} but no output of {self.source_path.name} is [N, C] "
+                f"class scores (output ranks {self.output_ranks}).",
+                expected=f"a classifier with an [N, C] output, or .npz batches without {LABELS_KEY!r} (the metric is "
+                "then agreement with the FP32 outputs)",
+            )
+        if len(ranked) > 1:
+            self.notes.append(f"labels score the first [N, C] output {ranked[0]!r} (of {ranked})")
+        return ranked[0]
 
     def _load_samples(self, folder: Path) -> None:
         """Per-sample feeds from a folder of ``.npz`` batches keyed by input name: the first half calibrates, the
@@ -111,10 +146,13 @@ class OnnxFileEntry(ZooEntry):
         from workbench.zoo.data import read_npz_batches
 
         samples: list[dict[str, np.ndarray]] = []
+        labels: list[int] = []
+        labelled: set[bool] = set()
+        reserved = {LABELS_KEY} - set(self.inputs)  # a model input called "labels" is an input, not the labels
         # read_npz_batches refuses a missing or empty folder, special files and unreadable or pickled .npz
         for path, feed in zip(sorted(folder.glob("*.npz")), read_npz_batches(folder)):
             missing = sorted(set(self.inputs) - set(feed))
-            extra = sorted(set(feed) - set(self.inputs))
+            extra = sorted(set(feed) - set(self.inputs) - reserved)
             if missing or extra:
                 raise WorkbenchError(
                     f"{path}: keys {sorted(feed)} do not match the model's inputs {sorted(self.inputs)}"
@@ -149,6 +187,14 @@ class OnnxFileEntry(ZooEntry):
                         expected="the model's shape with the batch first",
                     )
             batch = next(iter(sizes.values()))
+            labelled.add(LABELS_KEY in reserved and LABELS_KEY in feed)
+            if len(labelled) > 1:
+                raise WorkbenchError(
+                    f"{path}: some batches carry {LABELS_KEY!r} and others do not.",
+                    expected=f"{LABELS_KEY!r} in every .npz batch (one integer class per sample) or in none",
+                )
+            if LABELS_KEY in reserved and LABELS_KEY in feed:
+                labels.extend(_checked_labels(path, feed[LABELS_KEY], batch))
             samples.extend(
                 {name: feed[name][i].astype(self.inputs[name][0]) for name in self.inputs} for i in range(batch)
             )
@@ -164,12 +210,13 @@ class OnnxFileEntry(ZooEntry):
                 f"{folder}: samples of different shapes {ragged}.", expected="one shape per input across all batches"
             )
         self._samples = samples
+        self._labels = labels
         calibration = (len(samples) + 1) // 2
         self.split_sizes = {"calibration": calibration, "evaluation": len(samples) - calibration}  # type: ignore[misc]
+        how = "the metric is top-1 accuracy against the batches' labels" if labels else AGREEMENT_HOW
         self.inputs_note = (
             f"calibration on the first {calibration} of {len(samples)} samples from {folder}, evaluation on the other "
-            f"{len(samples) - calibration}; the metric is the cosine of each variant's outputs vs the FP32 model's "
-            "(how far FP16/INT8 move the outputs, not task accuracy)"
+            f"{len(samples) - calibration}; {how}"
         )
 
     # the file is used where it is: nothing to materialize or cache
@@ -193,36 +240,87 @@ class OnnxFileEntry(ZooEntry):
     def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
         if self._samples:
             offset = 0 if split == "calibration" else self.split_sizes["calibration"]
-            return dict(self._samples[offset + index]), None
+            label = self._labels[offset + index] if self._labels else None
+            return dict(self._samples[offset + index]), label
         shapes = {name: (dtype, self.profiles[name][1][1:]) for name, (dtype, _dims) in self.inputs.items()}
         return _random_feed(shapes, sample_rng(split, index, salt=7)), None
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+        """Per sample, every output that has the batch axis ({output name: that sample's array}), never joined."""
         batch = len(next(iter(feed.values())))
-        arrays = [np.asarray(a) for a in outputs.values()]
-        per_sample = [a.reshape(batch, -1).astype(np.float64) for a in arrays if a.ndim and a.shape[0] == batch]
-        if not per_sample:
+        arrays = {name: np.asarray(array) for name, array in outputs.items()}
+        batched = {name: array for name, array in arrays.items() if array.ndim and array.shape[0] == batch}
+        if not batched:
             raise WorkbenchError(
                 f"{self.path}: no output has the batch axis, so there is nothing per sample to compare.",
                 expected="at least one output whose first axis is the batch",
             )
-        return list(np.concatenate(per_sample, axis=1))
+        return [{name: array[index] for name, array in batched.items()} for index in range(batch)]
 
     def _reference(self) -> list[Any]:
         from workbench.zoo.base import make_ort_predict
 
         if not self._reference_cache:
             predict = make_ort_predict(self.path, disable_optimizations=True)
-            predictions: list[Any] = []
             for feed, _, _ in self._batches("evaluation", None, 8):
-                predictions.extend(self._reduce(predict(feed), feed))
-            self._reference_cache[0] = np.stack(predictions)
-        return list(self._reference_cache[0])
+                self._reference_cache.extend(self._reduce(predict(feed), feed))
+        return list(self._reference_cache)
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
-        reference = np.asarray(self._reference(), dtype=np.float64)[indices]
         inputs = f"samples from {self.data}" if self.data is not None else "seeded random (not real data)"
-        return cosine_metric(self.metric_name, predictions, reference, inputs=inputs)
+        if self._labels:
+            return self._accuracy(predictions, labels, inputs)
+        reference = self._reference()
+        expected = {name: np.stack([reference[i][name] for i in indices]) for name in reference[0]}
+        got = _by_output(predictions, list(expected), self.path)
+        return worst_output_metric(self.metric_name, got, expected, inputs=inputs)
+
+    def _accuracy(self, predictions: list[Any], labels: list[Any], inputs: str) -> MetricResult:
+        from workbench.zoo.digits import classification_metric
+
+        scores = _by_output(predictions, [self.label_output], self.path, single=True)[self.label_output]
+        scores = scores.reshape(len(scores), -1)
+        classes = scores.shape[1]
+        too_large = sorted({int(label) for label in labels if label >= classes})
+        if too_large:
+            raise WorkbenchError(
+                f"{self.data}: labels {too_large[:5]} are not classes of output {self.label_output!r} "
+                f"({classes} classes).",
+                expected=f"integer labels 0..{classes - 1}",
+            )
+        result = classification_metric(self.metric_name, list(scores.argmax(axis=1)), labels)
+        result.details |= {"output": self.label_output, "inputs": inputs}
+        return result
+
+
+def _by_output(predictions: list[Any], names: list[str], path: Path, *, single: bool = False) -> dict[str, np.ndarray]:
+    """The per-sample dicts of :meth:`OnnxFileEntry._reduce` stacked per output, keyed by ``names``. A rewritten model
+    (Q/DQ, FP16) keeps the output names; when it does not, outputs are matched by position (or the only output)."""
+    found = list(predictions[0])
+    if set(names) <= set(found):
+        keys = dict(zip(names, names))
+    elif len(found) == len(names) and not single:
+        keys = dict(zip(names, found))
+    elif single and len(found) == 1:
+        keys = {names[0]: found[0]}
+    else:
+        raise WorkbenchError(
+            f"{path}: the evaluated model gave outputs {found}, the FP32 model {names}.",
+            expected="the FP32 model's outputs (same names, or the same number in the same order)",
+        )
+    return {name: np.stack([sample[key] for sample in predictions]) for name, key in keys.items()}
+
+
+def _checked_labels(path: Path, labels: np.ndarray, batch: int) -> list[int]:
+    """The labels of one batch: integers >= 0, one per sample."""
+    if labels.dtype.kind not in "iu" or labels.shape != (batch,):
+        raise WorkbenchError(
+            f"{path}: {LABELS_KEY!r} is {labels.dtype} of shape {labels.shape}, the batch holds {batch} samples.",
+            expected=f"{LABELS_KEY!r}: one integer class per sample, shape ({batch},)",
+        )
+    if (labels < 0).any():
+        raise WorkbenchError(f"{path}: {LABELS_KEY!r} holds negative classes.", expected="class indices >= 0")
+    return [int(label) for label in labels]
 
 
 def _random_feed(
