@@ -49,6 +49,18 @@ def escape_name(name: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
 
 
+def node_names_to_fix(proto: onnx.ModelProto) -> list[str]:
+    """Top-level node names :func:`fix_node_names` would change: repeats of a name, and names with characters that
+    are not printable (newlines, tabs, control characters)."""
+    seen: set[str] = set()
+    bad: list[str] = []
+    for node in proto.graph.node:
+        if node.name and (node.name in seen or not node.name.isprintable()):
+            bad.append(node.name)
+        seen.add(node.name)
+    return bad
+
+
 def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """Make every top-level node name (in place) printable and unique, as the engine's layer map needs: TensorRT
     keeps duplicate names (two nodes then read as one) and writes newlines into its line-based build log. Returns
