@@ -295,6 +295,7 @@ class Timing(Artifact):
 
     results: tuple[TimingResult, ...]
     reason: str
+    fixed_batch: int | None = None  # the model's graph hard-codes this batch: timed with streams, not batching
 
     @property
     def chosen(self) -> TimingResult:
@@ -634,16 +635,21 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
     executor, reason = _executor_for(_result_of(run.selection, "select"), ws)
+    batch = min(cfg.batch, ws.entry.max_batch or cfg.batch)
+    if batch != cfg.batch:  # a graph that hard-codes batch 1: the streams carry the concurrency
+        reason += (
+            f"; batch {batch}, not {cfg.batch}: the model's graph hard-codes its batch, so streams do the batching"
+        )
     try:
         sweep = run_sweep(
             executor,
-            sweep_plan(cfg.streams, cfg.batch, include_baselines=cfg.sweep),
+            sweep_plan(cfg.streams, batch, include_baselines=cfg.sweep),
             interactive_config(cfg.timing_window_s),
             model=cfg.model,
         )
     finally:
         executor.close()
-    return Timing(sweep.results, reason)
+    return Timing(sweep.results, reason, fixed_batch=ws.entry.max_batch)
 
 
 def new_export_dir(run: QuickstartRun, root: Path, variant: Variant | str | None = None) -> Path:

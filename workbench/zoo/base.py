@@ -166,6 +166,9 @@ class ZooEntry(ABC):
     profiles: ClassVar[dict[str, Profile]]
     # the model output the metric reads (the only output is used when a rewrite renamed it)
     metric_output: ClassVar[str]
+    # the most samples one run may take: None for a batch axis, 1 for a graph that hard-codes a batch of 1 (every feed
+    # then holds one sample, whatever batch size the caller asks for)
+    max_batch: ClassVar[int | None] = None
 
     # ----------------------------------------------------------------------------------------- model
     @property
@@ -258,6 +261,7 @@ class ZooEntry(ABC):
                 f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set"
             )
         total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
+        batch_size = min(batch_size, self.max_batch or batch_size)
         for start in range(0, total, batch_size):
             indices = list(range(start, min(start + batch_size, total)))
             samples = [self._sample(split, index) for index in indices]
