@@ -41,6 +41,7 @@ from workbench.engine.records import (
 )
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
+from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 
 if TYPE_CHECKING:
@@ -290,15 +291,26 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
     return profiles
 
 
-def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str]:
-    """The ONNX file the builder parses (the model itself, or its precision rewrite) and its sha256."""
+def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str, list[str]]:
+    """The ONNX file the builder parses (the model itself, or its rewrite for the precision plan and for node names
+    the layer records cannot carry), its sha256, and a note when node names were rewritten."""
     proto = precision_rewrite(model, options.effective_plan)
     if proto is None:
-        return model.path, model.sha256
+        return model.path, model.sha256, []
+    bad = node_names_to_fix(model.proto)
+    notes = (
+        [
+            f"{len(bad)} ONNX node name(s) were duplicate or not printable and were renamed for the build "
+            f"(repeats get ~2, ~3, ...; control characters become escapes; the layer map uses the new names), "
+            f"e.g. {bad[0]!r}"
+        ]
+        if bad
+        else []
+    )
     out = workdir / (model.path.stem + f".{options.effective_plan.label}.onnx")
     data = proto.SerializeToString()
     out.write_bytes(data)
-    return out, sha256_bytes(data)
+    return out, sha256_bytes(data), notes
 
 
 class _TqdmProgress:
@@ -347,7 +359,7 @@ def engine_from_onnx(
         progress = _TqdmProgress()
 
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
-        onnx_for_build, built_sha = _prepare_onnx(model, options, Path(tmp))
+        onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
         request = NetworkBuildRequest(
             onnx_path=str(onnx_for_build),
             profiles=[profiles] if profiles else [],
@@ -373,7 +385,7 @@ def engine_from_onnx(
 
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
-    notes = [msg for sev, msg in messages if sev == 2]
+    notes = name_notes + [msg for sev, msg in messages if sev == 2]
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))

@@ -732,10 +732,15 @@ def _summary_fusion(stats: FusionStats, run: QuickstartRun) -> str:
 
 
 def _summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
-    return (
+    text = (
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
         f"{calibration.qdq_pairs} Q/DQ pairs inserted"
     )
+    notes = calibration.ranges.range_notes
+    if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
+        first, note = next(iter(notes.items()))
+        text += f"; {len(notes)} range(s) not the method's own choice, e.g. {first!r}: {note}"
+    return text
 
 
 def _summary_layer_diff(stage: LayerDiffStage, run: QuickstartRun) -> str:
