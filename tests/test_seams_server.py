@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from workbench.engine import engine_for_zoo_model
+from workbench.engine import engine_for_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--no-sandbox", "--use-angle=swiftshader"]
@@ -101,7 +101,7 @@ def test_the_gate_refuses_foreign_reads_hosts_uploads_and_tokenless_requests(tmp
     import workbench
     from workbench.explore.server import get_server, healthy
 
-    fp32 = engine_for_zoo_model("digits-cnn", "fp32", tmp_path)
+    fp32 = engine_for_model("digits-cnn", "fp32", tmp_path)
     explorer = workbench.explore(fp32)
     server = get_server()
     port, token, session = _session_of(explorer.url)
@@ -124,7 +124,7 @@ def test_the_gate_refuses_foreign_reads_hosts_uploads_and_tokenless_requests(tmp
 
 
 def test_cli_print_url_serves_until_ctrl_c_and_removes_its_session_folder(tmp_path: Path) -> None:
-    engine = engine_for_zoo_model("digits-cnn", "fp32", tmp_path).engine_path
+    engine = engine_for_model("digits-cnn", "fp32", tmp_path).engine_path
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "workbench", "explore", str(engine), "--print-url"],
@@ -161,7 +161,7 @@ def test_the_viewer_still_renders_behind_the_gate_in_chromium(tmp_path: Path) ->
     import workbench
     from workbench.explore.server import get_server
 
-    explorer = workbench.explore(engine_for_zoo_model("digits-cnn", "fp32", tmp_path))
+    explorer = workbench.explore(engine_for_model("digits-cnn", "fp32", tmp_path))
     server = get_server()
     refused: list[str] = []
     with sync_api.sync_playwright() as playwright:

@@ -191,6 +191,23 @@ def storage_error(error: OSError, target: str | os.PathLike[str]) -> WorkbenchEr
     )
 
 
+def make_folder(folder: str | os.PathLike[str], *, what: str = "the output folder") -> Path:
+    """``mkdir -p folder``; a path below a file, a read-only or otherwise uncreatable place is a WorkbenchError."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        converted = storage_error(error, folder)
+        if converted is not None:
+            raise converted from error
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        reason = f"{blocker} is a file, not a folder" if blocker is not None else (error.strerror or str(error))
+        raise WorkbenchError(
+            f"{what} {folder} cannot be created: {reason}.", expected="a folder path that can be created"
+        ) from error
+    return folder
+
+
 def temp_prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}."
 
@@ -204,7 +221,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     if target.is_dir():
         raise WorkbenchError(f"{target}: is a directory.", expected="a file path to write")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(target.parent, what=f"the folder of {target.name}:")
     install_cleanup_handlers()
     _sweep_once(target.parent)
     tmp_name = None

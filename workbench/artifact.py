@@ -3,6 +3,7 @@
 Stage results are frozen dataclasses that inherit :class:`Artifact`; ``to_json`` and ``from_json`` come from the field
 types, so no stage writes its own serializer. Rules:
 
+* an ``Enum`` member becomes its value (and is read back as the member);
 * nested artifacts, dataclasses, tuples, lists, dicts, ``Path``, numpy scalars and arrays become plain JSON;
 * a non-finite float becomes ``null`` (JSON has no NaN or Infinity; ``from_json`` reads ``null`` back as NaN for a
   ``float`` field);
@@ -20,6 +21,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -54,6 +56,8 @@ _ARTIFACT_FROM_JSON = Artifact.from_json.__func__  # type: ignore[attr-defined]
 
 def to_jsonable(value: object) -> object:
     """``value`` as plain JSON data (see the module rules)."""
+    if isinstance(value, Enum):  # a typed name (e.g. a precision Variant) is written as its stable value
+        return to_jsonable(value.value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -138,8 +142,15 @@ def _from_json(kind: object, data: object, where: str) -> Any:  # the value of a
                     key = int(key)
                 except (TypeError, ValueError):
                     raise _fail(f"{where} key", key, "an integer key") from None
+            elif isinstance(key_kind, type) and issubclass(key_kind, Enum):
+                key = _from_json(key_kind, key, f"{where} key")
             result[key] = _from_json(value_kind, item, f"{where}[{key!r}]")
         return result
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind(data)
+        except ValueError:
+            raise _fail(where, data, " / ".join(repr(member.value) for member in kind)) from None
     if kind is Path:
         if not isinstance(data, str) or not data:
             raise _fail(where, data, "a path string")

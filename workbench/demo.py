@@ -15,6 +15,7 @@ from typing import Any
 
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
 from workbench.report import diagnose, write_report
 from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
@@ -119,7 +120,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["auto", "fp32", "fp16", "int8"],
+        choices=PRECISION_CHOICES,
         help="engine to time and export (default auto: the cheapest within --max-metric-drop of FP32)",
     )
     parser.add_argument(
@@ -127,9 +128,7 @@ def register(subparsers: Any) -> None:
         type=float,
         help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)",
     )
-    parser.add_argument(
-        "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
-    )
+    parser.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 range method")
     parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
     parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")

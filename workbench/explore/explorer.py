@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine.layermap import FusionDiff
+from workbench.engine.lint import LintReport, lint
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
-from workbench.explore.lint import LintReport, lint
 from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
@@ -113,14 +113,9 @@ def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView
     text = str(source)
     if not isinstance(source, str | Path) or text.endswith((".engine", ".json", ".log")):
         return g.load_view(source, label=label)
-    from workbench.engine.build import BuildOptions, engine_from_onnx
-    from workbench.model import load_onnx
-    from workbench.zoo import resolve_model
+    from workbench.engine.build import engine_for_model
 
-    path, entry = resolve_model(str(source))
-    options = BuildOptions(shapes=dict(entry.input_profiles()) if entry else {}, precision=precision, progress=False)  # type: ignore[arg-type]
-    artifact = engine_from_onnx(load_onnx(path), workdir / f"{Path(path).stem}.{precision}.engine", options)
-    return g.view_from_artifact(artifact, label=label)
+    return g.view_from_artifact(engine_for_model(text, precision, workdir), label=label)  # type: ignore[arg-type]
 
 
 def _load(obj: Any, kind: str) -> Any:
