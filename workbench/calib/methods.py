@@ -8,6 +8,7 @@ EntropyCalibrator2: percentile on the |x| CDF, KL divergence over 128 levels, an
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -20,6 +21,15 @@ METHODS: tuple[Method, ...] = ("max", "percentile", "entropy", "mse")
 INT8_MAX = 127
 ENTROPY_LEVELS = 128  # symmetric int8: sign bit + 7 magnitude bits
 DEFAULT_PERCENTILE = 99.99
+# A range chosen by entropy or mse that clips more than this share of the values is not a range of the data: on a
+# one-sided distribution with nothing near zero (values in [0.5, 1]) the KL search stops at its first candidate and
+# clips everything. Measured 2026-12-04 on digits-cnn (zoo data) and five fixture models (tests/fixtures, random
+# data): entropy clipped at most 0.83 % of any tensor's values, mse at most 0.78 %, so 5 % leaves a 6x margin.
+MAX_CLIPPED_FRACTION = 0.05
+GUARDED_METHODS = ("entropy", "mse")  # methods that pick their own clipping; percentile clips what it is asked to
+# A tensor that is zero in every calibration batch (a dead ReLU) has no range; any positive scale represents its
+# zeros exactly, and TensorRT and our cache need a positive one.
+DEAD_TENSOR_AMAX = 1.0
 
 
 def amax_max(hist: TensorHistogram) -> float:
@@ -181,6 +191,51 @@ def compute_amax(hist: TensorHistogram, method: Method, *, percentile: float = D
     if method not in functions:
         raise WorkbenchError(f"unknown calibration method {method!r}.", expected=" / ".join(METHODS))
     return functions[method](hist)
+
+
+def clipped_fraction(hist: TensorHistogram, amax: float) -> float:
+    """Share of the histogram's values whose |x| lies wholly above ``amax`` (bins starting at or past it)."""
+    counts = hist.total_counts
+    total = int(counts.sum())
+    if total == 0 or hist.width == 0.0 or amax >= hist.amax:
+        return 0.0
+    first_clipped = int(np.ceil(amax / hist.width - 1e-9))
+    return float(counts[first_clipped:].sum() / total) if first_clipped < NUM_BINS else 0.0
+
+
+@dataclass(frozen=True)
+class RangeChoice:
+    """The amax used for one tensor, the share of its calibration values it clips, and why it is not the method's
+    own choice when it is not (``note`` empty otherwise)."""
+
+    amax: float
+    clipped: float
+    note: str = ""
+
+
+def guarded_amax(hist: TensorHistogram, method: Method, *, percentile: float = DEFAULT_PERCENTILE) -> RangeChoice:
+    """``compute_amax`` checked against the data: a dead tensor gets a valid amax, and a range from ``entropy`` or
+    ``mse`` that clips more than ``MAX_CLIPPED_FRACTION`` of the values falls back to the 99.99th percentile."""
+    if hist.amax == 0.0 or not np.isfinite(hist.amax):
+        seen = "no finite value" if hist.count == 0 else f"zero in all {hist.count} values"
+        return RangeChoice(
+            DEAD_TENSOR_AMAX,
+            0.0,
+            f"{seen} over the calibration set (a dead tensor): amax {DEAD_TENSOR_AMAX} stands in, "
+            "any positive scale represents zero exactly",
+        )
+    amax = compute_amax(hist, method, percentile=percentile)
+    clipped = clipped_fraction(hist, amax)
+    if method in GUARDED_METHODS and clipped > MAX_CLIPPED_FRACTION:
+        fallback = amax_percentile(hist, DEFAULT_PERCENTILE)
+        return RangeChoice(
+            fallback,
+            clipped_fraction(hist, fallback),
+            f"{method} chose amax {amax:.4g}, which clips {clipped:.1%} of the calibration values "
+            f"(data in [{hist.minimum:.4g}, {hist.maximum:.4g}]); the {DEFAULT_PERCENTILE}th percentile "
+            f"{fallback:.4g} is used instead",
+        )
+    return RangeChoice(amax, clipped)
 
 
 def per_channel_amax(weight: np.ndarray, axis: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench._io import sha256_bytes, sha256_file, write_bytes_atomic, write_json_atomic, write_text_atomic
 from workbench.artifact import NOT_SERIALIZED, Artifact
@@ -28,6 +28,7 @@ from workbench.engine.backend import (
     inspect_engine_json,
     supports_timing_cache,
 )
+from workbench.engine.built_onnx import built_onnx, precision_rewrite
 from workbench.engine.layermap import LayerMap
 from workbench.engine.records import (
     EngineLayers,
@@ -42,9 +43,12 @@ from workbench.engine.records import (
 from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
+from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
-from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.qdq_rules import qdq_formats
+
+if TYPE_CHECKING:
+    import onnx
 
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
@@ -173,6 +177,13 @@ class EngineArtifact(Artifact):
             raise WorkbenchError("engine artifact JSON has no 'engine_path'.", expected="the JSON of an EngineArtifact")
         return cls.load(data["engine_path"], data.get("layers_path"))
 
+    def built_onnx(self) -> onnx.ModelProto | None:
+        """The ONNX this engine was built from (see :func:`built_onnx`); None when it cannot be had."""
+        try:
+            return built_onnx(read_layers_document(self.layers_path))
+        except (WorkbenchError, OSError):
+            return None
+
     @classmethod
     def load(
         cls, engine_path: str | os.PathLike[str], layers_path: str | os.PathLike[str] | None = None
@@ -287,20 +298,26 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
     return profiles
 
 
-def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str]:
-    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan.
-
-    TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
-    refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
-    """
-    plan = options.effective_plan
-    if plan.default == "fp32" and not plan.overrides:
-        return model.path, model.sha256
-    proto = apply_precision_plan(model, plan).proto
-    out = workdir / (model.path.stem + f".{plan.label}.onnx")
+def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str, list[str]]:
+    """The ONNX file the builder parses (the model itself, or its rewrite for the precision plan and for node names
+    the layer records cannot carry), its sha256, and a note when node names were rewritten."""
+    proto = precision_rewrite(model, options.effective_plan)
+    if proto is None:
+        return model.path, model.sha256, []
+    bad = node_names_to_fix(model.proto)
+    notes = (
+        [
+            f"{len(bad)} ONNX node name(s) were duplicate or not printable and were renamed for the build "
+            f"(repeats get ~2, ~3, ...; control characters become escapes; the layer map uses the new names), "
+            f"e.g. {bad[0]!r}"
+        ]
+        if bad
+        else []
+    )
+    out = workdir / (model.path.stem + f".{options.effective_plan.label}.onnx")
     data = proto.SerializeToString()
     out.write_bytes(data)
-    return out, sha256_bytes(data)
+    return out, sha256_bytes(data), notes
 
 
 class _TqdmProgress:
@@ -349,7 +366,7 @@ def engine_from_onnx(
         progress = _TqdmProgress()
 
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
-        onnx_for_build, built_sha = _prepare_onnx(model, options, Path(tmp))
+        onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
         built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
         built_proto = built_model.proto
         formats = qdq_formats(built_proto)
@@ -377,7 +394,7 @@ def engine_from_onnx(
 
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
-    notes = [msg for sev, msg in messages if sev == 2] + ([target_note] if target_note else [])
+    notes = name_notes + [msg for sev, msg in messages if sev == 2] + ([target_note] if target_note else [])
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
@@ -512,21 +529,31 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
     return result
 
 
-def engine_for_zoo_model(
-    name: str,
+def model_and_shapes(spec: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
+    """A MODEL argument: an ONNX path (no shapes), or a zoo name with its optimization profiles."""
+    from workbench.zoo import resolve_model
+
+    path, entry = resolve_model(spec)
+    if entry is None:
+        return load_onnx(path), {}
+    return entry.load(), dict(entry.input_profiles())
+
+
+def engine_for_model(
+    spec: str,
     precision: Precision,
     out_dir: str | os.PathLike[str],
     *,
     progress_callback: ProgressCallback | None = None,
 ) -> EngineArtifact:
-    """Build zoo model ``name`` at ``precision`` (with its optimization profiles) into ``out_dir/NAME.PRECISION.engine``."""
-    from workbench.zoo import get_entry
-
-    entry = get_entry(name)
+    """Build ``spec`` (a zoo name, with its optimization profiles, or an ONNX path) at ``precision`` into
+    ``out_dir/NAME.PRECISION.engine``: the one way panels, the explorer and tests build a model by name."""
+    model, shapes = model_and_shapes(spec)
     options = BuildOptions(
-        shapes=dict(entry.input_profiles()),
+        shapes=shapes,
         precision=precision,
         progress=progress_callback is not None,
         progress_callback=progress_callback,
     )
-    return engine_from_onnx(entry.load(), Path(out_dir) / f"{name}.{precision}.engine", options)
+    name = Path(spec).stem if spec.endswith(".onnx") else spec
+    return engine_from_onnx(model, Path(out_dir) / f"{name}.{precision}.engine", options)

@@ -395,20 +395,12 @@ class LayerMap:
 
 
 def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
-    """The ONNX a document was built from, when the document lacks node names / Q/DQ pairs (older builds) and
-    that file is still there, unchanged, and is what was built (no precision rewrite). None otherwise."""
-    build = document.get("build") or {}
-    path = build.get("onnx")
-    if not path or build.get("onnx_sha256") != build.get("built_onnx_sha256") or not Path(path).is_file():
-        return None
-    from workbench._io import sha256_file
+    """The ONNX a document was built from (:func:`workbench.engine.build.built_onnx`), for documents that lack node
+    names / Q/DQ pairs (older builds); None when it cannot be had or does not match the document's node count."""
+    from workbench.engine.built_onnx import built_onnx
 
-    if sha256_file(path) != build.get("onnx_sha256"):
-        return None
-    import onnx
-
-    proto = onnx.load(str(path), load_external_data=False)
-    return proto if len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
+    proto = built_onnx(document)
+    return proto if proto is not None and len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
 
 
 def _layer_entry(index: int, layer: LayerRecord) -> LayerEntry:

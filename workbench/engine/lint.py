@@ -11,15 +11,12 @@ Each finding names the engine layer, the ONNX nodes it executes, and a fix to tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from workbench.artifact import Artifact
 from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
 from workbench.engine.records import EngineLayers
-from workbench.errors import WorkbenchError
 
 ELEMENTWISE_OPS = frozenset(
     {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Pow",
@@ -86,42 +83,6 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     if counts.get("fp16"):
         return "fp16"
     return "fp32"
-
-
-def built_onnx(document: Mapping[str, Any]) -> Any:
-    """The ONNX the engine was built from: the source ONNX, or its precision rewrite recomputed and checked by hash.
-    None when neither can be had (then the ONNX graph has no edges, only groups)."""
-    build = document.get("build") or {}
-    path = build.get("onnx")
-    if not path or not Path(path).is_file():
-        return None
-    from workbench._io import sha256_bytes
-    from workbench.model import load_onnx
-
-    model = load_onnx(path, check=False)
-    if build.get("built_onnx_sha256") in ("", None, build.get("onnx_sha256")):
-        return model.proto
-    try:
-        from workbench.engine.build import BuildOptions
-        from workbench.precision.autocast import apply_precision_plan
-
-        options = BuildOptions.from_json(build.get("options") or {})
-        proto = apply_precision_plan(model, options.effective_plan).proto
-    except WorkbenchError:
-        return None
-    if sha256_bytes(proto.SerializeToString()) != build.get("built_onnx_sha256"):
-        return None
-    return proto
-
-
-def built_onnx_of(artifact: Any) -> Any:
-    """The ONNX an :class:`~workbench.engine.build.EngineArtifact` was built from (None when it cannot be had)."""
-    from workbench.engine.records import read_layers_document
-
-    try:
-        return built_onnx(read_layers_document(artifact.layers_path))
-    except (WorkbenchError, OSError):
-        return None
 
 
 def reduced_input_nodes(onnx_proto: Any) -> dict[str, bool]:
