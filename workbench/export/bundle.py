@@ -107,6 +107,20 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
     )
 
 
+def _fp8_requirement(engine: EngineArtifact) -> dict[str, Any] | None:
+    """For an engine with FP8 layers: how many, and which GPUs can run it (compute capability 8.9+); else None."""
+    from workbench.engine.targets import FP8_GPUS, FP8_MIN_COMPUTE_CAPABILITY
+
+    layers = sum(1 for layer in engine.layer_map.layers if layer.precision == "fp8")
+    if not layers:
+        return None
+    return {
+        "layers": layers,
+        "min_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY)),
+        "runs_on": FP8_GPUS,
+    }
+
+
 # --- export ------------------------------------------------------------------------------------------------
 
 MANIFEST_HMAC_FILE = "manifest.json.hmac"
@@ -303,6 +317,7 @@ def export_bundle(
 
         CalibrationRanges.load(cache)  # refuses a cache that is not one (schema, ranges)
     plan = plan if plan is not None else engine.options.plan
+    fp8 = _fp8_requirement(engine)
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_VERSION,
@@ -315,6 +330,7 @@ def export_bundle(
         "target_compute_capabilities": target_compute_capabilities(engine.backend, engine.options.compute_capabilities),
         "precision": engine.precision,
         "precision_plan": plan.to_json() if plan is not None else None,
+        "fp8": fp8,
         "build_options": engine.options.to_json(),
         "profiles": {k: [list(s) for s in v] for k, v in engine.profiles.items()},
         "io_tensors": [dataclasses.asdict(io) for io in engine.engine_layers.io_tensors],
@@ -339,7 +355,8 @@ def export_bundle(
                 "source": str(calibration_cache),
             }
         if triton is not None:
-            text = triton_config(manifest["io_tensors"], triton)
+            parameters = {"precision": "fp8", "min_compute_capability": fp8["min_compute_capability"]} if fp8 else None
+            text = triton_config(manifest["io_tensors"], triton, parameters)
             model_dir = staging / "triton" / triton.model_name
             (model_dir / "1").mkdir(parents=True)
             shutil.copyfile(staging / ENGINE_FILE, model_dir / "1" / "model.plan")
