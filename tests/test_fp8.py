@@ -200,3 +200,14 @@ def test_mixed_int8_fp8_plan_gives_one_pair_per_format(digits_session) -> None: 
     assert formats["image"] == "fp8"  # read by the first Conv, which the plan puts in FP8
     assert all(row.sqnr_db_local is not None and row.sqnr_db_local > 15 for row in diff.tensors if row.quantized)
     assert session.evaluate(quantized).value >= session.evaluate().value - 0.01
+
+
+def test_fp8_variant_is_one_row_with_its_colour() -> None:
+    from workbench.precision.variant import COST_ORDER, VARIANTS, Variant, parse_variant, variants_for
+    from workbench.viz import palette
+
+    info = VARIANTS[Variant.FP8_ALL]
+    assert (info.precision, info.quantized, info.mixed, info.choice) == ("fp8", True, False, "fp8")
+    assert parse_variant("fp8-all") is Variant.FP8_ALL and variants_for("fp8") == (Variant.FP8_ALL,)
+    assert COST_ORDER.index(Variant.FP8_ALL) < COST_ORDER.index(Variant.FP16)
+    assert palette.precision_color(Variant.FP8_ALL) == palette.precision_color("fp8") == palette.FP8
