@@ -127,6 +127,8 @@ class CalibrationSession:
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, Any] = {}
         self._prepared_proto: Any = None
+        self._prepared_fp8_proto: Any = None
+        self._fp8_ranges: dict[tuple[str, float | None, int], CalibrationRanges] = {}
         self._int8_nodes: dict[str, Any] = {}
         self.last_sensitivity: dict[str, float] = {}
 
@@ -138,6 +140,27 @@ class CalibrationSession:
 
             self._prepared_proto = prepare_model(self.model.proto)
         return self._prepared_proto
+
+    @property
+    def prepared_fp8(self) -> Any:
+        """The prepared model at opset >= 19 (FP8 Q/DQ), same nodes and names as :attr:`prepared`, made once."""
+        from workbench.precision.qdq_rules import FP8_MIN_OPSET, model_opset, prepare_model
+
+        if self._prepared_fp8_proto is None:
+            prepared = self.prepared
+            self._prepared_fp8_proto = (
+                prepared if model_opset(prepared) >= FP8_MIN_OPSET else prepare_model(prepared, FP8_MIN_OPSET)
+            )
+        return self._prepared_fp8_proto
+
+    def fp8_ranges(self, ranges: CalibrationRanges) -> CalibrationRanges:
+        """The FP8 ranges matching INT8 ``ranges`` (same method on the FP8 grid; entropy becomes MSE), cached."""
+        from workbench.calib.fp8 import fp8_ranges_like
+
+        key = (ranges.method, ranges.percentile, id(ranges.statistics))
+        if key not in self._fp8_ranges:
+            self._fp8_ranges[key] = fp8_ranges_like(ranges)
+        return self._fp8_ranges[key]
 
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
@@ -185,20 +208,27 @@ class CalibrationSession:
             if n.op_type == "MatMul" and len(n.input) >= 2 and not constants.intersection(n.input[:2])
         ]
 
-    def default_plan(self) -> PrecisionPlan:
-        """Everything INT8 that can be (with ``quantize_attention``, the attention MatMuls too)."""
+    def default_plan(self, fmt: str = "int8") -> PrecisionPlan:
+        """Everything INT8 (``fmt="fp8"``: FP8) that can be (with ``quantize_attention``, the attention MatMuls too)."""
+        from workbench.calib.fp8 import check_format
+
+        fmt = check_format(fmt)
         if self.quantize_attention:
-            return PrecisionPlan(default="int8", overrides=dict.fromkeys(self.attention_matmuls(), "int8"))
-        return PrecisionPlan(default="int8")
+            return PrecisionPlan(default=fmt, overrides=dict.fromkeys(self.attention_matmuls(), fmt))
+        return PrecisionPlan(default=fmt)
 
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
+        """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid."""
         ranges = ranges or self.ranges()
+        plan = plan or self.default_plan()
+        wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
         return insert_qdq(
-            self.prepared,
+            self.prepared_fp8 if wants_fp8 else self.prepared,
             ranges.amax,
-            plan or self.default_plan(),
+            plan,
             prepared=True,
             quantize_attention=self.quantize_attention,
+            fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
         )
 
     def placement(self, plan: PrecisionPlan | None = None) -> Any:
@@ -218,8 +248,12 @@ class CalibrationSession:
         return self._int8_nodes[key]
 
     def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
-        """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+        """Quantizable nodes that the plan (default: everything INT8) would quantize to INT8, in topological order."""
         return list(self.placement(plan).int8_nodes)
+
+    def quantized_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
+        """Quantizable nodes that the plan would quantize to INT8 or FP8, in topological order."""
+        return list(self.placement(plan).quantized_nodes)
 
     def quantizable_nodes(self) -> list[tuple[str, str]]:
         """(node name, op) of every Conv/ConvTranspose/Gemm/MatMul, for per-layer precision widgets."""
@@ -270,16 +304,17 @@ class CalibrationSession:
         inputs (capped at 0 dB). Local terms keep the ranking meaningful when accumulated SQNR is ruined upstream.
         """
         placement = self.placement(plan)
-        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+        quantized = placement.quantized_nodes
+        candidates = quantized + [n for n in placement.residual_skips if n not in quantized]
         outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
         by_tensor = {row.name: row for row in diff.tensors}
         reads: dict[str, list[str]] = {}
         for tensor, consumers in placement.activations.items():
             for consumer in consumers:
                 reads.setdefault(consumer, []).append(tensor)
-        for tensor, weight in placement.weights.items():
+        for weight in placement.weights.values():
             for consumer in weight.consumers:
-                reads.setdefault(consumer, []).append(tensor)
+                reads.setdefault(consumer, []).append(weight.tensor)
         # a Conv behind a zero Pad reads the Pad's quantized input (the Q/DQ was moved before the Pad)
         inputs_of = {n.name: list(n.input) for n in self.prepared.graph.node}
         for node in candidates:
@@ -315,7 +350,8 @@ class CalibrationSession:
         import onnx
 
         placement = quantized.placement
-        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+        quantized_nodes = placement.quantized_nodes
+        candidates = quantized_nodes + [n for n in placement.residual_skips if n not in quantized_nodes]
         feeds = list(self.source.batches(max_batches))
         if not feeds:
             raise WorkbenchError("no data for the sensitivity ranking.", expected="a calibration source with batches")
@@ -369,8 +405,8 @@ class CalibrationSession:
     def fallback_plan(
         self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None
     ) -> PrecisionPlan:
-        if precision == "int8":
-            raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
+        if precision in ("int8", "fp8"):
+            raise WorkbenchError(f"fallback precision cannot be {precision}.", expected="fp16 or fp32")
         base = base or self.default_plan()
         return base.with_overrides({node: precision for node in nodes})
 

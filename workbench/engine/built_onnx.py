@@ -15,19 +15,29 @@ import onnx
 from workbench._io import sha256_bytes
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
+from workbench.model.graph import fix_node_names, node_names_to_fix
 from workbench.precision import PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
 
 
 def precision_rewrite(model: OnnxModel, plan: PrecisionPlan) -> onnx.ModelProto | None:
-    """The graph the builder parses for ``plan``: None when that is ``model`` itself (FP32, no overrides).
+    """The graph the builder parses for ``plan``: None when that is ``model`` itself (FP32, no overrides, node names
+    unique and printable; otherwise names are made so by :func:`~workbench.model.graph.fix_node_names`).
 
     TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
     refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
     """
-    if plan.default == "fp32" and not plan.overrides:
+    bad_names = node_names_to_fix(model.proto)
+    if plan.default == "fp32" and not plan.overrides and not bad_names:
         return None
-    return apply_precision_plan(model, plan).proto
+    if plan.default == "fp32" and not plan.overrides:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.proto)
+    else:
+        proto = apply_precision_plan(model, plan).proto
+    # duplicate names would merge nodes in the layer map, a newline would cut TensorRT's line-based layer records
+    fix_node_names(proto)
+    return proto
 
 
 def _plan_of(options: Mapping[str, Any]) -> PrecisionPlan:

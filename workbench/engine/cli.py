@@ -126,9 +126,10 @@ def _register_build(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["fp32", "fp16"],
+        choices=["fp32", "fp16", "int8", "fp8"],
         default="fp32",
-        help="fp16 rewrites the graph with casts (AutoCast-style)",
+        help="fp16 rewrites the graph with casts (AutoCast-style); int8 / fp8 build a Q/DQ model from "
+        "`workbench calibrate` (--format fp8 for fp8), refusing one without such Q/DQ nodes",
     )
     parser.add_argument("--plan", help="precision plan JSON (per-node fp32/fp16/int8); overrides --precision")
     parser.add_argument(
@@ -146,7 +147,8 @@ def _register_build(subparsers: Any) -> None:
         "--compute-capability",
         action="append",
         default=[],
-        help="target compute capability, RTX only (e.g. SM86; repeatable)",
+        help="target compute capability, RTX only (e.g. SM86; repeatable); FP8 Q/DQ models need SM89 or SM120 "
+        "(default for them: every FP8-capable target)",
     )
     parser.add_argument("--timing-cache", help="timing cache file to read and update")
     parser.add_argument(
@@ -210,6 +212,8 @@ def format_summary(artifact: EngineArtifact) -> str:
         "by type     " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_type"].items(), key=lambda kv: -kv[1])),
         "precision   " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items())),
     ]
+    if artifact.options.compute_capabilities:
+        lines.append("targets     " + ", ".join(artifact.target_compute_capabilities))
     if artifact.profiles:
         lines.append(
             "profile     "

@@ -74,10 +74,12 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     counts: dict[str, int] = {}
     for layer in layer_map.layers:
         if layer.layer_type.lower() in MATH_LAYER_TYPES:
-            key = "int8" if layer.is_int8_kernel else layer.precision
+            key = "int8" if layer.is_int8_kernel else "fp8" if layer.is_fp8_kernel else layer.precision
             counts[key] = counts.get(key, 0) + 1
     if counts.get("int8"):
         return "int8"
+    if counts.get("fp8"):
+        return "fp8"
     if counts.get("fp16"):
         return "fp16"
     return "fp32"
@@ -133,7 +135,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
             continue
         for name in pair.layers:
             layer = layers[name]
-            if layer.is_int8_kernel:
+            if layer.is_quantized_kernel:
                 continue
             findings.append(
                 Finding(
@@ -142,7 +144,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
                     name,
                     layer.onnx_nodes,
                     f"Q/DQ pair {pair.quantize} -> {pair.dequantize} on {pair.kind} tensor {pair.tensor!r} runs as its "
-                    f"own {layer.layer_type} kernel instead of fusing into an INT8 convolution/GEMM.",
+                    f"own {layer.layer_type} kernel instead of fusing into an INT8/FP8 convolution/GEMM.",
                     "move the Q/DQ pair onto the input of a Conv/Gemm/MatMul (placement rule in "
                     "workbench/precision/qdq_rules.py), or drop it (keep this tensor in FP16/FP32).",
                 )

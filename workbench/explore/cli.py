@@ -44,6 +44,10 @@ def _cli_explore(args: argparse.Namespace) -> int:
         overwrite=True,
         is_ours=lambda path: True,
     )
+    if args.export:  # a user's README.txt / view.json / lint.json there is never overwritten (issue 23)
+        from workbench._io import refuse_foreign_outputs
+
+        refuse_foreign_outputs(args.export, ["README.txt", "view.json", "lint.json"], label="--export")
     if args.precision is not None:
         built = [str(b) for b in (args.build, args.compare) if b and str(b).endswith((".engine", ".json", ".log"))]
         if len(built) == len([b for b in (args.build, args.compare) if b]):

@@ -69,12 +69,25 @@ class Explorer:
             parts.append(f"fusions gained {s['gained']}, lost {s['lost']}, precision changed {s['precision_changed']}")
         return "; ".join(parts)
 
+    def export_names(self) -> list[str]:
+        """The file names :meth:`export` writes."""
+        return [p.name for p in (*self.graph_files, *self.node_data_files)] + ["lint.json", "view.json", "README.txt"]
+
     def export(self, directory: str | Path) -> Path:
         """Copy the graphs JSON and node-data JSON into ``directory`` with a README saying how to open them with
-        the stock ``model-explorer`` command (no workbench needed)."""
-        from workbench._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+        the stock ``model-explorer`` command (no workbench needed). A file of that name already there is replaced
+        only if the workbench wrote it (and nobody changed it since); otherwise nothing is written and the error
+        names the files."""
+        from workbench._io import (
+            record_outputs,
+            refuse_foreign_outputs,
+            write_bytes_atomic,
+            write_json_atomic,
+            write_text_atomic,
+        )
 
         out = Path(directory)
+        refuse_foreign_outputs(out, self.export_names(), label="--export")
         out.mkdir(parents=True, exist_ok=True)
         for path in (*self.graph_files, *self.node_data_files):
             write_bytes_atomic(out / path.name, path.read_bytes())
@@ -91,6 +104,7 @@ class Explorer:
             "graph 'engine': the engine layers. Open both in split view and set Sync to 'match node id' to link\n"
             "them (view.json holds the layout the workbench uses). lint.json lists the linter's findings.\n",
         )
+        record_outputs(out, [out / name for name in self.export_names()])
         return out
 
 
