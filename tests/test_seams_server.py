@@ -89,6 +89,8 @@ def _probe_refusals(port: int, token: str, page_path: str, own_file: Path, outsi
     assert _request(port, "/apistream/server_director", headers=auth) == (204, b"")  # the push channel: closed
     # a body on a GET (request size capped: no body at all)
     assert _request(port, "/api/v1/get_extensions", headers=auth, data=b"x" * 10, method="GET")[0] == 413
+    # a query far above any page URL (ours are a few KB): refused before any handler parses it
+    assert _request(port, "/api/v1/get_extensions?x=" + "a" * 300_000, headers=auth)[0] == 414
     # what the viewer needs works with the token
     status, body = _request(port, page_path)
     assert status == 200 and b"X-Workbench-Token" in body
