@@ -139,3 +139,36 @@ def test_default_passes_fold_an_inception_style_affine_chain():
     assert ops(result.model)["Add"] == 1  # only the sum of the two Convs
     assert result.report("fuse_affine_into_next_conv").status == "accepted"
     assert_same_outputs(model, result.model, FEED)
+
+
+# ------------------------------------------------------------------------------------- MatMul + Add → Gemm
+
+
+def _linear(x_shape: list, bias_shape: tuple[int, ...], weight_first: bool = False) -> onnx.ModelProto:
+    x = gs.Variable("x", F32, x_shape)
+    product = gs.Variable("product", F32, None)
+    y = gs.Variable("y", F32, ([1] if len(bias_shape) > len(x_shape) else []) + x_shape[:-1] + [5])
+    bias = const("bias", *bias_shape)
+    nodes = [
+        gs.Node("MatMul", inputs=[x, const("w", 6, 5)], outputs=[product]),
+        gs.Node("Add", inputs=[bias, product] if weight_first else [product, bias], outputs=[y]),
+    ]
+    return export(gs.Graph(nodes=nodes, inputs=[x], outputs=[y]))
+
+
+def test_matmul_with_constant_bias_becomes_one_gemm_when_both_operands_have_rank_2():
+    for bias_shape, first in (((5,), False), ((1, 5), True), ((1,), False)):
+        model = _linear(["N", 6], bias_shape, weight_first=first)
+        result = clean_model(model, CleanOptions(passes=["fuse_matmul_add_gemm"]))
+        report = result.report("fuse_matmul_add_gemm")
+        assert report.status == "accepted", report.failure
+        assert ops(result.model) == Counter({"Gemm": 1})
+        assert_same_outputs(model, result.model, {"x": RNG.standard_normal((3, 6)).astype(F32)})
+
+
+def test_matmul_add_stays_where_gemm_cannot_express_it():
+    # A of rank 3 (Gemm takes matrices only), and a rank-3 bias that widens the product's rank
+    for model in (_linear(["N", 4, 6], (5,)), _linear(["N", 6], (1, 1, 5))):
+        result = clean_model(model, CleanOptions(passes=["fuse_matmul_add_gemm"]))
+        assert result.report("fuse_matmul_add_gemm").status == "unchanged"
+        assert ops(result.model) == Counter({"MatMul": 1, "Add": 1})

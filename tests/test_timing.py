@@ -397,3 +397,27 @@ def test_callbacks_fire_once_per_batch_and_timeouts_are_counted(cls_executor: Or
     result = run_pipeline(cls_executor, RunConfig(streams=2, timeout_ms=1e-3, **FAST), on_complete=seen.append)
     assert len(seen) == len(result.records) and all(not math.isnan(r.d2h_end_ms) for r in seen)
     assert result.timeouts["late"] == result.n_requests  # every request takes longer than 1 us
+
+
+def test_cpu_lanes_keep_a_failure_to_its_own_slot(cls_executor: OrtCpuExecutor) -> None:
+    """One lanes class for timing and serving: a slot's failure is raised by wait() on that slot only, and the
+    slot works again once its next batch runs."""
+    from workbench.timing.lanes import ThreadLanes
+
+    lanes = ThreadLanes(cls_executor, n_lanes=1, depth=2, batch_sizes=[2])
+    try:
+        good = lanes.input_array(0, 0).copy()
+        assert good.shape == (2, 3, 48, 192)
+        lanes._inputs[(0, 1)] = [np.zeros((2, 5), dtype=np.float32)]  # a feed of the wrong rank: ORT refuses it
+        lanes.submit(0, 0, 2)
+        lanes.submit(0, 1, 2)
+        lanes.wait(0, 0)
+        assert lanes.output_rows(0, 0, 0, 0, 2).shape[0] == 2
+        with pytest.raises(WorkbenchError, match="lane 0 slot 1"):
+            lanes.wait(0, 1)
+        lanes._inputs[(0, 1)] = [good]
+        lanes.submit(0, 1, 2)
+        lanes.wait(0, 1)  # the earlier failure was that batch's, not the slot's for ever
+        np.testing.assert_allclose(lanes.output_rows(0, 1, 0, 0, 2), lanes.output_rows(0, 0, 0, 0, 2), rtol=1e-5)
+    finally:
+        lanes.close()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench._io import validate_outputs, write_json_atomic
+from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.flow.config import SettingValue
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
@@ -34,6 +34,7 @@ _MARK = {
     StageStatus.PENDING: "... ",
 }
 STILL_RUNNING_EVERY_S = 15.0
+DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier demo wrote them (issue 23)
 
 
 class StillRunning:
@@ -80,6 +81,7 @@ class DemoResult:
 
 def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: SettingValue) -> DemoResult:
     """Run the quickstart flow and write ``<out_dir>/report.html`` (and ``run.json``); returns the typed run."""
+    refuse_foreign_outputs(out_dir, DEMO_FILES, label="--out")
     if model_name:
         settings["model"] = model_name
     config = QuickstartConfig(out_dir=str(out_dir)).validated(**settings)
@@ -116,6 +118,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
         heartbeat.stop()
     report = write_report(run, Path(out_dir) / "report.html")
     write_json_atomic(Path(out_dir) / "run.json", run.to_json())
+    record_outputs(out_dir, [Path(out_dir) / name for name in DEMO_FILES])
     print("diagnosis:")
     for verdict in diagnose(run):
         print(f"  - {verdict.topic}: {verdict.text}")
@@ -182,6 +185,7 @@ def _cli(args: argparse.Namespace) -> int:
 
         raise WorkbenchError(f"--out {out}: exists and is not a folder.", expected="an output folder")
     validate_outputs({"--out report.html": out / "report.html", "--out run.json": out / "run.json"})
+    refuse_foreign_outputs(out, DEMO_FILES, label="--out")
     if args.data and not args.model:
         from workbench.errors import WorkbenchError
 

@@ -280,7 +280,22 @@ def _fold_known_shape_values(graph: Any) -> int:
 
 
 def _exclude_from_folding(node: Any) -> bool:
-    return node.op in RANDOM_OPS or node.op in QDQ_OPS
+    return node.op in RANDOM_OPS or node.op in QDQ_OPS or _output_over_memory_budget(node)
+
+
+def _output_over_memory_budget(node: Any) -> bool:
+    """A node whose known output size exceeds the memory budget (ConstantOfShape of 16 GiB feeding a ReduceMax):
+    folding would have ONNX Runtime allocate it, even when only the small result downstream is kept."""
+    from workbench._arrays import memory_budget
+
+    for out in node.outputs:
+        shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+        if shape is None or dtype is None or not is_static(shape):
+            continue
+        size = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        if size > 64 * 1024 * 1024 and size > memory_budget():  # /proc/meminfo read only for large tensors
+            return True
+    return False
 
 
 def _has_foldable_node(graph: Any) -> bool:
@@ -1364,6 +1379,56 @@ def fuse_pad_conv(graph: Any, context: PassContext) -> None:
         pad.inputs.clear()
 
 
+# ---------------------------------------------------------------------------------------------- MatMul + Add → Gemm
+
+
+def _gemm_bias(matmul: gs.Node, add: gs.Node) -> gs.Tensor | None:
+    """The Add's constant bias when ``Gemm(A, B, bias)`` computes ``MatMul(A, B) + bias``: A and B of rank 2, a
+    float bias of A's type and rank <= 2 that broadcasts to [M, N] without widening it."""
+    bias = _other_input(add, matmul.outputs[0])
+    values = constant_values(bias) if bias is not None else None
+    a_shape, b_shape = tensor_shape(matmul.inputs[0]), tensor_shape(matmul.inputs[1])
+    if bias is None or values is None or values.dtype.kind != "f" or values.ndim > 2:
+        return None
+    if a_shape is None or b_shape is None or len(a_shape) != 2 or len(b_shape) != 2:
+        return None
+    if np_dtype(matmul.inputs[0]) != values.dtype or np_dtype(matmul.inputs[1]) != values.dtype:
+        return None
+    rows, columns = (1,) * (2 - values.ndim) + tuple(values.shape)
+    fits_rows = rows == 1 or rows == a_shape[0]
+    fits_columns = columns == 1 or columns == b_shape[1]
+    return bias if fits_rows and fits_columns else None
+
+
+@cleaning_pass("fuse_matmul_add_gemm", "numeric", min_opset=11)
+def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
+    """Replace MatMul of two rank-2 tensors followed by Add of a constant bias by one Gemm (what onnxsim does; neutral
+    for TensorRT, which maps both to the same layers)."""
+    import onnx_graphsurgeon as gs
+
+    pairs = [
+        (node, node.outputs[0].outputs[0])
+        for node in graph.nodes
+        if node.op == "MatMul"
+        and len(node.inputs) == 2
+        and len(node.outputs) == 1
+        and _only_consumer(node.outputs[0], graph, "Add") is not None
+    ]
+    if not pairs:
+        return
+    refresh_shapes(graph, context)  # ranks of A and B
+    for matmul, add in pairs:
+        bias = _gemm_bias(matmul, add)
+        if bias is None or len(add.inputs) != 2:
+            continue
+        out = add.outputs[0]
+        a, b = matmul.inputs
+        for node in (matmul, add):
+            node.outputs.clear()
+            node.inputs.clear()
+        graph.nodes.append(gs.Node("Gemm", name=f"{matmul.name or out.name}_gemm", inputs=[a, b, bias], outputs=[out]))
+
+
 # ---------------------------------------------------------------------------------------------- LayerNorm / GELU
 
 
@@ -1574,6 +1639,7 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "fuse_conv_affine",
     "fuse_affine_into_next_conv",
     "fuse_pad_conv",
+    "fuse_matmul_add_gemm",
     "fuse_layernorm",
     "fuse_gelu",
     "qdq_lint",

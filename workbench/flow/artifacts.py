@@ -191,6 +191,7 @@ class Timing(Artifact):
 
     results: tuple[TimingResult, ...]
     reason: str
+    fixed_batch: int | None = None  # the model's graph hard-codes this batch: timed with streams, not batching
 
     @property
     def chosen(self) -> TimingResult:

@@ -184,10 +184,15 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
 
 
 def summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
-    return (
+    text = (
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
         f"{calibration.qdq_pairs} Q/DQ pairs inserted"
     )
+    notes = calibration.ranges.range_notes
+    if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
+        first, note = next(iter(notes.items()))
+        text += f"; {len(notes)} range(s) not the method's own choice, e.g. {first!r}: {note}"
+    return text
 
 
 def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
@@ -399,16 +404,21 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[TrtExecutor | Or
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
     executor, reason = _executor_for(require(run.selection, "select"), ws)
+    batch = min(cfg.batch, ws.entry.max_batch or cfg.batch)
+    if batch != cfg.batch:  # a graph that hard-codes batch 1: the streams carry the concurrency
+        reason += (
+            f"; batch {batch}, not {cfg.batch}: the model's graph hard-codes its batch, so streams do the batching"
+        )
     try:
         sweep = run_sweep(
             executor,
-            sweep_plan(cfg.streams, cfg.batch, include_baselines=cfg.sweep),
+            sweep_plan(cfg.streams, batch, include_baselines=cfg.sweep),
             interactive_config(cfg.timing_window_s),
             model=cfg.model,
         )
     finally:
         executor.close()
-    return Timing(sweep.results, reason)
+    return Timing(sweep.results, reason, fixed_batch=ws.entry.max_batch)
 
 
 def summary_timing(timing: Timing, run: QuickstartRun) -> str:

@@ -20,6 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.timing import stats
 from workbench.timing.batcher import DynamicBatcher, Request, poisson_arrivals
 from workbench.timing.executors import Executor
+from workbench.timing.lanes import Lanes, make_lanes
 from workbench.timing.limits import MAX_REQUEST_BATCH, check_streams
 from workbench.timing.nvml import NvmlSampler
 from workbench.timing.result import BatchRecord, TimingResult, summarize_records
@@ -76,25 +77,19 @@ class RunConfig(Artifact):
         return sorted(x for x in sizes if x >= self.batch) or [self.max_batch]
 
 
-def make_lanes(executor: Executor, config: RunConfig) -> Any:
-    n_lanes = 1 if config.load == "sync" else config.streams
-    depth = 1 if config.load == "sync" else config.depth
-    if executor.device == "cuda":
-        from workbench.timing.lanes import CudaLanes
-
-        return CudaLanes(
-            executor,
-            n_lanes,
-            depth,
-            config.batch_sizes(),
-            config.stream_priorities,
-            config.seed,
-            spin_wait=config.spin_wait,
-            stage_events=config.stage_events,
-        )
-    from workbench.timing.lanes import ThreadLanes
-
-    return ThreadLanes(executor, n_lanes, depth, config.batch_sizes())
+def lanes_for(executor: Executor, config: RunConfig) -> Lanes:
+    """The lanes a run of ``config`` needs (the synchronous baseline: one lane, one slot)."""
+    sync = config.load == "sync"
+    return make_lanes(
+        executor,
+        1 if sync else config.streams,
+        1 if sync else config.depth,
+        config.batch_sizes(),
+        priorities=config.stream_priorities,
+        seed=config.seed,
+        spin_wait=config.spin_wait,
+        stage_events=config.stage_events,
+    )
 
 
 @dataclass(frozen=True)
@@ -115,12 +110,12 @@ def run_pipeline(
     *,
     model: str = "",
     on_complete: Callable[[BatchRecord], None] | None = None,
-    lanes: Any = None,
+    lanes: Lanes | None = None,
 ) -> TimingResult:
     """Run one configuration and return its TimingResult (records included for timelines and traces)."""
     config.validate()
     own_lanes = lanes is None
-    lanes = lanes or make_lanes(executor, config)
+    lanes = lanes or lanes_for(executor, config)
     sampler = NvmlSampler() if executor.device == "cuda" else None
     try:
         outcome = _Dispatcher(lanes, config, on_complete, sampler).run()
@@ -191,7 +186,7 @@ def _result_notes(
     n_windows: int,
     stable: bool,
     executor: Executor,
-    lanes: Any,
+    lanes: Lanes,
     sampler: NvmlSampler | None,
 ) -> list[str]:
     """What a reader should know before trusting the numbers: stability, sample sizes, Little's law, host limits."""
@@ -233,7 +228,7 @@ class _Dispatcher:
     samples completed after the warm-up; measurement stops once enough windows agree (or ``max_windows`` ran).
     """
 
-    lanes: Any
+    lanes: Lanes
     config: RunConfig
     on_complete: Callable[[BatchRecord], None] | None
     sampler: NvmlSampler | None
@@ -325,6 +320,7 @@ class _Dispatcher:
             return [r.arrival_s * 1e3 for r in batch], [r.samples for r in batch]
         for key in list(self.inflight):
             if self.lanes.is_done(*key):
+                self.lanes.wait(*key)  # returns at once; raises the slot's failure
                 self.reap(key)
         deadline = self.batcher.deadline_s()
         wake_ms = min(self.next_arrival, deadline if deadline is not None else math.inf) * 1e3
