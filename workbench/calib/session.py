@@ -7,7 +7,7 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,12 @@ def _refuse_float16(model: Any) -> None:
             "calibration inserts Q/DQ into an FP32 model.",
             expected="the FP32 model (the FP16 engine is made from it with `workbench build --precision fp16`)",
         )
+
+
+def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
+    """The first ``n`` of ``ranked`` (fallback candidates, worst first), but never all of them: at least one stays
+    INT8, since a "mixed" plan without INT8 would be the FP32 model under another name."""
+    return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
 
 
 @dataclass(frozen=True)
@@ -404,6 +410,26 @@ class CalibrationSession:
         base = base or self.default_plan()
         return base.with_overrides({node: precision for node in nodes})
 
+    def worst_int8_nodes(self, diff: LayerDiff, n: int, plan: PrecisionPlan | None = None) -> list[str]:
+        """The ``n`` worst nodes the plan still runs in INT8 (by the per-layer diff), at least one left INT8
+        (:func:`worst_first_fallback`): what "fall back the worst N" moves out of INT8."""
+        plan = plan or self.default_plan()
+        ranked = [node for node in self.rank_int8_nodes(diff, plan) if plan.precision_of(node) == "int8"]
+        return worst_first_fallback(ranked, n)
+
+    def check_fallback_count(self, n: int, plan: PrecisionPlan | None = None) -> int:
+        """``n`` when "fall back the worst N" can take that many of the plan's INT8 nodes (one must stay INT8);
+        otherwise a WorkbenchError saying the range."""
+        limit = len(self.int8_nodes(plan)) - 1
+        if not 1 <= int(n) <= limit:
+            raise WorkbenchError(
+                f"N={n} is out of range.",
+                expected=f"1..{limit} (the INT8 layers of this model but one)"
+                if limit >= 1
+                else "an INT8 layer to fall back",
+            )
+        return int(n)
+
     def fall_back_worst(
         self,
         n: int,
@@ -413,13 +439,22 @@ class CalibrationSession:
         diff: LayerDiff | None = None,
         plan: PrecisionPlan | None = None,
     ) -> tuple[PrecisionPlan, QdqModel]:
-        """Move the ``n`` worst INT8 nodes (by the per-layer diff) to ``precision`` and regenerate the Q/DQ model."""
+        """Move the ``n`` worst INT8 nodes (by the per-layer diff, :meth:`worst_int8_nodes`) to ``precision`` and
+        regenerate the Q/DQ model."""
         ranges = ranges or self.ranges()
         if diff is None:
             diff = self.diff(self.quantize(ranges, plan))
-        worst = self.rank_int8_nodes(diff, plan)[: max(0, n)]
-        new_plan = self.fallback_plan(worst, precision, plan)
+        new_plan = self.fallback_plan(self.worst_int8_nodes(diff, n, plan), precision, plan)
         return new_plan, self.quantize(ranges, new_plan)
+
+    def output_tensors(self, nodes: Iterable[str]) -> list[str]:
+        """The output tensors of ``nodes`` (what the SQNR chart marks for a node)."""
+        outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
+        return [tensor for node in nodes for tensor in outputs.get(node, [])]
+
+    def input_tensors(self, node: str) -> list[str]:
+        """The input tensors of ``node``."""
+        return next((list(n.input) for n in self.prepared.graph.node if n.name == node), [])
 
     def search_fallback(
         self,

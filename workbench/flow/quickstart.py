@@ -26,7 +26,7 @@ from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import CalibrationSession, Float16Model
+from workbench.calib.session import CalibrationSession, Float16Model, worst_first_fallback
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanOptions, CleanResult, clean_model
 from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -510,8 +510,7 @@ def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
         raise StageNotApplicable(
             f"the all-INT8 model has {len(worst)} INT8 node(s): keeping the worst in FP32 would leave no INT8 to mix"
         )
-    # at least one INT8 node stays: a "mixed" plan without INT8 would be the FP32 model under another name
-    nodes = list(worst[: min(run.config.fallback_layers, len(worst) - 1)])
+    nodes = worst_first_fallback(worst, run.config.fallback_layers)
     session = ws.calibration_session(run)
     plan = replace(
         session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
