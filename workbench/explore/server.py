@@ -184,6 +184,23 @@ def _watch_parent(parent: int) -> None:
             os._exit(0)
 
 
+def _serve_with_embed_script(server: Any) -> None:
+    """index.html with the explorer's embed script (info panels collapsed inside an IFrame) before ``</head>``."""
+    import flask
+
+    from workbench.explore.embed import EMBED_SCRIPT
+
+    stock = server._serve_static_asset
+
+    def serve(rel_path: str) -> Any:
+        if rel_path != "index.html":
+            return stock(rel_path)
+        page = (Path(server.OSS_WEB_APP_DIR) / "index.html").read_text(encoding="utf-8")
+        return flask.Response(page.replace("</head>", EMBED_SCRIPT + "</head>", 1), mimetype="text/html")
+
+    server._serve_static_asset = serve
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Model Explorer server owned by a workbench process")
     parser.add_argument("--port", type=int, required=True)
@@ -201,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"version": "", "runningVersion": running, "releaseUrl": "", "desktopAppUrl": ""}
 
     server._check_new_version = no_version_check  # type: ignore[attr-defined]
+    _serve_with_embed_script(server)
     server.start(host=HOST, port=args.port, no_open_in_browser=True, extensions=[])
     return 0
 
