@@ -63,6 +63,8 @@ TORCH_MODELS = (
     "torch-transformer-handln-op17",
     "torch-transformer-handln-op20",
     "torch-nn-transformer",
+    "torch-inception-v2",
+    "torch-linear",
 )
 CONTROL_FLOW_MODELS = (
     "silero-vad",
@@ -146,6 +148,65 @@ def _torch_modules() -> dict[str, tuple[Any, tuple, dict, int, dict]]:
         def forward(self, x):
             return self.blocks(x)
 
+    def conv_bn_relu(cin: int, cout: int, kernel: int = 1, stride: int = 1) -> nn.Module:
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU()
+        )
+
+    class InceptionBlock(nn.Module):
+        """BN-Inception's four branches (1x1; 1x1-3x3; 1x1-3x3-3x3; projection then 3x3 average pool), joined by a
+        Concat that a BatchNorm and a per-channel scale and shift follow: those have no Conv before them to fold
+        into, only the next block's 1x1 Convs after them."""
+
+        def __init__(self, cin: int, width: int) -> None:
+            super().__init__()
+            self.b1 = conv_bn_relu(cin, width)
+            self.b2 = nn.Sequential(conv_bn_relu(cin, width), conv_bn_relu(width, width, 3))
+            self.b3 = nn.Sequential(
+                conv_bn_relu(cin, width), conv_bn_relu(width, width, 3), conv_bn_relu(width, width, 3)
+            )
+            self.b4 = nn.Sequential(nn.Conv2d(cin, width, 1), nn.AvgPool2d(3, 1, 1))
+            self.norm = nn.BatchNorm2d(4 * width)
+            self.scale = nn.Parameter(torch.rand(1, 4 * width, 1, 1) + 0.5)
+            self.shift = nn.Parameter(torch.randn(1, 4 * width, 1, 1) * 0.1)
+
+        def forward(self, x):
+            y = torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], dim=1)
+            return self.norm(y) * self.scale + self.shift
+
+    class InceptionV2(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(conv_bn_relu(3, 32, 3, 2), nn.MaxPool2d(3, 2, 1))
+            self.blocks = nn.Sequential(*(InceptionBlock(32 if i == 0 else 64, 16) for i in range(6)))
+            self.head = nn.Sequential(nn.Conv2d(64, 64, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.fc(self.head(self.blocks(self.stem(x))))
+
+    class LinearHead(nn.Module):
+        """Features to logits through hand-written linear layers (``x @ W + b``: MatMul then Add, as exports of
+        einsum/matmul code give them), after a Conv stem and ``x.view(x.size(0), -1)``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(2))
+            self.w1, self.b1 = nn.Parameter(torch.randn(32, 64) * 0.2), nn.Parameter(torch.randn(64) * 0.1)
+            self.w2, self.b2 = nn.Parameter(torch.randn(64, 10) * 0.2), nn.Parameter(torch.randn(10) * 0.1)
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = x.view(x.size(0), -1)
+            return torch.relu(x @ self.w1 + self.b1) @ self.w2 + self.b2
+
+    inception, linear = InceptionV2(), LinearHead()
+    for module in inception.modules():  # trained-looking statistics, so the folds change real numbers
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            nn.init.uniform_(module.weight, 0.5, 1.5)
+            nn.init.uniform_(module.bias, -0.2, 0.2)
     encoder = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True), num_layers=2, enable_nested_tensor=False
     )
@@ -164,6 +225,20 @@ def _torch_modules() -> dict[str, tuple[Any, tuple, dict, int, dict]]:
         "torch-transformer-handln-op17": (HandTransformer(), (tokens,), token_axes, 17, token_profile),
         "torch-transformer-handln-op20": (HandTransformer(), (tokens,), token_axes, 20, token_profile),
         "torch-nn-transformer": (encoder, (tokens,), token_axes, 17, token_profile),
+        "torch-inception-v2": (
+            inception,
+            (torch.randn(2, 3, 64, 64),),
+            {"x": {0: "batch"}, "y": {0: "batch"}},
+            13,
+            {"x": [(1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64)]},
+        ),
+        "torch-linear": (
+            linear,
+            (torch.randn(2, 3, 16, 16),),
+            {"x": {0: "batch"}, "y": {0: "batch"}},
+            13,
+            {"x": [(1, 3, 16, 16), (4, 3, 16, 16), (8, 3, 16, 16)]},
+        ),
     }
 
 

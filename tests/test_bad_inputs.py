@@ -377,14 +377,15 @@ CASES = [
     _c("cal-huge-model", "calibrate huge.onnx --data random -o q2.onnx --no-progress", r"out of range|needs"),
     _c("cal-string-model", "calibrate string.onnx --data random -o q2.onnx --no-progress", "string"),
     _c("cal-keep-unknown", f"{CAL} --keep nosuchnode", "unknown node"),
-    _c("cal-target-not-zoo", f"{CAL} --target 0.9", "--target"),
+    _c("cal-target-removed", f"{CAL} --target 0.9", "--target 0.9 was removed.*--target-drop"),
+    _c("cal-fallback-worst-removed", f"{CAL} --fallback-worst 3", "--fallback-worst 3 was removed.*--target-drop"),
+    _c("cal-target-drop-own-file-no-data", "calibrate tiny.onnx --target-drop 0.01 -o q2.onnx", "needs samples"),
     *[
         _c(f"cal-{opt}-{value}", f"{CAL} {opt} {value}", re.escape(opt))
         for opt, values in {
             "--percentile": ["0", "101", "nan", "-1"],
             "--max-batches": ["0", "-1"],
-            "--fallback-worst": ["-1", "x"],
-            "--target": ["nan", "inf"],
+            "--target-drop": ["0", "nan", "1.5"],
         }.items()
         for value in values
     ],
@@ -557,7 +558,7 @@ CASES = [
     *[
         _c(f"demo-{opt}-{value}", f"demo --out newout {opt} {value}", _DEMO_SETTING[opt])
         for opt, values in {
-            "--streams": ["0", "17"],
+            "--streams": ["0", "65"],
             "--batch": ["0", "-1"],
             "--max-metric-drop": ["nan", "-1", "2", "inf"],
             "--calibration-samples": ["0"],

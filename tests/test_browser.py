@@ -416,7 +416,7 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
 
             # out of range: refused with the CLI's message, the field goes back, nothing else changes
             _type_into(panel, "streams", "99")
-            _wait_status(page, "streams=99 is out of range. Expected: 1..16.", 10_000)
+            _wait_status(page, "streams=99 is out of range. Expected: 1..64.", 10_000)
             assert panel.locator(".widget-text", has_text="streams").locator("input").input_value() == "2"
             assert panel.locator("table").first.inner_text() == stages_before
             assert "Stale" not in _panel_text(page)

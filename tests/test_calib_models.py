@@ -232,7 +232,8 @@ def test_cli_entry_point_runs_as_a_process(tmp_path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "workbench", "calibrate", "--help"], capture_output=True, text=True, check=True
     )
-    assert "--fallback-worst" in result.stdout and "--keep" in result.stdout
+    assert "--target-drop" in result.stdout and "--keep" in result.stdout
+    assert "--fallback-worst" not in result.stdout  # removed: one way to ask for a target
 
 
 def test_image_folder_uses_the_zoo_preprocessing(tmp_path) -> None:

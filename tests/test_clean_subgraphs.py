@@ -117,7 +117,10 @@ def test_silero_vad_runs_with_profile_thanks_to_value_hints(silero):
 
 
 def test_no_probe_runs_names_the_inputs_and_suggests_data(silero, capsys):
-    code = main(["clean", str(silero), "-o", "/tmp/never-written.onnx"])
+    # shapes the user chose are not searched around (without --profile the checker finds 256 samples; see
+    # test_clean_probes.py): too short for the STFT's reflect padding, they fail with ORT's reason
+    too_short = ["--profile", "input:1x32/1x32/1x32", "--profile", "state:2x1x128/2x1x128/2x1x128"]
+    code = main(["clean", str(silero), "-o", "/tmp/never-written.onnx", *too_short])
 
     assert code == 2
     err = capsys.readouterr().err

@@ -359,15 +359,37 @@ class _LaneBudgetedCpuExecutor(OrtCpuExecutor):
 
 
 def test_sweep_runs_the_grid_and_skips_what_would_not_fit() -> None:
-    from workbench.timing import sweep
+    from workbench.timing import grid_plan, run_sweep
 
     executor = _LaneBudgetedCpuExecutor(CLS_MODEL, shapes=CLS_SHAPE)
-    results, skipped = sweep(
-        executor, RunConfig(**FAST), streams=(1, 2, 4), batches=(1, 2), free_bytes=lambda: 2 * 2**30
+    steps: list[str] = []
+    sweep = run_sweep(
+        executor,
+        grid_plan((1, 2, 4), (1, 2)),
+        RunConfig(**FAST),
+        free_bytes=lambda: 2 * 2**30,
+        progress=lambda _stage, index, total, message: steps.append(f"{index}/{total} {message}"),
     )  # 2 GiB free: 0.9 * 2 GiB fits 6 lane-batches
-    assert [(r.streams, r.batch) for r in results] == [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)]
-    assert [(s["streams"], s["batch"]) for s in skipped] == [(4, 2)]
-    assert "2048 MiB free" in skipped[0]["reason"]
+    assert [(r.streams, r.batch) for r in sweep.results] == [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)]
+    assert [(s.streams, s.batch) for s in sweep.skipped] == [(4, 2)]
+    assert "2048 MiB free" in sweep.skipped[0].reason
+    assert steps[0] == "0/6 timing 1 stream(s) x batch 1" and len(steps) == 6
+    assert sweep.find(2, 2) is sweep.results[-1] and sweep.find(4, 2) is None
+
+
+def test_sweep_plans_put_the_chosen_configuration_first_and_stop_when_asked(cls_executor: OrtCpuExecutor) -> None:
+    from workbench.timing import interactive_config, run_sweep, sweep_plan
+
+    assert sweep_plan(4, 8, include_baselines=True) == [(4, 8), (1, 8), (4, 1), (1, 1)]
+    assert sweep_plan(1, 1, include_baselines=True) == [(1, 1)]
+    assert sweep_plan(4, 8, include_baselines=False) == [(4, 8)]
+    config = interactive_config(0.05, load="closed")
+    assert (config.warmup_s, config.window_s, config.min_windows, config.max_windows) == (0.05, 0.05, 3, 4)
+    assert interactive_config(1.0).warmup_s == 0.2
+    stopped = run_sweep(
+        cls_executor, sweep_plan(2, 1, True), config, progress=lambda _s, index, _t, _m: index < 1 or False
+    )
+    assert stopped.stopped and [(r.streams, r.batch) for r in stopped.results] == [(2, 1)]
 
 
 def test_callbacks_fire_once_per_batch_and_timeouts_are_counted(cls_executor: OrtCpuExecutor) -> None:
@@ -375,3 +397,27 @@ def test_callbacks_fire_once_per_batch_and_timeouts_are_counted(cls_executor: Or
     result = run_pipeline(cls_executor, RunConfig(streams=2, timeout_ms=1e-3, **FAST), on_complete=seen.append)
     assert len(seen) == len(result.records) and all(not math.isnan(r.d2h_end_ms) for r in seen)
     assert result.timeouts["late"] == result.n_requests  # every request takes longer than 1 us
+
+
+def test_cpu_lanes_keep_a_failure_to_its_own_slot(cls_executor: OrtCpuExecutor) -> None:
+    """One lanes class for timing and serving: a slot's failure is raised by wait() on that slot only, and the
+    slot works again once its next batch runs."""
+    from workbench.timing.lanes import ThreadLanes
+
+    lanes = ThreadLanes(cls_executor, n_lanes=1, depth=2, batch_sizes=[2])
+    try:
+        good = lanes.input_array(0, 0).copy()
+        assert good.shape == (2, 3, 48, 192)
+        lanes._inputs[(0, 1)] = [np.zeros((2, 5), dtype=np.float32)]  # a feed of the wrong rank: ORT refuses it
+        lanes.submit(0, 0, 2)
+        lanes.submit(0, 1, 2)
+        lanes.wait(0, 0)
+        assert lanes.output_rows(0, 0, 0, 0, 2).shape[0] == 2
+        with pytest.raises(WorkbenchError, match="lane 0 slot 1"):
+            lanes.wait(0, 1)
+        lanes._inputs[(0, 1)] = [good]
+        lanes.submit(0, 1, 2)
+        lanes.wait(0, 1)  # the earlier failure was that batch's, not the slot's for ever
+        np.testing.assert_allclose(lanes.output_rows(0, 1, 0, 0, 2), lanes.output_rows(0, 0, 0, 0, 2), rtol=1e-5)
+    finally:
+        lanes.close()

@@ -3,6 +3,7 @@
 Stage results are frozen dataclasses that inherit :class:`Artifact`; ``to_json`` and ``from_json`` come from the field
 types, so no stage writes its own serializer. Rules:
 
+* an ``Enum`` member becomes its value (and is read back as the member);
 * nested artifacts, dataclasses, tuples, lists, dicts, ``Path``, numpy scalars and arrays become plain JSON;
 * a non-finite float becomes ``null`` (JSON has no NaN or Infinity; ``from_json`` reads ``null`` back as NaN for a
   ``float`` field);
@@ -20,6 +21,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -27,13 +29,17 @@ from workbench.errors import WorkbenchError
 
 NOT_SERIALIZED = {"json": False}
 
+# A decoded JSON object. Its values are typed ``object``: whoever reads one checks each value's type (as
+# ``from_json`` does against the field types), so nothing is assumed about JSON read from disk.
+JsonObject = dict[str, object]
+
 A = TypeVar("A", bound="Artifact")
 
 
 class Artifact:
     """Mixin for frozen dataclass results: JSON out and back in, from the field types."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             item.name: to_jsonable(getattr(self, item.name))
             for item in dataclasses.fields(self)  # type: ignore[arg-type]
@@ -41,15 +47,17 @@ class Artifact:
         }
 
     @classmethod
-    def from_json(cls: type[A], data: Any) -> A:
+    def from_json(cls: type[A], data: object) -> A:
         return _from_json(cls, data, cls.__name__)
 
 
 _ARTIFACT_FROM_JSON = Artifact.from_json.__func__  # type: ignore[attr-defined]
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: object) -> object:
     """``value`` as plain JSON data (see the module rules)."""
+    if isinstance(value, Enum):  # a typed name (e.g. a precision Variant) is written as its stable value
+        return to_jsonable(value.value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -74,16 +82,16 @@ def to_jsonable(value: Any) -> Any:
     raise TypeError(f"cannot write a {type(value).__name__} as JSON")
 
 
-def _fail(where: str, value: Any, expected: str) -> WorkbenchError:
+def _fail(where: str, value: object, expected: str) -> WorkbenchError:
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return WorkbenchError(f"{where}: {shown} is not valid.", expected=expected)
 
 
-def _from_json(kind: Any, data: Any, where: str) -> Any:
+def _from_json(kind: object, data: object, where: str) -> Any:  # the value of any field type
     origin = typing.get_origin(kind)
     args = typing.get_args(kind)
-    if kind is Any:
+    if kind is Any or kind is object:  # plain JSON values (JsonObject fields) pass as read
         return data
     if origin in (Union, types.UnionType):
         if data is None and type(None) in args:
@@ -134,8 +142,15 @@ def _from_json(kind: Any, data: Any, where: str) -> Any:
                     key = int(key)
                 except (TypeError, ValueError):
                     raise _fail(f"{where} key", key, "an integer key") from None
+            elif isinstance(key_kind, type) and issubclass(key_kind, Enum):
+                key = _from_json(key_kind, key, f"{where} key")
             result[key] = _from_json(value_kind, item, f"{where}[{key!r}]")
         return result
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        try:
+            return kind(data)
+        except ValueError:
+            raise _fail(where, data, " / ".join(repr(member.value) for member in kind)) from None
     if kind is Path:
         if not isinstance(data, str) or not data:
             raise _fail(where, data, "a path string")
@@ -165,11 +180,11 @@ def _from_json(kind: Any, data: Any, where: str) -> Any:
     raise _fail(where, data, f"a value of type {getattr(kind, '__name__', kind)}")
 
 
-def _dataclass_from_json(kind: type, data: Any, where: str) -> Any:
+def _dataclass_from_json(kind: type, data: object, where: str) -> object:
     if not isinstance(data, Mapping):
         raise _fail(where, data, f"a JSON object for {kind.__name__}")
     hints = typing.get_type_hints(kind)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for item in dataclasses.fields(kind):
         if not item.init:
             continue

@@ -13,13 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench._io import validate_outputs, write_json_atomic
+from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
 from workbench.report import diagnose, write_report
+from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
 
 _MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
 STILL_RUNNING_EVERY_S = 15.0
+DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier demo wrote them (issue 23)
 
 
 class StillRunning:
@@ -54,6 +57,7 @@ class StillRunning:
 
 def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
     """Run the quickstart flow and write ``<out_dir>/report.html``; returns the run as JSON-ready data."""
+    refuse_foreign_outputs(out_dir, DEMO_FILES, label="--out")
     if model_name:
         settings["model"] = model_name
     config = QuickstartConfig(out_dir=str(out_dir), **settings)
@@ -91,6 +95,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
         heartbeat.stop()
     report = write_report(run, Path(out_dir) / "report.html")
     write_json_atomic(Path(out_dir) / "run.json", run.to_json())
+    record_outputs(out_dir, [Path(out_dir) / name for name in DEMO_FILES])
     print("diagnosis:")
     for verdict in diagnose(run):
         print(f"  - {verdict.topic}: {verdict.text}")
@@ -115,7 +120,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["auto", "fp32", "fp16", "int8"],
+        choices=PRECISION_CHOICES,
         help="engine to time and export (default auto: the cheapest within --max-metric-drop of FP32)",
     )
     parser.add_argument(
@@ -123,10 +128,8 @@ def register(subparsers: Any) -> None:
         type=float,
         help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)",
     )
-    parser.add_argument(
-        "--calibration-method", choices=["entropy", "percentile", "mse", "max"], help="INT8 range method"
-    )
-    parser.add_argument("--streams", type=int, help="pipeline streams (lanes), 1..16")
+    parser.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 range method")
+    parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
     parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
     parser.add_argument(
@@ -147,6 +150,7 @@ def _cli(args: argparse.Namespace) -> int:
 
         raise WorkbenchError(f"--out {out}: exists and is not a folder.", expected="an output folder")
     validate_outputs({"--out report.html": out / "report.html", "--out run.json": out / "run.json"})
+    refuse_foreign_outputs(out, DEMO_FILES, label="--out")
     if args.data and not args.model:
         from workbench.errors import WorkbenchError
 

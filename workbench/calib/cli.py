@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from workbench._args import bounded_float, bounded_int, finite_float, non_negative_int, positive_int
+from workbench._args import bounded_float, bounded_int, finite_float, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 
@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
         "calibrate",
         help="INT8 calibration: write a Q/DQ ONNX (TensorRT explicit quantization) and a calibration cache",
         description="Collect activation histograms in one streaming pass, pick ranges (max / percentile / entropy / mse), "
-        "insert Q/DQ per TensorRT's rules, optionally fall back the worst layers to FP16/FP32.",
+        "insert Q/DQ per TensorRT's rules; with --target-drop, search the most INT8 whose task metric stays within "
+        "that drop of FP32 (the one way to ask for an accuracy target).",
     )
     calibrate.add_argument("model", help="FP32 .onnx file, or a zoo model name (digits-cnn, ocr-cls, ocr-rec, ...)")
     calibrate.add_argument(
@@ -28,7 +29,18 @@ def register(subparsers: Any) -> None:
         help="calibration folder (.npz batches keyed by input name, or images for zoo models), "
         "'zoo' for the zoo model's calibration split, or 'random' (warned about)",
     )
-    calibrate.add_argument("--method", default="entropy", choices=("max", "percentile", "entropy", "mse"))
+    calibrate.add_argument(
+        "--format",
+        default="int8",
+        choices=("int8", "fp8"),
+        help="quantized format: int8 (default) or fp8 (E4M3, needs a GPU of compute capability 8.9+ to run)",
+    )
+    calibrate.add_argument(
+        "--method",
+        default=None,
+        choices=("max", "percentile", "entropy", "mse"),
+        help="range method (default: entropy for int8, mse over the FP8 grid for fp8; entropy is int8 only)",
+    )
     calibrate.add_argument(
         "--percentile",
         type=bounded_float(0.0, 100.0, low_inclusive=False),
@@ -49,25 +61,18 @@ def register(subparsers: Any) -> None:
         "--keep", default="", help="comma-separated node names kept out of INT8 (at --fallback-precision)"
     )
     calibrate.add_argument(
-        "--fallback-worst",
-        type=non_negative_int,
-        default=0,
-        metavar="N",
-        help="fall back the N layers with the largest accumulated SQNR drop",
+        "--fallback-precision", default="fp32", choices=("fp16", "fp32"), help="precision of the --keep nodes"
     )
-    calibrate.add_argument("--fallback-precision", default="fp32", choices=("fp16", "fp32"))
-    calibrate.add_argument(
-        "--target",
-        type=bounded_float(),
-        default=None,
-        help="zoo models: search the smallest fallback set that reaches this task metric",
-    )
+    for removed in REMOVED_TARGET_OPTIONS:  # refused with the one way to ask for a target (see _refuse_removed)
+        calibrate.add_argument(removed, default=None, help=argparse.SUPPRESS)
     calibrate.add_argument(
         "--target-drop",
         type=bounded_float(0.0, 1.0, low_inclusive=False),
         default=None,
-        help="zoo models: accuracy-target mixed precision (revert the worst fusion group, re-rank, step back): "
-        "the most INT8 whose task metric is within this drop of FP32",
+        help="accuracy-target mixed precision (revert the worst fusion group, re-rank, step back): the most INT8 "
+        "whose task metric is within this drop of FP32. Zoo models use their task metric; your own .onnx file uses "
+        "top-1 accuracy when its .npz batches carry 'labels' (one integer class per sample), else agreement with its "
+        "FP32 outputs judged on the worst output; the samples of --data are split in half: calibration, evaluation",
     )
     calibrate.add_argument(
         "--fallback", default=None, choices=("fp16", "fp32"), help="precision of reverted groups (--target-drop)"
@@ -164,8 +169,34 @@ def _warnings_once(command: Any) -> Any:
     return run
 
 
+REMOVED_TARGET_OPTIONS = {
+    "--fallback-worst": "it fell back a fixed number of layers whatever the accuracy",
+    "--target": "it asked for an absolute metric value through a second search",
+}
+
+
+def _refuse_removed(args: argparse.Namespace) -> None:
+    """``calibrate`` keeps one way to ask for an accuracy target; the removed options say what replaces them."""
+    for option, why in REMOVED_TARGET_OPTIONS.items():
+        value = getattr(args, option.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            raise WorkbenchError(
+                f"{option} {value} was removed ({why}): calibrate has one way to ask for an accuracy target.",
+                expected="--target-drop D: the most INT8 whose task metric stays within D of FP32 (e.g. 0.01); "
+                "--keep NODE,... keeps named nodes out of INT8",
+            )
+
+
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
     """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
+    _refuse_removed(args)
+    if args.method is None:
+        args.method = "mse" if args.format == "fp8" else "entropy"
+    if args.format == "fp8" and args.method == "entropy":
+        raise WorkbenchError(
+            "--method entropy is INT8's (KL divergence over 128 uniform levels); FP8 ranges use max, percentile or mse.",
+            expected="--format fp8 with --method max, percentile or mse (the default)",
+        )
     if args.percentile is not None and args.method != "percentile":
         raise WorkbenchError(
             f"--percentile {args.percentile} is used by --method percentile only; --method {args.method} ignores it.",
@@ -208,9 +239,9 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
 
     _refuse_ignored_options(args)
     model, entry = resolve_model(args.model)
-    if args.target_drop is not None and entry is None:
-        raise WorkbenchError("--target-drop needs a task metric.", expected="a zoo model name as the model argument")
     data_dir = args.data if args.data not in (None, "zoo", "random") else None
+    if args.target_drop is not None and entry is None:
+        model, entry = _own_file_entry(model, args.data)
     # the cache is read when it exists, so it is an output only when it will be (re)written
     search_report = None
     if getattr(args, "target_drop", None) is not None:
@@ -238,6 +269,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         )
     guard_model_inputs(model, what=str(model.path), batch=8, copies=2)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
+    if data_dir is not None and _is_own_file(entry):
+        data = "zoo"  # the entry's calibration half of --data (its other half scores the search)
     cache_path = Path(args.cache) if args.cache else None
     session = (
         CalibrationSession(
@@ -280,7 +313,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         if cache_path is not None:
             ranges.save(cache_path)
             _say(f"wrote calibration cache {cache_path}")
-    plan = PrecisionPlan.load(args.plan) if args.plan else session.default_plan()
+    plan = PrecisionPlan.load(args.plan) if args.plan else session.default_plan(args.format)
     keep = [name.strip() for name in args.keep.split(",") if name.strip()]
     if keep:
         known = {name for name, _ in session.quantizable_nodes()} | {n.name for n in model.proto.graph.node}
@@ -292,16 +325,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             )
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
     quantized = session.quantize(ranges, plan)
-    diff = None
-    if args.fallback_worst > 0 or args.diff or (args.target is not None and args.target_drop is None):
-        diff = session.diff(quantized)
+    diff = session.diff(quantized) if args.diff else None
     if args.target_drop is not None:
-        if entry is None:
-            raise WorkbenchError(
-                "--target-drop needs a task metric.", expected="a zoo model name as the model argument"
-            )
-        if args.target is not None:
-            raise WorkbenchError("--target and --target-drop exclude each other.", expected="one of them")
         from workbench.calib.search import search_mixed_precision
 
         if args.target_drop < 0 or args.budget < 1:
@@ -326,27 +351,16 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         _say(f"wrote search report {report} ({len(mixed.evaluated)} evaluated plans, {len(mixed.reverts)} reverts)")
         plan = mixed.plan
         quantized = session.quantize(ranges, plan)
-    elif args.target is not None:
-        if entry is None:
-            raise WorkbenchError("--target needs a task metric.", expected="a zoo model name as the model argument")
-        result = session.search_fallback(args.target, ranges=ranges, precision=args.fallback_precision, diff=diff)
-        _say(
-            f"fallback search: {len(result.nodes)} of {result.int8_nodes_total} INT8 nodes to {result.precision}, "
-            f"{result.metric_name} = {result.metric:.4f} (target {args.target}, {'met' if result.met else 'NOT met'})"
-        )
-        plan = plan.with_overrides({n: args.fallback_precision for n in result.nodes})
-        quantized = session.quantize(ranges, plan)
-    elif args.fallback_worst > 0 and diff is not None:
-        worst = session.rank_int8_nodes(diff, plan)[: args.fallback_worst]
-        plan = plan.with_overrides({n: args.fallback_precision for n in worst})
-        quantized = session.quantize(ranges, plan)
-        _say(f"fell back to {args.fallback_precision}: {', '.join(worst)}")
     quantized.save(args.output)
     counts = quantized.counts()
-    _say(
-        f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {len(quantized.placement.int8_nodes)} INT8 nodes, "
-        f"method {ranges.method}"
+    placement = quantized.placement
+    formats = ", ".join(
+        f"{len(nodes)} {name} nodes"
+        for name, nodes in (("INT8", placement.int8_nodes), ("FP8", placement.fp8_nodes))
+        if nodes or name == "INT8"
     )
+    method = session.fp8_ranges(ranges).method if placement.uses_fp8 else ranges.method
+    _say(f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {formats}, method {method}")
     for note in quantized.notes + ranges.warnings:
         _say(f"warning: {note}")
     if args.diff and diff is not None:
@@ -358,6 +372,31 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         int8 = session.evaluate(quantized)
         _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {int8.value:.4f}  ({int8.n_samples} samples)")
     return 0
+
+
+def _is_own_file(entry: Any) -> bool:
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    return isinstance(entry, OnnxFileEntry)
+
+
+def _own_file_entry(model: Any, data: str | None) -> tuple[Any, Any]:
+    """Your own ONNX file as an entry with a task metric (labels in the .npz batches, else agreement with its FP32
+    outputs), so --target-drop works on it; the model calibrated is the one the entry runs (a proven batch copy of a
+    fixed-batch-1 file)."""
+    from workbench.model import load_onnx
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    if data is None or data == "zoo":
+        raise WorkbenchError(
+            f"--target-drop on your own file {model.path} needs samples to calibrate and to evaluate on.",
+            expected="--data DIR (.npz batches keyed by input name, optionally with 'labels'), or --data random",
+        )
+    entry = OnnxFileEntry(model.path, data=None if data == "random" else data)
+    _say(f"note: {entry.inputs_note}")
+    for note in entry.notes:
+        _say(f"note: {note}")
+    return (model if entry.onnx_path() == model.path else load_onnx(entry.onnx_path())), entry
 
 
 def _cacheless_session(model: Any, entry: Any) -> Any:

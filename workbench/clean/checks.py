@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.clean.graph_utils import RANDOM_OPS, iter_node_protos
 from workbench.errors import WorkbenchError
 from workbench.model import QDQ_OPS, TensorSpec, tensor_specs
+
+if TYPE_CHECKING:
+    import onnx
 
 RTOL, ATOL = 1e-4, 1e-5  # for "numeric" passes (folding, fusion); "exact" passes must match bit for bit
 
@@ -88,12 +91,19 @@ def cap_batch(probes: ProbeShapes, inputs: Sequence[TensorSpec], max_batch: int 
     does, while ORT time grows with it (a batch-32 OCR recognizer takes seconds per check)."""
     if max_batch is None:
         return probes
-    dynamic_batch = {
-        spec.name for spec in inputs if spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] >= 0)
+    batch_axes = {
+        (spec.name, 0) for spec in inputs if spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] >= 0)
+    }
+    # a dimension named like a batch dimension elsewhere (an RNN state's [layers, batch, hidden]) keeps equal to it
+    batch_names = {spec.shape[0] for spec in inputs if (spec.name, 0) in batch_axes and isinstance(spec.shape[0], str)}
+    batch_axes |= {
+        (spec.name, axis) for spec in inputs for axis, dim in enumerate(spec.shape) if dim in batch_names and dim
     }
     capped = [
         {
-            name: ((min(shape[0], max_batch),) + tuple(shape[1:]) if name in dynamic_batch and shape else shape)
+            name: tuple(
+                min(value, max_batch) if (name, axis) in batch_axes else value for axis, value in enumerate(shape)
+            )
             for name, shape in probe.items()
         }
         for probe in probes
@@ -226,7 +236,9 @@ def check_batch(feed: Mapping[str, Any], inputs: Sequence[TensorSpec], label: st
                 f"{label}: input {spec.name!r} has shape {list(array.shape)}, the model expects {list(spec.shape)}.",
                 expected="the same rank and the model's fixed dimensions",
             )
-        result[spec.name] = array.astype(want, copy=False)
+        from workbench._arrays import cast_exactly
+
+        result[spec.name] = cast_exactly(array, want, f"{label}: input {spec.name!r}")  # refuses values that wrap
     return result
 
 
@@ -387,6 +399,7 @@ class EquivalenceChecker:
         data_feeds: Sequence[Mapping[str, np.ndarray]] = (),
         data_label: str = "--data",
         hints: Mapping[str, Sequence[Any]] | None = None,
+        search_sizes: bool = False,
     ) -> None:
         start = time.perf_counter()
         self.baseline_issues: list[str] = []
@@ -433,9 +446,10 @@ class EquivalenceChecker:
             checked = check_batch(feed, self.inputs, batch_label)
             candidates.append(({name: tuple(value.shape) for name, value in checked.items()}, checked, batch_label))
         failures: list[str] = []
+        dropped: list[str] = []
         for shapes, feed, label in candidates:
             try:
-                outputs: list[np.ndarray] = session.run(self.output_names, feed)
+                outputs: list[np.ndarray] = session.run(self.output_names, feed, quiet_run())
             except Exception as error:
                 where = label or f"probe {_describe_feed(feed)}"
                 if label is not None:
@@ -445,15 +459,16 @@ class EquivalenceChecker:
                         expected="inputs the original model accepts",
                     ) from None
                 failures.append(f"{where}: {_ort_reason(error)}")
-                self.baseline_issues.append(
+                dropped.append(
                     f"the original does not run at input shapes {shapes}: {_first_line(error)}; shape dropped"
                 )
                 continue
-            self.probe_shapes.append(shapes)
-            if label is not None:
-                self.labels[id(shapes)] = label
-            self.feeds.append(feed)
-            self.references.append(outputs)
+            self._keep_probe(shapes, feed, outputs, label)
+        searched = ""
+        if not self.feeds and search_sizes:
+            searched = self._search(original, session, seed, failures)
+        if not searched:
+            self.baseline_issues.extend(dropped)
         if not self.feeds:
             hinted = ", ".join(f"{name} in {values}" for name, values in self.hints.items()) or "none found"
             raise WorkbenchError(
@@ -465,6 +480,53 @@ class EquivalenceChecker:
             )
         self.accepted_outputs = list(self.references)
         self.baseline_seconds = time.perf_counter() - start
+
+    def _keep_probe(
+        self,
+        shapes: dict[str, tuple[int, ...]],
+        feed: dict[str, np.ndarray],
+        outputs: list[np.ndarray],
+        label: str | None,
+    ) -> None:
+        self.probe_shapes.append(shapes)
+        if label is not None:
+            self.labels[id(shapes)] = label
+        self.feeds.append(feed)
+        self.references.append(outputs)
+
+    def _search(self, original: onnx.ModelProto, session: Any, seed: int, failures: list[str]) -> str:
+        """When no default probe runs: probe shapes found by :func:`search_probe_shapes`, kept as probes; the note
+        that says so goes to the baseline issues (returned; "" when none was found, and then the search's first and
+        last failures are added to ``failures`` for the error)."""
+        lower, sizes = size_hints(original)
+        outputs_of: dict[str, tuple[dict[str, np.ndarray], list[np.ndarray]]] = {}
+
+        def runs(shapes: dict[str, tuple[int, ...]]) -> str | None:
+            feed = make_feed(self.inputs, shapes, seed + len(outputs_of), self.hints, len(outputs_of))
+            try:
+                outputs_of[repr(shapes)] = (feed, session.run(self.output_names, feed, quiet_run()))
+            except Exception as error:
+                return _ort_reason(error)
+            return None
+
+        found, search_failures = search_probe_shapes(self.inputs, runs, lower, sizes)
+        for shapes in found:
+            feed, outputs = outputs_of[repr(shapes)]
+            self._keep_probe(shapes, feed, outputs, None)
+        if not found:
+            if search_failures:
+                failures.append(
+                    f"a search over larger sizes (from {lower}, up to {MAX_SEARCH_LENGTH}) found none either: "
+                    + " ... ".join(dict.fromkeys([search_failures[0], search_failures[-1]]))
+                )
+            return ""
+        note = (
+            f"the original runs at none of the default probe shapes ({failures[0] if failures else 'no reason'}); "
+            f"compared at shapes found by a search over sizes from {lower}: "
+            + "; ".join(_format_shapes(shapes) for shapes in found)
+        )
+        self.baseline_issues.append(note)
+        return note
 
     @staticmethod
     def _checker(model: Any) -> None:
@@ -529,7 +591,7 @@ class EquivalenceChecker:
         run_outputs: list[list[np.ndarray]] = []
         for shapes, feed in zip(self.probe_shapes, self.feeds):
             try:
-                run_outputs.append(session.run(self.output_names, feed))
+                run_outputs.append(session.run(self.output_names, feed, quiet_run()))
             except Exception as error:
                 return fail(f"ONNX Runtime fails at {self._where(shapes)}: {_first_line(error)}", inferred=inferred)
         if tolerance == "none":  # evaluate only: the caller compares (see compare)
@@ -569,6 +631,16 @@ class EquivalenceChecker:
         return label if label else str(dict(shapes))
 
 
+def quiet_run() -> Any:
+    """ONNX Runtime run options that keep its logger quiet: a failing run is reported in our own error (its
+    message kept), not also as red lines on the terminal."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # fatal only
+    return options
+
+
 def _ort_reason(error: BaseException) -> str:
     """The innermost reason of an ONNX Runtime error (the failing node and its message), one line."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -581,3 +653,150 @@ def _ort_reason(error: BaseException) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:300]
+
+
+# ------------------------------------------------------------------------------------------------ probe search
+
+MAX_SEARCH_LENGTH = 16384  # longest size tried along a dynamic non-batch axis (a second of 16 kHz audio)
+MAX_SEARCH_ELEMENTS = 1 << 22  # per input: a larger probe would cost more memory and time than it proves
+SEARCH_SECONDS = 30.0
+MAX_SEARCH_VARIANTS = 8  # ways of reading unnamed dims (length or batch) tried per size  # the search stops trying new sizes after this much time
+SEARCH_LADDER = (128, 192, 256, 320, 384, 512, 640, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+_WINDOW_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"})
+_SIZE_OPS = frozenset({"Slice", "Reshape"})
+
+
+def size_hints(model: onnx.ModelProto) -> tuple[int, list[int]]:
+    """(lower bound, sizes worth trying) for dynamic non-batch dimensions, read from the graph: a reflect/edge Pad
+    needs an axis longer than its padding, a Conv or pooling window (dilated) must fit in its input; constants
+    of Slice and Reshape (a frame length, a context window) are sizes the model may be built around."""
+    import onnx
+
+    from workbench.clean.graph_utils import iter_graph_protos
+
+    constants: dict[str, np.ndarray] = {}
+    graphs = list(iter_graph_protos(model.graph))
+    for graph in graphs:
+        for init in graph.initializer:
+            if init.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and math.prod(init.dims) <= 16:
+                constants[init.name] = onnx.numpy_helper.to_array(init)
+            elif math.prod(init.dims) > 0 and len(init.dims) >= 3 and init.data_type != onnx.TensorProto.STRING:
+                constants[init.name] = np.empty(tuple(init.dims), dtype=np.uint8)  # only its shape is read
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for attr in node.attribute:
+                    if attr.name == "value" and attr.t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+                        constants[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+    lower, sizes = 1, set()
+    for graph in graphs:
+        for node in graph.node:
+            attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
+            if node.op_type == "Pad":
+                mode = attrs.get("mode", b"constant")
+                pads = attrs.get("pads")
+                if pads is None and len(node.input) > 1 and node.input[1] in constants:
+                    pads = constants[node.input[1]].reshape(-1).tolist()
+                if mode in (b"reflect", b"edge", "reflect", "edge") and pads:
+                    lower = max(lower, int(max(pads)) + 1)
+            elif node.op_type in _WINDOW_OPS:
+                kernel = list(attrs.get("kernel_shape", []))
+                if not kernel and len(node.input) > 1 and node.input[1] in constants:
+                    kernel = list(constants[node.input[1]].shape[2:])
+                dilations = list(attrs.get("dilations", [1] * len(kernel)))
+                for size, dilation in zip(kernel, dilations):
+                    lower = max(lower, (int(size) - 1) * int(dilation) + 1)
+            elif node.op_type in _SIZE_OPS:
+                for name in node.input[1:]:
+                    if name in constants and constants[name].dtype.kind in "iu":
+                        sizes.update(int(v) for v in constants[name].reshape(-1) if 1 < v <= MAX_SEARCH_LENGTH)
+    return lower, sorted(sizes)
+
+
+def _dim_keys(inputs: Sequence[TensorSpec]) -> dict[tuple[str, int], tuple[str, object]]:
+    """(input, axis) of every dynamic dimension -> ("batch" or "length", the key dimensions sharing a value have)."""
+    keys: dict[tuple[str, int], tuple[str, object]] = {}
+    batch_names = {spec.shape[0] for spec in inputs if spec.shape and isinstance(spec.shape[0], str)}
+    for spec in inputs:
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, int) and dim >= 0:
+                continue
+            named = isinstance(dim, str) and dim not in ("?", "")
+            key: object = dim if named else (spec.name, axis)
+            batch = axis == 0 or (named and dim in batch_names)  # a state's [layers, batch, hidden] too
+            keys[(spec.name, axis)] = ("batch" if batch else "length", key)
+    return keys
+
+
+def search_probe_shapes(
+    inputs: Sequence[TensorSpec],
+    runs: Callable[[dict[str, tuple[int, ...]]], str | None],
+    lower: int,
+    sizes: Sequence[int],
+) -> tuple[ProbeShapes, list[str]]:
+    """Probe shapes the model runs at, found by trying growing sizes for the dynamic non-batch dimensions.
+
+    ``runs(shapes)``: None when the model runs at these shapes, else why not. Sizes from ``sizes`` and a ladder up
+    to :data:`MAX_SEARCH_LENGTH` at or above ``lower`` are tried in order (within :data:`SEARCH_SECONDS`). An input's
+    unnamed non-leading dynamic dimensions (an RNN state's batch axis, say) are tried as lengths and as batches,
+    input by input, fewest batches first. The first size that runs gives the first probe at batch 1; the next sizes
+    that run (at most two, batch 2) give the others. Returns (probe shapes, the failures seen)."""
+    keys = _dim_keys(inputs)
+    if not any(role == "length" for role, _ in keys.values()):
+        return [], []  # only batch dimensions: no size to search
+    # inputs with unnamed non-leading dynamic dims: each may hold a length or a batch there (an RNN state)
+    unnamed = sorted({key[0] for role, key in keys.values() if role == "length" and isinstance(key, tuple)})
+    variants = sorted(
+        (frozenset(chosen) for chosen in _subsets(unnamed)), key=lambda chosen: (len(chosen), sorted(chosen))
+    )[:MAX_SEARCH_VARIANTS]
+    candidates = sorted({s for s in (*sizes, *SEARCH_LADDER) if lower <= s <= MAX_SEARCH_LENGTH})
+    failures: list[str] = []
+    start = time.perf_counter()
+
+    def shapes_for(length: int, batch: int, batch_inputs: frozenset[str]) -> dict[str, tuple[int, ...]] | None:
+        shapes: dict[str, tuple[int, ...]] = {}
+        for spec in inputs:
+            dims = []
+            for axis, dim in enumerate(spec.shape):
+                role, key = keys.get((spec.name, axis), ("fixed", None))
+                if role == "fixed":
+                    dims.append(int(dim))  # type: ignore[arg-type]
+                elif role == "batch" or (spec.name in batch_inputs and isinstance(key, tuple)):
+                    dims.append(batch)
+                else:
+                    dims.append(length)
+            if math.prod(dims) > MAX_SEARCH_ELEMENTS:
+                return None
+            shapes[spec.name] = tuple(dims)
+        return shapes
+
+    found: ProbeShapes = []
+    chosen: frozenset[str] | None = None
+    misses_after_first = 0
+    for length in candidates:
+        if time.perf_counter() - start > SEARCH_SECONDS or len(found) == 3 or misses_after_first > 3:
+            break
+        for batch_inputs in variants if chosen is None else (chosen,):
+            shapes = shapes_for(length, 1 if not found else 2, batch_inputs)
+            if shapes is None:
+                return found, failures  # larger sizes only grow
+            why = runs(shapes)
+            if why is None:
+                found.append(shapes)
+                chosen = batch_inputs
+                break
+            if not found:
+                failures.append(f"{_format_shapes(shapes)}: {why}")
+            else:
+                misses_after_first += 1
+    return _unique(found), failures
+
+
+def _subsets(items: Sequence[str]) -> list[list[str]]:
+    subsets: list[list[str]] = [[]]
+    for item in items:
+        subsets += [subset + [item] for subset in subsets]
+    return subsets
+
+
+def _format_shapes(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())

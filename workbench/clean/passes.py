@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from workbench.clean.graph_utils import (
 from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
 from workbench.model.graph import QDQ_OPS, is_constant, producer
+
+if TYPE_CHECKING:
+    import onnx_graphsurgeon as gs
 
 DEFAULT_FOLD_SIZE_THRESHOLD = 16 * 1024 * 1024  # bytes; larger folded tensors would bloat the model (onnxslim #190)
 MAX_FOLD_ROUNDS = 10
@@ -277,7 +280,22 @@ def _fold_known_shape_values(graph: Any) -> int:
 
 
 def _exclude_from_folding(node: Any) -> bool:
-    return node.op in RANDOM_OPS or node.op in QDQ_OPS
+    return node.op in RANDOM_OPS or node.op in QDQ_OPS or _output_over_memory_budget(node)
+
+
+def _output_over_memory_budget(node: Any) -> bool:
+    """A node whose known output size exceeds the memory budget (ConstantOfShape of 16 GiB feeding a ReduceMax):
+    folding would have ONNX Runtime allocate it, even when only the small result downstream is kept."""
+    from workbench._arrays import memory_budget
+
+    for out in node.outputs:
+        shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+        if shape is None or dtype is None or not is_static(shape):
+            continue
+        size = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        if size > 64 * 1024 * 1024 and size > memory_budget():  # /proc/meminfo read only for large tensors
+            return True
+    return False
 
 
 def _has_foldable_node(graph: Any) -> bool:
@@ -1150,6 +1168,176 @@ def fuse_conv_affine(graph: Any, context: PassContext) -> None:
                 changed = True
 
 
+# ---------------------------------------------------------------------------------------------- affine → next Conv
+
+_FORWARD_AFFINE_OPS = ("BatchNormalization", "Mul", "Add", "Sub", "Div")
+
+
+def _input_affine(node: gs.Node, graph: gs.Graph) -> tuple[gs.Tensor, np.ndarray, np.ndarray, bool] | None:
+    """(x, scale, shift, per channel) when ``node`` computes ``x * scale + shift`` with constants
+    (BatchNormalization in inference mode, or Mul/Add/Sub/Div by a constant); scale and shift are float64 arrays:
+    one value per channel of axis 1 (per channel True: BatchNormalization), else as the constant broadcasts, not
+    yet checked against the consumers' channel count."""
+    if node.op == "BatchNormalization":
+        if (
+            len(node.inputs) != 5
+            or node.attrs.get("training_mode", 0)
+            or any(extra.outputs or extra in graph.outputs for extra in node.outputs[1:])
+        ):
+            return None
+        params = [constant_values(tensor) for tensor in node.inputs[1:]]
+        if any(p is None or p.dtype.kind != "f" or p.ndim != 1 for p in params):
+            return None
+        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+        if not gamma.size == beta.size == mean.size == var.size:
+            return None
+        scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        return node.inputs[0], scale, beta - mean * scale, True
+    if len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    first, second = node.inputs
+    constant_first = is_constant(first) and not is_constant(second)
+    if constant_first and node.op not in ("Mul", "Add"):
+        return None  # c - x and c / x are not affine in x with these shapes of constant
+    x, other = (second, first) if constant_first else (first, second)
+    values = constant_values(other)
+    if values is None or values.dtype.kind != "f" or is_constant(x):
+        return None
+    values = values.astype(np.float64)
+    ones, zeros = np.ones_like(values), np.zeros_like(values)
+    if node.op == "Mul":
+        return x, values, zeros, False
+    if node.op == "Div":
+        return (x, 1.0 / values, zeros, False) if np.all(values != 0) else None
+    return x, ones, values if node.op == "Add" else -values, False
+
+
+def _channel_vector(values: np.ndarray, channels: int, rank: int, per_channel: bool) -> np.ndarray | None:
+    """``values`` as one number per input channel if, broadcast against a [N, C, ...] tensor of ``rank``, it
+    varies only along C (or not at all); ``per_channel``: ``values`` holds one number per channel already."""
+    if per_channel:
+        return values.astype(np.float64) if values.shape == (channels,) else None
+    if values.size == 1 and values.ndim <= rank:
+        return np.full(channels, values.reshape(-1)[0], dtype=np.float64)
+    if values.ndim == 1 and values.size == channels and rank == 2:
+        return values.astype(np.float64)  # only [N, C] aligns a 1-D vector with C
+    shape = (1,) * (rank - values.ndim) + tuple(values.shape) if values.ndim <= rank else None
+    if shape is None or len(shape) < 2 or shape[1] != channels or any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    return values.reshape(-1).astype(np.float64)
+
+
+def _conv_pads_input(conv: gs.Node) -> bool:
+    """True when ``conv`` reads zeros outside its input (explicit or automatic padding)."""
+    auto_pad = conv.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return True
+    return auto_pad == "NOTSET" and any(int(p) != 0 for p in conv.attrs.get("pads", []))
+
+
+def _forward_fold_plan(
+    affine: gs.Node, graph: gs.Graph
+) -> tuple[gs.Tensor, list[tuple[gs.Node, np.ndarray, np.ndarray]]] | None:
+    """(x, [(conv, new weight, new bias)]) when every reader of ``affine``'s output is a Conv that can take the
+    affine into its weights exactly: the per-channel scale into the weights, the shift into the bias, which is
+    exact when the Conv reads no padding (every tap sees a real shifted value) or when the shift is zero (a
+    padded zero stays zero after scaling)."""
+    found = _input_affine(affine, graph)
+    if found is None:
+        return None
+    x, scale, shift, per_channel = found
+    y = affine.outputs[0]
+    if y in graph.outputs or not y.outputs:
+        return None
+    plans: list[tuple[gs.Node, np.ndarray, np.ndarray]] = []
+    for conv in y.outputs:
+        if conv.op != "Conv" or len(conv.inputs) < 2 or conv.inputs[0] is not y or y in conv.inputs[1:]:
+            return None
+        weight = constant_values(conv.inputs[1])
+        has_bias = len(conv.inputs) > 2 and not conv.inputs[2].is_empty()
+        bias = constant_values(conv.inputs[2]) if has_bias else None
+        if weight is None or weight.dtype.kind != "f" or weight.ndim < 3 or (has_bias and bias is None):
+            return None
+        group = int(conv.attrs.get("group", 1))
+        out_channels, group_channels = weight.shape[0], weight.shape[1]
+        channels = group_channels * group
+        if group < 1 or out_channels % group:
+            return None
+        per_scale = _channel_vector(scale, channels, weight.ndim, per_channel)
+        per_shift = _channel_vector(shift, channels, weight.ndim, per_channel)
+        if per_scale is None or per_shift is None:
+            return None
+        if _conv_pads_input(conv) and np.any(per_shift != 0):
+            return None  # the padded border would read 0 where the original read the shift
+        # input channel read by weight[o, c]: group (o // outputs per group) * channels per group + c
+        index = (np.arange(out_channels) // (out_channels // group))[:, None] * group_channels
+        index = index + np.arange(group_channels)[None, :]
+        taps = (1,) * (weight.ndim - 2)
+        wide = weight.astype(np.float64)
+        new_weight = wide * per_scale[index].reshape(out_channels, group_channels, *taps)
+        old_bias = np.zeros(out_channels) if bias is None else bias.astype(np.float64).reshape(-1)
+        spatial = tuple(range(2, weight.ndim))
+        new_bias = old_bias + (wide.sum(axis=spatial) * per_shift[index]).sum(axis=1)
+        plans.append((conv, new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)))
+    x_shape = tensor_shape(x)
+    rank = plans[0][1].ndim
+    channels = plans[0][1].shape[1] * int(plans[0][0].attrs.get("group", 1))
+    if x_shape is None or len(x_shape) != rank or x_shape[1] != channels:
+        return None  # x must already be [N, C, ...]: a broadcast that widens it cannot move into the Conv
+    if len({plan[1].shape[1] * int(plan[0].attrs.get("group", 1)) for plan in plans}) != 1:
+        return None
+    return x, plans
+
+
+@cleaning_pass("fuse_affine_into_next_conv", "numeric")
+def fuse_affine_into_next_conv(graph: gs.Graph, context: PassContext) -> None:
+    """Fold a per-channel affine (BatchNormalization, or Mul/Add/Sub/Div by a per-channel constant) whose only
+    readers are Convs forward into their weights and biases (a BatchNormalization after a Concat has no Conv
+    before it to fold into); only where exact: no padding, or no shift."""
+    candidates = [node for node in graph.nodes if node.op in _FORWARD_AFFINE_OPS and node.outputs]
+    if not any(
+        node.outputs[0].outputs and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
+        for node in candidates
+    ):
+        return
+    import onnx_graphsurgeon as gs
+
+    refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
+    names = set(graph.tensors())
+    changed = True
+    while changed:
+        changed = False
+        for affine in list(graph.nodes):
+            if affine.op not in _FORWARD_AFFINE_OPS or not affine.outputs:
+                continue
+            plan = _forward_fold_plan(affine, graph)
+            if plan is None:
+                continue
+            x, convs = plan
+            for conv, weight, bias in convs:
+                base = conv.name or conv.outputs[0].name
+                weight_name = _unique_name(f"{base}_w_fwd_{affine.op.lower()}", names)
+                bias_name = _unique_name(f"{base}_b_fwd_{affine.op.lower()}", names)
+                conv.inputs[0] = x
+                conv.inputs[1] = gs.Constant(weight_name, weight)
+                if len(conv.inputs) > 2:
+                    conv.inputs[2] = gs.Constant(bias_name, bias)
+                else:
+                    conv.inputs.append(gs.Constant(bias_name, bias))
+            affine.outputs.clear()
+            affine.inputs.clear()
+            changed = True
+
+
+def _unique_name(base: str, taken: set[str]) -> str:
+    name, index = base, 1
+    while name in taken:
+        name, index = f"{base}_{index}", index + 1
+    taken.add(name)
+    return name
+
+
 @cleaning_pass("fuse_pad_conv", "numeric")
 def fuse_pad_conv(graph: Any, context: PassContext) -> None:
     """Fold a zero constant-mode Pad on spatial dimensions into the following Conv's pads (neutral for
@@ -1189,6 +1377,56 @@ def fuse_pad_conv(graph: Any, context: PassContext) -> None:
         conv.inputs[0] = pad.inputs[0]
         pad.outputs.clear()
         pad.inputs.clear()
+
+
+# ---------------------------------------------------------------------------------------------- MatMul + Add → Gemm
+
+
+def _gemm_bias(matmul: gs.Node, add: gs.Node) -> gs.Tensor | None:
+    """The Add's constant bias when ``Gemm(A, B, bias)`` computes ``MatMul(A, B) + bias``: A and B of rank 2, a
+    float bias of A's type and rank <= 2 that broadcasts to [M, N] without widening it."""
+    bias = _other_input(add, matmul.outputs[0])
+    values = constant_values(bias) if bias is not None else None
+    a_shape, b_shape = tensor_shape(matmul.inputs[0]), tensor_shape(matmul.inputs[1])
+    if bias is None or values is None or values.dtype.kind != "f" or values.ndim > 2:
+        return None
+    if a_shape is None or b_shape is None or len(a_shape) != 2 or len(b_shape) != 2:
+        return None
+    if np_dtype(matmul.inputs[0]) != values.dtype or np_dtype(matmul.inputs[1]) != values.dtype:
+        return None
+    rows, columns = (1,) * (2 - values.ndim) + tuple(values.shape)
+    fits_rows = rows == 1 or rows == a_shape[0]
+    fits_columns = columns == 1 or columns == b_shape[1]
+    return bias if fits_rows and fits_columns else None
+
+
+@cleaning_pass("fuse_matmul_add_gemm", "numeric", min_opset=11)
+def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
+    """Replace MatMul of two rank-2 tensors followed by Add of a constant bias by one Gemm (what onnxsim does; neutral
+    for TensorRT, which maps both to the same layers)."""
+    import onnx_graphsurgeon as gs
+
+    pairs = [
+        (node, node.outputs[0].outputs[0])
+        for node in graph.nodes
+        if node.op == "MatMul"
+        and len(node.inputs) == 2
+        and len(node.outputs) == 1
+        and _only_consumer(node.outputs[0], graph, "Add") is not None
+    ]
+    if not pairs:
+        return
+    refresh_shapes(graph, context)  # ranks of A and B
+    for matmul, add in pairs:
+        bias = _gemm_bias(matmul, add)
+        if bias is None or len(add.inputs) != 2:
+            continue
+        out = add.outputs[0]
+        a, b = matmul.inputs
+        for node in (matmul, add):
+            node.outputs.clear()
+            node.inputs.clear()
+        graph.nodes.append(gs.Node("Gemm", name=f"{matmul.name or out.name}_gemm", inputs=[a, b, bias], outputs=[out]))
 
 
 # ---------------------------------------------------------------------------------------------- LayerNorm / GELU
@@ -1399,7 +1637,9 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "merge_consecutive",
     "cse",
     "fuse_conv_affine",
+    "fuse_affine_into_next_conv",
     "fuse_pad_conv",
+    "fuse_matmul_add_gemm",
     "fuse_layernorm",
     "fuse_gelu",
     "qdq_lint",

@@ -226,7 +226,13 @@ def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanO
             options.data, io_specs(original)[0], options.check_batches, options.data_entry
         )
     return EquivalenceChecker(
-        original, probes, seed=options.seed, extra_feeds=options.extra_feeds, data_feeds=data_feeds, data_label=label
+        original,
+        probes,
+        seed=options.seed,
+        extra_feeds=options.extra_feeds,
+        data_feeds=data_feeds,
+        data_label=label,
+        search_sizes=not options.profile,  # sizes the user chose are kept as they are
     )
 
 

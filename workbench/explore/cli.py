@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -23,13 +24,16 @@ def register(subparsers: Any) -> None:
         "--precision", default=None, choices=["fp32", "fp16"], help="when BUILD is a model (default fp32)"
     )
     parser.add_argument("--export", metavar="DIR", help="write the graphs JSON and node-data JSON here and exit")
-    parser.add_argument("--print-url", action="store_true", help="print the page URL and exit (stops the server)")
+    parser.add_argument(
+        "--print-url",
+        action="store_true",
+        help="print only the page URL on stdout (the summary goes to stderr) and serve until Ctrl+C",
+    )
     parser.set_defaults(func=_cli_explore)
 
 
 def _cli_explore(args: argparse.Namespace) -> int:
     from workbench._io import read_json, validate_outputs
-    from workbench.explore.explorer import build_explorer
 
     # outputs and JSON inputs are checked before any build (issue 12): --export is a folder (existing ones are reused)
     validate_outputs(
@@ -39,6 +43,10 @@ def _cli_explore(args: argparse.Namespace) -> int:
         overwrite=True,
         is_ours=lambda path: True,
     )
+    if args.export:  # a user's README.txt / view.json / lint.json there is never overwritten (issue 23)
+        from workbench._io import refuse_foreign_outputs
+
+        refuse_foreign_outputs(args.export, ["README.txt", "view.json", "lint.json"], label="--export")
     if args.precision is not None:
         built = [str(b) for b in (args.build, args.compare) if b and str(b).endswith((".engine", ".json", ".log"))]
         if len(built) == len([b for b in (args.build, args.compare) if b]):
@@ -59,11 +67,24 @@ def _cli_explore(args: argparse.Namespace) -> int:
         from workbench.timing.layer_profile import LayerProfile
 
         profile = LayerProfile.from_json(read_json(args.profile, what="a LayerProfile JSON"))
+    try:
+        return _build_and_serve(args, diff, profile)
+    finally:  # now, not at interpreter exit: the session folder (builds, graphs) is gone when the command returns
+        from workbench.explore.server import remove_session_folder, stop_server
+
+        stop_server()
+        remove_session_folder()
+
+
+def _build_and_serve(args: argparse.Namespace, diff: Any, profile: Any) -> int:
+    from workbench.explore.explorer import build_explorer
+
     explorer = build_explorer(args.build, compare=args.compare, diff=diff, profile=profile, precision=args.precision)
-    print(explorer.summary())
+    info = sys.stderr if args.print_url else sys.stdout  # with --print-url, stdout is the URL alone
+    print(explorer.summary(), file=info)
     for report in explorer.lint_reports:
         for finding in report.findings:
-            print(f"[{finding.severity}] {finding.kind} {finding.layer}: {finding.message}")
+            print(f"[{finding.severity}] {finding.kind} {finding.layer}: {finding.message}", file=info)
     if args.export:
         out = explorer.export(args.export)
         print(
@@ -71,10 +92,13 @@ def _cli_explore(args: argparse.Namespace) -> int:
         )
         print(f"open with: cd {out} && model-explorer " + ",".join(p.name for p in explorer.graph_files))
         return 0
-    print(explorer.url)
-    if args.print_url:
-        return 0
-    print("serving on 127.0.0.1 until Ctrl+C (open the URL above in a browser on this machine)")
+    print(explorer.url, flush=True)
+    print(
+        "serving on 127.0.0.1 until Ctrl+C (open the URL above in a browser on this machine; it holds this session's "
+        "token, and the server answers nothing without it)",
+        file=info,
+        flush=True,
+    )
     try:
         while True:
             time.sleep(3600)

@@ -1,21 +1,32 @@
-"""One Model Explorer server per Python process (a Jupyter kernel), on 127.0.0.1 and a free port.
+"""One Model Explorer server per Python process (a Jupyter kernel), on 127.0.0.1, behind our own gate.
 
 The server is the stock ``model_explorer`` Flask app (its web assets ship inside the wheel; no network), started in a
-child process the first time it is needed and reused by every later call. It loads our graphs and node data as
-files, by path, through its own JSON loader, exactly as the stock ``model-explorer`` command would. It stops when
-this process exits (``atexit``), and, should this process be killed, the child notices its parent is gone and exits
-by itself.
+child process the first time it is needed and reused by every later call. Inside the child, the app is wrapped in
+:class:`workbench.explore.gate.ExplorerGate` (a WSGI middleware): a per-session random token on the page and every
+API call, the Host header checked against our own address (DNS rebinding), only the endpoints the viewer needs, file
+reads only under this session's folder, no uploads, no request bodies.
 
-``python -m workbench.explore.server --port P --parent PID`` is the child's entry point.
+The child binds a free port itself and reports it through a file in the session folder (no window in which another
+process can take the port), and the parent checks it with a health challenge only the token's holder can answer.
+Graphs and node data live in one session folder per process (``workbench-explore-<pid>-*`` in the temp folder),
+removed when this process exits (atexit, SIGTERM, SIGINT); should this process be killed outright, the child notices
+its parent is gone, removes the folder and exits, and the next session sweeps folders whose process is gone.
+
+``python -m workbench.explore.server --session DIR --parent PID`` is the child's entry point (the token comes in the
+environment, never on the command line, where any local user could read it).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
+import hmac
 import json
 import os
-import socket
+import re
+import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,23 +40,99 @@ from typing import Any
 from urllib.parse import quote
 
 from workbench.errors import WorkbenchError
+from workbench.explore.gate import HEALTH_PATH, TOKEN_PARAM, health_answer
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 60.0
+TOKEN_ENV = "WORKBENCH_EXPLORE_TOKEN"
+SESSION_PREFIX = "workbench-explore-"
+SESSION_MARKER = ".workbench-explore-session"
+PAGES = "pages"  # the only folder the server reads files from
+PORT_FILE = "server.port"
+MAX_REQUEST_BYTES = 1024 * 1024  # Flask's own cap, behind the gate's "no body at all"
 
 
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+# --- the session folder ---------------------------------------------------------------------------------------
+
+_SESSION_LOCK = threading.Lock()
+_SESSION: Path | None = None
+_SESSION_NAME = re.compile(rf"^{re.escape(SESSION_PREFIX)}(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
-def healthy(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
+def _pid_alive(pid: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/check_health", timeout=timeout) as response:
-            return bool(response.read() == b"model_explorer_ok")
-    except OSError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_sessions(folder: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove session folders left by killed processes: ours by name and marker, owned by this user, pid gone."""
+    removed = []
+    base = Path(folder or tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(base):
+            match = _SESSION_NAME.match(entry.name)
+            if match is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            marker = Path(entry.path) / SESSION_MARKER
+            if owner != os.getuid() or not marker.is_file() or marker.is_symlink():
+                continue
+            if int(match.group("pid")) != os.getpid() and not _pid_alive(int(match.group("pid"))):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def session_folder() -> Path:
+    """This process's explorer folder (created on first use, removed at exit); pages are written under ``pages/``."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is not None and (_SESSION / PAGES).is_dir():
+            return _SESSION
+        from workbench._io import install_cleanup_handlers, register_temp
+
+        sweep_stale_sessions()
+        install_cleanup_handlers()  # SIGTERM/SIGINT and atexit remove registered temp folders
+        _SESSION = Path(tempfile.mkdtemp(prefix=f"{SESSION_PREFIX}{os.getpid()}-"))
+        register_temp(_SESSION)
+        (_SESSION / SESSION_MARKER).write_text(f"pid {os.getpid()}\n", encoding="utf-8")
+        (_SESSION / PAGES).mkdir()
+        return _SESSION
+
+
+def pages_folder() -> Path:
+    return session_folder() / PAGES
+
+
+def remove_session_folder() -> None:
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is not None:
+            shutil.rmtree(_SESSION, ignore_errors=True)
+            _SESSION = None
+
+
+# --- health --------------------------------------------------------------------------------------------------
+
+
+def healthy(port: int, token: str, host: str = HOST, timeout: float = 1.0) -> bool:
+    """True when the server on ``port`` proves it holds ``token`` (answers the HMAC of a fresh nonce); the token
+    itself is never sent, so a process squatting on the port learns nothing."""
+    nonce = secrets.token_hex(16)
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{HEALTH_PATH}?nonce={nonce}", timeout=timeout) as response:
+            answer = response.read(200).decode("ascii", "replace").strip()
+    except (OSError, ValueError):
+        return False
+    return hmac.compare_digest(answer.encode("ascii", "replace"), health_answer(token, nonce).encode("ascii"))
 
 
 @dataclass
@@ -54,15 +141,21 @@ class ExplorerServer:
 
     port: int
     process: subprocess.Popen[bytes]
-    workdir: Path
+    session: Path
+    token: str
     host: str = HOST
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def root(self) -> Path:
+        """The only folder the server reads files from."""
+        return self.session / PAGES
+
     def alive(self) -> bool:
-        return self.process.poll() is None and healthy(self.port, self.host)
+        return self.process.poll() is None and healthy(self.port, self.token, self.host)
 
     def url(
         self,
@@ -73,15 +166,30 @@ class ExplorerServer:
         ui_state: Mapping[str, Any] | None = None,
         sync_mode: str | None = None,
     ) -> str:
-        """The page URL that opens ``models`` (graphs JSON paths) with node-data files applied."""
+        """The page URL (with this session's token) that opens ``models`` (graphs JSON) with node-data files applied.
+        Files outside the session folder are copied into it first: the server reads nothing else."""
         return page_url(
             self.base_url,
-            models,
-            node_data=node_data,
+            [self.served_copy(m) for m in models],
+            node_data=[self.served_copy(p) for p in node_data],
             node_data_targets=node_data_targets,
             ui_state=ui_state,
             sync_mode=sync_mode,
+            token=self.token,
         )
+
+    def served_copy(self, path: str | Path) -> Path:
+        import hashlib
+
+        from workbench._io import write_bytes_atomic
+
+        source = Path(path).resolve()
+        root = self.root.resolve()
+        if root in source.parents:
+            return source
+        folder = root / "imported" / hashlib.sha256(str(source.parent).encode()).hexdigest()[:16]
+        folder.mkdir(parents=True, exist_ok=True)
+        return write_bytes_atomic(folder / source.name, source.read_bytes())
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -101,9 +209,10 @@ def page_url(
     node_data_targets: Sequence[str] = (),
     ui_state: Mapping[str, Any] | None = None,
     sync_mode: str | None = None,
+    token: str = "",
 ) -> str:
     """Model Explorer's ``?data=`` URL (the format its web app decodes: models, nodeData, nodeDataTargets, uiState,
-    sync) for graphs JSON files given by absolute path."""
+    sync) for graphs JSON files given by absolute path, with the session token our gate wants."""
     data: dict[str, Any] = {"models": [{"url": str(Path(m).resolve()), "converterId": "builtin_json"} for m in models]}
     if node_data:
         data["nodeData"] = [str(Path(p).resolve()) for p in node_data]
@@ -112,7 +221,8 @@ def page_url(
         data["uiState"] = dict(ui_state)
     if sync_mode:
         data["sync"] = {"mode": sync_mode}
-    return f"{base_url}/?data={quote(json.dumps(data, separators=(',', ':')))}&renderer=webgl&show_open_in_new_tab=1"
+    query = f"data={quote(json.dumps(data, separators=(',', ':')))}&renderer=webgl&show_open_in_new_tab=1"
+    return f"{base_url}/?{TOKEN_PARAM}={token}&{query}" if token else f"{base_url}/?{query}"
 
 
 _LOCK = threading.Lock()
@@ -139,7 +249,12 @@ def stop_server() -> None:
             _SERVER = None
 
 
-atexit.register(stop_server)
+def _at_exit() -> None:
+    stop_server()
+    remove_session_folder()
+
+
+atexit.register(_at_exit)
 
 
 def _start() -> ExplorerServer:
@@ -149,65 +264,91 @@ def _start() -> ExplorerServer:
         raise WorkbenchError(
             "Model Explorer is not installed.", expected="the ai-edge-model-explorer package (a runtime dependency)"
         ) from error
-    workdir = Path(tempfile.mkdtemp(prefix="workbench-explore-"))
-    port = free_port()
-    log = (workdir / "server.log").open("wb")
+    session = session_folder()
+    state = Path(tempfile.mkdtemp(prefix="server-", dir=session))  # log and port file, outside pages/
+    token = secrets.token_hex(32)
+    log = (state / "server.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "workbench.explore.server", "--port", str(port), "--parent", str(os.getpid())],
+        [sys.executable, "-m", "workbench.explore.server", "--session", str(session), "--state", str(state)]
+        + ["--parent", str(os.getpid())],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", TOKEN_ENV: token},
     )
+    log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        if healthy(port):
-            return ExplorerServer(port, process, workdir)
+    port = None
+    while time.monotonic() < deadline and process.poll() is None:
+        if port is None:
+            with contextlib.suppress(OSError, ValueError):
+                port = int((state / PORT_FILE).read_text(encoding="ascii").strip())
+        if port is not None and healthy(port, token):
+            return ExplorerServer(port, process, session, token)
         time.sleep(0.1)
-    process.kill()
-    text = (workdir / "server.log").read_text(errors="replace")[-800:]
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=5)
+    text = (state / "server.log").read_text(errors="replace")[-800:]
     raise WorkbenchError(
-        f"the Model Explorer server did not start on {HOST}:{port} within {START_TIMEOUT_S:.0f} s.",
-        expected="`python -m workbench.explore.server` to answer /check_health",
+        f"the Model Explorer server did not start on {HOST}:{port or '(no port yet)'} within {START_TIMEOUT_S:.0f} s.",
+        expected="`python -m workbench.explore.server` to answer our health challenge",
         hint=f"its log ends: {text}",
     )
 
 
-def _watch_parent(parent: int) -> None:
+# --- the child ---------------------------------------------------------------------------------------------------
+
+
+def _watch_parent(parent: int, session: Path) -> None:
     while True:
         time.sleep(1.0)
-        try:
-            os.kill(parent, 0)
-        except OSError:  # the owning process is gone: stop serving
+        if not _pid_alive(parent):  # the owning process is gone (killed): its atexit never ran
+            shutil.rmtree(session, ignore_errors=True)
             os._exit(0)
 
 
-def _serve_with_embed_script(server: Any) -> None:
-    """index.html with the explorer's embed script (info panels collapsed inside an IFrame) before ``</head>``."""
+def _gated_flask_module(token: str, root: Path, state: Path) -> Any:
+    """A stand-in for the ``flask`` module inside ``model_explorer.server`` whose ``Flask`` app, when run, serves
+    through our gate on a port it binds itself and reports in ``state/server.port``."""
     import flask
+    from werkzeug.serving import make_server
 
-    from workbench.explore.embed import EMBED_SCRIPT
+    from workbench._io import write_text_atomic
+    from workbench.explore.gate import ExplorerGate
 
-    stock = server._serve_static_asset
+    class GatedFlask(flask.Flask):
+        def run(self, host: str | None = None, port: int | None = None, **options: Any) -> None:  # type: ignore[override]
+            import model_explorer.server as stock
 
-    def serve(rel_path: str) -> Any:
-        if rel_path != "index.html":
-            return stock(rel_path)
-        page = (Path(server.OSS_WEB_APP_DIR) / "index.html").read_text(encoding="utf-8")
-        return flask.Response(page.replace("</head>", EMBED_SCRIPT + "</head>", 1), mimetype="text/html")
+            self.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
+            self.config["MAX_FORM_MEMORY_SIZE"] = MAX_REQUEST_BYTES
+            gate = ExplorerGate(self, token=token, root=root, web_app_dir=Path(stock.OSS_WEB_APP_DIR))
+            httpd = make_server(HOST, 0, gate, threaded=True)
+            gate.port = int(httpd.server_port)
+            write_text_atomic(state / PORT_FILE, f"{gate.port}\n")
+            httpd.serve_forever()
 
-    server._serve_static_asset = serve
+    class FlaskModule:
+        Flask = GatedFlask
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(flask, name)
+
+    return FlaskModule()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Model Explorer server owned by a workbench process")
-    parser.add_argument("--port", type=int, required=True)
+    parser = argparse.ArgumentParser(description="Model Explorer server owned by a workbench process, behind a gate")
+    parser.add_argument("--session", type=Path, required=True, help="the owner's session folder (pages/ is served)")
+    parser.add_argument("--state", type=Path, required=True, help="where the bound port is reported")
     parser.add_argument("--parent", type=int, default=0)
     args = parser.parse_args(argv)
+    token = os.environ.pop(TOKEN_ENV, "")
+    if len(token) < 32:
+        parser.error(f"{TOKEN_ENV} must hold the session token")
     if args.parent:
-        threading.Thread(target=_watch_parent, args=(args.parent,), daemon=True).start()
+        threading.Thread(target=_watch_parent, args=(args.parent, args.session), daemon=True).start()
     from model_explorer import server
 
     # the stock server checks PyPI for a newer version in a thread; offline that only fails, so skip it
@@ -218,8 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"version": "", "runningVersion": running, "releaseUrl": "", "desktopAppUrl": ""}
 
     server._check_new_version = no_version_check  # type: ignore[attr-defined]
-    _serve_with_embed_script(server)
-    server.start(host=HOST, port=args.port, no_open_in_browser=True, extensions=[])
+    server.flask = _gated_flask_module(token, args.session / PAGES, args.state)  # type: ignore[attr-defined]
+    # port 0: our GatedFlask.run binds a free port itself; the stock start-up probe would be refused by the gate
+    server.start(host=HOST, port=0, no_open_in_browser=True, extensions=[], skip_health_check=True)
     return 0
 
 

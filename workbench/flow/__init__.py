@@ -3,7 +3,6 @@
 from workbench.flow.choose import EngineCandidate, compare_precisions, export_plan, front_candidates, recommend
 from workbench.flow.mixed import MixedSearch, PlanCandidate, mixed_search
 from workbench.flow.quickstart import (
-    PRECISION_CHOICES,
     STAGE_NAMES,
     STAGES,
     Calibration,
@@ -22,6 +21,7 @@ from workbench.flow.quickstart import (
     run_quickstart,
 )
 from workbench.flow.rule import Choice, choose
+from workbench.precision.variant import PRECISION_CHOICES
 
 __all__ = [
     "PRECISION_CHOICES",

@@ -13,17 +13,18 @@ from workbench.errors import WorkbenchError
 from workbench.export import Bundle, export_bundle
 from workbench.flow.mixed import SEARCH_HOW, PlanCandidate
 from workbench.flow.quickstart import QuickstartSession, new_export_dir, run_stage
-from workbench.flow.rule import COST_ORDER, DEFAULT_MAX_DROP
+from workbench.flow.rule import DEFAULT_MAX_DROP, loss_of, within_drop
+from workbench.precision.variant import VARIANTS, PrecisionChoice, Variant
 
-COMPARED_PRECISIONS = ("fp32", "fp16", "int8")
+COMPARED_PRECISIONS: tuple[PrecisionChoice, ...] = ("fp32", "fp16", "int8")
 
 
 @dataclass(frozen=True)
 class EngineCandidate(Artifact):
     """One built engine with its accuracy (and 95 % interval) and speed, for an accuracy-vs-speed table."""
 
-    precision: str
-    variant: str  # the task-metric variant of the engine (int8 -> int8-all or int8-mixed)
+    precision: PrecisionChoice
+    variant: Variant  # the task-metric variant of the engine (int8 -> int8-all or int8-mixed)
     engine_path: str
     engine_mb: float
     layers: int
@@ -44,7 +45,7 @@ class EngineCandidate(Artifact):
 
 def compare_precisions(
     session: QuickstartSession,
-    precisions: Iterable[str] = COMPARED_PRECISIONS,
+    precisions: Iterable[PrecisionChoice] = COMPARED_PRECISIONS,
     progress: Callable[[str, int, int, str], object] | None = None,
 ) -> list[EngineCandidate]:
     """Build (if needed) and time the engine of every precision; metrics come from the metrics stage.
@@ -109,11 +110,10 @@ def recommend(
     def acceptable(candidate: EngineCandidate) -> bool:
         if candidate.delta_vs_fp32 is None or math.isnan(candidate.delta_vs_fp32):
             return False
-        loss = -candidate.delta_vs_fp32 if candidate.higher_is_better else candidate.delta_vs_fp32
-        return loss <= max_metric_drop + 1e-12
+        return within_drop(loss_of(candidate.delta_vs_fp32, candidate.higher_is_better), max_metric_drop)
 
-    fine = [c for c in candidates if acceptable(c) and c.variant in COST_ORDER]
-    return min(fine, key=lambda c: COST_ORDER.index(c.variant), default=None)
+    fine = [c for c in candidates if acceptable(c)]
+    return min(fine, key=lambda c: VARIANTS[c.variant].cost_rank, default=None)
 
 
 def front_candidates(session: QuickstartSession) -> tuple[PlanCandidate, ...]:

@@ -26,7 +26,7 @@ from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import CalibrationSession, Float16Model
+from workbench.calib.session import CalibrationSession, Float16Model, worst_first_fallback
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanOptions, CleanResult, clean_model
 from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -39,15 +39,21 @@ from workbench.flow.uncertainty import Estimate, estimate
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision import PrecisionPlan, apply_precision_plan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
-from workbench.timing import RunConfig, TimingResult, run_pipeline
+from workbench.precision.variant import (
+    VARIANTS,
+    CalibrationMethod,
+    PrecisionChoice,
+    Variant,
+    parse_calibration_method,
+    parse_precision_choice,
+    parse_variant,
+)
+from workbench.timing import TimingResult, interactive_config, run_sweep, sweep_plan
 from workbench.timing.executors import OrtCpuExecutor
+from workbench.timing.limits import check_journey_batch, check_streams
 from workbench.timing.trt_executor import TrtExecutor
 from workbench.zoo import DEFAULT_MODEL, ZooEntry, get_entry
 
-# auto = the engine rule (workbench.flow.rule) picks; int8 = all-INT8, or the mixed plan (worst layers back in FP32)
-# where that measured better
-PRECISION_CHOICES = ("auto", "fp32", "fp16", "int8")
-CALIBRATION_METHODS = ("entropy", "percentile", "mse", "max")
 STATUSES = ("done", "skipped", "failed")
 
 
@@ -76,8 +82,8 @@ class QuickstartConfig(Artifact):
     """Every setting the panel's widgets control, with built-in defaults that run in well under a minute on CPU."""
 
     model: str = DEFAULT_MODEL
-    precision: str = "auto"
-    calibration_method: str = "entropy"
+    precision: PrecisionChoice = "auto"
+    calibration_method: CalibrationMethod = "entropy"
     streams: int = 2
     batch: int = 8
     calibration_samples: int = 128  # rounded up to whole batches of CALIBRATION_BATCH
@@ -98,18 +104,10 @@ class QuickstartConfig(Artifact):
 
     def __post_init__(self) -> None:
         self._check_types()
-        if self.precision not in PRECISION_CHOICES:
-            raise WorkbenchError(
-                f"precision {self.precision!r} is not offered.", expected=" / ".join(PRECISION_CHOICES)
-            )
-        if self.calibration_method not in CALIBRATION_METHODS:
-            raise WorkbenchError(
-                f"calibration method {self.calibration_method!r} is unknown.", expected=" / ".join(CALIBRATION_METHODS)
-            )
-        if not 1 <= int(self.streams) <= 16:
-            raise WorkbenchError(f"streams={self.streams} is out of range.", expected="1..16")
-        if not 1 <= int(self.batch) <= 64:
-            raise WorkbenchError(f"batch={self.batch} is out of range.", expected="1..64")
+        parse_precision_choice(self.precision)
+        parse_calibration_method(self.calibration_method)
+        check_streams(self.streams)
+        check_journey_batch(self.batch)
         for name in ("calibration_samples", "diff_samples", "evaluation_samples"):
             if int(getattr(self, name)) < 1:
                 raise WorkbenchError(f"{name}={getattr(self, name)} must be at least 1.")
@@ -248,7 +246,7 @@ class Fallback(Artifact):
 class MetricRow(Artifact):
     """The task metric of one precision variant, measured with ONNX Runtime CPU (optimizations off)."""
 
-    variant: str  # fp32 / fp16 / int8-all / int8-mixed
+    variant: Variant
     onnx_path: str
     metric: str
     value: float
@@ -256,6 +254,9 @@ class MetricRow(Artifact):
     higher_is_better: bool
     delta_vs_fp32: float = 0.0
     scores: tuple[float, ...] = field(default=(), repr=False)  # per sample, evaluation order (for intervals)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variant", parse_variant(self.variant, "metric row variant"))
 
     @property
     def estimate(self) -> Estimate:
@@ -266,10 +267,10 @@ class MetricRow(Artifact):
 @dataclass(frozen=True)
 class Metrics(Artifact):
     rows: tuple[MetricRow, ...]
-    not_measured: dict[str, str]  # variant -> why it has no row
+    not_measured: dict[Variant, str]  # why a variant has no row
     how: str = METRIC_HOW
 
-    def row(self, variant: str) -> MetricRow | None:
+    def row(self, variant: Variant) -> MetricRow | None:
         return next((row for row in self.rows if row.variant == variant), None)
 
     @property
@@ -281,10 +282,10 @@ class Metrics(Artifact):
 class Selection(Artifact):
     """The engine chosen for timing and export, the ONNX it was built from (what the metric measured), and why."""
 
-    precision: str  # as asked for (auto / fp32 / fp16 / int8)
+    precision: PrecisionChoice  # as asked for (auto / fp32 / fp16 / int8)
     engine: EngineArtifact
     onnx_path: Path
-    variant: str  # the task-metric variant of that engine: fp32 / fp16 / int8-all / int8-mixed
+    variant: Variant  # the task-metric variant of that engine
     choice: Choice
 
 
@@ -294,6 +295,7 @@ class Timing(Artifact):
 
     results: tuple[TimingResult, ...]
     reason: str
+    fixed_batch: int | None = None  # the model's graph hard-codes this batch: timed with streams, not batching
 
     @property
     def chosen(self) -> TimingResult:
@@ -329,7 +331,7 @@ class QuickstartRun(Artifact):
         return self.stages[name]
 
     @property
-    def chosen_variant(self) -> str | None:
+    def chosen_variant(self) -> Variant | None:
         """The task-metric variant of the chosen engine (None until the select stage ran)."""
         return self.selection.variant if self.selection else None
 
@@ -508,8 +510,7 @@ def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
         raise StageNotApplicable(
             f"the all-INT8 model has {len(worst)} INT8 node(s): keeping the worst in FP32 would leave no INT8 to mix"
         )
-    # at least one INT8 node stays: a "mixed" plan without INT8 would be the FP32 model under another name
-    nodes = list(worst[: min(run.config.fallback_layers, len(worst) - 1)])
+    nodes = worst_first_fallback(worst, run.config.fallback_layers)
     session = ws.calibration_session(run)
     plan = replace(
         session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
@@ -528,23 +529,23 @@ def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> EngineArtifact:
 
 
 def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
-    variants: list[tuple[str, Path]] = [("fp32", ws.source_model(run).path)]
-    not_measured: dict[str, str] = {}
+    variants: list[tuple[Variant, Path]] = [(Variant.FP32, ws.source_model(run).path)]
+    not_measured: dict[Variant, str] = {}
     try:
-        variants.append(("fp16", ws.fp16_onnx(run)))
+        variants.append((Variant.FP16, ws.fp16_onnx(run)))
     except WorkbenchError as error:
-        not_measured["fp16"] = str(error)
+        not_measured[Variant.FP16] = str(error)
     if run.calibration is not None:
-        variants.append(("int8-all", run.calibration.onnx_path))
+        variants.append((Variant.INT8_ALL, run.calibration.onnx_path))
     if run.fallback is not None:
-        variants.append(("int8-mixed", run.fallback.onnx_path))
+        variants.append((Variant.INT8_MIXED, run.fallback.onnx_path))
     measured = []
     for variant, path in variants:
         try:
             measured.append((variant, path, ws.entry.evaluate_onnx(path, limit=run.config.evaluation_samples)))
         except WorkbenchError as error:
             not_measured[variant] = str(error)
-    reference = next((result.value for variant, _, result in measured if variant == "fp32"), None)
+    reference = next((result.value for variant, _, result in measured if variant is Variant.FP32), None)
     rows = tuple(
         MetricRow(
             variant,
@@ -588,9 +589,11 @@ def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
 def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     """The engine of the requested precision ("auto": the rule's pick), with the verdict on its task metric."""
     available = (
-        ["fp32", "fp16"] + (["int8-all"] if run.calibration else []) + (["int8-mixed"] if run.mixed_engine else [])
+        [Variant.FP32, Variant.FP16]
+        + ([Variant.INT8_ALL] if run.calibration else [])
+        + ([Variant.INT8_MIXED] if run.mixed_engine else [])
     )
-    if run.config.precision == "int8" and not {"int8-all", "int8-mixed"} & set(available):
+    if run.config.precision == "int8" and not {Variant.INT8_ALL, Variant.INT8_MIXED} & set(available):
         raise WorkbenchError(
             "the INT8 engine was not built (see the calibration stages above).",
             expected="precision fp32, fp16 or auto until calibration works",
@@ -598,30 +601,19 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     rows = run.metrics.rows if run.metrics else ()
     choice = choose(rows, run.config.precision, run.config.max_metric_drop, available=available)
     variant = choice.variant
-    if variant == "fp32":
+    if variant is Variant.FP32:
         engine = _result_of(run.fp32_engine, "build_fp32")
         return Selection(run.config.precision, engine, ws.source_model(run).path, variant, choice)
-    if variant == "fp16":
+    if variant is Variant.FP16:
         onnx_path = ws.fp16_onnx(run)
         return Selection(run.config.precision, ws.fp16_engine(run), onnx_path, variant, choice)
-    if variant == "int8-all":
+    if variant is Variant.INT8_ALL:
         calibration = _result_of(run.calibration, "calibrate")
         return Selection(run.config.precision, ws.int8_all_engine(run), calibration.onnx_path, variant, choice)
     fallback = _result_of(run.fallback, "fallback")
     return Selection(
         run.config.precision, _result_of(run.mixed_engine, "build_mixed"), fallback.onnx_path, variant, choice
     )
-
-
-def timing_plan(config: QuickstartConfig) -> list[tuple[int, int]]:
-    """(streams, batch) configurations to time: the chosen one first, then streams=1 and batch=1 for comparison."""
-    chosen = (int(config.streams), int(config.batch))
-    plan = [chosen]
-    if config.sweep:
-        for candidate in ((1, chosen[1]), (chosen[0], 1), (1, 1)):
-            if candidate not in plan:
-                plan.append(candidate)
-    return plan
 
 
 def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
@@ -642,24 +634,24 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
     executor, reason = _executor_for(_result_of(run.selection, "select"), ws)
-    results = []
+    batch = min(cfg.batch, ws.entry.max_batch or cfg.batch)
+    if batch != cfg.batch:  # a graph that hard-codes batch 1: the streams carry the concurrency
+        reason += (
+            f"; batch {batch}, not {cfg.batch}: the model's graph hard-codes its batch, so streams do the batching"
+        )
     try:
-        for streams, batch in timing_plan(cfg):
-            config = RunConfig(
-                streams=streams,
-                batch=batch,
-                warmup_s=min(0.2, cfg.timing_window_s),
-                window_s=cfg.timing_window_s,
-                min_windows=3,
-                max_windows=4,
-            )
-            results.append(run_pipeline(executor, config, model=cfg.model))
+        sweep = run_sweep(
+            executor,
+            sweep_plan(cfg.streams, batch, include_baselines=cfg.sweep),
+            interactive_config(cfg.timing_window_s),
+            model=cfg.model,
+        )
     finally:
         executor.close()
-    return Timing(tuple(results), reason)
+    return Timing(sweep.results, reason, fixed_batch=ws.entry.max_batch)
 
 
-def new_export_dir(run: QuickstartRun, root: Path, variant: str | None = None) -> Path:
+def new_export_dir(run: QuickstartRun, root: Path, variant: Variant | str | None = None) -> Path:
     """A folder no export has used: ``<root>/<model>-<variant>-<UTC time>`` (``-2``, ``-3`` ... within one second);
     ``variant`` defaults to the chosen engine's."""
     variant = variant or _result_of(run.selection, "select").variant
@@ -676,8 +668,8 @@ def export_selection(run: QuickstartRun, output_dir: str | Path | None = None, *
     """Export the chosen engine with its accuracy and timing: into ``output_dir``, or a new folder under the run's
     ``<out_dir>/export`` (so exports never replace each other); an existing ``output_dir`` needs ``overwrite``."""
     selection = _result_of(run.selection, "select")
-    int8 = selection.variant.startswith("int8") and run.calibration is not None
-    mixed = selection.variant == "int8-mixed" and run.fallback is not None
+    int8 = VARIANTS[selection.variant].quantized and run.calibration is not None
+    mixed = VARIANTS[selection.variant].mixed and run.fallback is not None
     metric = run.chosen_metric
     timing = run.timing
     target = Path(output_dir) if output_dir else new_export_dir(run, Path(run.config.out_dir) / "export")
@@ -739,10 +731,15 @@ def _summary_fusion(stats: FusionStats, run: QuickstartRun) -> str:
 
 
 def _summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
-    return (
+    text = (
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
         f"{calibration.qdq_pairs} Q/DQ pairs inserted"
     )
+    notes = calibration.ranges.range_notes
+    if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
+        first, note = next(iter(notes.items()))
+        text += f"; {len(notes)} range(s) not the method's own choice, e.g. {first!r}: {note}"
+    return text
 
 
 def _summary_layer_diff(stage: LayerDiffStage, run: QuickstartRun) -> str:

@@ -8,7 +8,8 @@ interval (:mod:`workbench.flow.uncertainty`); a difference whose interval contai
 verdict whose interval straddles the allowed drop is reported as unresolved (more samples would settle it).
 
 Rows are anything with ``variant``, ``metric``, ``value``, ``n_samples``, ``higher_is_better`` and ``scores``
-(a quickstart :class:`~workbench.flow.quickstart.MetricRow`).
+(a quickstart :class:`~workbench.flow.artifacts.MetricRow`). Variants are :class:`~workbench.precision.Variant`
+members; their cost order and precision come from :data:`~workbench.precision.VARIANTS`.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
 from workbench.flow.uncertainty import Difference, Estimate, estimate, paired_difference
+from workbench.precision.variant import COST_ORDER, VARIANTS, PrecisionChoice, Variant, parse_variant, variants_for
 
-# cheapest first: the order in which TensorRT engines of these plans are expected to cost time
-COST_ORDER = ("int8-all", "int8-mixed", "fp16", "fp32")
-PRECISION_OF_VARIANT = {"int8-all": "int8", "int8-mixed": "int8", "fp16": "fp16", "fp32": "fp32"}
 DEFAULT_MAX_DROP = 0.01
 LEVELS = ("ok", "warning", "bad")
 
@@ -38,10 +37,28 @@ def _loss_text(loss: float, metric: str) -> str:
     return f"matches {metric}"
 
 
+class MeasuredRow(Protocol):
+    """What the rule reads of a metric row (a :class:`~workbench.flow.artifacts.MetricRow`)."""
+
+    @property
+    def variant(self) -> Variant | str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def n_samples(self) -> int: ...
+    @property
+    def higher_is_better(self) -> bool: ...
+    @property
+    def scores(self) -> tuple[float, ...]: ...
+
+
 def rule_text(max_drop: float, metric: str = "task metric") -> str:
+    order = " < ".join(VARIANTS[v].label for v in COST_ORDER)
     return (
-        f"Rule: the engine expected to cost least on TensorRT (INT8 < mixed INT8 < FP16 < FP32) whose {metric} is at "
-        f"most {max_drop:g} below FP32's; mixed INT8 only where it measured better than all-INT8."
+        f"Rule: the engine expected to cost least on TensorRT ({order}) whose {metric} is at "
+        f"most {max_drop:g} below FP32's; a mixed plan only where it measured better than its all-quantized variant."
     )
 
 
@@ -49,7 +66,7 @@ def rule_text(max_drop: float, metric: str = "task metric") -> str:
 class Judgement(Artifact):
     """One variant against FP32: its estimate, the paired difference, and whether it is within the allowed drop."""
 
-    variant: str
+    variant: Variant
     estimate: Estimate
     vs_fp32: Difference  # variant - FP32, in the metric's own direction
     loss: float  # how much worse than FP32 (positive = worse, whatever the metric's direction)
@@ -58,38 +75,47 @@ class Judgement(Artifact):
     resolved: bool  # the loss's interval lies on one side of max_drop
 
     def text(self) -> str:
-        if self.variant == "fp32":
+        if self.variant is Variant.FP32:
             return f"fp32 {self.estimate.text()}"
         noise = "; within noise of FP32" if self.vs_fp32.within_noise else ""
         return f"{self.variant} {self.estimate.text()}, vs FP32 {self.vs_fp32.text()}{noise}"
 
 
+def loss_of(delta_vs_fp32: float, higher_is_better: bool) -> float:
+    """How much worse than FP32 a variant-minus-FP32 difference is (positive = worse, whatever the direction)."""
+    return -delta_vs_fp32 if higher_is_better else delta_vs_fp32
+
+
+def within_drop(loss: float, max_drop: float) -> bool:
+    """The rule's acceptability: a loss vs FP32 of at most ``max_drop`` (float round-off forgiven)."""
+    return loss <= max_drop + 1e-12
+
+
 def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float, float]:
     """(loss, loss interval low, loss interval high) from a variant-minus-FP32 difference."""
-    if higher_is_better:
-        return -difference.delta, -difference.high, -difference.low
-    return difference.delta, difference.low, difference.high
+    low, high = sorted(loss_of(end, higher_is_better) for end in (difference.low, difference.high))
+    return loss_of(difference.delta, higher_is_better), low, high
 
 
-def judge(rows: Sequence[Any], max_drop: float = DEFAULT_MAX_DROP) -> dict[str, Judgement]:
+def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> dict[Variant, Judgement]:
     """Every measured variant against FP32 (empty when FP32 has no row)."""
     if not (isinstance(max_drop, (int, float)) and math.isfinite(max_drop) and max_drop >= 0):
         raise WorkbenchError(f"max_metric_drop={max_drop} must be a number >= 0.", expected="e.g. 0.01")
-    by_variant = {row.variant: row for row in rows}
-    fp32 = by_variant.get("fp32")
+    by_variant = {parse_variant(row.variant, "metric row variant"): row for row in rows}
+    fp32 = by_variant.get(Variant.FP32)
     if fp32 is None:
         return {}
-    out: dict[str, Judgement] = {}
-    for row in rows:
+    out: dict[Variant, Judgement] = {}
+    for variant, row in by_variant.items():
         difference = paired_difference(fp32.value, fp32.scores, row.value, row.scores)
         loss, low, high = _loss(difference, row.higher_is_better)
-        out[row.variant] = Judgement(
-            row.variant,
+        out[variant] = Judgement(
+            variant,
             estimate(row.value, row.n_samples, row.scores),
             difference,
             loss,
             high,
-            loss <= max_drop + 1e-12,
+            within_drop(loss, max_drop),
             difference.has_interval and (high <= max_drop or low > max_drop),
         )
     return out
@@ -99,9 +125,9 @@ def judge(rows: Sequence[Any], max_drop: float = DEFAULT_MAX_DROP) -> dict[str, 
 class Choice(Artifact):
     """The engine variant chosen for a requested precision, what the rule would pick, and the verdict on it."""
 
-    precision: str  # what was asked for: fp32 / fp16 / int8 / auto
-    variant: str  # the metric variant whose engine is used (int8 -> int8-all or int8-mixed)
-    rule_variant: str  # what the rule picks
+    precision: PrecisionChoice  # what was asked for: fp32 / fp16 / int8 / auto
+    variant: Variant  # the metric variant whose engine is used (int8 -> int8-all or int8-mixed)
+    rule_variant: Variant  # what the rule picks
     level: str  # ok / warning / bad
     reason: str
     rule: str
@@ -113,18 +139,23 @@ class Choice(Artifact):
         return self.level == "ok"
 
 
-def _int8_variant(judged: dict[str, Judgement]) -> str:
-    """All-INT8 unless it is out of bounds and the mixed plan measured better (never pay for worse)."""
-    every, mixed = judged.get("int8-all"), judged.get("int8-mixed")
-    if every is None:
-        return "int8-mixed"
-    if mixed is None or every.acceptable or every.loss <= mixed.loss:
-        return "int8-all"
-    return "int8-mixed"
+def _pick(candidates: Sequence[Variant], judged: dict[Variant, Judgement]) -> Variant | None:
+    """Among ``candidates`` (cheapest first): the cheapest within the allowed drop; when none is, the one that loses
+    least (ties: the cheaper). A mixed plan is thereby taken over its all-quantized variant only where it measured
+    better: it costs more (wider layers, extra reformats), so it must buy accuracy."""
+    measured = [v for v in candidates if v in judged]
+    if not measured:
+        return candidates[0] if candidates else None
+    acceptable = next((v for v in measured if judged[v].acceptable), None)
+    return acceptable or min(measured, key=lambda v: (judged[v].loss, VARIANTS[v].cost_rank))
 
 
 def choose(
-    rows: Sequence[Any], precision: str = "auto", max_drop: float = DEFAULT_MAX_DROP, *, available: Sequence[str] = ()
+    rows: Sequence[MeasuredRow],
+    precision: PrecisionChoice = "auto",
+    max_drop: float = DEFAULT_MAX_DROP,
+    *,
+    available: Sequence[Variant | str] = (),
 ) -> Choice:
     """The variant to build/export for ``precision`` ("auto" follows the rule) and the verdict on it.
 
@@ -133,17 +164,14 @@ def choose(
     judged = judge(rows, max_drop)
     metric = rows[0].metric if rows else "task metric"
     rule = rule_text(max_drop, metric)
-    usable = set(available) if available else set(judged) | {"fp32"}
+    usable = {parse_variant(v, "available variant") for v in available} if available else set(judged) | {Variant.FP32}
     candidates = [v for v in COST_ORDER if v in usable]
-    rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), "fp32")
-    if rule_variant == "int8-mixed" and "int8-all" in judged and "int8-all" in usable:
-        rule_variant = _int8_variant(judged)
+    rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), Variant.FP32)
     if precision == "auto":
         variant = rule_variant
-    elif precision == "int8":
-        variant = _int8_variant({k: v for k, v in judged.items() if k in usable}) if judged else "int8-mixed"
     else:
-        variant = precision
+        asked = [v for v in variants_for(precision) if v in usable]
+        variant = _pick(asked, judged) or variants_for(precision)[0]
     judgements = tuple(judged[v] for v in COST_ORDER if v in judged)
     if not judged:
         reason = "no task metric was measured against FP32, so this choice is unchecked"
@@ -153,7 +181,7 @@ def choose(
         reason = f"{variant} has no measured task metric, so this choice is unchecked"
         return Choice(precision, variant, rule_variant, "warning", reason, rule, max_drop, judgements)
     n = chosen.estimate.n
-    if variant == "fp32":
+    if variant is Variant.FP32:
         level = "ok"
         reason = f"FP32 is the reference ({metric} {chosen.estimate.text()})"
     elif chosen.acceptable:
@@ -169,13 +197,16 @@ def choose(
         )
         if not chosen.resolved:
             reason += " (not resolved: evaluate more samples to be sure)"
-    if precision == "int8" and variant == "int8-all" and "int8-mixed" in judged:
-        mixed = judged["int8-mixed"]
+    passed_over = [
+        judged[v] for v in variants_for(VARIANTS[variant].choice) if VARIANTS[v].mixed and v in judged and v in usable
+    ]
+    if precision != "auto" and not VARIANTS[variant].mixed and passed_over:
+        mixed = passed_over[0]
         reason += (
-            f"; all-INT8 used instead of the mixed plan, which did not measure better "
+            f"; {VARIANTS[variant].label} used instead of the mixed plan, which did not measure better "
             f"({mixed.estimate.value:.4f} vs {chosen.estimate.value:.4f})"
             if mixed.loss >= chosen.loss
-            else "; all-INT8 used: it is within the allowed drop and costs less than the mixed plan"
+            else f"; {VARIANTS[variant].label} used: it is within the allowed drop and costs less than the mixed plan"
         )
     if variant != rule_variant and level != "ok":
         reason += f"; the rule picks {rule_variant}"
@@ -187,9 +218,9 @@ def next_steps(choice: Choice) -> str:
     if choice.ok:
         return ""
     steps = []
-    if choice.variant.startswith("int8"):
+    if VARIANTS[choice.variant].quantized:
         steps += [
-            "fall back more layers (fallback_layers)",
+            "give the mixed-precision search more evaluations (search_budget)",
             "another calibration method (percentile or mse often beat max)",
             "more calibration samples",
         ]

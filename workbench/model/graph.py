@@ -7,25 +7,29 @@ the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
 
 # Quantization ops: never folded by the cleaner, never cast by AutoCast, and what "a Q/DQ model" means.
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 
-def onnx_node_name(node: Any) -> str:
+def onnx_node_name(node: onnx.NodeProto) -> str:
     """The name TensorRT's ONNX parser gives a node: its own, or ``node_of_<first output>`` when unnamed."""
     if node.name:
         return str(node.name)
     return f"node_of_{node.output[0]}" if node.output else f"unnamed_{node.op_type}"
 
 
-def onnx_node_list(proto: Any) -> list[tuple[str, str]]:
+def onnx_node_list(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """(name, op_type) of every top-level node of an ONNX ModelProto, in graph order, named as TensorRT names them."""
     return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
 
 
-def name_unnamed_nodes(proto: Any) -> None:
+def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
     """Give every unnamed node (in place) the name TensorRT's parser would give it, so plans and layer maps agree."""
     used = {node.name for node in proto.graph.node if node.name}
     for node in proto.graph.node:
@@ -37,17 +41,60 @@ def name_unnamed_nodes(proto: Any) -> None:
             used.add(candidate)
 
 
-def has_qdq(proto_or_graph: Any) -> bool:
+def escape_name(name: str) -> str:
+    """``name`` with every non-printable character written as a Python escape (a newline becomes ``\\n``):
+    TensorRT's build log and our layer records are line-based, and a terminal shows escapes, not raw controls."""
+    if name.isprintable():
+        return name
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
+
+
+def node_names_to_fix(proto: onnx.ModelProto) -> list[str]:
+    """Top-level node names :func:`fix_node_names` would change: repeats of a name, and names with characters that
+    are not printable (newlines, tabs, control characters)."""
+    seen: set[str] = set()
+    bad: list[str] = []
+    for node in proto.graph.node:
+        if node.name and (node.name in seen or not node.name.isprintable()):
+            bad.append(node.name)
+        seen.add(node.name)
+    return bad
+
+
+def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
+    """Make every top-level node name (in place) printable and unique, as the engine's layer map needs: TensorRT
+    keeps duplicate names (two nodes then read as one) and writes newlines into its line-based build log. Returns
+    (old, new) for every renamed node; unnamed nodes keep the names TensorRT gives them."""
+    renamed: list[tuple[str, str]] = []
+    used: set[str] = set()
+    taken = {node.name for node in proto.graph.node if node.name}
+    for node in proto.graph.node:
+        if not node.name:
+            continue
+        name = escape_name(node.name)
+        if name in used:
+            index = 2
+            while f"{name}~{index}" in used or f"{name}~{index}" in taken:
+                index += 1
+            name = f"{name}~{index}"
+        used.add(name)
+        if name != node.name:
+            renamed.append((node.name, name))
+            node.name = name
+    return renamed
+
+
+def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
     graph = getattr(proto_or_graph, "graph", proto_or_graph)
     return any(node.op_type in QDQ_OPS for node in graph.node)
 
 
-def qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
+def qdq_edges(proto: onnx.ModelProto) -> tuple[tuple[str, str, str, bool], ...]:
     """Every QuantizeLinear -> DequantizeLinear pair: (Q node, DQ node, quantized tensor, tensor is a constant)."""
     graph = proto.graph
     constants = {init.name for init in graph.initializer}
     constants |= {out for node in graph.node if node.op_type == "Constant" for out in node.output}
-    consumers: dict[str, list[Any]] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
@@ -66,20 +113,20 @@ def qdq_edges(proto: Any) -> tuple[tuple[str, str, str, bool], ...]:
 # --- onnx-graphsurgeon graphs ----------------------------------------------------------------------------------
 
 
-def is_constant(tensor: Any) -> bool:
+def is_constant(tensor: gs.Tensor) -> bool:
     """A graphsurgeon tensor whose value is known at build time (an initializer or folded constant)."""
     import onnx_graphsurgeon as gs
 
     return isinstance(tensor, gs.Constant)
 
 
-def producer(tensor: Any) -> Any | None:
+def producer(tensor: gs.Tensor) -> gs.Node | None:
     """The node that writes a graphsurgeon tensor (None for graph inputs and constants)."""
     inputs = getattr(tensor, "inputs", None)
     return inputs[0] if inputs else None
 
 
-def subgraph_node_count(graph: Any) -> int:
+def subgraph_node_count(graph: onnx.GraphProto) -> int:
     """Nodes inside the If/Loop/Scan bodies of an ONNX GraphProto (recursively), not counting the top level."""
     total = 0
     for node in graph.node:

@@ -23,8 +23,8 @@ Rules that keep a node planned for FP16 in FP32 (each reported with its reason i
 * ``unknown-dtype``: shape inference could not tell an input's element type.
 
 Resize/Upsample coordinates (roi, scales) always stay FP32: only their data input is cast.
-INT8 in a plan is realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ nodes
-is refused with a WorkbenchError.
+INT8 and FP8 in a plan are realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ
+nodes, or for fp8 on a graph with no FLOAT8E4M3FN Q/DQ nodes, is refused with a WorkbenchError.
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.artifact import NOT_SERIALIZED, Artifact
+if TYPE_CHECKING:
+    import onnx
+
+from workbench.artifact import NOT_SERIALIZED, Artifact, JsonObject
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, has_qdq, onnx_node_name
 from workbench.precision.plan import PrecisionPlan
@@ -130,12 +133,12 @@ class AutocastResult(Artifact):
             onnx.save(self.proto, str(tmp))
         return load_onnx(path)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         # the per-rule counts, for a reader of the JSON alone; from_json ignores the key
         return super().to_json() | {"kept_fp32_by_rule": self.kept_fp32_by_rule}
 
 
-def _shape_only_nodes(graph: Any) -> set[int]:
+def _shape_only_nodes(graph: onnx.GraphProto) -> set[int]:
     """Indices of nodes whose outputs reach only shape inputs (the shape-arithmetic subgraph)."""
     consumers: dict[str, list[tuple[int, int]]] = {}
     for index, node in enumerate(graph.node):
@@ -163,14 +166,16 @@ class _TensorTypes:
     """Element types of the graph's tensors, and its constants (initializers and Constant-node values)."""
 
     dtype: dict[str, int]
-    initializers: dict[str, Any]
-    constants: dict[str, Any]  # outputs of Constant nodes: converted like initializers, without a Cast
+    initializers: dict[str, onnx.TensorProto]
+    constants: dict[str, onnx.TensorProto]  # outputs of Constant nodes: converted like initializers, without a Cast
 
-    def constant(self, name: str) -> Any:
+    def constant(self, name: str) -> onnx.TensorProto | None:
         return self.initializers.get(name, self.constants.get(name))
 
 
 def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
+    from workbench.precision.qdq_rules import qdq_formats
+
     source = model.proto
     wants_int8 = plan.default == "int8" or any(p == "int8" for p in plan.overrides.values())
     if wants_int8 and not has_qdq(source):
@@ -178,6 +183,13 @@ def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
             f"{model.path}: the precision plan asks for int8 but the graph has no QuantizeLinear/DequantizeLinear nodes.",
             expected="a Q/DQ model from the calibration stage for int8 nodes, or fp16/fp32 in the plan",
             hint="run calibration first (it inserts Q/DQ pairs), or change the plan's int8 entries.",
+        )
+    wants_fp8 = plan.default == "fp8" or any(p == "fp8" for p in plan.overrides.values())
+    if wants_fp8 and "fp8" not in qdq_formats(source):
+        raise WorkbenchError(
+            f"{model.path}: the precision plan asks for fp8 but the graph has no FLOAT8E4M3FN Q/DQ nodes.",
+            expected="an FP8 Q/DQ model from `workbench calibrate MODEL --format fp8`, or int8/fp16/fp32 in the plan",
+            hint="calibrate with --format fp8 first (it inserts FP8 Q/DQ pairs).",
         )
     known = {onnx_node_name(node) for node in source.graph.node}
     unknown = sorted(set(plan.overrides) - known)
@@ -188,7 +200,7 @@ def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
         )
 
 
-def _tensor_types(proto: Any) -> _TensorTypes:
+def _tensor_types(proto: onnx.ModelProto) -> _TensorTypes:
     import onnx
 
     try:
@@ -202,7 +214,7 @@ def _tensor_types(proto: Any) -> _TensorTypes:
     initializers = {init.name: init for init in proto.graph.initializer}
     for name, init in initializers.items():
         dtype[name] = init.data_type
-    constants: dict[str, Any] = {}
+    constants: dict[str, onnx.TensorProto] = {}
     for node in proto.graph.node:
         if node.op_type == "Constant":
             for attribute in node.attribute:
@@ -212,7 +224,7 @@ def _tensor_types(proto: Any) -> _TensorTypes:
     return _TensorTypes(dtype, initializers, constants)
 
 
-def _subgraph_reads(graph: Any) -> set[str]:
+def _subgraph_reads(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name any If/Loop/Scan body (any depth) reads: a superset of what bodies take from outer scopes."""
     names: set[str] = set()
     stack = [attr.g for node in graph.node for attr in node.attribute if attr.type == attr.GRAPH]
@@ -230,7 +242,7 @@ def _subgraph_reads(graph: Any) -> set[str]:
     return names
 
 
-def _keep_fp32_reason(node: Any, shape_only: bool, types: _TensorTypes) -> str:
+def _keep_fp32_reason(node: onnx.NodeProto, shape_only: bool, types: _TensorTypes) -> str:
     """The rule (module docstring) that keeps a node planned for FP16 in FP32, or "" to convert it."""
     import numpy as np
     from onnx import numpy_helper
@@ -262,7 +274,7 @@ def _keep_fp32_reason(node: Any, shape_only: bool, types: _TensorTypes) -> str:
 
 
 def _choose_fp16_nodes(
-    graph: Any, plan: PrecisionPlan, types: _TensorTypes
+    graph: onnx.GraphProto, plan: PrecisionPlan, types: _TensorTypes
 ) -> tuple[set[int], list[str], dict[str, str]]:
     """(indices of the nodes to convert, their names, node -> rule for those the plan wanted FP16 but stay FP32)."""
     shape_only = _shape_only_nodes(graph)
@@ -289,15 +301,15 @@ class _CastInserter:
     """Rewrites the graph in place so the chosen nodes compute in float16: a Cast (or an FP16 copy of a constant)
     wherever a tensor's type differs from what its consumer now computes in. Mutable: it builds one rewrite."""
 
-    def __init__(self, graph: Any, fp16_set: set[int], types: _TensorTypes) -> None:
+    def __init__(self, graph: onnx.GraphProto, fp16_set: set[int], types: _TensorTypes) -> None:
         self.graph = graph
         self.fp16_set = fp16_set
         self.types = types
         self.dtype = dict(types.dtype)  # the original element types (FP16 outputs are added as FP32-originals)
         self.current: dict[str, int] = dict(types.dtype)  # element type of each tensor after the rewrite
         self.cast_cache: dict[tuple[str, int], str] = {}
-        self.new_nodes: list[Any] = []
-        self.new_initializers: list[Any] = []
+        self.new_nodes: list[onnx.NodeProto] = []
+        self.new_initializers: list[onnx.TensorProto] = []
         self.casts_added = 0
         self.initializers_converted = 0
 

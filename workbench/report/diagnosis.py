@@ -10,6 +10,7 @@ from workbench.engine import EngineArtifact
 from workbench.flow.mixed import MixedSearch
 from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.rule import Choice, judge, next_steps
+from workbench.precision.variant import COST_ORDER, VARIANTS, Variant
 
 BUSY_ENOUGH = 0.8  # a device this busy with one stream has little left for a second
 STREAMS_HELP_RATIO = 1.15  # a configuration "helps" when it gives at least 15 % more throughput
@@ -56,7 +57,7 @@ def _choice_verdict(choice: Choice) -> Verdict:
     return Verdict("engine choice", text + " " + choice.rule, evidence, level=choice.level)
 
 
-def _search_verdicts(search: MixedSearch, chosen_variant: str | None) -> list[Verdict]:
+def _search_verdicts(search: MixedSearch, chosen_variant: Variant | None) -> list[Verdict]:
     """What the accuracy-target search found, and how to ship it: the journey's engine is chosen by the rule among
     the precision variants, so the search's plan reaches an engine only when it is picked from the front."""
     pick = search.chosen or next((c for c in search.front if c.meets_target), None)
@@ -162,6 +163,15 @@ def _timing_verdicts(timing: Timing) -> list[Verdict]:
                 {"ratio": ratio, "latency_ratio": cost},
             )
         )
+    elif timing.fixed_batch is not None:
+        verdicts.append(
+            Verdict(
+                "batching",
+                f"The model's graph hard-codes a batch of {timing.fixed_batch}: every run takes one sample, so "
+                "streams carry the concurrency instead of batching.",
+                {"batch": float(chosen.batch)},
+            )
+        )
     else:
         verdicts.append(
             Verdict(
@@ -198,17 +208,17 @@ def _accuracy_verdicts(layer_diff: LayerDiffStage, fallback: Fallback | None) ->
 def _metric_verdicts(metrics: Metrics, fallback: Fallback | None) -> list[Verdict]:
     verdicts: list[Verdict] = []
     rows = {row.variant: row for row in metrics.rows}
-    if "fp32" in rows and ("int8-all" in rows or "int8-mixed" in rows):
-        fp32 = rows["fp32"]
+    if Variant.FP32 in rows and any(VARIANTS[v].quantized for v in rows):
+        fp32 = rows[Variant.FP32]
         judged = judge(metrics.rows)
         text = f"{fp32.metric}: FP32 {fp32.value:.4f}"
         evidence = {"fp32": fp32.value}
-        for variant in ("fp16", "int8-all", "int8-mixed"):
-            if variant in rows:
+        for variant in reversed(COST_ORDER):
+            if variant in rows and variant is not Variant.FP32:
                 difference = judged[variant].vs_fp32
                 text += f", {variant} {rows[variant].value:.4f} ({difference.text()}"
                 text += ", within noise)" if difference.within_noise else ")"
-                evidence[variant] = rows[variant].value
+                evidence[str(variant)] = rows[variant].value
         kept = _fallback_nodes(fallback)
         if kept:
             text += f"; falling back {len(kept)} layer(s) to FP32: {', '.join(kept)}"

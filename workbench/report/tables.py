@@ -11,6 +11,7 @@ from typing import Any
 from workbench.flow.mixed import MixedSearch
 from workbench.flow.quickstart import STAGE_NAMES, MetricRow, QuickstartRun
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
+from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
 from workbench.timing import TimingResult
 from workbench.viz.palette import STATUS_COLORS
@@ -51,7 +52,9 @@ def stage_table_html(run: QuickstartRun, pending: Collection[str] = ()) -> str:
     return html_table(["stage", "status", "seconds", "result"], rows, raw_columns=(0, 1, 3))
 
 
-def metrics_table_html(rows: Sequence[MetricRow], chosen: str | None = None, max_drop: float = DEFAULT_MAX_DROP) -> str:
+def metrics_table_html(
+    rows: Sequence[MetricRow], chosen: Variant | None = None, max_drop: float = DEFAULT_MAX_DROP
+) -> str:
     """The task metric per precision variant with its 95 % interval and sample count, the paired difference to FP32
     (and whether it is within noise), and whether it is within the allowed drop; ``chosen`` (a variant) is marked."""
     judged = judge(rows, max_drop)
@@ -60,8 +63,8 @@ def metrics_table_html(rows: Sequence[MetricRow], chosen: str | None = None, max
         verdict = judged.get(row.variant)
         estimate = row.estimate
         interval = f" [{estimate.low:.4f}, {estimate.high:.4f}]" if estimate.has_interval else ""
-        if verdict is None or row.variant == "fp32":
-            versus, allowed = ("reference" if row.variant == "fp32" else f"{row.delta_vs_fp32:+.4f}"), "-"
+        if verdict is None or row.variant is Variant.FP32:
+            versus, allowed = ("reference" if row.variant is Variant.FP32 else f"{row.delta_vs_fp32:+.4f}"), "-"
         else:
             versus = verdict.vs_fp32.text() + (" (within noise)" if verdict.vs_fp32.within_noise else "")
             allowed = ("yes" if verdict.acceptable else "no") + ("" if verdict.resolved else " (unresolved)")

@@ -9,16 +9,7 @@ from typing import Any
 from workbench._args import bounded_float, bounded_int, int_list
 from workbench.errors import WorkbenchError
 from workbench.timing.factory import EXECUTORS, make_executor
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers (e.g. 1,2,4)")
-    return values
+from workbench.timing.limits import MAX_REQUEST_BATCH, MAX_STREAMS, MIN_STREAMS, STREAMS_EXPECTED
 
 
 def register(subparsers: Any) -> None:
@@ -37,8 +28,13 @@ def register(subparsers: Any) -> None:
         default="cpu",
         help="cpu: ONNX Runtime on worker threads; torch: PyTorch CUDA graphs; trt: TensorRT engine",
     )
-    p.add_argument("--streams", type=int_list(1, 256), default=[1, 2, 4], help="lane counts to time, e.g. 1,2,4")
-    p.add_argument("--batch", type=bounded_int(1, 2**24), default=1, help="samples per request")
+    p.add_argument(
+        "--streams",
+        type=int_list(MIN_STREAMS, MAX_STREAMS),
+        default=[1, 2, 4],
+        help=f"lane counts to time ({STREAMS_EXPECTED}), e.g. 1,2,4",
+    )
+    p.add_argument("--batch", type=bounded_int(1, MAX_REQUEST_BATCH), default=1, help="samples per request")
     p.add_argument("--depth", type=bounded_int(1, 1024), default=2, help="requests in flight per lane")
     p.add_argument(
         "--load",
@@ -95,10 +91,12 @@ def register(subparsers: Any) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     from workbench._io import refuse_special_file, validate_outputs, write_json_atomic
     from workbench.timing.pipeline import RunConfig, run_pipeline
+    from workbench.timing.sweep import grid_plan, run_sweep
 
     model_input = args.model if Path(args.model).exists() else None
     validate_outputs({"-o": args.output, "--trace": args.trace}, inputs=[model_input])
@@ -132,7 +130,7 @@ def run_cli(args: argparse.Namespace) -> int:
             raise WorkbenchError(
                 f"--priorities {args.priorities!r} is not a list of integers.", expected="e.g. --priorities=-1,0"
             ) from error
-    common = dict(
+    base = RunConfig(
         batch=args.batch,
         depth=args.depth,
         warmup_s=args.warmup,
@@ -141,28 +139,34 @@ def run_cli(args: argparse.Namespace) -> int:
         timeout_ms=args.timeout_ms,
         stream_priorities=priorities,
         spin_wait=args.spin_wait,
+        load=args.load,
+        rate_per_s=args.rate,
+        dynamic_batching=args.dynamic_batching,
+        max_batch=args.max_batch,
+        max_queue_delay_ms=args.max_delay_ms,
     )
-    runs = []
     try:
         baseline = None
-        if not args.no_baseline:
-            baseline = run_pipeline(executor, RunConfig(load="sync", **common), model=label)
+        if not args.no_baseline:  # one lane, one request at a time, no batcher
+            sync = replace(base, load="sync", rate_per_s=None, dynamic_batching=False)
+            baseline = run_pipeline(executor, sync, model=label)
             _print_row("sync baseline", baseline)
-        for streams in args.streams:
-            config = RunConfig(
-                streams=streams,
-                load=args.load,
-                rate_per_s=args.rate,
-                dynamic_batching=args.dynamic_batching,
-                max_batch=args.max_batch,
-                max_queue_delay_ms=args.max_delay_ms,
-                **common,
-            )
-            result = run_pipeline(executor, config, model=label)
-            _print_row(f"{streams} stream(s)", result)
-            runs.append(result)
+        sweep = run_sweep(
+            executor,
+            grid_plan(args.streams, [args.batch]),
+            base,
+            model=label,
+            on_result=lambda result: _print_row(f"{result.streams} stream(s)", result),
+        )
     finally:
         executor.close()
+    runs = list(sweep.results)
+    for skip in sweep.skipped:
+        print(f"{skip.streams:>4d} stream(s): skipped, {skip.reason}")
+    if not runs:
+        raise WorkbenchError(
+            "no stream count of --streams fits in device memory.", expected="fewer --streams or a smaller --batch"
+        )
     best = max(runs, key=lambda r: r.throughput_per_s)
     doc: dict[str, Any] = {
         "executor": best.executor,
@@ -177,6 +181,7 @@ def run_cli(args: argparse.Namespace) -> int:
         "stages_ms": best.stages_ms,
         "busy_fraction": best.busy_fraction,
         "runs": [r.to_json() for r in runs],
+        "skipped": [skip.to_json() for skip in sweep.skipped],
         "baseline": baseline.to_json() if baseline is not None else None,
         "speedup_vs_baseline": (
             best.throughput_per_s / baseline.throughput_per_s

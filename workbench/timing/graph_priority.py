@@ -12,12 +12,15 @@ Neither torch nor cuda.core exposes this, hence the few driver calls (cuda.bindi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.timing.lanes import _check as _ok  # (status, *values) -> values, raising on an error
 
+if TYPE_CHECKING:
+    from cuda.bindings import driver
 
-def stream_priority(stream_handle: Any) -> int:
+
+def stream_priority(stream_handle: driver.CUstream | int) -> int:
     """The priority a stream was created with (0 = the default, lower = more urgent)."""
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
@@ -25,7 +28,7 @@ def stream_priority(stream_handle: Any) -> int:
     return int(_ok(driver.cuStreamGetPriority(handle), "cuStreamGetPriority"))
 
 
-def set_kernel_priorities(graph: Any, priority: int) -> int:
+def set_kernel_priorities(graph: driver.CUgraph | int, priority: int) -> int:
     """Give every kernel node of ``graph`` (a CUgraph or its raw address) the launch priority; returns how many."""
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
@@ -35,7 +38,9 @@ def set_kernel_priorities(graph: Any, priority: int) -> int:
     return set_kernel_attribute(graph, driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PRIORITY, value)
 
 
-def set_kernel_attribute(graph: Any, attribute: Any, value: Any) -> int:
+def set_kernel_attribute(
+    graph: driver.CUgraph | int, attribute: driver.CUlaunchAttributeID, value: driver.CUlaunchAttributeValue
+) -> int:
     """Set one launch attribute (``CUlaunchAttributeID``) on every kernel node of ``graph``; returns how many."""
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
@@ -51,7 +56,7 @@ def set_kernel_attribute(graph: Any, attribute: Any, value: Any) -> int:
     return changed
 
 
-def instantiate_at_priority(graph: Any, priority: int) -> Any:
+def instantiate_at_priority(graph: driver.CUgraph | int, priority: int) -> driver.CUgraphExec:
     """A CUgraphExec of ``graph`` whose kernels run at ``priority`` wherever it is launched."""
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
@@ -61,7 +66,7 @@ def instantiate_at_priority(graph: Any, priority: int) -> Any:
     return _ok(driver.cuGraphInstantiate(graph, int(flag)), "cuGraphInstantiate")
 
 
-def destroy_exec(graph_exec: Any) -> None:
+def destroy_exec(graph_exec: driver.CUgraphExec) -> None:
     from cuda.bindings import driver  # type: ignore[import-not-found]
 
     driver.cuGraphExecDestroy(graph_exec)

@@ -12,9 +12,13 @@ an H200, bench/green_probe.py). Device memory is shared with the primary context
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+    from cuda.core import Event
 
 
 def _check(result: Any, what: str) -> Any:
@@ -40,11 +44,11 @@ class GreenStream:
 
     confined = True
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: driver.CUstream) -> None:
         self._stream = handle
         self.handle = handle  # a CUstream, as cuda.core's Stream.handle (int() of it is the raw pointer)
 
-    def record(self, event: Any) -> None:
+    def record(self, event: Event) -> None:
         from cuda.bindings import driver
 
         _check(driver.cuEventRecord(event.handle, self._stream), "cuEventRecord")
@@ -95,12 +99,12 @@ class _SmPool:
             if int(major) >= 9
             else 0
         )
-        self.group: Any = None
-        self.remainder: Any = None
+        self.group: driver.CUdevResource | None = None
+        self.remainder: driver.CUdevResource | None = None
         # part ("group" / "rest") -> [owner, holders]: the versions of one model (hot reload) share its part
-        self.taken: dict[str, list[Any]] = {}
+        self.taken: dict[str, list[str | int | None]] = {}
 
-    def take(self, sm_count: int, owner: str | None = None) -> tuple[str, Any]:
+    def take(self, sm_count: int, owner: str | None = None) -> tuple[str, driver.CUdevResource]:
         from cuda.bindings import driver
 
         for part, holder in self.taken.items():

@@ -1,7 +1,9 @@
-"""Lanes: where the pipeline's work runs. ``CudaLanes`` for GPU executors, ``ThreadLanes`` for the CPU executor.
+"""Lanes: where the pipeline's and the server's work runs. ``CudaLanes`` for GPU executors, ``ThreadLanes`` for the
+CPU executor; :func:`make_lanes` picks one.
 
-Both expose the same slot interface to the dispatcher: ``submit(lane, slot, size)``, ``is_done``, ``wait``,
-``spans_ms`` (h2d_start, h2d_end, compute_end, d2h_end, in ms since ``start_clock``) and ``close``.
+Both are :class:`Lanes`: ``submit(lane, slot, size)``, ``is_done``, ``wait`` (raises that slot's failure),
+``spans_ms`` (h2d_start, h2d_end, compute_end, d2h_end, in ms since ``start_clock``), per-slot ``input_array`` and
+``output_rows``, and ``close``.
 
 CudaLanes: each lane has its own non-blocking stream (with a priority), its executor binding (device buffers bound
 once), and per slot pinned host buffers plus four timing events. Several slots per lane keep several requests in
@@ -19,14 +21,33 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.timing.executors import Executor
+from workbench.timing.executors import Executor, TensorSlot, random_feed
 
 HARDWARE_QUEUES = 32
+
+
+class Lanes(Protocol):
+    """What the dispatcher (timing) and the engine manager (serving) drive: ``n_lanes`` x ``depth`` slots, each
+    running one batch at a time. A slot's failure is raised by ``wait`` on that slot."""
+
+    n_lanes: int
+    depth: int
+
+    def start_clock(self) -> float: ...
+    def submit(self, lane: int, slot: int, size: int) -> None: ...
+    def is_done(self, lane: int, slot: int) -> bool: ...
+    def wait(self, lane: int, slot: int) -> None: ...
+    def synchronize_lane(self, lane: int) -> None: ...
+    def spans_ms(self, lane: int, slot: int) -> tuple[float, float, float, float]: ...
+    def memory_info(self) -> tuple[int, int]: ...
+    def input_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray: ...
+    def output_rows(self, lane: int, slot: int, index: int, start: int, stop: int) -> np.ndarray: ...
+    def close(self) -> None: ...
 
 
 def request_hardware_queues(n: int = HARDWARE_QUEUES) -> str:
@@ -48,6 +69,10 @@ def _check(result: Any, what: str) -> Any:
     if isinstance(result, tuple):
         return result[1] if len(result) == 2 else result[1:]
     return None
+
+
+def _sample_size(tensor: TensorSlot) -> int:
+    return int(np.prod(tensor.sample_shape, dtype=np.int64))
 
 
 class PinnedBuffer:
@@ -91,7 +116,7 @@ class CudaLanes:
         self.device = Device()
         self.device.set_current()
         self.executor = executor
-        max_batch = max(batch_sizes)
+        max_batch = self.max_batch = max(batch_sizes)
         prios = list(priorities) if priorities is not None else [0] * self.n_lanes
         # sm_count: the lanes' streams live in a green context holding that many SMs (the rest stay free for others).
         self.partition: Any = None
@@ -219,8 +244,18 @@ class CudaLanes:
         return self._host_out[lane][slot][index].array.view(self.executor.outputs[index].dtype)
 
     def input_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray:
-        """The slot's pinned input buffer (flat, max batch): what the next ``submit`` of that slot copies to the GPU."""
-        return self._host_in[lane][slot][index].array.view(self.executor.inputs[index].dtype)
+        """The slot's pinned input ``index`` (max batch, batch-first): what the next ``submit`` of that slot copies to
+        the GPU."""
+        tensor = self.executor.inputs[index]
+        flat = self._host_in[lane][slot][index].array.view(tensor.dtype)
+        return flat[: self.max_batch * _sample_size(tensor)].reshape(self.max_batch, *tensor.sample_shape)
+
+    def output_rows(self, lane: int, slot: int, index: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the slot's output ``index`` from its last completed batch (a copy)."""
+        tensor = self.executor.outputs[index]
+        per = _sample_size(tensor)
+        flat = self.output_array(lane, slot, index)
+        return np.array(flat[start * per : stop * per].reshape(stop - start, *tensor.sample_shape))
 
     def close(self) -> None:
         self.device.sync()
@@ -236,46 +271,60 @@ class CudaLanes:
 
 
 class ThreadLanes:
-    """One worker thread per lane; each runs its lane's binding synchronously and timestamps with the host clock."""
+    """CPU lanes: one worker thread per lane, each running its lane's ONNX Runtime session on the slot's own inputs
+    (so serving requests can carry data) and keeping the slot's outputs; spans are host-clock ms since
+    ``start_clock``. A failure belongs to its slot: ``wait`` on that slot raises it, other slots are unaffected."""
 
-    def __init__(self, executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int]) -> None:
+    def __init__(self, executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int], seed: int = 0) -> None:
         self.n_lanes, self.depth = int(n_lanes), int(depth)
         self.executor = executor
+        self.max_batch = max(batch_sizes)
         self.bindings = [executor.bind_lane(i, batch_sizes, None) for i in range(self.n_lanes)]
-        self._done = [[threading.Event() for _ in range(self.depth)] for _ in range(self.n_lanes)]
-        for lane in self._done:
-            for ev in lane:
-                ev.set()
-        self._spans = [[(0.0, 0.0, 0.0, 0.0)] * self.depth for _ in range(self.n_lanes)]
-        self._errors: list[BaseException] = []
+        for binding in self.bindings:
+            if not hasattr(binding, "run"):
+                raise WorkbenchError(
+                    f"the {executor.name} executor's lanes cannot run caller-owned inputs.",
+                    expected="an executor whose lane binding has run(feed) (ONNX Runtime CPU)",
+                )
+        feed = random_feed(executor.inputs, self.max_batch, seed=seed)
+        slots = [(lane, slot) for lane in range(self.n_lanes) for slot in range(self.depth)]
+        self._inputs = {key: [feed[t.name].copy() for t in executor.inputs] for key in slots}
+        self._outputs: dict[tuple[int, int], list[np.ndarray]] = {key: [] for key in slots}
+        self._done = {key: threading.Event() for key in slots}
+        for event in self._done.values():
+            event.set()
+        self._spans = dict.fromkeys(slots, (0.0, 0.0, 0.0, 0.0))
+        self._errors: dict[tuple[int, int], BaseException] = {}
         self._queues: list[queue.SimpleQueue[tuple[int, int] | None]] = [
             queue.SimpleQueue() for _ in range(self.n_lanes)
         ]
+        self._t0 = time.perf_counter()
         self._threads = [
-            threading.Thread(target=self._work, args=(i,), daemon=True, name=f"timing-lane-{i}")
+            threading.Thread(target=self._work, args=(i,), daemon=True, name=f"cpu-lane-{i}")
             for i in range(self.n_lanes)
         ]
-        self._t0 = time.perf_counter()
-        for t in self._threads:
-            t.start()
+        for thread in self._threads:
+            thread.start()
 
     def _work(self, lane: int) -> None:
         binding = self.bindings[lane]
-        q = self._queues[lane]
+        names = [t.name for t in self.executor.inputs]
         while True:
-            item = q.get()
+            item = self._queues[lane].get()
             if item is None:
                 return
             slot, size = item
+            key = (lane, slot)
             start = time.perf_counter()
             try:
-                binding.enqueue(size, None)
-            except BaseException as error:  # surfaced to the dispatcher on wait()
-                self._errors.append(error)
+                feed = {name: array[:size] for name, array in zip(names, self._inputs[key])}
+                self._outputs[key] = binding.run(feed)  # type: ignore[attr-defined]
+            except BaseException as error:  # reported for this slot's batch by wait()
+                self._errors[key] = error
             end = time.perf_counter()
             s, e = (start - self._t0) * 1e3, (end - self._t0) * 1e3
-            self._spans[lane][slot] = (s, s, e, e)
-            self._done[lane][slot].set()
+            self._spans[key] = (s, s, e, e)
+            self._done[key].set()
 
     def memory_info(self) -> tuple[int, int]:
         return (0, 0)
@@ -285,27 +334,53 @@ class ThreadLanes:
         return self._t0
 
     def submit(self, lane: int, slot: int, size: int) -> None:
-        self._done[lane][slot].clear()
+        self._errors.pop((lane, slot), None)
+        self._done[(lane, slot)].clear()
         self._queues[lane].put((slot, size))
 
     def is_done(self, lane: int, slot: int) -> bool:
-        return self._done[lane][slot].is_set()
+        return self._done[(lane, slot)].is_set()
 
     def wait(self, lane: int, slot: int) -> None:
-        self._done[lane][slot].wait()
-        if self._errors:
-            error = self._errors[0]
-            raise WorkbenchError(f"the CPU executor failed on lane {lane}: {error}") from error
+        self._done[(lane, slot)].wait()
+        error = self._errors.get((lane, slot))
+        if error is not None:
+            raise WorkbenchError(f"the CPU executor failed on lane {lane} slot {slot}: {error}") from error
 
     def synchronize_lane(self, lane: int) -> None:
         for slot in range(self.depth):
             self.wait(lane, slot)
 
     def spans_ms(self, lane: int, slot: int) -> tuple[float, float, float, float]:
-        return self._spans[lane][slot]
+        return self._spans[(lane, slot)]
+
+    def input_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray:
+        """The slot's input ``index`` (max batch, batch-first): what the next ``submit`` of that slot runs on."""
+        return self._inputs[(lane, slot)][index]
+
+    def output_rows(self, lane: int, slot: int, index: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the slot's output ``index`` from its last completed batch (a copy)."""
+        return np.array(self._outputs[(lane, slot)][index][start:stop])
 
     def close(self) -> None:
         for q in self._queues:
             q.put(None)
-        for t in self._threads:
-            t.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+def make_lanes(
+    executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int], seed: int = 0, **cuda_options: Any
+) -> Lanes:
+    """The lanes for ``executor``: :class:`CudaLanes` (``cuda_options`` are its keyword arguments: priorities,
+    spin_wait, stage_events, sm_count, sm_owner) for a GPU executor, :class:`ThreadLanes` for the CPU one, which has
+    no streams, events or SM partitions (asking for an SM partition there is refused; the rest does not apply)."""
+    if executor.device == "cuda":
+        return CudaLanes(executor, n_lanes, depth, batch_sizes, seed=seed, **cuda_options)
+    sm_count = cuda_options.get("sm_count")
+    if sm_count is not None:
+        raise WorkbenchError(
+            f"sm_count={sm_count} partitions a GPU's SMs, but the {executor.name} executor runs on the {executor.device}.",
+            expected="sm_count=None for a CPU executor, or a GPU executor (torch, trt)",
+        )
+    return ThreadLanes(executor, n_lanes, depth, batch_sizes, seed=seed)

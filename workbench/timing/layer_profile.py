@@ -24,10 +24,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
+    import tensorrt as trt_module
+    import torch
+    from torch.profiler import record_function
 
 PREFIX = "wb.module::"
 
@@ -92,10 +99,10 @@ def onnx_module_path(node_name: str, module_names: Iterable[str]) -> str | None:
 
 
 def torch_layer_profile(
-    module: Any,
-    example: Any,
+    module: torch.nn.Module,
+    example: torch.Tensor,
     *,
-    onnx_model: Any = None,
+    onnx_model: onnx.ModelProto | str | os.PathLike[str] | None = None,
     iterations: int = 20,
     warmup: int = 5,
     model: str = "",
@@ -107,16 +114,16 @@ def torch_layer_profile(
 
     cuda = bool(getattr(example, "is_cuda", False))
     names = {id(m): n for n, m in module.named_modules()}
-    stack: list[Any] = []
+    stack: list[record_function] = []
     order: dict[str, int] = {}  # first-call order, to fold node-less modules into the one run before them
 
-    def pre(mod: Any, _inputs: Any) -> None:
+    def pre(mod: torch.nn.Module, _inputs: tuple[torch.Tensor, ...]) -> None:
         order.setdefault(names[id(mod)], len(order))
         rf = record_function(PREFIX + names[id(mod)])
         rf.__enter__()
         stack.append(rf)
 
-    def post(mod: Any, _inputs: Any, _output: Any) -> None:
+    def post(mod: torch.nn.Module, _inputs: tuple[torch.Tensor, ...], _output: object) -> None:
         stack.pop().__exit__(None, None, None)
 
     handles = []
@@ -216,7 +223,7 @@ def _parent(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def trt_layer_profiler(trt: Any) -> Any:
+def trt_layer_profiler(trt: ModuleType) -> trt_module.IProfiler:
     """An ``IProfiler`` (of the given tensorrt / tensorrt_rtx module) that sums layer times; ``.profile(...)``
     turns them into a LayerProfile. Unverified here: no TensorRT engine runs on our machines."""
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from workbench.artifact import JsonObject
 
 
 class NvmlSampler:
@@ -12,7 +13,7 @@ class NvmlSampler:
     def __init__(self, index: int = 0) -> None:
         self.available = False
         self.reason = ""
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[JsonObject] = []
         try:
             import pynvml  # type: ignore[import-not-found]
 
@@ -24,11 +25,11 @@ class NvmlSampler:
         except Exception as error:  # no library, no driver, no GPU
             self.reason = f"NVML unavailable: {error}"
 
-    def sample(self, label: str = "") -> dict[str, Any] | None:
+    def sample(self, label: str = "") -> JsonObject | None:
         if not self.available:
             return None
         n, h = self._nvml, self._handle
-        entry: dict[str, Any] = {"t": time.time(), "label": label}
+        entry: JsonObject = {"t": time.time(), "label": label}
         for key, fn in (
             ("sm_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
             ("mem_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),

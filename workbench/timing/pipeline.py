@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +20,8 @@ from workbench.errors import WorkbenchError
 from workbench.timing import stats
 from workbench.timing.batcher import DynamicBatcher, Request, poisson_arrivals
 from workbench.timing.executors import Executor
+from workbench.timing.lanes import Lanes, make_lanes
+from workbench.timing.limits import MAX_REQUEST_BATCH, check_streams
 from workbench.timing.nvml import NvmlSampler
 from workbench.timing.result import BatchRecord, TimingResult, summarize_records
 
@@ -50,10 +52,12 @@ class RunConfig(Artifact):
     def validate(self) -> None:
         if self.load not in LOADS:
             raise WorkbenchError(f"load mode {self.load!r} is unknown.", expected=" | ".join(LOADS))
-        if not 1 <= self.streams <= 64:
-            raise WorkbenchError(f"streams={self.streams} is out of range.", expected="1..64 lanes")
-        if self.batch < 1 or self.depth < 1:
-            raise WorkbenchError(f"batch={self.batch}, depth={self.depth}: both must be >= 1.")
+        check_streams(self.streams)
+        if not 1 <= self.batch <= MAX_REQUEST_BATCH or self.depth < 1:
+            raise WorkbenchError(
+                f"batch={self.batch}, depth={self.depth}: out of range.",
+                expected=f"batch 1..{MAX_REQUEST_BATCH}, depth >= 1",
+            )
         if self.load == "open" and not self.rate_per_s:
             raise WorkbenchError("open-loop load needs a rate.", expected="rate_per_s > 0 (CLI: --rate)")
         if self.dynamic_batching and self.batch > self.max_batch:
@@ -73,25 +77,19 @@ class RunConfig(Artifact):
         return sorted(x for x in sizes if x >= self.batch) or [self.max_batch]
 
 
-def make_lanes(executor: Executor, config: RunConfig) -> Any:
-    n_lanes = 1 if config.load == "sync" else config.streams
-    depth = 1 if config.load == "sync" else config.depth
-    if executor.device == "cuda":
-        from workbench.timing.lanes import CudaLanes
-
-        return CudaLanes(
-            executor,
-            n_lanes,
-            depth,
-            config.batch_sizes(),
-            config.stream_priorities,
-            config.seed,
-            spin_wait=config.spin_wait,
-            stage_events=config.stage_events,
-        )
-    from workbench.timing.lanes import ThreadLanes
-
-    return ThreadLanes(executor, n_lanes, depth, config.batch_sizes())
+def lanes_for(executor: Executor, config: RunConfig) -> Lanes:
+    """The lanes a run of ``config`` needs (the synchronous baseline: one lane, one slot)."""
+    sync = config.load == "sync"
+    return make_lanes(
+        executor,
+        1 if sync else config.streams,
+        1 if sync else config.depth,
+        config.batch_sizes(),
+        priorities=config.stream_priorities,
+        seed=config.seed,
+        spin_wait=config.spin_wait,
+        stage_events=config.stage_events,
+    )
 
 
 @dataclass(frozen=True)
@@ -112,12 +110,12 @@ def run_pipeline(
     *,
     model: str = "",
     on_complete: Callable[[BatchRecord], None] | None = None,
-    lanes: Any = None,
+    lanes: Lanes | None = None,
 ) -> TimingResult:
     """Run one configuration and return its TimingResult (records included for timelines and traces)."""
     config.validate()
     own_lanes = lanes is None
-    lanes = lanes or make_lanes(executor, config)
+    lanes = lanes or lanes_for(executor, config)
     sampler = NvmlSampler() if executor.device == "cuda" else None
     try:
         outcome = _Dispatcher(lanes, config, on_complete, sampler).run()
@@ -188,7 +186,7 @@ def _result_notes(
     n_windows: int,
     stable: bool,
     executor: Executor,
-    lanes: Any,
+    lanes: Lanes,
     sampler: NvmlSampler | None,
 ) -> list[str]:
     """What a reader should know before trusting the numbers: stability, sample sizes, Little's law, host limits."""
@@ -230,7 +228,7 @@ class _Dispatcher:
     samples completed after the warm-up; measurement stops once enough windows agree (or ``max_windows`` ran).
     """
 
-    lanes: Any
+    lanes: Lanes
     config: RunConfig
     on_complete: Callable[[BatchRecord], None] | None
     sampler: NvmlSampler | None
@@ -322,6 +320,7 @@ class _Dispatcher:
             return [r.arrival_s * 1e3 for r in batch], [r.samples for r in batch]
         for key in list(self.inflight):
             if self.lanes.is_done(*key):
+                self.lanes.wait(*key)  # returns at once; raises the slot's failure
                 self.reap(key)
         deadline = self.batcher.deadline_s()
         wake_ms = min(self.next_arrival, deadline if deadline is not None else math.inf) * 1e3
@@ -419,56 +418,3 @@ def measure_compute_limit(executor: Executor, batch: int, iterations: int = 200,
         "per_enqueue_ms": elapsed_ms / iterations,
         "host_enqueue_us_mean": (host1 - host0) / iterations * 1e6,
     }
-
-
-def sweep(
-    executor: Executor,
-    base: RunConfig,
-    streams: Sequence[int],
-    batches: Sequence[int],
-    *,
-    model: str = "",
-    memory_fraction: float = 0.9,
-    free_bytes: Callable[[], int] | None = None,
-) -> tuple[list[TimingResult], list[dict[str, Any]]]:
-    """Run every streams x batch configuration; skip (and say why) those that would not fit in device memory.
-
-    An executor that can estimate its per-lane memory (``estimate_new_lane_bytes``) is checked against the free
-    device memory (``free_bytes``, default: cuMemGetInfo) before each configuration.
-    """
-    results: list[TimingResult] = []
-    skipped: list[dict[str, Any]] = []
-    for b in batches:
-        for n in streams:
-            config = replace(base, streams=int(n), batch=int(b))
-            fits, why = _fits_in_memory(executor, config, memory_fraction, free_bytes)
-            if not fits:
-                skipped.append({"streams": n, "batch": b, "reason": why})
-                continue
-            results.append(run_pipeline(executor, config, model=model))
-    return results, skipped
-
-
-def _device_free_bytes() -> int:
-    from cuda.bindings import driver  # type: ignore[import-not-found]
-
-    status, free, _total = driver.cuMemGetInfo()
-    return int(free) if int(status) == 0 else -1
-
-
-def _fits_in_memory(
-    executor: Executor, config: RunConfig, fraction: float, free_bytes: Callable[[], int] | None = None
-) -> tuple[bool, str]:
-    estimate = getattr(executor, "estimate_new_lane_bytes", None)
-    if estimate is None:
-        return True, ""
-    need = int(estimate(config.streams, config.batch_sizes()))
-    free = (free_bytes or _device_free_bytes)()
-    if free < 0:
-        return True, ""
-    if need > fraction * free:
-        return False, (
-            f"needs ~{need / 2**20:.0f} MiB more device memory for {config.streams} lanes at batch "
-            f"{config.batch}; {free / 2**20:.0f} MiB free"
-        )
-    return True, ""

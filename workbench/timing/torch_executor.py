@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
 from workbench.timing.executors import TensorSlot
+
+if TYPE_CHECKING:
+    import torch
+    from cuda.bindings import driver
+    from cuda.core import Stream
+
+if TYPE_CHECKING:
+    import torch
+    from cuda.bindings import driver
+    from cuda.core import Stream
 
 _TORCH_TO_NP = {"float16": np.float16, "float32": np.float32, "bfloat16": np.float32, "int64": np.int64}
 
@@ -27,7 +38,7 @@ class TorchExecutor:
 
     def __init__(
         self,
-        module: Any,
+        module: torch.nn.Module,
         sample_shape: Sequence[int],
         *,
         dtype: str = "float16",
@@ -68,7 +79,7 @@ class TorchExecutor:
         self.inputs = [TensorSlot("input", self.sample_shape, np_dtype)]
         self.outputs = [TensorSlot("output", out_shape, np.dtype(_TORCH_TO_NP[str(probe.dtype).replace("torch.", "")]))]
         self._lanes: dict[int, _TorchLane] = {}
-        self._warm_stream: Any = None
+        self._warm_stream: torch.cuda.Stream | None = None
         self._warmed: set[int] = set()  # batch sizes already run eagerly on _warm_stream before a capture
         self.bytes_per_lane: dict[tuple[int, ...], int] = {}
         torch.cuda.synchronize()
@@ -77,7 +88,7 @@ class TorchExecutor:
         mode = "CUDA graph per lane" if self.cuda_graph_active else "eager"
         return f"PyTorch {self._torch.__version__} {self.description} {self.dtype_name}, {mode}"
 
-    def graph_status(self) -> dict[str, Any]:
+    def graph_status(self) -> JsonObject:
         return {
             "requested": self.cuda_graph_requested,
             "active": self.cuda_graph_active,
@@ -98,7 +109,7 @@ class TorchExecutor:
         new = sum(1 for i in range(n_lanes) if not self._lanes.get(i) or not self._lanes[i].has(batch_sizes))
         return new * per_lane
 
-    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> _TorchLane:
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Stream | None) -> _TorchLane:
         torch = self._torch
         existing = self._lanes.get(lane)
         confined = bool(getattr(stream, "confined", False))
@@ -122,7 +133,7 @@ class TorchExecutor:
 
 
 class _TorchLane:
-    def __init__(self, owner: TorchExecutor, batch_sizes: Sequence[int], stream: Any) -> None:
+    def __init__(self, owner: TorchExecutor, batch_sizes: Sequence[int], stream: Stream | None) -> None:
         torch = owner._torch
         self.owner = owner
         self.sizes = sorted(set(int(s) for s in batch_sizes))
@@ -137,16 +148,18 @@ class _TorchLane:
         # A lane confined to an SM partition (green context) must capture on its own stream: a graph captured
         # elsewhere runs on every SM wherever it is launched.
         self.capture_on_lane = bool(getattr(stream, "confined", False))
-        self.outputs: dict[int, Any] = {}
-        self.graphs: dict[int, Any] = {}
-        self.graph_exec: dict[int, Any] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graph_exec: dict[int, driver.CUgraphExec] = {}
         from cuda.bindings import driver  # type: ignore[import-not-found]
 
         self._driver = driver
-        self._graph_launch: Callable[..., Any] = driver.cuGraphLaunch
+        self._graph_launch: Callable[[driver.CUgraphExec, driver.CUstream | int], tuple[driver.CUresult]] = (
+            driver.cuGraphLaunch
+        )
         self.priority: int | None = None  # the kernel priority the graphs were instantiated with
         self.priority_status = "kernel priorities follow the lane's stream"
-        self._owned: list[Any] = []  # executable graphs instantiated here (destroyed with the lane)
+        self._owned: list[driver.CUgraphExec] = []  # executable graphs instantiated here (destroyed with the lane)
         weakref.finalize(self, _destroy_execs, self._owned).atexit = False  # the driver frees all at exit
         if owner.cuda_graph_active:
             try:
@@ -219,7 +232,7 @@ class _TorchLane:
                 self._graph_launch(graph_exec, upload)
         torch.cuda.synchronize()
 
-    def _new_graph(self) -> Any:
+    def _new_graph(self) -> torch.cuda.CUDAGraph:
         torch = self.owner._torch
         try:  # kept un-instantiated: we instantiate it ourselves with kernel priorities (graph_priority.py)
             return torch.cuda.CUDAGraph(keep_graph=True)
@@ -269,7 +282,7 @@ class _TorchLane:
     def output_pointers(self, size: int) -> list[int]:
         return [int(self.outputs[size].data_ptr())]
 
-    def enqueue(self, size: int, stream: Any) -> None:
+    def enqueue(self, size: int, stream: Stream) -> None:
         if self.graph_exec:
             result = self._graph_launch(self.graph_exec[size], stream.handle)
             if int(result[0]) != 0:
@@ -282,7 +295,7 @@ class _TorchLane:
             self.outputs[size].copy_(self.owner.module(self.static_in[:size]))
 
 
-def _torch_instance(graph: Any) -> int:
+def _torch_instance(graph: torch.cuda.CUDAGraph) -> int:
     """The address of torch's own executable graph, instantiating it first if it was captured with keep_graph."""
     try:
         address = int(graph.raw_cuda_graph_exec())
@@ -294,7 +307,7 @@ def _torch_instance(graph: Any) -> int:
     return address
 
 
-def _destroy_execs(owned: list[Any]) -> None:
+def _destroy_execs(owned: list[driver.CUgraphExec]) -> None:
     if owned:
         from workbench.timing.graph_priority import destroy_exec
 
@@ -303,14 +316,14 @@ def _destroy_execs(owned: list[Any]) -> None:
         owned.clear()
 
 
-def _host_random(shape: tuple[int, ...]) -> Any:
+def _host_random(shape: tuple[int, ...]) -> torch.Tensor:
     # Inputs come from numpy, not torch's CUDA generator: a failed graph capture leaves that generator unusable.
     import torch
 
     return torch.from_numpy(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
 
 
-def torch_module_for(model: str) -> tuple[Any, tuple[int, ...], str]:
+def torch_module_for(model: str) -> tuple[torch.nn.Module, tuple[int, ...], str]:
     """A PyTorch module for a model name: (module, per-sample input shape, description).
 
     efficientnet-lite0 (zoo) is rebuilt from its PyTorch source (efficientnet-lite-pytorch, with the published

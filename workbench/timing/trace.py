@@ -10,16 +10,16 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from workbench._io import write_json_atomic
+from workbench.artifact import JsonObject
 from workbench.timing.result import BatchRecord, TimingResult
 
 HOST_PID = 1
 DEVICE_PID = 2
 
 
-def _span(name: str, pid: int, tid: int, start_ms: float, end_ms: float, args: dict[str, Any]) -> dict[str, Any] | None:
+def _span(name: str, pid: int, tid: int, start_ms: float, end_ms: float, args: JsonObject) -> JsonObject | None:
     if math.isnan(start_ms) or math.isnan(end_ms) or end_ms < start_ms:
         return None
     return {
@@ -34,8 +34,8 @@ def _span(name: str, pid: int, tid: int, start_ms: float, end_ms: float, args: d
     }
 
 
-def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = [
+def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -> list[JsonObject]:
+    events: list[JsonObject] = [
         {"name": "process_name", "ph": "M", "pid": HOST_PID, "args": {"name": "host (dispatcher thread)"}},
         {"name": "process_name", "ph": "M", "pid": DEVICE_PID, "args": {"name": device_label}},
         {"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": 0, "args": {"name": "enqueue"}},
@@ -69,7 +69,7 @@ def trace_events(records: Iterable[BatchRecord], device_label: str = "device") -
     return events
 
 
-def trace_document(result: TimingResult) -> dict[str, Any]:
+def trace_document(result: TimingResult) -> JsonObject:
     return {
         "traceEvents": trace_events(result.records, f"{result.device} ({result.executor_label})"),
         "displayTimeUnit": "ms",

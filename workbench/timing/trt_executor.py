@@ -18,11 +18,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+    from cuda.core import Stream
+
+    from workbench.engine.backend import Backend
 from workbench.timing.executors import TensorSlot
 
 _TRT_DTYPES = {
@@ -52,7 +59,7 @@ class TrtExecutor:
         self,
         engine_path: str | os.PathLike[str],
         *,
-        backend: Any = None,
+        backend: Backend | None = None,
         cuda_graph: bool = True,
         profile_index: int = 0,
     ) -> None:
@@ -85,7 +92,7 @@ class TrtExecutor:
         mode = "CUDA graph per lane" if self.cuda_graph_active else "execute_async_v3"
         return f"{self.backend.name} {self.backend.version} {self.engine_path.name}, {mode} (unverified here)"
 
-    def graph_status(self) -> dict[str, Any]:
+    def graph_status(self) -> JsonObject:
         return {
             "requested": self.cuda_graph_requested,
             "active": self.cuda_graph_active,
@@ -98,7 +105,7 @@ class TrtExecutor:
         per_lane += sum(t.nbytes(max_b) for t in self.inputs + self.outputs)
         return sum(per_lane for i in range(n_lanes) if i not in self._lanes)
 
-    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Any) -> _TrtLane:
+    def bind_lane(self, lane: int, batch_sizes: Sequence[int], stream: Stream) -> _TrtLane:
         existing = self._lanes.get(lane)
         if existing is not None and set(batch_sizes) <= set(existing.sizes):
             return existing
@@ -113,7 +120,7 @@ class TrtExecutor:
 
 
 class _TrtLane:
-    def __init__(self, owner: TrtExecutor, sizes: list[int], stream: Any) -> None:
+    def __init__(self, owner: TrtExecutor, sizes: list[int], stream: Stream) -> None:
         from cuda.bindings import driver  # type: ignore[import-not-found]
         from cuda.core import Device  # type: ignore[import-not-found]
 
@@ -137,7 +144,7 @@ class _TrtLane:
         self.input_consumed = device.create_event()
         runner.set_input_consumed_event(self.context, int(self.input_consumed.handle))
         self._current_size = -1
-        self.graph_exec: dict[int, Any] = {}
+        self.graph_exec: dict[int, driver.CUgraphExec] = {}
         self.priority_status = "kernel priorities follow the lane's stream"
         if owner.cuda_graph_active:
             try:
@@ -151,7 +158,7 @@ class _TrtLane:
                 self.graph_exec.clear()
         stream.sync()
 
-    def _capture(self, handle: int) -> Any:
+    def _capture(self, handle: int) -> driver.CUgraphExec:
         drv = self._driver
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         stream = drv.CUstream(handle)
@@ -188,7 +195,7 @@ class _TrtLane:
     def output_pointers(self, size: int) -> list[int]:
         return [self.addresses[s.name] for s in self.owner.outputs]
 
-    def enqueue(self, size: int, stream: Any) -> None:
+    def enqueue(self, size: int, stream: Stream) -> None:
         graph = self.graph_exec.get(size)
         if graph is not None:
             (status,) = self._driver.cuGraphLaunch(graph, stream.handle)

@@ -14,16 +14,13 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
+from workbench.precision.variant import CALIBRATION_METHOD_LABELS, PRECISION_CHOICE_LABELS
+from workbench.timing.limits import BATCH_CHOICES, MAX_STREAMS, MIN_STREAMS
 from workbench.viz.palette import STATUS_COLORS
 
-PRECISIONS = (
-    ("auto (rule)", "auto"),
-    ("FP32", "fp32"),
-    ("FP16", "fp16"),
-    ("INT8 (mixed where better)", "int8"),
-)
-CALIBRATION_METHODS = (("entropy (KL)", "entropy"), ("percentile 99.99", "percentile"), ("MSE", "mse"), ("max", "max"))
-BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# (label, value) pairs from the one typed list of each (workbench.precision.variant)
+PRECISIONS = tuple((label, value) for value, label in PRECISION_CHOICE_LABELS.items())
+CALIBRATION_METHODS = tuple((label, value) for value, label in CALIBRATION_METHOD_LABELS.items())
 _STYLE = {"description_width": "110px"}
 _LAYOUT = widgets.Layout(width="340px")
 
@@ -39,11 +36,13 @@ def calibration_method_dropdown(value: str = "entropy") -> widgets.Dropdown:
 
 
 def streams_input(value: int = 2) -> widgets.IntText:
-    """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), 1 to 16.
+    """Pipeline lanes (CUDA streams on a GPU, worker threads on the CPU executor), within the timing limits.
 
-    A text field, not a slider: a slider clamps 99 to 16 without a word; the panel refuses an out-of-range value
-    with the message the CLI gives."""
-    return widgets.IntText(value=value, description="streams (1-16)", style=_STYLE, layout=_LAYOUT)
+    A text field, not a slider: a slider clamps an out-of-range value without a word; the panel refuses it with the
+    message the CLI gives (:func:`workbench.timing.limits.check_streams`)."""
+    return widgets.IntText(
+        value=value, description=f"streams ({MIN_STREAMS}-{MAX_STREAMS})", style=_STYLE, layout=_LAYOUT
+    )
 
 
 def figure_widget() -> go.FigureWidget:
@@ -53,7 +52,7 @@ def figure_widget() -> go.FigureWidget:
     return figure
 
 
-def batch_dropdown(value: int = 8, options: Sequence[int] = BATCH_SIZES) -> widgets.Dropdown:
+def batch_dropdown(value: int = 8, options: Sequence[int] = BATCH_CHOICES) -> widgets.Dropdown:
     return widgets.Dropdown(options=list(options), value=value, description="batch size", style=_STYLE, layout=_LAYOUT)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from workbench.log import split_warnings
+
 _STYLE = {"description_width": "110px"}
 TICK_S = 0.5
 
@@ -133,8 +135,8 @@ class ProgressAdapter:
 class Worker:
     """One action at a time, off the kernel's main thread (or inline with ``background=False``).
 
-    Every action runs under ``warnings.catch_warnings``: what it warns (e.g. a torch export warning) is handed to
-    ``on_warnings`` for the panel to show, not only printed to the log console.
+    Every action runs under ``warnings.catch_warnings``: the workbench's own warnings are handed to ``on_warnings``
+    for the panel to show; other libraries' (e.g. torch deprecations) go to the ``workbench.library_warnings`` log.
     """
 
     def __init__(self, progress: ProgressAdapter, *, background: bool = True) -> None:
@@ -189,6 +191,6 @@ class Worker:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             action()
-        if on_warnings is not None and caught:
-            unique = list(dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught))
-            on_warnings(unique)
+        own = split_warnings(caught)  # other libraries' warnings go to the log, not the panel
+        if on_warnings is not None and own:
+            on_warnings(own)

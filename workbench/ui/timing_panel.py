@@ -1,6 +1,8 @@
 """Notebook panel for the async pipeline: knobs on top, timeline / histogram / sweep curve below, updated in place.
 
-Thin: runs go through :func:`workbench.timing.run_pipeline`; figures come from :mod:`workbench.viz.timing`.
+Thin: a run goes through :func:`workbench.timing.run_pipeline`, a sweep through :func:`workbench.timing.run_sweep`
+(the journey's and the CLI's sweep too); limits come from :mod:`workbench.timing.limits`, figures from
+:mod:`workbench.viz.timing`.
 Nothing is displayed in the constructor: show ``panel.widget`` yourself.
 """
 
@@ -14,7 +16,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
-from workbench.timing import RunConfig, TimingResult, run_pipeline
+from workbench.timing import RunConfig, TimingResult, grid_plan, interactive_config, run_pipeline, run_sweep
+from workbench.timing.limits import BATCH_CHOICES, check_streams
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
@@ -25,7 +28,8 @@ ExecutorFactory = Callable[[str, bool], Any]  # (executor name, cuda_graph) -> e
 
 
 class TimingPanel:
-    """Executor, streams (1-16), batch, dynamic batching + max delay, CUDA graph, load mode; run and sweep."""
+    """Executor, streams (within :mod:`workbench.timing.limits`), batch, dynamic batching + max delay, CUDA graph,
+    load mode; run and sweep."""
 
     def __init__(
         self,
@@ -50,7 +54,7 @@ class TimingPanel:
         self.streams = controls.streams_input(streams)
         self._quiet = False  # set while the panel puts a value back into a widget
         self._streams_in_use = streams
-        self.batch = controls.batch_dropdown(batch, options=(1, 2, 4, 8, 16))
+        self.batch = controls.batch_dropdown(batch, options=BATCH_CHOICES)
         self.load = widgets.Dropdown(
             options=[("closed loop", "closed"), ("open loop (Poisson)", "open"), ("synchronous baseline", "sync")],
             value=load,
@@ -110,8 +114,10 @@ class TimingPanel:
     def _changed(self, _change: Any) -> None:
         if self._quiet:
             return
-        if not 1 <= int(self.streams.value) <= 16:  # refused with the CLI's message, not clamped
-            self.status.error(WorkbenchError(f"streams={self.streams.value} is out of range.", expected="1..16"))
+        try:  # refused with the CLI's message, not clamped
+            check_streams(self.streams.value)
+        except WorkbenchError as error:
+            self.status.error(error)
             self._set_quietly(self.streams, self._streams_in_use)
             return
         if self.auto_run:
@@ -131,7 +137,8 @@ class TimingPanel:
         return self._executors[key]
 
     def config(self, streams: int | None = None) -> RunConfig:
-        return RunConfig(
+        return interactive_config(
+            self.window_s,
             streams=int(streams or self.streams.value),
             batch=int(self.batch.value),
             load=self.load.value,
@@ -139,63 +146,49 @@ class TimingPanel:
             dynamic_batching=bool(self.dynamic_batching.value) and self.load.value == "open",
             max_batch=max(8, int(self.batch.value)),
             max_queue_delay_ms=float(self.max_delay_ms.value),
-            warmup_s=min(0.1, self.window_s),
-            window_s=self.window_s,
-            min_windows=3,
-            max_windows=4,
         )
 
-    def run(self, streams: int | None = None, redraw: bool = True) -> TimingResult | None:
+    def run(self, streams: int | None = None) -> TimingResult | None:
         n = int(streams or self.streams.value)
         self.status.busy("running...")
-        if redraw:  # a sweep reports its own steps
-            self.progress.start(f"timing {n} stream(s)")
+        self.progress.start(f"timing {n} stream(s)")
         try:
             result = run_pipeline(self._get_executor(), self.config(streams), model=self.model)
         except Exception as error:  # shown as a message in the panel
             self.progress.failed("failed")
             self.status.error(error)
             return None
-        if redraw:
-            self.progress.done(f"timed {n} stream(s)")
-        self.results.append(result)
-        self.last = result
-        self.sweep_points.append(self._point(result))
-        if redraw:
-            self._draw(result)
+        self.progress.done(f"timed {n} stream(s)")
+        self._keep([result])
+        return result
+
+    def sweep(self, streams: tuple[int, ...] = (1, 2, 4, 8)) -> list[TimingResult]:
+        """Time each stream count at the panel's settings (the one sweep of :mod:`workbench.timing.sweep`)."""
+        plan = grid_plan(streams, [int(self.batch.value)])
+        self.status.busy("sweeping...")
+        self.progress.start("sweep", total=len(plan))
+        try:
+            sweep = run_sweep(self._get_executor(), plan, self.config(), model=self.model, progress=self.progress)
+        except Exception as error:  # shown as a message in the panel
+            self.progress.failed("failed")
+            self.status.error(error)
+            return []
+        self.progress.done(f"swept {len(sweep.results)} of {len(plan)} configurations")
+        self._keep(list(sweep.results))
+        return list(sweep.results)
+
+    def _keep(self, results: list[TimingResult]) -> None:
+        """Add timed results to the sweep curve and show the last one."""
+        if not results:
+            return
+        self.results.extend(results)
+        self.sweep_points.extend(timing_figures.sweep_point(r) for r in results)
+        result = self.last = results[-1]
+        self._draw(result)
         self.status.ok(
             f"{result.executor_label}: {result.throughput_per_s:.0f} samples/s, "
             f"p99 {result.latency_ms.get('p99', math.nan):.2f} ms"
         )
-        return result
-
-    def sweep(self, streams: tuple[int, ...] = (1, 2, 4, 8)) -> list[TimingResult]:
-        out = []
-        self.progress.start("sweep", total=len(streams))
-        for index, n in enumerate(streams):
-            self.progress.step(f"timing {n} stream(s)", index, len(streams))
-            result = self.run(streams=n, redraw=False)
-            if result is not None:
-                out.append(result)
-        self.progress.done(f"swept {len(out)} of {len(streams)} configurations")
-        if out:
-            self._draw(out[-1])
-        return out
-
-    @staticmethod
-    def _point(result: TimingResult) -> dict[str, Any]:
-        series = f"{result.executor} b{result.batch} {result.load}"
-        if result.dynamic_batching:
-            series += f" batched {result.dynamic_batching['max_queue_delay_ms']:g}ms"
-        if result.cuda_graph.get("requested") and not result.cuda_graph.get("active") and result.executor != "cpu":
-            series += " (graph fell back)"
-        return {
-            "series": series,
-            "streams": result.streams,
-            "batch": result.batch,
-            "throughput_per_s": result.throughput_per_s,
-            "latency_ms": dict(result.latency_ms),
-        }
 
     # --- drawing -------------------------------------------------------------------------------------------
     def _draw(self, result: TimingResult) -> None:

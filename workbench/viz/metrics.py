@@ -19,7 +19,7 @@ def metrics_figure(rows: Sequence[Any], highlight: str | None = None) -> go.Figu
     name = rows[0].metric if rows else "metric"
     figure = go.Figure(
         go.Bar(
-            x=[row.variant for row in rows],
+            x=[str(row.variant) for row in rows],
             y=[row.value for row in rows],
             text=[f"{row.value:.4f}" for row in rows],
             textposition="outside",
@@ -72,7 +72,7 @@ def candidates_figure(candidates: Sequence[Any], chosen: str | None = None) -> g
             textposition="top center",
             marker=dict(
                 size=[18 if c.precision == chosen else 12 for c in shown],
-                color=[palette.precision_color(c.precision) for c in shown],
+                color=[palette.precision_color(c.variant) for c in shown],
                 line=dict(width=[3 if c.precision == chosen else 0 for c in shown], color=palette.MARKER_EDGE),
             ),
         )

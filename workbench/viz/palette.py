@@ -7,6 +7,8 @@ layer TensorRT inserted (dark).
 
 from __future__ import annotations
 
+from workbench.precision.variant import VARIANTS, Variant
+
 # --- precisions ------------------------------------------------------------------------------------------------
 FP32 = "#0072B2"  # blue
 FP16 = "#E69F00"  # orange
@@ -38,15 +40,12 @@ PRECISION_COLORS = {
 }
 
 
-def precision_color(precision: str) -> str:
-    """The colour of a precision; variant names such as ``int8-mixed`` or ``INT8 (max)`` take their precision's."""
-    key = precision.lower()
-    if key in PRECISION_COLORS:
-        return PRECISION_COLORS[key]
-    for name in ("fp32", "fp16", "bf16", "int8", "fp8", "int4", "fp4"):
-        if key.startswith(name):
-            return PRECISION_COLORS[name]
-    return INT8 if key.startswith("mixed") else OTHER  # a mixed plan is an INT8 plan with some layers kept wider
+def precision_color(precision: Variant | str) -> str:
+    """The colour of a precision variant (its compute precision's colour, from :data:`~workbench.precision.VARIANTS`)
+    or of a precision / layer kind as engines and graphs name it (``fp16``, ``int32``, ``folded``, ``inserted``)."""
+    if isinstance(precision, Variant):
+        return PRECISION_COLORS[VARIANTS[precision].precision]
+    return PRECISION_COLORS.get(precision.lower(), OTHER)
 
 
 # --- status (stages, cleaning passes, panel status lines) ---------------------------------------------------------

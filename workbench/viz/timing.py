@@ -147,6 +147,23 @@ def _field(point: Any, key: str, default: Any = None) -> Any:
     return getattr(point, key, default)
 
 
+def sweep_point(result: Any) -> dict[str, Any]:
+    """A TimingResult as a point of :func:`latency_throughput_figure`, its series named by executor, batch, load,
+    batching and whether a requested CUDA graph fell back (so runs of different settings draw separate curves)."""
+    series = f"{result.executor} b{result.batch} {result.load}"
+    if result.dynamic_batching:
+        series += f" batched {result.dynamic_batching['max_queue_delay_ms']:g}ms"
+    if result.cuda_graph.get("requested") and not result.cuda_graph.get("active") and result.executor != "cpu":
+        series += " (graph fell back)"
+    return {
+        "series": series,
+        "streams": result.streams,
+        "batch": result.batch,
+        "throughput_per_s": result.throughput_per_s,
+        "latency_ms": dict(result.latency_ms),
+    }
+
+
 def latency_throughput_figure(
     points: Sequence[Any],
     *,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import time
 from abc import ABC, abstractmethod
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workbench._io import atomic_path, sha256_file, write_bytes_atomic, write_json_atomic
+from workbench._io import atomic_path, make_folder, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Feed = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
+# one sample's label (a class id, a text line, a page's boxes; None when scored against the FP32 model) and a
+# model's per-sample prediction (a class id, decoded text, boxes, an embedding)
+Label = int | str | np.ndarray | None
+Prediction = int | str | np.ndarray
 PredictFn = Callable[[Feed], Outputs]
 Profile = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -46,7 +51,13 @@ DEV_EXTRA_HINT = "install the dev extra: pip install -e '.[dev]'"
 
 def cache_dir() -> Path:
     """Root of the zoo cache: ``$WORKBENCH_CACHE`` if set, else ``~/.cache/trt-workbench``."""
-    return Path(os.environ.get("WORKBENCH_CACHE") or DEFAULT_CACHE).expanduser()
+    folder = Path(os.environ.get("WORKBENCH_CACHE") or DEFAULT_CACHE).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(
+            f"the zoo cache {folder} (WORKBENCH_CACHE) is a file, not a folder.",
+            expected="WORKBENCH_CACHE naming a folder (created if missing), or unset for ~/.cache/trt-workbench",
+        )
+    return folder
 
 
 @dataclass
@@ -155,6 +166,9 @@ class ZooEntry(ABC):
     profiles: ClassVar[dict[str, Profile]]
     # the model output the metric reads (the only output is used when a rewrite renamed it)
     metric_output: ClassVar[str]
+    # the most samples one run may take: None for a batch axis, 1 for a graph that hard-codes a batch of 1 (every feed
+    # then holds one sample, whatever batch size the caller asks for)
+    max_batch: ClassVar[int | None] = None
 
     # ----------------------------------------------------------------------------------------- model
     @property
@@ -195,7 +209,7 @@ class ZooEntry(ABC):
                 hint=DEV_EXTRA_HINT,
             )
         started = time.perf_counter()
-        self.cache_folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.cache_folder, what="the zoo cache folder (WORKBENCH_CACHE)")
         with atomic_path(self._cached_onnx) as tmp:
             notes = self._materialize(tmp) or {}
         manifest = {
@@ -247,6 +261,7 @@ class ZooEntry(ABC):
                 f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set"
             )
         total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
+        batch_size = min(batch_size, self.max_batch or batch_size)
         for start in range(0, total, batch_size):
             indices = list(range(start, min(start + batch_size, total)))
             samples = [self._sample(split, index) for index in indices]
@@ -355,7 +370,10 @@ class ZooEntry(ABC):
         digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
         cache = self.cache_folder / f"reference-{digest}-v{self.recipe_version}.npz"
         if cache.is_file():
-            with np.load(cache) as stored:
+            from workbench._arrays import read_npz
+
+            stored = read_npz(cache, expected="a reference cache written by the zoo (delete it to recompute)")
+            if "predictions" in stored:
                 return list(stored["predictions"])
         predict = make_ort_predict(model_path, disable_optimizations=True)
         predictions: list[Any] = []
@@ -396,14 +414,32 @@ def _flat_rows(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
 
 
-def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
-    """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32);
-    two all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
-    predicted = np.asarray(predicted, dtype=np.float64)
-    reference = np.asarray(reference, dtype=np.float64)
+def cosine_scores(predicted: Any, reference: Any) -> np.ndarray:
+    """Per-sample cosine similarity of ``predicted`` rows to ``reference`` rows ([N, ...], flattened per sample); two
+    all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
+    predicted = _flat_rows(np.asarray(predicted, dtype=np.float64))
+    reference = _flat_rows(np.asarray(reference, dtype=np.float64))
     norms = np.linalg.norm(predicted, axis=1) * np.linalg.norm(reference, axis=1)
     both_zero = (np.linalg.norm(predicted, axis=1) == 0) & (np.linalg.norm(reference, axis=1) == 0)
-    cosine = np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
+    return np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
+
+
+def top1_agreement_scores(predicted: Any, reference: Any) -> np.ndarray:
+    """Per-sample 1/0: does the class with the largest score ([N, C] rows) match the reference's?"""
+    predicted = _flat_rows(np.asarray(predicted))
+    reference = _flat_rows(np.asarray(reference))
+    return (predicted.argmax(axis=1) == reference.argmax(axis=1)).astype(np.float64)
+
+
+def agreement_kind(per_sample_shape: tuple[int, ...]) -> str:
+    """How an output is compared with its FP32 reference: class scores ([N, C], C > 1) by top-1 agreement, anything
+    else (feature maps, boxes, embeddings, one value per sample) by cosine."""
+    return "top1_agreement" if len(per_sample_shape) == 1 and per_sample_shape[0] > 1 else "cosine"
+
+
+def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
+    """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32)."""
+    cosine = cosine_scores(predicted, reference)
     empty = not len(cosine)
     return MetricResult(
         name=name,
@@ -416,6 +452,38 @@ def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> 
             "p05_cosine": float("nan") if empty else float(np.percentile(cosine, 5)),
             **details,
         },
+    )
+
+
+def worst_output_metric(
+    name: str, predicted: dict[str, np.ndarray], reference: dict[str, np.ndarray], **details: Any
+) -> MetricResult:
+    """Agreement with the FP32 reference judged per output and reported for the WORST output: each output ([N, ...]
+    arrays keyed by output name, same keys in both) scores per sample by :func:`agreement_kind`; the value and the
+    per-sample scores are the worst output's, every output's mean is in ``details["outputs"]``.
+
+    Outputs are never joined into one vector: a large feature map beside small logits would hide the logits' damage.
+    """
+    if not predicted or set(predicted) != set(reference):
+        raise WorkbenchError(
+            f"outputs {sorted(predicted)} do not match the reference outputs {sorted(reference)}.",
+            expected="the same outputs as the FP32 model",
+        )
+    per_output: dict[str, dict[str, Any]] = {}
+    scores: dict[str, np.ndarray] = {}
+    for output, expected in reference.items():
+        kind = agreement_kind(tuple(np.shape(expected)[1:]))
+        got = predicted[output]
+        scores[output] = (top1_agreement_scores if kind == "top1_agreement" else cosine_scores)(got, expected)
+        per_output[output] = {"kind": kind, "value": float(scores[output].mean()) if len(scores[output]) else math.nan}
+    worst = min(per_output, key=lambda output: per_output[output]["value"])
+    return MetricResult(
+        name=name,
+        value=per_output[worst]["value"],
+        higher_is_better=True,
+        n_samples=int(len(scores[worst])),
+        scores=[float(score) for score in scores[worst]],
+        details={"worst_output": worst, "outputs": per_output, **details},
     )
 
 

@@ -11,12 +11,12 @@ import functools
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, _flat_rows
+from workbench.zoo.base import Feed, Label, MetricResult, Outputs, Prediction, ZooEntry, _flat_rows
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DIGITS_ONNX = ASSETS / "digits_cnn.onnx"
@@ -73,7 +73,7 @@ class DigitsCnnEntry(ZooEntry):
     }
     metric_output = OUTPUT_NAME
 
-    def _materialize(self, target: Path) -> dict[str, Any]:
+    def _materialize(self, target: Path) -> JsonObject:
         if not DIGITS_ONNX.is_file():
             raise WorkbenchError(
                 f"{DIGITS_ONNX}: the committed digits model is missing.",
@@ -87,7 +87,7 @@ class DigitsCnnEntry(ZooEntry):
 
         return sha256_file(DIGITS_ONNX) if DIGITS_ONNX.is_file() else "missing"
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         images, labels, train_idx, test_idx = digits_dataset()
         if split == "evaluation":
             row = test_idx[index]
@@ -96,7 +96,7 @@ class DigitsCnnEntry(ZooEntry):
             row = train_idx[np.random.default_rng(SPLIT_SEED).permutation(len(train_idx))[index]]
         return {INPUT_NAME: images[row]}, int(labels[row])
 
-    def preprocess_images(self, images: Sequence[Any] | np.ndarray) -> Feed:
+    def preprocess_images(self, images: Sequence[str | Path | np.ndarray] | np.ndarray) -> Feed:
         """Digit images -> the model feed.
 
         Accepts 8x8 arrays on sklearn's 0..16 scale, or image files / uint8 grayscale arrays of any size with
@@ -106,21 +106,20 @@ class DigitsCnnEntry(ZooEntry):
             return {INPUT_NAME: preprocess_digits(images)}
         return {INPUT_NAME: np.stack([_digit_from_image(image) for image in images])}
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         return classification_metric(self.metric_name, predictions, labels)
 
 
-def _digit_from_image(image: Any) -> np.ndarray:
+def _digit_from_image(image: str | Path | np.ndarray) -> np.ndarray:
     from PIL import Image
 
     if isinstance(image, (str, Path)):
-        try:
-            loaded = Image.open(image).convert("L")
-        except OSError as error:
-            raise WorkbenchError(f"{image}: not a readable image file.", expected="a PNG/JPEG digit image") from error
+        from workbench._arrays import open_image
+
+        loaded = open_image(image, "L")  # size checked from the header before decoding
     else:
         array = np.asarray(image)
         if array.shape == (8, 8):
@@ -136,7 +135,7 @@ def _digit_from_image(image: Any) -> np.ndarray:
     return ((resized - 0.5) / 0.5).astype(np.float32)[None]
 
 
-def classification_metric(name: str, predictions: list[Any], labels: list[Any]) -> MetricResult:
+def classification_metric(name: str, predictions: Sequence[Prediction], labels: Sequence[Label]) -> MetricResult:
     predicted = np.asarray(predictions, dtype=np.int64)
     truth = np.asarray(labels, dtype=np.int64)
     correct = predicted == truth

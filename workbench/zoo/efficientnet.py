@@ -16,21 +16,27 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
 from workbench.zoo.base import (
     DEV_EXTRA_HINT,
     Feed,
+    Label,
     MetricResult,
     Outputs,
+    Prediction,
     ZooEntry,
     _flat_rows,
     export_to_onnx,
     sample_rng,
 )
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 IMAGE_SIZE = 224
 INPUT_NAME = "image"
@@ -64,7 +70,7 @@ def photo_paths() -> list[Path]:
 
 
 @functools.lru_cache(maxsize=1)
-def _photos() -> tuple[Any, ...]:
+def _photos() -> tuple[Image.Image, ...]:
     from PIL import Image
 
     return tuple(Image.open(path).convert("RGB") for path in photo_paths())
@@ -80,7 +86,7 @@ def imagenet_class_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def preprocess_photo(image: Any) -> np.ndarray:
+def preprocess_photo(image: Image.Image | np.ndarray) -> np.ndarray:
     """An RGB PIL image or (H, W, 3) uint8 array -> [3, 224, 224] float32 (resize, ImageNet mean/std)."""
     from PIL import Image
 
@@ -97,7 +103,7 @@ def preprocess_photo(image: Any) -> np.ndarray:
     return ((np.asarray(resized, dtype=np.float32) / 255.0 - MEAN) / STD).transpose(2, 0, 1).copy()
 
 
-def random_crop(rng: np.random.Generator) -> Any:
+def random_crop(rng: np.random.Generator) -> Image.Image:
     """One deterministic crop: a photo, 25-100% of its short side, aspect 3:4..4:3, maybe mirrored."""
     from PIL import Image
 
@@ -130,7 +136,7 @@ class EfficientNetLite0Entry(ZooEntry):
     }
     metric_output = OUTPUT_NAME
 
-    def _materialize(self, target: Path) -> dict[str, Any]:
+    def _materialize(self, target: Path) -> JsonObject:
         import torch
 
         try:
@@ -170,21 +176,23 @@ class EfficientNetLite0Entry(ZooEntry):
         """The sample's photo crop before preprocessing (BGR uint8, like the OCR entries)."""
         return np.ascontiguousarray(np.asarray(random_crop(sample_rng(split, index, salt=4)))[:, :, ::-1])
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         return {INPUT_NAME: preprocess_photo(random_crop(sample_rng(split, index, salt=4)))}, None
 
-    def preprocess_images(self, images: Sequence[Any]) -> Feed:
+    def preprocess_images(self, images: Sequence[str | Path | Image.Image | np.ndarray]) -> Feed:
         """Images (paths, PIL images or RGB arrays) -> one feed, with the zoo's preprocessing."""
-        from PIL import Image
+        from workbench._arrays import open_image
 
         return {
-            INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])
+            INPUT_NAME: np.stack(
+                [preprocess_photo(open_image(i, "RGB") if isinstance(i, (str, Path)) else i) for i in images]
+            )
         }
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         reference = self._reference()
         expected = np.asarray([reference[i] for i in indices], dtype=np.int64)
         predicted = np.asarray(predictions, dtype=np.int64)

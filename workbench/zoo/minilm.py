@@ -15,21 +15,27 @@ import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
 from workbench.zoo.base import (
     DEV_EXTRA_HINT,
     Feed,
+    Label,
     MetricResult,
     Outputs,
+    Prediction,
     ZooEntry,
     cosine_metric,
     export_to_onnx,
     sample_rng,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SEQUENCE_LENGTH = 64
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -87,7 +93,7 @@ def model_folder() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def tokenizer() -> Any:
+def tokenizer() -> Tokenizer:
     """The model's own fast tokenizer (``tokenizers``), padding and truncating to SEQUENCE_LENGTH."""
     try:
         from tokenizers import Tokenizer
@@ -128,7 +134,7 @@ class MiniLmEntry(ZooEntry):
     profiles = {name: ((1, 16), (8, SEQUENCE_LENGTH), (32, 128)) for name in INPUT_NAMES}
     metric_output = OUTPUT_NAME
 
-    def _materialize(self, target: Path) -> dict[str, Any]:
+    def _materialize(self, target: Path) -> JsonObject:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
 
@@ -148,7 +154,9 @@ class MiniLmEntry(ZooEntry):
                 super().__init__()
                 self.inner = inner
 
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            def forward(
+                self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+            ) -> torch.Tensor:
                 return self.inner(
                     input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
                 ).last_hidden_state
@@ -181,7 +189,7 @@ class MiniLmEntry(ZooEntry):
             diffs[f"{batch}x{length}"] = _check_against_torch(target, feed, expected, 1e-3)
         return {"max_abs_diff_vs_torch": diffs}
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         feed = tokenize([self.sentence(split, index)])
         return {name: value[0] for name, value in feed.items()}, None
 
@@ -207,10 +215,10 @@ class MiniLmEntry(ZooEntry):
         """Sentences -> one feed, tokenised like the zoo's data (64 tokens)."""
         return tokenize(texts)
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         hidden = self._output(outputs, self.metric_output)
         return list(mean_pool(hidden, feed["attention_mask"]).astype(np.float32))
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         reference = np.asarray(self._reference(), dtype=np.float64)[indices]
         return cosine_metric(self.metric_name, predictions, reference)

@@ -13,12 +13,17 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
-from workbench.zoo.base import Feed, MetricResult, Outputs, ZooEntry, sample_rng
+from workbench.zoo.base import Feed, Label, MetricResult, Outputs, Prediction, ZooEntry, sample_rng
+
+if TYPE_CHECKING:
+    from PIL import ImageFont
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 
 REC_HEIGHT, REC_WIDTH = 48, 320
 CLS_HEIGHT, CLS_WIDTH = 48, 192
@@ -66,7 +71,7 @@ def font_folder() -> Path:
 
 
 @functools.lru_cache(maxsize=64)
-def _font(file_name: str, size: int) -> Any:
+def _font(file_name: str, size: int) -> ImageFont.FreeTypeFont:
     from PIL import ImageFont
 
     return ImageFont.truetype(str(font_folder() / file_name), size)
@@ -190,11 +195,14 @@ def normalize_page(page_bgr: np.ndarray) -> np.ndarray:
     return ((page.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1).copy()
 
 
-def _load_bgr(image: Any) -> np.ndarray:
+def _load_bgr(image: str | Path | np.ndarray) -> np.ndarray:
     """A path or an array -> (H, W, 3) BGR uint8."""
     if isinstance(image, (str, Path)):
         import cv2
 
+        from workbench._arrays import image_size
+
+        image_size(image)  # refuses an unreadable or oversized image before OpenCV decodes it
         loaded = cv2.imread(str(image), cv2.IMREAD_COLOR)
         if loaded is None:
             raise WorkbenchError(f"{image}: not a readable image file.", expected="a PNG/JPEG image")
@@ -236,7 +244,7 @@ class _OcrEntry(ZooEntry):
     source = "rapidocr-onnxruntime 1.4.4 (PaddleOCR PP-OCR models)"
     license = "Apache-2.0 (models), Bitstream Vera / DejaVu font license (rendered data)"
 
-    def _materialize(self, target: Path) -> dict[str, Any]:
+    def _materialize(self, target: Path) -> JsonObject:
         shutil.copyfile(rapidocr_model(self.source_file), target)
         return {"copied_from": self.source_file}
 
@@ -274,11 +282,11 @@ class OcrRecEntry(_OcrEntry):
         """The sample's text-line image before preprocessing (BGR uint8)."""
         return render_line(sample_rng(split, index, salt=1))[0]
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         line, text = render_line(sample_rng(split, index, salt=1))
         return {INPUT_NAME: resize_normalize(line, REC_HEIGHT, REC_WIDTH)}, text
 
-    def preprocess_images(self, images: Sequence[Any]) -> Feed:
+    def preprocess_images(self, images: Sequence[str | Path | np.ndarray]) -> Feed:
         """Cropped text-line images (paths, or BGR arrays as cv2 reads them) -> one feed, rapidocr's preprocessing."""
         return {INPUT_NAME: np.stack([resize_normalize(_load_bgr(image), REC_HEIGHT, REC_WIDTH) for image in images])}
 
@@ -294,10 +302,10 @@ class OcrRecEntry(_OcrEntry):
             texts.append("".join(table[i] if i < len(table) else "" for i in row[keep]))
         return texts
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         return self.decode(self._output(outputs, self.metric_output))
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         exact = [pred.strip() == truth for pred, truth in zip(predictions, labels)]
         edits = sum(levenshtein(pred.strip(), truth) for pred, truth in zip(predictions, labels))
         characters = sum(len(truth) for truth in labels)
@@ -329,7 +337,7 @@ class OcrClsEntry(_OcrEntry):
     }
     metric_output = OUTPUT = "save_infer_model/scale_0.tmp_1"
 
-    def _materialize(self, target: Path) -> dict[str, Any]:
+    def _materialize(self, target: Path) -> JsonObject:
         """Copy the classifier, fixing its input shape for TensorRT.
 
         The shipped file declares x as [-1, 3, "?", "?"]: TensorRT reads two dims with the same symbolic name as one
@@ -359,17 +367,17 @@ class OcrClsEntry(_OcrEntry):
         line, _ = render_line(sample_rng(split, index, salt=2))
         return np.ascontiguousarray(line[::-1, ::-1]) if index % 2 else line
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         return {INPUT_NAME: resize_normalize(self.raw_image(split, index), CLS_HEIGHT, CLS_WIDTH)}, index % 2
 
-    def preprocess_images(self, images: Sequence[Any]) -> Feed:
+    def preprocess_images(self, images: Sequence[str | Path | np.ndarray]) -> Feed:
         """Cropped text-line images (paths or BGR arrays) -> one feed, rapidocr's classifier preprocessing."""
         return {INPUT_NAME: np.stack([resize_normalize(_load_bgr(image), CLS_HEIGHT, CLS_WIDTH) for image in images])}
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         return list(self._output(outputs, self.metric_output).argmax(axis=1))
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         from workbench.zoo.digits import classification_metric
 
         return classification_metric(self.metric_name, predictions, labels)
@@ -392,16 +400,16 @@ class OcrDetEntry(_OcrEntry):
         """The sample's page before preprocessing (BGR uint8)."""
         return render_page(sample_rng(split, index, salt=3))[0]
 
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         page, boxes, _ = render_page(sample_rng(split, index, salt=3))
         return {INPUT_NAME: normalize_page(page)}, boxes
 
-    def preprocess_images(self, images: Sequence[Any]) -> Feed:
+    def preprocess_images(self, images: Sequence[str | Path | np.ndarray]) -> Feed:
         """Page images (paths or BGR arrays, sides multiples of 32) -> one feed, rapidocr's det normalisation."""
         return {INPUT_NAME: np.stack([normalize_page(_load_bgr(image)) for image in images])}
 
     @functools.cached_property
-    def _postprocess(self) -> Any:
+    def _postprocess(self) -> DBPostProcess:
         from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
 
         # rapidocr's own settings (config.yaml, Det section)
@@ -409,7 +417,7 @@ class OcrDetEntry(_OcrEntry):
             thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, score_mode="fast", use_dilation=True
         )
 
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         maps = self._output(outputs, self.metric_output)
         results = []
         for probability in maps:
@@ -422,7 +430,7 @@ class OcrDetEntry(_OcrEntry):
             )
         return results
 
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         matched = total_truth = total_predicted = 0
         ious: list[float] = []
         for predicted, truth in zip(predictions, labels):

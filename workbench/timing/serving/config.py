@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
+from workbench.timing.limits import MAX_STREAMS, MIN_STREAMS, STREAMS_EXPECTED
 
 PRIORITIES = ("high", "normal", "low")
 # Triton's rate limiter weights scheduling chances by 1/priority (1 = most often); the same order as ours.
@@ -43,8 +44,8 @@ class ServeConfig(Artifact):
 
     def __post_init__(self) -> None:
         problems = []
-        if not 1 <= self.lanes <= 64:
-            problems.append(f"lanes={self.lanes} (expected 1..64)")
+        if not MIN_STREAMS <= self.lanes <= MAX_STREAMS:
+            problems.append(f"lanes={self.lanes} (expected {STREAMS_EXPECTED})")
         if self.depth < 1:
             problems.append(f"depth={self.depth} (expected >= 1)")
         if self.max_batch < 1:

@@ -2,15 +2,13 @@
 
 A version is built completely on the side (executor, lanes, CUDA graphs per bucket, warm-up, golden batch) before
 the server ever dispatches to it, so no request can reach a half-loaded version. GPU executors get ``CudaLanes``
-(one stream per lane at the model's priority, pinned buffers per slot); the CPU executor gets ``SlotThreadLanes``
-(one worker thread per lane, its own ONNX Runtime session, numpy buffers per slot so requests can carry data).
+(one stream per lane at the model's priority, pinned buffers per slot); the CPU executor gets ``ThreadLanes`` (one
+worker thread per lane, its own ONNX Runtime session, numpy buffers per slot so requests can carry data); both from
+:func:`workbench.timing.lanes.make_lanes`.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,97 +16,9 @@ from typing import Any
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.timing.executors import Executor, random_feed
+from workbench.timing.executors import Executor
+from workbench.timing.lanes import CudaLanes, Lanes, make_lanes
 from workbench.timing.serving.config import ServeConfig, cuda_stream_priority
-
-
-class SlotThreadLanes:
-    """CPU lanes whose slots own their inputs and outputs (``ThreadLanes`` shares one feed per lane and size).
-
-    Same interface as the timing lanes (submit / is_done / wait / spans_ms / start_clock / close) plus
-    ``input_array`` and ``outputs`` per slot. Spans are host-clock ms since ``start_clock``.
-    """
-
-    def __init__(self, executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int], seed: int = 0):
-        self.n_lanes, self.depth = int(n_lanes), int(depth)
-        self.executor = executor
-        self.max_batch = max(batch_sizes)
-        self.bindings = [executor.bind_lane(i, batch_sizes, None) for i in range(self.n_lanes)]
-        for binding in self.bindings:
-            if not hasattr(binding, "run"):
-                raise WorkbenchError(
-                    f"the {executor.name} executor's lanes cannot run caller-owned inputs.",
-                    expected="an executor whose lane binding has run(feed) (ONNX Runtime CPU)",
-                )
-        feed = random_feed(executor.inputs, self.max_batch, seed=seed)
-        self._inputs = [[[feed[t.name].copy() for t in executor.inputs] for _ in range(depth)] for _ in range(n_lanes)]
-        self._outputs: list[list[list[np.ndarray]]] = [[[] for _ in range(depth)] for _ in range(n_lanes)]
-        self._done = [[threading.Event() for _ in range(depth)] for _ in range(n_lanes)]
-        for lane in self._done:
-            for event in lane:
-                event.set()
-        self._spans = [[(0.0, 0.0, 0.0, 0.0)] * depth for _ in range(n_lanes)]
-        self._errors: dict[tuple[int, int], BaseException] = {}
-        self._queues: list[queue.SimpleQueue[tuple[int, int] | None]] = [queue.SimpleQueue() for _ in range(n_lanes)]
-        self._t0 = time.perf_counter()
-        self._threads = [
-            threading.Thread(target=self._work, args=(i,), daemon=True, name=f"serving-lane-{i}")
-            for i in range(n_lanes)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _work(self, lane: int) -> None:
-        binding = self.bindings[lane]
-        names = [t.name for t in self.executor.inputs]
-        while True:
-            item = self._queues[lane].get()
-            if item is None:
-                return
-            slot, size = item
-            start = time.perf_counter()
-            try:
-                feed = {name: array[:size] for name, array in zip(names, self._inputs[lane][slot])}
-                self._outputs[lane][slot] = binding.run(feed)  # type: ignore[attr-defined]
-            except BaseException as error:  # reported for this slot's batch by wait()
-                self._errors[(lane, slot)] = error
-            end = time.perf_counter()
-            s, e = (start - self._t0) * 1e3, (end - self._t0) * 1e3
-            self._spans[lane][slot] = (s, s, e, e)
-            self._done[lane][slot].set()
-
-    def start_clock(self) -> float:
-        self._t0 = time.perf_counter()
-        return self._t0
-
-    def submit(self, lane: int, slot: int, size: int) -> None:
-        self._errors.pop((lane, slot), None)
-        self._done[lane][slot].clear()
-        self._queues[lane].put((slot, size))
-
-    def is_done(self, lane: int, slot: int) -> bool:
-        return self._done[lane][slot].is_set()
-
-    def wait(self, lane: int, slot: int) -> None:
-        self._done[lane][slot].wait()
-        error = self._errors.get((lane, slot))
-        if error is not None:
-            raise WorkbenchError(f"the CPU executor failed on lane {lane}: {error}") from error
-
-    def spans_ms(self, lane: int, slot: int) -> tuple[float, float, float, float]:
-        return self._spans[lane][slot]
-
-    def input_array(self, lane: int, slot: int, index: int = 0) -> np.ndarray:
-        return self._inputs[lane][slot][index]
-
-    def output_rows(self, lane: int, slot: int, index: int, start: int, stop: int) -> np.ndarray:
-        return np.array(self._outputs[lane][slot][index][start:stop])
-
-    def close(self) -> None:
-        for q in self._queues:
-            q.put(None)
-        for thread in self._threads:
-            thread.join(timeout=10)
 
 
 def _cuda_priority_range() -> tuple[int, int]:
@@ -137,34 +47,27 @@ class VersionRuntime:
         sizes = config.bucket_sizes()
         self.max_batch = sizes[-1]
         self.stream_priority: int | None = None
+        least, greatest = _cuda_priority_range() if executor.device == "cuda" else (0, 0)
         if executor.device == "cuda":
-            from workbench.timing.lanes import CudaLanes
-
             if hasattr(executor, "capture_error_mode"):
                 executor.capture_error_mode = "thread_local"  # type: ignore[attr-defined]  # capture while serving
-            least, greatest = _cuda_priority_range()
             self.stream_priority = cuda_stream_priority(config.priority, least, greatest)
-            self.lanes: Any = CudaLanes(
-                executor,
-                config.lanes,
-                config.depth,
-                sizes,
-                priorities=[self.stream_priority] * config.lanes,
-                seed=seed,
-                spin_wait=config.spin_wait,
-                sm_count=config.sm_count,
-                sm_owner=model,  # a reloaded version runs on the same SMs as the one it replaces
-            )
-            # A version loaded next to live traffic warms up and is checked with its graphs at the lowest priority,
-            # so that work yields to the version serving; promote() restores the model's priority before the swap.
-            self.background = bool(background) and self.lanes.set_graph_priority(least)
-        else:
-            if config.sm_count is not None:
-                raise WorkbenchError(
-                    f"sm_count={config.sm_count} partitions a GPU's SMs, but {model} runs on the {executor.device}.",
-                    expected="sm_count=None for a CPU executor, or a GPU executor (torch, trt)",
-                )
-            self.lanes = SlotThreadLanes(executor, config.lanes, config.depth, sizes, seed=seed)
+        self.lanes: Lanes = make_lanes(
+            executor,
+            config.lanes,
+            config.depth,
+            sizes,
+            priorities=[self.stream_priority or 0] * config.lanes,
+            seed=seed,
+            spin_wait=config.spin_wait,
+            sm_count=config.sm_count,
+            sm_owner=model,  # a reloaded version runs on the same SMs as the one it replaces
+        )
+        # A version loaded next to live traffic warms up and is checked with its graphs at the lowest priority,
+        # so that work yields to the version serving; promote() restores the model's priority before the swap.
+        self.background = (
+            bool(background) and isinstance(self.lanes, CudaLanes) and self.lanes.set_graph_priority(least)
+        )
         self.t0_host = self.lanes.start_clock()
         self.free: deque[tuple[int, int]] = deque(
             (lane, slot) for slot in range(config.depth) for lane in range(config.lanes)
@@ -174,13 +77,6 @@ class VersionRuntime:
         self.closed = False
 
     # --- data in and out of a slot ------------------------------------------------------------------------------
-
-    def _input_view(self, lane: int, slot: int, index: int) -> np.ndarray:
-        slot_info = self.executor.inputs[index]
-        flat = self.lanes.input_array(lane, slot, index)
-        return flat[: self.max_batch * int(np.prod(slot_info.sample_shape, dtype=np.int64))].reshape(
-            self.max_batch, *slot_info.sample_shape
-        )
 
     def write_inputs(self, lane: int, slot: int, row: int, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]):
         """Copy one request's inputs (batch-first arrays) into the slot's buffers at ``row``."""
@@ -198,20 +94,13 @@ class VersionRuntime:
                     f"{self.model}: input {slot_info.name!r} has shape {array.shape}.",
                     expected=f"(N, {', '.join(str(d) for d in slot_info.sample_shape)})",
                 )
-            view = self._input_view(lane, slot, index)
+            view = self.lanes.input_array(lane, slot, index)
             view[row : row + array.shape[0]] = array.astype(view.dtype, copy=False)
             rows = array.shape[0]
         return rows
 
     def read_outputs(self, lane: int, slot: int, start: int, stop: int) -> list[np.ndarray]:
-        if self.device != "cuda":
-            return [self.lanes.output_rows(lane, slot, i, start, stop) for i in range(len(self.executor.outputs))]
-        out = []
-        for index, slot_info in enumerate(self.executor.outputs):
-            flat = self.lanes.output_array(lane, slot, index)
-            per = int(np.prod(slot_info.sample_shape, dtype=np.int64))
-            out.append(np.array(flat[start * per : stop * per].reshape(stop - start, *slot_info.sample_shape)))
-        return out
+        return [self.lanes.output_rows(lane, slot, i, start, stop) for i in range(len(self.executor.outputs))]
 
     # --- side work before serving -------------------------------------------------------------------------------
 
@@ -245,7 +134,7 @@ class VersionRuntime:
 
     def promote(self) -> None:
         """Give a version loaded in the background its model's priority (before it starts serving)."""
-        if getattr(self, "background", False):
+        if self.background and isinstance(self.lanes, CudaLanes) and self.stream_priority is not None:
             self.lanes.set_graph_priority(self.stream_priority)
             self.background = False
 

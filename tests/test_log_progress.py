@@ -1,0 +1,45 @@
+"""The one logger set-up and the one progress-event type."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+
+import workbench.calib.stats as a_workbench_module
+from workbench.log import LIBRARY_WARNINGS, get_logger, split_warnings
+from workbench.progress import ProgressEvent, report
+
+
+def test_loggers_are_named_per_package() -> None:
+    assert get_logger("workbench.calib.stats").name == "workbench.calib.stats"
+    assert get_logger("somewhere").name == "workbench.somewhere"
+    assert get_logger("workbench.calib").parent is logging.getLogger("workbench")
+
+
+def test_other_libraries_warnings_go_to_the_log_and_own_ones_to_the_panel(caplog: pytest.LogCaptureFixture) -> None:
+    import locale
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        locale.getdefaultlocale()  # the standard library's own DeprecationWarning (Python 3.11+)
+        warnings.warn_explicit("ranges from random data", UserWarning, filename=a_workbench_module.__file__, lineno=1)
+    assert len(caught) == 2
+    with caplog.at_level(logging.WARNING, logger=LIBRARY_WARNINGS):
+        own = split_warnings(caught)
+    assert own == ["UserWarning: ranges from random data"]
+    assert [r.name for r in caplog.records] == [LIBRARY_WARNINGS]
+    assert "getdefaultlocale" in caplog.records[0].getMessage()
+
+
+def test_progress_event_text_and_cancel() -> None:
+    event = ProgressEvent("evaluation", "plan 2", index=3, total=8)
+    assert event.fraction == pytest.approx(0.375)
+    assert event.text() == "evaluation 3 of 8, 38%: plan 2"
+    assert ProgressEvent("build", "parsing").text() == "build: parsing"
+    assert report(None, event) is True
+    assert report(lambda e: False, event) is False
+    assert report(lambda e: None, event) is True
+    with pytest.raises(ValueError):
+        ProgressEvent("x", "y", index=-1)
