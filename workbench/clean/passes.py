@@ -1280,15 +1280,20 @@ def fuse_affine_into_next_conv(graph: gs.Graph, context: PassContext) -> None:
     """Fold a per-channel affine (BatchNormalization, or Mul/Add/Sub/Div by a per-channel constant) whose only
     readers are Convs forward into their weights and biases (a BatchNormalization after a Concat has no Conv
     before it to fold into); only where exact: no padding, or no shift."""
-    candidates = [node for node in graph.nodes if node.op in _FORWARD_AFFINE_OPS and node.outputs]
-    if not any(
-        node.outputs[0].outputs and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
-        for node in candidates
-    ):
-        return
     import onnx_graphsurgeon as gs
 
-    refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
+    candidates = [
+        node
+        for node in graph.nodes
+        if node.op in _FORWARD_AFFINE_OPS
+        and node.outputs
+        and node.outputs[0].outputs
+        and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
+    ]
+    if not candidates:
+        return
+    if any(tensor_shape(node.inputs[0 if is_constant(node.inputs[-1]) else -1]) is None for node in candidates):
+        refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
     names = set(graph.tensors())
     changed = True
     while changed:
@@ -1385,6 +1390,11 @@ def _gemm_bias(matmul: gs.Node, add: gs.Node) -> gs.Tensor | None:
     return bias if fits_rows and fits_columns else None
 
 
+def _has_small_constant_bias(add: gs.Node, product: gs.Tensor) -> bool:
+    other = _other_input(add, product)
+    return other is not None and is_constant(other) and len(other.shape or ()) <= 2
+
+
 @cleaning_pass("fuse_matmul_add_gemm", "numeric", min_opset=11)
 def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
     """Replace MatMul of two rank-2 tensors followed by Add of a constant bias by one Gemm (what onnxsim does; neutral
@@ -1399,9 +1409,11 @@ def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
         and len(node.outputs) == 1
         and _only_consumer(node.outputs[0], graph, "Add") is not None
     ]
+    pairs = [(matmul, add) for matmul, add in pairs if _has_small_constant_bias(add, matmul.outputs[0])]
     if not pairs:
         return
-    refresh_shapes(graph, context)  # ranks of A and B
+    if any(tensor_shape(tensor) is None for matmul, _ in pairs for tensor in matmul.inputs):
+        refresh_shapes(graph, context)  # ranks of A and B
     for matmul, add in pairs:
         bias = _gemm_bias(matmul, add)
         if bias is None or len(add.inputs) != 2:
