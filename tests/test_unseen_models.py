@@ -218,12 +218,27 @@ def test_demo_exits_2_when_a_stage_failed(models: Path, tmp_path: Path) -> None:
     assert (out / "report.html").is_file()
 
 
-def test_demo_refuses_a_model_without_a_batch_axis_before_any_work(models: Path, tmp_path: Path) -> None:
+def test_demo_refuses_a_model_with_a_fixed_batch_other_than_1_before_any_work(tmp_path: Path) -> None:
+    """A batch of 1 that the graph hard-codes runs at batch 1 (below); a fixed batch of 4 is refused."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "fixed4",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [numpy_helper.from_array(np.ones((8, 3), np.float32), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "fixed4.onnx")
     out = tmp_path / "out"
-    _refused(
-        run_cli_forked(["demo", "--model", str(models / "control-flow.onnx"), "--out", str(out)], tmp_path),
+    line = _refused(
+        run_cli_forked(["demo", "--model", str(tmp_path / "fixed4.onnx"), "--out", str(out)], tmp_path),
         "no dynamic batch axis",
     )
+    assert "only a fixed batch of 1" in line
     assert not out.exists()
 
 
@@ -318,20 +333,31 @@ def test_a_fixed_batch_1_model_gets_a_proven_batch_axis_and_runs_the_journey(
         assert run.stage(name).ok, run.stage(name)
 
 
-def test_a_batch_1_model_that_hard_codes_its_batch_is_refused_with_the_reason(
+def test_a_batch_1_model_that_hard_codes_its_batch_runs_the_journey_at_batch_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A Reshape to [1, 8] (what detectors do) fails the batch-3 proof: instead of a refusal, the journey runs at batch
+    1 (one sample per calibration and evaluation run, a batch-1 engine profile, streams instead of batching) and the
+    run says so and why."""
+    from workbench.report.diagnosis import diagnose
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
     model = _batch1_conv(tmp_path / "hard.onnx", hard_coded_reshape=True)
-    out = tmp_path / "out"
-    line = _refused(
-        run_cli_forked(["demo", "--model", str(model), "--out", str(out)], tmp_path),
-        "no dynamic batch axis",
-        "batch of 3",
-    )
-    assert "reshape" in line.lower()
-    assert not out.exists()
-    assert not list((tmp_path / "cache").rglob("*.onnx"))  # no unproven copy left behind
+    entry = OnnxFileEntry(model)
+    assert entry.max_batch == 1 and entry.onnx_path() == model  # the file itself runs, no unproven copy
+    assert entry.input_profiles()["x"] == ((1, 3, 16, 16),) * 3
+    assert [feed["x"].shape[0] for feed in entry.calibration_batches(limit=5, batch_size=8)] == [1] * 5
+    (note,) = [note for note in entry.notes if "hard-codes" in note]
+    assert "reshape" in note.lower() and "batch of 3" in note and "streams instead of batching" in note
+    run = _quickstart(model, tmp_path / "out", export=False, streams=2, batch=8)
+    assert not [s for name, s in run.stages.items() if not s.ok and name != "export"], run.stages
+    assert "hard-codes" in run.metrics.how and {row.n_samples for row in run.metrics.rows} == {16}
+    assert run.timing.fixed_batch == 1 and {result.batch for result in run.timing.results} == {1}
+    assert "streams do the batching" in run.stage("timing").summary
+    (batching,) = [verdict for verdict in diagnose(run) if verdict.topic == "batching"]
+    assert "hard-codes a batch of 1" in batching.text
+    assert not list((tmp_path / "cache").rglob("*.onnx"))  # no unproven batch copy left behind
 
 
 def _npz_batches(folder: Path, batches: list[dict]) -> Path:

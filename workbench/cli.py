@@ -50,7 +50,21 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerant_output() -> None:
+    """Characters the terminal's encoding lacks (PYTHONIOENCODING=ascii, a Latin-1 locale) print as escapes
+    (``\u2026``) instead of raising UnicodeEncodeError halfway through a command's output."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        # "strict" (PYTHONIOENCODING=ascii) and "surrogateescape" (the C locale) both raise on a character like '…'
+        if reconfigure is not None and getattr(stream, "errors", "strict") in ("strict", "surrogateescape"):
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a stream already closed or detached: leave it
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _tolerant_output()
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C before a command started (building the parser, parsing): no traceback

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench._io import validate_outputs, write_json_atomic
+from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
 from workbench.report import diagnose, write_report
@@ -22,6 +22,7 @@ from workbench.zoo.onnx_file import OnnxFileEntry
 
 _MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
 STILL_RUNNING_EVERY_S = 15.0
+DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier demo wrote them (issue 23)
 
 
 class StillRunning:
@@ -56,6 +57,7 @@ class StillRunning:
 
 def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
     """Run the quickstart flow and write ``<out_dir>/report.html``; returns the run as JSON-ready data."""
+    refuse_foreign_outputs(out_dir, DEMO_FILES, label="--out")
     if model_name:
         settings["model"] = model_name
     config = QuickstartConfig(out_dir=str(out_dir), **settings)
@@ -93,6 +95,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
         heartbeat.stop()
     report = write_report(run, Path(out_dir) / "report.html")
     write_json_atomic(Path(out_dir) / "run.json", run.to_json())
+    record_outputs(out_dir, [Path(out_dir) / name for name in DEMO_FILES])
     print("diagnosis:")
     for verdict in diagnose(run):
         print(f"  - {verdict.topic}: {verdict.text}")
@@ -147,6 +150,7 @@ def _cli(args: argparse.Namespace) -> int:
 
         raise WorkbenchError(f"--out {out}: exists and is not a folder.", expected="an output folder")
     validate_outputs({"--out report.html": out / "report.html", "--out run.json": out / "run.json"})
+    refuse_foreign_outputs(out, DEMO_FILES, label="--out")
     if args.data and not args.model:
         from workbench.errors import WorkbenchError
 

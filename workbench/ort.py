@@ -8,7 +8,9 @@ on it switches to integer kernels whose accuracy depends on the CPU. Every numer
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
@@ -36,13 +38,15 @@ def cpu_session(
     optimized: bool = False,
     what: str = "the model",
     external_initializers: Mapping[str, np.ndarray] | None = None,
+    quiet: bool = False,
 ) -> onnxruntime.InferenceSession:
     """An ``onnxruntime.InferenceSession`` on CPU for a ModelProto, its serialized bytes or a file path.
 
     ``extra_outputs`` exposes intermediate tensors as graph outputs (on a copy; the caller's model is untouched).
     ``external_initializers``: arrays for the top-level initializers the model declares as external data (they
     are read from memory, never from a file), so a model with large weights need not be serialized with them.
-    A model ONNX Runtime cannot load raises WorkbenchError naming ``what``.
+    A model ONNX Runtime cannot load raises WorkbenchError naming ``what``. ``quiet``: a probe expected to fail may
+    (a batch the graph hard-codes): ONNX Runtime's own error log stays silent, the exception still says why.
     """
     import onnxruntime as ort
 
@@ -62,12 +66,13 @@ def cpu_session(
             source = onnx.load(str(path))
     else:
         source = model
+    refuse_oversized_constants(source, what)
     if extra:
         source = _with_outputs(source, extra)
     if not isinstance(source, (str, bytes)):
         source = source.SerializeToString()
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4 if quiet else 3
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
@@ -89,6 +94,77 @@ def cpu_session(
                 "ONNX ops (or a function), or export the model without it",
             ) from error
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
+
+
+_SHAPE_INPUT = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding the output's shape
+MAX_SHAPE_VALUES = 64
+
+
+def _small_int_constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Integer initializers and Constant outputs of at most MAX_SHAPE_VALUES values (shapes, repeats)."""
+    from onnx import TensorProto, numpy_helper
+
+    values: dict[str, list[int]] = {}
+    tensors = [(init.name, init) for init in graph.initializer]
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            tensors += [(node.output[0], attr.t) for attr in node.attribute if attr.name == "value"]
+    for name, tensor in tensors:
+        count = math.prod(tensor.dims)
+        if tensor.data_type in (TensorProto.INT64, TensorProto.INT32) and count <= MAX_SHAPE_VALUES:
+            if tensor.data_location == TensorProto.EXTERNAL:
+                continue
+            values[name] = [int(v) for v in numpy_helper.to_array(tensor).reshape(-1)]
+    return values
+
+
+def refuse_oversized_constants(model: ModelSource, what: str) -> None:
+    """Refuse, before ONNX Runtime allocates it, a tensor that a node builds from constant sizes alone
+    (ConstantOfShape, Expand, Tile) when it would not fit the memory budget: ORT would allocate it on the
+    first run (16 GiB for ConstantOfShape([4, 1024, 1024, 1024])) or fail deep inside its arena."""
+    import onnx
+    from onnx import helper
+
+    from workbench._arrays import check_allocation
+
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            proto = onnx.load(os.fspath(model), load_external_data=False)
+        elif isinstance(model, bytes):
+            proto = onnx.load_from_string(model)
+        else:
+            proto = model
+    except Exception:  # noqa: BLE001 - ONNX Runtime reports an unreadable model itself, in its own words
+        return
+    graph = proto.graph
+    constants = _small_int_constants(graph)
+    dims_of = {init.name: list(init.dims) for init in graph.initializer}
+    dtype_of = {init.name: init.data_type for init in graph.initializer}
+    for node in graph.node:
+        dims: list[int] | None = None
+        elem = 1  # bytes per element when the dtype is unknown: a lower bound
+        if node.op_type in _SHAPE_INPUT and len(node.input) > _SHAPE_INPUT[node.op_type]:
+            dims = constants.get(node.input[_SHAPE_INPUT[node.op_type]])
+            if node.op_type == "ConstantOfShape":
+                value = next((attr.t for attr in node.attribute if attr.name == "value"), None)
+                elem = helper.tensor_dtype_to_np_dtype(value.data_type).itemsize if value is not None else 4
+            elif node.input[0] in dtype_of:
+                elem = helper.tensor_dtype_to_np_dtype(dtype_of[node.input[0]]).itemsize
+        elif node.op_type == "Tile" and len(node.input) > 1 and node.input[0] in dims_of:
+            repeats = constants.get(node.input[1])
+            if repeats is not None and len(repeats) == len(dims_of[node.input[0]]):
+                dims = [a * b for a, b in zip(dims_of[node.input[0]], repeats)]
+                elem = helper.tensor_dtype_to_np_dtype(dtype_of[node.input[0]]).itemsize
+        if dims is None or any(d < 0 for d in dims):
+            continue
+        check_allocation(
+            math.prod(dims) * elem,
+            f"{what}: node {node.name or node.output[0]!r} ({node.op_type}) makes a {dims} tensor from constant "
+            "sizes; it",
+            expected="a model whose constant-sized tensors fit in memory",
+            hint="check the exported sizes (a baked batch or sequence size multiplied in); ONNX Runtime would "
+            "allocate this tensor whole",
+        )
 
 
 def _with_outputs(model: onnx.ModelProto | bytes, names: list[str]) -> onnx.ModelProto:
@@ -114,9 +190,33 @@ def session_predict(session: onnxruntime.InferenceSession, *, what: str = "the m
         missing = [name for name in input_names if name not in feed]
         if missing:
             raise WorkbenchError(f"{what}: the feed lacks model input(s) {missing}.", expected=f"inputs {input_names}")
-        return dict(zip(output_names, session.run(output_names, {name: feed[name] for name in input_names})))
+        inputs = {name: feed[name] for name in input_names}
+        try:
+            return dict(zip(output_names, session.run(output_names, inputs)))
+        except Exception as error:  # ORT's Fail / InvalidArgument / RuntimeException (plain Exception subclasses)
+            if type(error).__module__.split(".")[0] != "onnxruntime":
+                raise
+            raise run_failed(what, inputs, error) from error
 
     return predict
+
+
+def run_failed(what: str, feed: Feed, error: BaseException) -> WorkbenchError:
+    """An ONNX Runtime run that failed, as one WorkbenchError naming the feed's shapes (a shape baked into a
+    Reshape by the exporter fails only for other input shapes)."""
+    shapes = ", ".join(f"{name}{list(getattr(value, 'shape', ()))}" for name, value in feed.items())
+    message = re.sub(r"\s+", " ", str(error)).strip()
+    baked = "Reshape" in message or "reshape" in message
+    return WorkbenchError(
+        f"ONNX Runtime failed running {what} on inputs {shapes}: {message[:600]}",
+        expected="inputs of shapes the model can take",
+        hint=(
+            "the exporter probably baked an input's size (e.g. the sequence length) into a Reshape: re-export with "
+            "dynamic axes, or give the shape it was exported for"
+            if baked
+            else None
+        ),
+    )
 
 
 def cpu_predict(model: ModelSource, *, optimized: bool = False, what: str = "the model") -> PredictFn:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from workbench._arrays import to_native
 from workbench.errors import WorkbenchError
 
 Feed = dict[str, np.ndarray]
@@ -73,7 +74,7 @@ class IterableSource:
                     f"calibration batch {index} is a {type(feed).__name__}.",
                     expected="a dict {input_name: numpy array}",
                 )
-            yield {str(k): np.asarray(v) for k, v in feed.items()}
+            yield {str(k): to_native(np.asarray(v)) for k, v in feed.items()}
 
     def __len__(self) -> int:
         return len(self.data) if not callable(self.data) else 0
@@ -203,19 +204,10 @@ class RandomSource:
 
 
 def read_npz_batch(path: Path) -> Feed:
-    """One ``.npz`` batch keyed by input name (no pickles)."""
-    import zipfile
+    """One ``.npz`` batch keyed by input name (no pickles; sizes checked before reading, native byte order)."""
+    from workbench._arrays import read_npz
 
-    from workbench._io import refuse_special_file
-
-    refuse_special_file(path, expected="numpy .npz keyed by input name")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise WorkbenchError(
-            f"{path}: not a readable .npz batch ({error}).", expected="numpy .npz keyed by input name"
-        ) from error
+    return read_npz(path, expected="numpy .npz keyed by input name")
 
 
 def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_size: int = 8) -> CalibrationSource:

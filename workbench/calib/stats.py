@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from workbench._arrays import to_native
 from workbench._io import write_json_atomic
 from workbench.artifact import Artifact
 from workbench.calib.data import RANDOM_DATA_WARNING, CalibrationSource, combine_digests, feed_digest
 from workbench.calib.histogram import TensorHistogram
-from workbench.calib.methods import DEFAULT_PERCENTILE, METHODS, Method, compute_amax
+from workbench.calib.methods import DEFAULT_PERCENTILE, METHODS, Method, compute_amax, guarded_amax
 from workbench.errors import WorkbenchError
 
 CACHE_FORMAT = "trt-workbench-calibration-cache/1"
@@ -53,19 +54,32 @@ class CalibrationStatistics(Artifact):
         percentile: float = DEFAULT_PERCENTILE,
         overrides: Mapping[str, float] | None = None,
     ) -> CalibrationRanges:
-        """Per-tensor amax by one method (no data is re-read); ``overrides`` pins chosen tensors' amax."""
-        amax = {name: compute_amax(hist, method, percentile=percentile) for name, hist in self.histograms.items()}
+        """Per-tensor amax by one method (no data is re-read); ``overrides`` pins chosen tensors' amax.
+
+        Each range is checked against its histogram (:func:`~workbench.calib.methods.guarded_amax`): dead tensors get
+        a valid amax and a range that clips most of the data falls back; both are named in ``range_notes`` and
+        summed up in ``warnings``.
+        """
+        choices = {name: guarded_amax(hist, method, percentile=percentile) for name, hist in self.histograms.items()}
+        amax = {name: choice.amax for name, choice in choices.items()}
+        clipped = {name: choice.clipped for name, choice in choices.items()}
+        notes = {name: choice.note for name, choice in choices.items() if choice.note}
         if overrides:
             amax.update({k: float(v) for k, v in overrides.items()})
+            for name in overrides:
+                notes.pop(name, None)
+                clipped.pop(name, None)
         return CalibrationRanges(
             amax=amax,
+            range_notes=notes,
+            clipped=clipped,
             method=method,
             percentile=percentile if method == "percentile" else None,
             model_sha256=self.model_sha256,
             data_digest=self.data_digest,
             histogram_digests={name: hist.digest() for name, hist in self.histograms.items()},
             random_data=self.random_data,
-            warnings=tuple(self.warnings),
+            warnings=tuple(self.warnings) + range_warnings(notes),
             statistics=self,
         )
 
@@ -93,6 +107,10 @@ class CalibrationRanges(Artifact):
     warnings: tuple[str, ...] = ()
     statistics: CalibrationStatistics | None = field(default=None, repr=False)
     source: str = "workbench"
+    # tensor -> why its amax is not the method's own choice (dead tensor, range that clipped most of the data)
+    range_notes: dict[str, str] = field(default_factory=dict)
+    # tensor -> share of its calibration values above its amax (tensors with histograms only)
+    clipped: dict[str, float] = field(default_factory=dict)
 
     def scale(self, name: str) -> float:
         return float(self.amax[name]) / 127.0
@@ -112,6 +130,8 @@ class CalibrationRanges(Artifact):
                     "amax": float(value),
                     "scale": float(value) / 127.0,
                     "histogram_digest": self.histogram_digests.get(name),
+                    **({"clipped_fraction": self.clipped[name]} if name in self.clipped else {}),
+                    **({"note": self.range_notes[name]} if name in self.range_notes else {}),
                 }
                 for name, value in self.amax.items()
             },
@@ -177,6 +197,8 @@ class CalibrationRanges(Artifact):
             raise bad("'tensors' is missing or not an object", "'tensors': {name: {'amax': positive number}}")
         amax: dict[str, float] = {}
         digests: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        clipped: dict[str, float] = {}
         for name, entry in tensors.items():
             value = entry.get("amax") if isinstance(entry, dict) else None
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -184,6 +206,15 @@ class CalibrationRanges(Artifact):
             amax[str(name)] = float(value)
             if isinstance(entry.get("histogram_digest"), str):
                 digests[str(name)] = entry["histogram_digest"]
+            note, share = entry.get("note"), entry.get("clipped_fraction")
+            if note is not None:
+                if not isinstance(note, str):
+                    raise bad(f"tensor {name!r} has note {note!r}", "a string")
+                notes[str(name)] = note
+            if share is not None:
+                if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+                    raise bad(f"tensor {name!r} has clipped_fraction {share!r}", "a number in [0, 1]")
+                clipped[str(name)] = float(share)
         percentile = data.get("percentile")
         if percentile is not None and (
             isinstance(percentile, bool) or not isinstance(percentile, (int, float)) or not 0 < percentile <= 100
@@ -212,7 +243,18 @@ class CalibrationRanges(Artifact):
             warnings=tuple(warnings),
             statistics=statistics,
             source=str(data.get("source", "workbench")),
+            range_notes=notes,
+            clipped=clipped,
         )
+
+
+def range_warnings(notes: Mapping[str, str], *, shown: int = 3) -> tuple[str, ...]:
+    """One warning per range the guard changed (the first ``shown``), then a count of the rest."""
+    items = list(notes.items())
+    lines = tuple(f"tensor {name!r}: {note}." for name, note in items[:shown])
+    if len(items) > shown:
+        lines += (f"{len(items) - shown} more tensor range(s) were changed by the same checks (see range_notes).",)
+    return lines
 
 
 def load_tensorrt_cache(path: str | Path) -> CalibrationRanges:
@@ -272,7 +314,7 @@ def check_feed(feed: Mapping[str, np.ndarray], input_names: list[str], batch_ind
             f"calibration batch {batch_index} lacks model input(s) {missing} (it has {sorted(feed)}).",
             expected=f"feeds keyed by {input_names}",
         )
-    checked = {n: np.asarray(feed[n]) for n in input_names}
+    checked = {n: to_native(np.asarray(feed[n])) for n in input_names}  # ORT reads raw bytes as native order
     for name, array in checked.items():
         if array.dtype.kind not in "biuf":
             raise WorkbenchError(

@@ -241,7 +241,9 @@ def check_batch(feed: Mapping[str, ArrayLike], inputs: Sequence[TensorSpec], lab
                 f"{label}: input {spec.name!r} has shape {list(array.shape)}, the model expects {list(spec.shape)}.",
                 expected="the same rank and the model's fixed dimensions",
             )
-        result[spec.name] = array.astype(want, copy=False)
+        from workbench._arrays import cast_exactly
+
+        result[spec.name] = cast_exactly(array, want, f"{label}: input {spec.name!r}")  # refuses values that wrap
     return result
 
 

@@ -35,18 +35,9 @@ def _npy_batches(files: list[Path], inputs: Sequence[TensorSpec], limit: int) ->
             f"{[spec.name for spec in inputs]}.",
             expected=".npz batches keyed by input name",
         )
-    from workbench._io import refuse_special_file
+    from workbench._arrays import read_npy
 
-    feeds = []
-    for path in files[:limit]:
-        refuse_special_file(path, expected="a numpy .npy file")
-        try:
-            feeds.append({inputs[0].name: np.load(path, allow_pickle=False)})
-        except (OSError, ValueError, EOFError) as error:
-            raise WorkbenchError(
-                f"{path}: not a readable .npy array ({error}).", expected="a numpy .npy file"
-            ) from None
-    return feeds
+    return [{inputs[0].name: read_npy(path)} for path in files[:limit]]
 
 
 def _refuse_degenerate(feeds: list[dict[str, np.ndarray]], label: str) -> list[dict[str, np.ndarray]]:

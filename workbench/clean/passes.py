@@ -285,7 +285,22 @@ def _fold_known_shape_values(graph: gs.Graph) -> int:
 
 
 def _exclude_from_folding(node: gs.Node) -> bool:
-    return node.op in RANDOM_OPS or node.op in QDQ_OPS
+    return node.op in RANDOM_OPS or node.op in QDQ_OPS or _output_over_memory_budget(node)
+
+
+def _output_over_memory_budget(node: gs.Node) -> bool:
+    """A node whose known output size exceeds the memory budget (ConstantOfShape of 16 GiB feeding a ReduceMax):
+    folding would have ONNX Runtime allocate it, even when only the small result downstream is kept."""
+    from workbench._arrays import memory_budget
+
+    for out in node.outputs:
+        shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+        if shape is None or dtype is None or not is_static(shape):
+            continue
+        size = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        if size > 64 * 1024 * 1024 and size > memory_budget():  # /proc/meminfo read only for large tensors
+            return True
+    return False
 
 
 def _has_foldable_node(graph: gs.Graph) -> bool:

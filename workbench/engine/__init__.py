@@ -9,7 +9,7 @@ from workbench.engine.backend import Backend, GpuInfo, detect_gpu, engine_runnab
 from workbench.engine.build import (
     BuildOptions,
     EngineArtifact,
-    engine_for_zoo_model,
+    engine_for_model,
     engine_from_onnx,
     layers_path_for,
     parse_shapes_arg,
@@ -41,7 +41,7 @@ __all__ = [
     "TensorRecord",
     "detect_gpu",
     "diff_layer_maps",
-    "engine_for_zoo_model",
+    "engine_for_model",
     "engine_from_onnx",
     "engine_runnable",
     "get_backend",

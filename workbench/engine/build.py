@@ -13,13 +13,14 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench._io import sha256_bytes, sha256_file, write_bytes_atomic, write_json_atomic, write_text_atomic
 from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.engine.backend import (
+    RTX_RUNTIME_COMPUTE_CAPABILITIES,
     Backend,
     NetworkBuildRequest,
     build_serialized,
@@ -27,6 +28,7 @@ from workbench.engine.backend import (
     inspect_engine_json,
     supports_timing_cache,
 )
+from workbench.engine.built_onnx import built_onnx, precision_rewrite
 from workbench.engine.layermap import LayerMap
 from workbench.engine.records import (
     EngineLayers,
@@ -38,10 +40,15 @@ from workbench.engine.records import (
     read_layers_document,
     summarize,
 )
+from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
+from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
-from workbench.precision.autocast import apply_precision_plan
+from workbench.precision.qdq_rules import qdq_formats
+
+if TYPE_CHECKING:
+    import onnx
 
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
@@ -51,7 +58,10 @@ ProgressCallback = Callable[[str, str, str, int, int], bool]
 
 @dataclass(frozen=True)
 class BuildOptions(Artifact):
-    """How to build. ``shapes`` gives (min, opt, max) per dynamic input; unspecified dynamic batch dims become 1."""
+    """How to build. ``shapes`` gives (min, opt, max) per dynamic input; unspecified dynamic batch dims become 1.
+
+    ``compute_capabilities`` (TensorRT-RTX only): the GPUs the engine is compiled for, e.g. ``("SM89",)``; an FP8
+    Q/DQ model needs targets of 8.9+ and, when none are given, is built for every FP8-capable RTX target."""
 
     shapes: dict[str, ShapeRange] = field(default_factory=dict)
     precision: Precision = "fp32"
@@ -68,7 +78,8 @@ class BuildOptions(Artifact):
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise WorkbenchError(
-                f"unknown build precision {self.precision!r}.", expected="fp32, fp16 or int8 (int8 needs a Q/DQ model)"
+                f"unknown build precision {self.precision!r}.",
+                expected="fp32, fp16, int8 or fp8 (int8 and fp8 need a Q/DQ model from `workbench calibrate`)",
             )
         if not 0 <= int(self.optimization_level) <= 5:
             raise WorkbenchError(
@@ -165,6 +176,13 @@ class EngineArtifact(Artifact):
         if not isinstance(data, Mapping) or not isinstance(data.get("engine_path"), str):
             raise WorkbenchError("engine artifact JSON has no 'engine_path'.", expected="the JSON of an EngineArtifact")
         return cls.load(data["engine_path"], data.get("layers_path"))
+
+    def built_onnx(self) -> onnx.ModelProto | None:
+        """The ONNX this engine was built from (see :func:`built_onnx`); None when it cannot be had."""
+        try:
+            return built_onnx(read_layers_document(self.layers_path))
+        except (WorkbenchError, OSError):
+            return None
 
     @classmethod
     def load(
@@ -280,20 +298,26 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
     return profiles
 
 
-def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str]:
-    """The ONNX file the builder parses: the model itself, or its rewrite for the precision plan.
-
-    TensorRT 10/11 are strongly typed, so precision lives in the graph: the AutoCast rewrite casts FP16 nodes and
-    refuses INT8 on a graph without Q/DQ nodes (workbench.precision.autocast owns both rules).
-    """
-    plan = options.effective_plan
-    if plan.default == "fp32" and not plan.overrides:
-        return model.path, model.sha256
-    proto = apply_precision_plan(model, plan).proto
-    out = workdir / (model.path.stem + f".{plan.label}.onnx")
+def _prepare_onnx(model: OnnxModel, options: BuildOptions, workdir: Path) -> tuple[Path, str, list[str]]:
+    """The ONNX file the builder parses (the model itself, or its rewrite for the precision plan and for node names
+    the layer records cannot carry), its sha256, and a note when node names were rewritten."""
+    proto = precision_rewrite(model, options.effective_plan)
+    if proto is None:
+        return model.path, model.sha256, []
+    bad = node_names_to_fix(model.proto)
+    notes = (
+        [
+            f"{len(bad)} ONNX node name(s) were duplicate or not printable and were renamed for the build "
+            f"(repeats get ~2, ~3, ...; control characters become escapes; the layer map uses the new names), "
+            f"e.g. {bad[0]!r}"
+        ]
+        if bad
+        else []
+    )
+    out = workdir / (model.path.stem + f".{options.effective_plan.label}.onnx")
     data = proto.SerializeToString()
     out.write_bytes(data)
-    return out, sha256_bytes(data)
+    return out, sha256_bytes(data), notes
 
 
 class _TqdmProgress:
@@ -342,7 +366,11 @@ def engine_from_onnx(
         progress = _TqdmProgress()
 
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
-        onnx_for_build, built_sha = _prepare_onnx(model, options, Path(tmp))
+        onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
+        built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
+        built_proto = built_model.proto
+        formats = qdq_formats(built_proto)
+        options, target_note = _targets_for_formats(options, backend, formats)
         request = NetworkBuildRequest(
             onnx_path=str(onnx_for_build),
             profiles=[profiles] if profiles else [],
@@ -363,12 +391,10 @@ def engine_from_onnx(
                 ) from error
             raise
         seconds = time.perf_counter() - started
-        built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
-        built_proto = built_model.proto
 
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
-    notes = [msg for sev, msg in messages if sev == 2]
+    notes = name_notes + [msg for sev, msg in messages if sev == 2] + ([target_note] if target_note else [])
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
@@ -387,6 +413,7 @@ def engine_from_onnx(
         "precision": options.effective_plan.label,
         "compute_capabilities": list(options.compute_capabilities),
         "target_compute_capabilities": list(targets),
+        "quantized_formats": sorted(formats),
         "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
         "options": options.to_json(),
         "layer_records_from": records_from,
@@ -420,6 +447,40 @@ def engine_from_onnx(
         layer_map=LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem),
         warnings=tuple(notes),
     )
+
+
+def _targets_for_formats(options: BuildOptions, backend: Backend, formats: set[str]) -> tuple[BuildOptions, str]:
+    """Build options whose targets can run the model's Q/DQ formats, and a note when they were chosen here.
+
+    FP8 Q/DQ compiles only for compute capability 8.9+: with TensorRT-RTX and no target given, every FP8-capable RTX
+    target is chosen (RTX would otherwise drop the older targets itself and say so only in its verbose log); a
+    requested older target is refused before building. Full TensorRT builds for its own GPU, which must be 8.9+."""
+    if "fp8" not in formats:
+        return options, ""
+    if backend.is_rtx:
+        if not options.compute_capabilities:
+            targets = rtx_fp8_targets(RTX_RUNTIME_COMPUTE_CAPABILITIES)
+            note = f"FP8 Q/DQ model: built for the FP8-capable targets {', '.join(targets)} ({FP8_GPUS})"
+            return replace(options, compute_capabilities=targets), note
+        incapable = fp8_incapable(options.compute_capabilities)
+        if incapable:
+            raise WorkbenchError(
+                f"the model has FP8 Q/DQ nodes, but target(s) {', '.join(incapable)} have no FP8 tensor cores.",
+                expected=f"--compute-capability SM89 or SM120 ({FP8_GPUS})",
+                hint="or calibrate with --format int8 for older GPUs",
+            )
+        return options, ""
+    from workbench.engine.backend import detect_gpu
+
+    gpu = detect_gpu()
+    capable, line = fp8_support_line(gpu.name, gpu.compute_capability)
+    if gpu.present and not capable:
+        raise WorkbenchError(
+            f"the model has FP8 Q/DQ nodes, but full TensorRT builds for this GPU: {line}.",
+            expected=f"a GPU of {FP8_GPUS}",
+            hint="or calibrate with --format int8 for this GPU",
+        )
+    return options, ""
 
 
 def _layer_records(backend: Backend, messages: list[tuple[int, str]], serialized: bytes) -> tuple[EngineLayers, str]:
@@ -468,21 +529,31 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
     return result
 
 
-def engine_for_zoo_model(
-    name: str,
+def model_and_shapes(spec: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
+    """A MODEL argument: an ONNX path (no shapes), or a zoo name with its optimization profiles."""
+    from workbench.zoo import resolve_model
+
+    path, entry = resolve_model(spec)
+    if entry is None:
+        return load_onnx(path), {}
+    return entry.load(), dict(entry.input_profiles())
+
+
+def engine_for_model(
+    spec: str,
     precision: Precision,
     out_dir: str | os.PathLike[str],
     *,
     progress_callback: ProgressCallback | None = None,
 ) -> EngineArtifact:
-    """Build zoo model ``name`` at ``precision`` (with its optimization profiles) into ``out_dir/NAME.PRECISION.engine``."""
-    from workbench.zoo import get_entry
-
-    entry = get_entry(name)
+    """Build ``spec`` (a zoo name, with its optimization profiles, or an ONNX path) at ``precision`` into
+    ``out_dir/NAME.PRECISION.engine``: the one way panels, the explorer and tests build a model by name."""
+    model, shapes = model_and_shapes(spec)
     options = BuildOptions(
-        shapes=dict(entry.input_profiles()),
+        shapes=shapes,
         precision=precision,
         progress=progress_callback is not None,
         progress_callback=progress_callback,
     )
-    return engine_from_onnx(entry.load(), Path(out_dir) / f"{name}.{precision}.engine", options)
+    name = Path(spec).stem if spec.endswith(".onnx") else spec
+    return engine_from_onnx(model, Path(out_dir) / f"{name}.{precision}.engine", options)

@@ -13,16 +13,16 @@ from workbench._io import validate_outputs
 from workbench.engine.build import (
     BuildOptions,
     EngineArtifact,
-    ShapeRange,
     engine_from_onnx,
     layers_path_for,
+    model_and_shapes,
     parse_shapes_arg,
 )
 from workbench.engine.doctor import diagnose, format_report
 from workbench.engine.layermap import LayerMap
 from workbench.engine.records import EngineLayers, engine_layers_from_document, read_layers, read_layers_document
 from workbench.errors import WorkbenchError
-from workbench.model import OnnxModel, load_onnx
+from workbench.model import load_onnx
 from workbench.precision import PrecisionPlan
 
 
@@ -84,7 +84,7 @@ def _cli_fusions(args: argparse.Namespace) -> int:
             summary = fusion_diff_of(before, layer_map).summary()  # keyed by compute nodes (no Q/DQ, Casts)
             print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     if args.html:
-        from workbench.explore.lint import lint
+        from workbench.engine.lint import lint
         from workbench.viz.engine_view import fusions_page
 
         engine_layers = _engine_layers_of(args.layers)
@@ -101,7 +101,7 @@ def _built_onnx_of(layers: str, onnx_path: str | None) -> Any:
     if onnx_path:
         return load_onnx(onnx_path, check=False).proto
     if layers.endswith(".layers.json"):
-        from workbench.explore.lint import built_onnx
+        from workbench.engine.built_onnx import built_onnx
 
         return built_onnx(read_layers_document(layers))
     return None
@@ -112,14 +112,6 @@ def _engine_layers_of(path: str) -> EngineLayers:
     if path.endswith(".layers.json"):
         return engine_layers_from_document(read_layers_document(path))
     return read_layers(path)
-
-
-def _resolve_model_arg(value: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
-    """A CLI MODEL argument: a path to .onnx, or a zoo name (whose input profiles come with it)."""
-    from workbench.zoo import resolve_model
-
-    path, entry = resolve_model(value)
-    return load_onnx(path), dict(entry.input_profiles()) if entry else {}
 
 
 def _register_build(subparsers: Any) -> None:
@@ -134,9 +126,10 @@ def _register_build(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["fp32", "fp16"],
+        choices=["fp32", "fp16", "int8", "fp8"],
         default="fp32",
-        help="fp16 rewrites the graph with casts (AutoCast-style)",
+        help="fp16 rewrites the graph with casts (AutoCast-style); int8 / fp8 build a Q/DQ model from "
+        "`workbench calibrate` (--format fp8 for fp8), refusing one without such Q/DQ nodes",
     )
     parser.add_argument("--plan", help="precision plan JSON (per-node fp32/fp16/int8); overrides --precision")
     parser.add_argument(
@@ -154,7 +147,8 @@ def _register_build(subparsers: Any) -> None:
         "--compute-capability",
         action="append",
         default=[],
-        help="target compute capability, RTX only (e.g. SM86; repeatable)",
+        help="target compute capability, RTX only (e.g. SM86; repeatable); FP8 Q/DQ models need SM89 or SM120 "
+        "(default for them: every FP8-capable target)",
     )
     parser.add_argument("--timing-cache", help="timing cache file to read and update")
     parser.add_argument(
@@ -171,7 +165,7 @@ def _cli_build(args: argparse.Namespace) -> int:
     import json
 
     shapes_arg = parse_shapes_arg(args.shapes)
-    model, zoo_shapes = _resolve_model_arg(args.model)
+    model, zoo_shapes = model_and_shapes(args.model)
     from workbench.model.resources import refuse_string_inputs
 
     refuse_string_inputs(model.inputs, what=str(model.path))
@@ -218,6 +212,8 @@ def format_summary(artifact: EngineArtifact) -> str:
         "by type     " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_type"].items(), key=lambda kv: -kv[1])),
         "precision   " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items())),
     ]
+    if artifact.options.compute_capabilities:
+        lines.append("targets     " + ", ".join(artifact.target_compute_capabilities))
     if artifact.profiles:
         lines.append(
             "profile     "

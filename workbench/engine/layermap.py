@@ -61,6 +61,7 @@ MATH_LAYER_TYPES = frozenset(
         "caskgemmmatrixmultiply",
         "cublasmatrixmultiply",
         "deconvolution",
+        "deconv",  # TensorRT-RTX 1.7 names its ConvTranspose layers so
         "caskconvolutionv2",
     }
 )
@@ -108,6 +109,16 @@ class LayerEntry:
         """A convolution / matrix-multiply kernel that reads INT8 data or weights."""
         return self.layer_type.lower() in MATH_LAYER_TYPES and "int8" in self.input_datatypes
 
+    @property
+    def is_fp8_kernel(self) -> bool:
+        """A convolution / matrix-multiply kernel that reads FP8 (E4M3) data or weights."""
+        return self.layer_type.lower() in MATH_LAYER_TYPES and "fp8" in self.input_datatypes
+
+    @property
+    def is_quantized_kernel(self) -> bool:
+        """A convolution / matrix-multiply kernel that reads 8-bit (INT8 or FP8) data or weights."""
+        return self.is_int8_kernel or self.is_fp8_kernel
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["inserted"] = self.inserted
@@ -147,7 +158,7 @@ class QdqPair:
     dequantize: str
     tensor: str  # the tensor being quantized
     kind: str  # "weights" (constant input) or "activations"
-    status: str  # "int8-kernel" | "standalone" | "folded"
+    status: str  # "int8-kernel" | "fp8-kernel" | "standalone" | "folded"
     layers: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
@@ -348,7 +359,7 @@ class LayerMap:
         )
 
     def qdq_audit(self) -> list[QdqPair]:
-        """Each Q→DQ pair of the ONNX graph: inside an INT8 kernel, left standalone, or folded away."""
+        """Each Q→DQ pair of the ONNX graph: inside an INT8 or FP8 kernel, left standalone, or folded away."""
         layer_by_name = {layer.name: layer for layer in self.layers}
         pairs = []
         for quantize, dequantize, tensor, is_weight in self.qdq_edges:
@@ -356,6 +367,8 @@ class LayerMap:
             dq_layers = [layer_by_name[name] for name in self.layers_of(dequantize)]
             if any(layer.is_int8_kernel for layer in dq_layers):
                 status = "int8-kernel"
+            elif any(layer.is_fp8_kernel for layer in dq_layers):
+                status = "fp8-kernel"
             elif names:
                 status = "standalone"
             else:
@@ -382,20 +395,12 @@ class LayerMap:
 
 
 def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
-    """The ONNX a document was built from, when the document lacks node names / Q/DQ pairs (older builds) and
-    that file is still there, unchanged, and is what was built (no precision rewrite). None otherwise."""
-    build = document.get("build") or {}
-    path = build.get("onnx")
-    if not path or build.get("onnx_sha256") != build.get("built_onnx_sha256") or not Path(path).is_file():
-        return None
-    from workbench._io import sha256_file
+    """The ONNX a document was built from (:func:`workbench.engine.build.built_onnx`), for documents that lack node
+    names / Q/DQ pairs (older builds); None when it cannot be had or does not match the document's node count."""
+    from workbench.engine.built_onnx import built_onnx
 
-    if sha256_file(path) != build.get("onnx_sha256"):
-        return None
-    import onnx
-
-    proto = onnx.load(str(path), load_external_data=False)
-    return proto if len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
+    proto = built_onnx(document)
+    return proto if proto is not None and len(proto.graph.node) == len(document.get("onnx_nodes", [])) else None
 
 
 def _layer_entry(index: int, layer: LayerRecord) -> LayerEntry:

@@ -1,7 +1,7 @@
 """The engine explorer: what TensorRT did to the model, layer by layer, in Google's Model Explorer.
 
 :mod:`.graphs` builds the ONNX graph grouped by engine layer and the engine graph (Model Explorer ``graph_builder``),
-:mod:`.overlays` the node-data overlays (precision, fusion size, INT8 damage, lint, layer time), :mod:`.lint` the
+:mod:`.overlays` the node-data overlays (precision, fusion size, INT8 damage, lint, layer time), :mod:`workbench.engine.lint` the
 engine linter, :mod:`.server` this kernel's Model Explorer server, :mod:`.explorer` :func:`explore`, :mod:`.cli`
 ``workbench explore``. Model Explorer is imported only when a graph is built, so ``workbench --help`` stays fast.
 """
@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any
 
-from workbench.explore.lint import Finding, LintReport, lint
+from workbench.engine.lint import Finding, LintReport, lint
 
 __all__ = ["Explorer", "Finding", "LintReport", "build_explorer", "explore", "lint"]
 

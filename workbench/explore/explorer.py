@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine.layermap import FusionDiff
+from workbench.engine.lint import LintReport, lint
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
-from workbench.explore.lint import LintReport, lint
 from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
@@ -69,12 +69,25 @@ class Explorer:
             parts.append(f"fusions gained {s['gained']}, lost {s['lost']}, precision changed {s['precision_changed']}")
         return "; ".join(parts)
 
+    def export_names(self) -> list[str]:
+        """The file names :meth:`export` writes."""
+        return [p.name for p in (*self.graph_files, *self.node_data_files)] + ["lint.json", "view.json", "README.txt"]
+
     def export(self, directory: str | Path) -> Path:
         """Copy the graphs JSON and node-data JSON into ``directory`` with a README saying how to open them with
-        the stock ``model-explorer`` command (no workbench needed)."""
-        from workbench._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+        the stock ``model-explorer`` command (no workbench needed). A file of that name already there is replaced
+        only if the workbench wrote it (and nobody changed it since); otherwise nothing is written and the error
+        names the files."""
+        from workbench._io import (
+            record_outputs,
+            refuse_foreign_outputs,
+            write_bytes_atomic,
+            write_json_atomic,
+            write_text_atomic,
+        )
 
         out = Path(directory)
+        refuse_foreign_outputs(out, self.export_names(), label="--export")
         out.mkdir(parents=True, exist_ok=True)
         for path in (*self.graph_files, *self.node_data_files):
             write_bytes_atomic(out / path.name, path.read_bytes())
@@ -91,6 +104,7 @@ class Explorer:
             "graph 'engine': the engine layers. Open both in split view and set Sync to 'match node id' to link\n"
             "them (view.json holds the layout the workbench uses). lint.json lists the linter's findings.\n",
         )
+        record_outputs(out, [out / name for name in self.export_names()])
         return out
 
 
@@ -99,14 +113,9 @@ def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView
     text = str(source)
     if not isinstance(source, str | Path) or text.endswith((".engine", ".json", ".log")):
         return g.load_view(source, label=label)
-    from workbench.engine.build import BuildOptions, engine_from_onnx
-    from workbench.model import load_onnx
-    from workbench.zoo import resolve_model
+    from workbench.engine.build import engine_for_model
 
-    path, entry = resolve_model(str(source))
-    options = BuildOptions(shapes=dict(entry.input_profiles()) if entry else {}, precision=precision, progress=False)  # type: ignore[arg-type]
-    artifact = engine_from_onnx(load_onnx(path), workdir / f"{Path(path).stem}.{precision}.engine", options)
-    return g.view_from_artifact(artifact, label=label)
+    return g.view_from_artifact(engine_for_model(text, precision, workdir), label=label)  # type: ignore[arg-type]
 
 
 def _load(obj: Any, kind: str) -> Any:

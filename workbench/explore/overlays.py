@@ -21,6 +21,7 @@ from typing import Any
 
 from model_explorer import node_data_builder as ndb
 
+from workbench.engine.lint import LintReport
 from workbench.explore.graphs import (
     ENGINE_GRAPH_ID,
     ONNX_GRAPH_ID,
@@ -28,7 +29,6 @@ from workbench.explore.graphs import (
     node_home_layer,
     onnx_node_id,
 )
-from workbench.explore.lint import LintReport
 from workbench.viz import palette
 
 GraphIds = tuple[str, str]  # (ONNX graph id, engine graph id)

@@ -13,7 +13,7 @@ from workbench.errors import WorkbenchError
 from workbench.export import Bundle, export_bundle
 from workbench.flow.mixed import SEARCH_HOW, PlanCandidate
 from workbench.flow.quickstart import QuickstartSession, new_export_dir, run_stage
-from workbench.flow.rule import DEFAULT_MAX_DROP
+from workbench.flow.rule import DEFAULT_MAX_DROP, loss_of, within_drop
 from workbench.precision.variant import VARIANTS, PrecisionChoice, Variant
 
 COMPARED_PRECISIONS: tuple[PrecisionChoice, ...] = ("fp32", "fp16", "int8")
@@ -110,8 +110,7 @@ def recommend(
     def acceptable(candidate: EngineCandidate) -> bool:
         if candidate.delta_vs_fp32 is None or math.isnan(candidate.delta_vs_fp32):
             return False
-        loss = -candidate.delta_vs_fp32 if candidate.higher_is_better else candidate.delta_vs_fp32
-        return loss <= max_metric_drop + 1e-12
+        return within_drop(loss_of(candidate.delta_vs_fp32, candidate.higher_is_better), max_metric_drop)
 
     fine = [c for c in candidates if acceptable(c)]
     return min(fine, key=lambda c: VARIANTS[c.variant].cost_rank, default=None)

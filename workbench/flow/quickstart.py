@@ -26,7 +26,7 @@ from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import CalibrationSession, Float16Model
+from workbench.calib.session import CalibrationSession, Float16Model, worst_first_fallback
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanOptions, CleanResult, clean_model
 from workbench.engine import BuildOptions, EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -295,6 +295,7 @@ class Timing(Artifact):
 
     results: tuple[TimingResult, ...]
     reason: str
+    fixed_batch: int | None = None  # the model's graph hard-codes this batch: timed with streams, not batching
 
     @property
     def chosen(self) -> TimingResult:
@@ -509,8 +510,7 @@ def stage_fallback(run: QuickstartRun, ws: Workspace) -> Fallback:
         raise StageNotApplicable(
             f"the all-INT8 model has {len(worst)} INT8 node(s): keeping the worst in FP32 would leave no INT8 to mix"
         )
-    # at least one INT8 node stays: a "mixed" plan without INT8 would be the FP32 model under another name
-    nodes = list(worst[: min(run.config.fallback_layers, len(worst) - 1)])
+    nodes = worst_first_fallback(worst, run.config.fallback_layers)
     session = ws.calibration_session(run)
     plan = replace(
         session.fallback_plan(nodes, "fp32"), note=f"worst {len(nodes)} INT8 layer(s) of the per-layer diff kept FP32"
@@ -634,16 +634,21 @@ def _executor_for(selection: Selection, ws: Workspace) -> tuple[Any, str]:
 def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
     cfg = run.config
     executor, reason = _executor_for(_result_of(run.selection, "select"), ws)
+    batch = min(cfg.batch, ws.entry.max_batch or cfg.batch)
+    if batch != cfg.batch:  # a graph that hard-codes batch 1: the streams carry the concurrency
+        reason += (
+            f"; batch {batch}, not {cfg.batch}: the model's graph hard-codes its batch, so streams do the batching"
+        )
     try:
         sweep = run_sweep(
             executor,
-            sweep_plan(cfg.streams, cfg.batch, include_baselines=cfg.sweep),
+            sweep_plan(cfg.streams, batch, include_baselines=cfg.sweep),
             interactive_config(cfg.timing_window_s),
             model=cfg.model,
         )
     finally:
         executor.close()
-    return Timing(sweep.results, reason)
+    return Timing(sweep.results, reason, fixed_batch=ws.entry.max_batch)
 
 
 def new_export_dir(run: QuickstartRun, root: Path, variant: Variant | str | None = None) -> Path:
@@ -726,10 +731,15 @@ def _summary_fusion(stats: FusionStats, run: QuickstartRun) -> str:
 
 
 def _summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
-    return (
+    text = (
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
         f"{calibration.qdq_pairs} Q/DQ pairs inserted"
     )
+    notes = calibration.ranges.range_notes
+    if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
+        first, note = next(iter(notes.items()))
+        text += f"; {len(notes)} range(s) not the method's own choice, e.g. {first!r}: {note}"
+    return text
 
 
 def _summary_layer_diff(stage: LayerDiffStage, run: QuickstartRun) -> str:

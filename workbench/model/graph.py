@@ -41,6 +41,49 @@ def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
             used.add(candidate)
 
 
+def escape_name(name: str) -> str:
+    """``name`` with every non-printable character written as a Python escape (a newline becomes ``\\n``):
+    TensorRT's build log and our layer records are line-based, and a terminal shows escapes, not raw controls."""
+    if name.isprintable():
+        return name
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
+
+
+def node_names_to_fix(proto: onnx.ModelProto) -> list[str]:
+    """Top-level node names :func:`fix_node_names` would change: repeats of a name, and names with characters that
+    are not printable (newlines, tabs, control characters)."""
+    seen: set[str] = set()
+    bad: list[str] = []
+    for node in proto.graph.node:
+        if node.name and (node.name in seen or not node.name.isprintable()):
+            bad.append(node.name)
+        seen.add(node.name)
+    return bad
+
+
+def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
+    """Make every top-level node name (in place) printable and unique, as the engine's layer map needs: TensorRT
+    keeps duplicate names (two nodes then read as one) and writes newlines into its line-based build log. Returns
+    (old, new) for every renamed node; unnamed nodes keep the names TensorRT gives them."""
+    renamed: list[tuple[str, str]] = []
+    used: set[str] = set()
+    taken = {node.name for node in proto.graph.node if node.name}
+    for node in proto.graph.node:
+        if not node.name:
+            continue
+        name = escape_name(node.name)
+        if name in used:
+            index = 2
+            while f"{name}~{index}" in used or f"{name}~{index}" in taken:
+                index += 1
+            name = f"{name}~{index}"
+        used.add(name)
+        if name != node.name:
+            renamed.append((node.name, name))
+            node.name = name
+    return renamed
+
+
 def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
     graph = getattr(proto_or_graph, "graph", proto_or_graph)
     return any(node.op_type in QDQ_OPS for node in graph.node)

@@ -163,6 +163,15 @@ def _timing_verdicts(timing: Timing) -> list[Verdict]:
                 {"ratio": ratio, "latency_ratio": cost},
             )
         )
+    elif timing.fixed_batch is not None:
+        verdicts.append(
+            Verdict(
+                "batching",
+                f"The model's graph hard-codes a batch of {timing.fixed_batch}: every run takes one sample, so "
+                "streams carry the concurrency instead of batching.",
+                {"batch": float(chosen.batch)},
+            )
+        )
     else:
         verdicts.append(
             Verdict(

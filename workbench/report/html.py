@@ -14,7 +14,7 @@ from typing import Any
 from plotly.offline import get_plotlyjs
 
 from workbench._io import write_text_atomic
-from workbench.explore.lint import built_onnx_of, lint
+from workbench.engine.lint import lint
 from workbench.flow.quickstart import QuickstartRun
 from workbench.report.diagnosis import diagnose
 from workbench.report.tables import (
@@ -140,7 +140,7 @@ def _lint_html(run: QuickstartRun) -> str:
     for title, engine in (("FP32", run.fp32_engine), ("mixed INT8", run.mixed_engine)):
         if engine is None:
             continue
-        report = lint(engine.layer_map, engine.engine_layers, built_onnx_of(engine))
+        report = lint(engine.layer_map, engine.engine_layers, engine.built_onnx())
         rows = report.rows()
         if not rows:
             parts.append(f"<p>{esc(title)} engine: no findings.</p>")

@@ -1,15 +1,18 @@
 """Notebook panel for the layer map: linked selection between ONNX nodes and engine layers.
 
-Thin by design: it holds widgets and forwards to :mod:`workbench.engine.layermap` and :mod:`workbench.viz.engine`.
+Thin by design: it holds widgets and forwards to :mod:`workbench.engine` (one build function,
+:func:`~workbench.engine.build.engine_for_model`, and the engine's own layer map) and :mod:`workbench.viz.engine`.
 Nothing is displayed in the constructor; show ``panel.widget`` (or call ``panel.show()``) yourself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import html
+from collections.abc import Sequence
 from typing import Any
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
 
 
@@ -169,43 +172,6 @@ class FusionPanel:
         display(self.widget)
 
 
-class BuildProgressBar:
-    """Adapter from the builder's progress callback (``BuildOptions.progress_callback``) to an ipywidgets bar.
-
-    Shows the top-level builder phase; nested phases only update the description.
-    """
-
-    def __init__(self) -> None:
-        import ipywidgets as widgets
-
-        self.bar = widgets.IntProgress(value=0, min=0, max=1, description="build")
-        self.label = widgets.Label("")
-        self.events = 0
-        self._top: str = ""
-
-    def __call__(self, kind: str, phase: str, parent: str, step: int, total: int) -> bool:
-        self.events += 1
-        if kind == "start" and not parent:
-            self._top = phase
-            self.bar.max = max(total, 1)
-            self.bar.value = 0
-        elif kind == "step" and phase == self._top:
-            self.bar.value = min(step + 1, self.bar.max)
-        elif kind == "finish" and phase == self._top:
-            self.bar.value = self.bar.max
-        self.label.value = phase[:60]
-        return True
-
-    @property
-    def widget(self) -> Any:
-        import ipywidgets as widgets
-
-        return widgets.HBox([self.bar, self.label])
-
-
-ProgressCallback = Callable[[str, str, str, int, int], bool]
-
-
 class FusionExplorer:
     """Choose a zoo model, a precision and a build to compare with; build (with a progress bar) and explore.
 
@@ -233,7 +199,7 @@ class FusionExplorer:
             options=[("(none)", ""), ("fp32", "fp32"), ("fp16", "fp16")], value=compare, description="compare with"
         )
         self.build_button = widgets.Button(description="Build", button_style="primary")
-        self.progress = BuildProgressBar()
+        self.progress = ProgressAdapter("build")
         self.message = widgets.HTML()
         self.panel: FusionPanel | None = None
         self.maps: dict[tuple[str, str], LayerMap] = {}
@@ -250,21 +216,16 @@ class FusionExplorer:
         self.build_button.on_click(lambda _button: self.build())
 
     def layer_map(self, model: str, precision: str) -> LayerMap:
-        """Build ``model`` at ``precision`` (once) and return its layer map."""
+        """Build ``model`` at ``precision`` (once) and return the engine's own layer map."""
         key = (model, precision)
         if key not in self.maps:
-            from pathlib import Path
+            from workbench.engine.build import engine_for_model
 
-            from workbench.engine.build import BuildOptions, engine_from_onnx
-            from workbench.zoo import get_entry
-
-            entry = get_entry(model)
-            options = BuildOptions(
-                shapes=dict(entry.input_profiles()), precision=precision, progress_callback=self.progress
-            )
-            artifact = engine_from_onnx(entry.load(), Path(self.out_dir) / f"{model}.{precision}.engine", options)
+            self.progress.start(f"building {model} {precision}")
+            artifact = engine_for_model(model, precision, self.out_dir, progress_callback=self.progress)  # type: ignore[arg-type]
+            self.progress.done(f"built {model} {precision}")
             self.build_seconds[key] = artifact.build_seconds
-            self.maps[key] = LayerMap.load(artifact.layers_path)
+            self.maps[key] = artifact.layer_map
         return self.maps[key]
 
     def build(self) -> FusionPanel | None:
@@ -278,7 +239,8 @@ class FusionExplorer:
                 else None
             )
         except WorkbenchError as error:
-            self.message.value = f"<span style='color:#b00'>{error}</span>"
+            self.progress.failed("failed")
+            self.message.value = f"<span style='color:#b00'>{html.escape(str(error))}</span>"
             return None
         stats = after.stats()
         self.message.value = (

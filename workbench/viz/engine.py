@@ -411,13 +411,13 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
         row=1,
         col=2,
     )
-    statuses = ["int8-kernel", "standalone", "folded"]
+    statuses = ["int8-kernel", "fp8-kernel", "standalone", "folded"]
     fig.add_trace(
         go.Bar(
             x=statuses,
             y=[audit.get(s, 0) for s in statuses],
             showlegend=False,
-            marker_color=[palette.INT8, palette.WARNING, palette.FOLDED],
+            marker_color=[palette.INT8, palette.FP8, palette.WARNING, palette.FOLDED],
         ),
         row=1,
         col=3,

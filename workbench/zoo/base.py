@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from workbench._io import atomic_path, sha256_file, write_bytes_atomic, write_json_atomic
+from workbench._io import atomic_path, make_folder, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +51,13 @@ DEV_EXTRA_HINT = "install the dev extra: pip install -e '.[dev]'"
 
 def cache_dir() -> Path:
     """Root of the zoo cache: ``$WORKBENCH_CACHE`` if set, else ``~/.cache/trt-workbench``."""
-    return Path(os.environ.get("WORKBENCH_CACHE") or DEFAULT_CACHE).expanduser()
+    folder = Path(os.environ.get("WORKBENCH_CACHE") or DEFAULT_CACHE).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise WorkbenchError(
+            f"the zoo cache {folder} (WORKBENCH_CACHE) is a file, not a folder.",
+            expected="WORKBENCH_CACHE naming a folder (created if missing), or unset for ~/.cache/trt-workbench",
+        )
+    return folder
 
 
 @dataclass
@@ -160,6 +166,9 @@ class ZooEntry(ABC):
     profiles: ClassVar[dict[str, Profile]]
     # the model output the metric reads (the only output is used when a rewrite renamed it)
     metric_output: ClassVar[str]
+    # the most samples one run may take: None for a batch axis, 1 for a graph that hard-codes a batch of 1 (every feed
+    # then holds one sample, whatever batch size the caller asks for)
+    max_batch: ClassVar[int | None] = None
 
     # ----------------------------------------------------------------------------------------- model
     @property
@@ -200,7 +209,7 @@ class ZooEntry(ABC):
                 hint=DEV_EXTRA_HINT,
             )
         started = time.perf_counter()
-        self.cache_folder.mkdir(parents=True, exist_ok=True)
+        make_folder(self.cache_folder, what="the zoo cache folder (WORKBENCH_CACHE)")
         with atomic_path(self._cached_onnx) as tmp:
             notes = self._materialize(tmp) or {}
         manifest = {
@@ -252,6 +261,7 @@ class ZooEntry(ABC):
                 f"limit={limit} is not a positive number.", expected="limit >= 1 or None for the whole set"
             )
         total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
+        batch_size = min(batch_size, self.max_batch or batch_size)
         for start in range(0, total, batch_size):
             indices = list(range(start, min(start + batch_size, total)))
             samples = [self._sample(split, index) for index in indices]
@@ -360,7 +370,10 @@ class ZooEntry(ABC):
         digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
         cache = self.cache_folder / f"reference-{digest}-v{self.recipe_version}.npz"
         if cache.is_file():
-            with np.load(cache) as stored:
+            from workbench._arrays import read_npz
+
+            stored = read_npz(cache, expected="a reference cache written by the zoo (delete it to recompute)")
+            if "predictions" in stored:
                 return list(stored["predictions"])
         predict = make_ort_predict(model_path, disable_optimizations=True)
         predictions: list[Any] = []

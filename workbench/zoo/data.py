@@ -45,19 +45,10 @@ def read_npz_batches(
             f"{folder}: holds no .npz files.", expected="one .npz file per batch, arrays keyed by model input name"
         )
     expected = set(input_names) if input_names is not None else None
-    import zipfile
-
-    from workbench._io import refuse_special_file
+    from workbench._arrays import read_npz
 
     for path in files:
-        refuse_special_file(path, expected="an .npz written by numpy.savez")
-        try:
-            with np.load(path, allow_pickle=False) as stored:
-                feed = {name: stored[name] for name in stored.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-            raise WorkbenchError(
-                f"{path}: not a readable .npz file ({error}).", expected="an .npz written by numpy.savez"
-            ) from error
+        feed = read_npz(path, expected="an .npz written by numpy.savez")
         if expected is not None and set(feed) != expected:
             raise WorkbenchError(
                 f"{path}: holds arrays {sorted(feed)}.", expected=f"exactly the model inputs {sorted(expected)}"

@@ -117,10 +117,9 @@ def _digit_from_image(image: str | Path | np.ndarray) -> np.ndarray:
     from PIL import Image
 
     if isinstance(image, (str, Path)):
-        try:
-            loaded = Image.open(image).convert("L")
-        except OSError as error:
-            raise WorkbenchError(f"{image}: not a readable image file.", expected="a PNG/JPEG digit image") from error
+        from workbench._arrays import open_image
+
+        loaded = open_image(image, "L")  # size checked from the header before decoding
     else:
         array = np.asarray(image)
         if array.shape == (8, 8):

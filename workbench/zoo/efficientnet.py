@@ -181,10 +181,12 @@ class EfficientNetLite0Entry(ZooEntry):
 
     def preprocess_images(self, images: Sequence[str | Path | Image.Image | np.ndarray]) -> Feed:
         """Images (paths, PIL images or RGB arrays) -> one feed, with the zoo's preprocessing."""
-        from PIL import Image
+        from workbench._arrays import open_image
 
         return {
-            INPUT_NAME: np.stack([preprocess_photo(Image.open(i) if isinstance(i, (str, Path)) else i) for i in images])
+            INPUT_NAME: np.stack(
+                [preprocess_photo(open_image(i, "RGB") if isinstance(i, (str, Path)) else i) for i in images]
+            )
         }
 
     def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:

@@ -200,6 +200,9 @@ def _load_bgr(image: str | Path | np.ndarray) -> np.ndarray:
     if isinstance(image, (str, Path)):
         import cv2
 
+        from workbench._arrays import image_size
+
+        image_size(image)  # refuses an unreadable or oversized image before OpenCV decodes it
         loaded = cv2.imread(str(image), cv2.IMREAD_COLOR)
         if loaded is None:
             raise WorkbenchError(f"{image}: not a readable image file.", expected="a PNG/JPEG image")

@@ -14,7 +14,10 @@ A file carries no data and no task metric, so the journey gets what it can measu
   to :data:`FIXED_DIM` and named in :attr:`OnnxFileEntry.notes`;
 * a model exported with a fixed batch of 1 (``torch.onnx.export`` without ``dynamic_axes``) gets a copy whose first
   axis is symbolic, used only once ONNX Runtime has shown that it gives, at batch 3, the outputs the file gives one
-  sample at a time (a graph that hard-codes its batch, e.g. in a Reshape, fails that check and is refused).
+  sample at a time. A graph that hard-codes its batch (e.g. a Reshape to [1, ...], common in detectors) fails that
+  check and runs the whole journey at batch 1 instead (:attr:`OnnxFileEntry.max_batch`): calibration and evaluation
+  feed one sample per run, the engine's profile is batch 1 and timing uses streams instead of batching; the notes say
+  so and why.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ RANDOM_INPUTS_NOTE = (
     f"your ONNX file has no data set: calibration and evaluation use seeded RANDOM inputs, and {AGREEMENT_HOW}"
 )
 BATCH_PROFILE = (1, 8, 64)
+FIXED_BATCH_NOTE = (
+    "the journey runs at batch 1: calibration and evaluation feed one sample per run, the engine's profile is batch 1, "
+    "and timing uses streams instead of batching"
+)
 BATCH_DIM = "workbench_batch"  # the symbolic first axis given to a fixed-batch-1 file (a name no export uses)
 
 
@@ -63,7 +70,13 @@ class OnnxFileEntry(ZooEntry):
         self.source_path = self.path
         model = load_onnx(self.path)
         self.notes: list[str] = []
-        batch_copy = _symbolic_batch_copy(self.path, model.proto, self.notes)
+        self.max_batch: int | None = None  # type: ignore[misc]
+        try:
+            batch_copy = _symbolic_batch_copy(self.path, model.proto, self.notes)
+        except HardCodedBatch as fixed:
+            batch_copy = None
+            self.max_batch = 1  # type: ignore[misc]
+            self.notes.append(f"{fixed}; {FIXED_BATCH_NOTE}")
         if batch_copy is not None:
             self.path = batch_copy
             model = load_onnx(self.path)
@@ -90,13 +103,13 @@ class OnnxFileEntry(ZooEntry):
             dims: list[int | str] = [
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim
             ]
-            if not dims or isinstance(dims[0], int):
+            if not dims or (isinstance(dims[0], int) and not (self.max_batch == 1 and dims[0] == 1)):
                 raise WorkbenchError(
                     f"{self.path}: input {value.name!r} has no dynamic batch axis (shape {dims}).",
                     expected="inputs whose first axis is a symbolic batch dimension, as the quickstart batches samples",
                 )
             self.inputs[value.name] = (dtype, dims)
-        self._reference_cache: list[dict[str, np.ndarray]] = []
+        self._reference_cache: dict[int, dict[str, np.ndarray]] = {}  # evaluation index -> FP32 outputs
         self._samples: list[dict[str, np.ndarray]] = []
         self._labels: list[int] = []
         self.label_output = ""  # the [N, C] output scored against the labels, when the data carries labels
@@ -111,8 +124,9 @@ class OnnxFileEntry(ZooEntry):
                     if isinstance(dim, str):
                         self.notes.append(f"input {name!r} axis {axis} ({dim}) fixed to {FIXED_DIM}")
                 sample_shapes[name] = tuple(dim if isinstance(dim, int) else FIXED_DIM for dim in dims[1:])
+        batch_sizes = BATCH_PROFILE if self.max_batch is None else (self.max_batch,) * len(BATCH_PROFILE)
         self.profiles: dict[str, Profile] = {  # type: ignore[misc]
-            name: tuple((size, *shape) for size in BATCH_PROFILE)  # type: ignore[misc]
+            name: tuple((size, *shape) for size in batch_sizes)  # type: ignore[misc]
             for name, shape in sample_shapes.items()
         }
         if self._labels:
@@ -249,6 +263,8 @@ class OnnxFileEntry(ZooEntry):
         """Per sample, every output that has the batch axis ({output name: that sample's array}), never joined."""
         batch = len(next(iter(feed.values())))
         arrays = {name: np.asarray(array) for name, array in outputs.items()}
+        if self.max_batch == 1:  # one sample per run: every output is that sample's (with or without a leading 1)
+            return [{name: array[0] if array.ndim and array.shape[0] == 1 else array for name, array in arrays.items()}]
         batched = {name: array for name, array in arrays.items() if array.ndim and array.shape[0] == batch}
         if not batched:
             raise WorkbenchError(
@@ -258,20 +274,30 @@ class OnnxFileEntry(ZooEntry):
         return [{name: array[index] for name, array in batched.items()} for index in range(batch)]
 
     def _reference(self) -> list[Any]:
+        return self._reference_of(list(range(self.split_sizes["evaluation"])))
+
+    def _reference_of(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
+        """The FP32 model's outputs for these evaluation samples, computed once each and only when asked for (a
+        detector at batch 1 takes seconds per sample: the whole set would be paid for a 16-sample evaluation)."""
         from workbench.zoo.base import make_ort_predict
 
-        if not self._reference_cache:
+        missing = [index for index in indices if index not in self._reference_cache]
+        if missing:
             predict = make_ort_predict(self.path, disable_optimizations=True)
-            for feed, _, _ in self._batches("evaluation", None, 8):
-                self._reference_cache.extend(self._reduce(predict(feed), feed))
-        return list(self._reference_cache)
+            step = self.max_batch or 8
+            for start in range(0, len(missing), step):
+                chunk = missing[start : start + step]
+                samples = [self._sample("evaluation", index)[0] for index in chunk]
+                feed = {name: np.stack([sample[name] for sample in samples]) for name in samples[0]}
+                self._reference_cache.update(zip(chunk, self._reduce(predict(feed), feed)))
+        return [self._reference_cache[index] for index in indices]
 
     def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
         inputs = f"samples from {self.data}" if self.data is not None else "seeded random (not real data)"
         if self._labels:
             return self._accuracy(predictions, labels, inputs)
-        reference = self._reference()
-        expected = {name: np.stack([reference[i][name] for i in indices]) for name in reference[0]}
+        reference = self._reference_of(indices)
+        expected = {name: np.stack([sample[name] for sample in reference]) for name in reference[0]}
         got = _by_output(predictions, list(expected), self.path)
         return worst_output_metric(self.metric_name, got, expected, inputs=inputs)
 
@@ -335,16 +361,21 @@ def _random_feed(
     return feed
 
 
+class HardCodedBatch(Exception):
+    """The graph runs one sample at a time only (its batch of 1 is hard-coded inside); the message says why."""
+
+
 def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | None:
     """A cached copy of a fixed-batch-1 model with a symbolic first axis, proven with ONNX Runtime; None when the
-    model needs none. Raises WorkbenchError when it cannot be given one (the journey batches samples)."""
+    model needs none. Raises :class:`HardCodedBatch` when the graph itself fixes the batch at 1 (the journey then runs
+    at batch 1), WorkbenchError when the inputs cannot be batched at all."""
     import hashlib
 
     import onnx
     from onnx import TensorProto, helper
 
     from workbench._io import write_bytes_atomic
-    from workbench.ort import cpu_predict
+    from workbench.ort import cpu_predict, cpu_session, session_predict
     from workbench.zoo.base import cache_dir
 
     graph = proto.graph
@@ -383,8 +414,10 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
         raise refuse("only a fixed batch of 1 on every input can be made symbolic here.")
     from workbench.model.onnx_model import PROTOBUF_LIMIT_BYTES
 
+    what_fixed = f"input(s) {sorted(shapes)} of {path.name} take a fixed batch of 1 that the graph hard-codes"
+
     if proto.ByteSize() >= PROTOBUF_LIMIT_BYTES:  # the copy and its proof hold the whole model in one message
-        raise refuse("with its weights the model is over 2 GiB, too large for a rewritten copy.")
+        raise HardCodedBatch(f"{what_fixed}: with its weights it is over 2 GiB, too large for a rewritten copy")
     digest = hashlib.sha256(proto.SerializeToString()).hexdigest()[:16]
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "model"
     target = cache_dir() / "onnx-files" / f"{stem}-{digest}-batch.onnx"
@@ -404,7 +437,7 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
             if any(value is output for output in rewritten.graph.output):
                 batch_outputs.append(value.name)
     if not batch_outputs:
-        raise refuse("no output has a first axis of 1 that could follow a batch axis.")
+        raise HardCodedBatch(f"{what_fixed}: no output has a first axis of 1 that could follow a batch axis")
     feeds_spec = {
         value.name: (
             np.dtype(helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)),
@@ -414,24 +447,32 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
     }
     rng = np.random.default_rng(2026)
     samples = [_random_feed(feeds_spec, rng) for _ in range(3)]
-    try:
-        single = cpu_predict(path, optimized=False, what=str(path))
-        one_by_one = [single(feed) for feed in samples]
-        batched = cpu_predict(rewritten.SerializeToString(), optimized=False, what=str(path))(
+    try:  # the batch of 3 first: a graph that hard-codes its batch fails here, before the slower one-by-one runs
+        probe = cpu_session(rewritten.SerializeToString(), optimized=False, what=str(path), quiet=True)
+        batched = session_predict(probe, what=str(path))(
             {name: np.concatenate([feed[name] for feed in samples]) for name in feeds_spec}
         )
     except WorkbenchError as error:
-        raise refuse(f"ONNX Runtime could not run it with a batch of 3 ({error}).") from None
+        raise HardCodedBatch(f"{what_fixed}: ONNX Runtime could not run it with a batch of 3 ({error})") from None
     except Exception as error:  # ORT's own errors: the graph hard-codes its batch somewhere
-        raise refuse(f"ONNX Runtime could not run it with a batch of 3 ({_ort_reason(error)}).") from None
+        reason = _ort_reason(error)
+        raise HardCodedBatch(f"{what_fixed}: ONNX Runtime could not run it with a batch of 3 ({reason})") from None
+    for name in batch_outputs:
+        shape = np.shape(batched[name])
+        if not shape or shape[0] != len(samples):
+            raise HardCodedBatch(f"{what_fixed}: at a batch of 3 output {name!r} has shape {shape}")
+    single = cpu_predict(path, optimized=False, what=str(path))
+    one_by_one = [single(feed) for feed in samples]
     worst = 0.0
     for name in batch_outputs:
         expected = np.concatenate([np.asarray(outputs[name]) for outputs in one_by_one])
         got = np.asarray(batched[name])
         if got.shape != expected.shape:
-            raise refuse(f"at a batch of 3 output {name!r} has shape {got.shape}, expected {expected.shape}.")
+            raise HardCodedBatch(
+                f"{what_fixed}: at a batch of 3 output {name!r} has shape {got.shape}, not {expected.shape}"
+            )
         if not np.allclose(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True):
-            raise refuse(f"at a batch of 3 output {name!r} differs from the file run one sample at a time.")
+            raise HardCodedBatch(f"{what_fixed}: at a batch of 3 output {name!r} differs from one sample at a time")
         if got.dtype.kind == "f" and got.size:
             worst = max(worst, float(np.nanmax(np.abs(got.astype(np.float64) - expected.astype(np.float64)))))
     write_bytes_atomic(target, rewritten.SerializeToString())

@@ -11,15 +11,12 @@ Each finding names the engine layer, the ONNX nodes it executes, and a fix to tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from workbench.artifact import Artifact
 from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
 from workbench.engine.records import EngineLayers
-from workbench.errors import WorkbenchError
 
 ELEMENTWISE_OPS = frozenset(
     {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu", "Pow",
@@ -77,49 +74,15 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     counts: dict[str, int] = {}
     for layer in layer_map.layers:
         if layer.layer_type.lower() in MATH_LAYER_TYPES:
-            key = "int8" if layer.is_int8_kernel else layer.precision
+            key = "int8" if layer.is_int8_kernel else "fp8" if layer.is_fp8_kernel else layer.precision
             counts[key] = counts.get(key, 0) + 1
     if counts.get("int8"):
         return "int8"
+    if counts.get("fp8"):
+        return "fp8"
     if counts.get("fp16"):
         return "fp16"
     return "fp32"
-
-
-def built_onnx(document: Mapping[str, Any]) -> Any:
-    """The ONNX the engine was built from: the source ONNX, or its precision rewrite recomputed and checked by hash.
-    None when neither can be had (then the ONNX graph has no edges, only groups)."""
-    build = document.get("build") or {}
-    path = build.get("onnx")
-    if not path or not Path(path).is_file():
-        return None
-    from workbench._io import sha256_bytes
-    from workbench.model import load_onnx
-
-    model = load_onnx(path, check=False)
-    if build.get("built_onnx_sha256") in ("", None, build.get("onnx_sha256")):
-        return model.proto
-    try:
-        from workbench.engine.build import BuildOptions
-        from workbench.precision.autocast import apply_precision_plan
-
-        options = BuildOptions.from_json(build.get("options") or {})
-        proto = apply_precision_plan(model, options.effective_plan).proto
-    except WorkbenchError:
-        return None
-    if sha256_bytes(proto.SerializeToString()) != build.get("built_onnx_sha256"):
-        return None
-    return proto
-
-
-def built_onnx_of(artifact: Any) -> Any:
-    """The ONNX an :class:`~workbench.engine.build.EngineArtifact` was built from (None when it cannot be had)."""
-    from workbench.engine.records import read_layers_document
-
-    try:
-        return built_onnx(read_layers_document(artifact.layers_path))
-    except (WorkbenchError, OSError):
-        return None
 
 
 def reduced_input_nodes(onnx_proto: Any) -> dict[str, bool]:
@@ -172,7 +135,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
             continue
         for name in pair.layers:
             layer = layers[name]
-            if layer.is_int8_kernel:
+            if layer.is_quantized_kernel:
                 continue
             findings.append(
                 Finding(
@@ -181,7 +144,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
                     name,
                     layer.onnx_nodes,
                     f"Q/DQ pair {pair.quantize} -> {pair.dequantize} on {pair.kind} tensor {pair.tensor!r} runs as its "
-                    f"own {layer.layer_type} kernel instead of fusing into an INT8 convolution/GEMM.",
+                    f"own {layer.layer_type} kernel instead of fusing into an INT8/FP8 convolution/GEMM.",
                     "move the Q/DQ pair onto the input of a Conv/Gemm/MatMul (placement rule in "
                     "workbench/precision/qdq_rules.py), or drop it (keep this tensor in FP16/FP32).",
                 )
