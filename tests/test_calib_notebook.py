@@ -70,6 +70,8 @@ def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() 
         == f"Error: N={len(int8)} is out of range. Expected: 1..{len(int8) - 1} (the INT8 layers of this model but one)."
     )
     assert panel.worst_n.value == 1
+    panel.percentile.value = 100.5  # the range method's own rule refuses it, as the CLI's --percentile does
+    assert panel.status.text.startswith("Error: percentile 100.5 is out of range.") and panel.percentile.value == 99.99
     worst = panel.fall_back_worst(len(int8) + 3)  # asked in code for more than there are: all but one
     assert len(worst) == len(int8) - 1
     assert [node for node in int8 if panel.plan.precision_of(node) == "int8"] == [n for n in int8 if n not in worst]

@@ -37,10 +37,16 @@ def amax_max(hist: TensorHistogram) -> float:
     return hist.amax
 
 
+def check_percentile(percentile: float) -> float:
+    """``percentile`` when the percentile method can use it (0 < p <= 100), else a WorkbenchError."""
+    if not (isinstance(percentile, (int, float)) and 0.0 < percentile <= 100.0):
+        raise WorkbenchError(f"percentile {percentile} is out of range.", expected="a number in (0, 100], e.g. 99.99")
+    return float(percentile)
+
+
 def amax_percentile(hist: TensorHistogram, percentile: float = DEFAULT_PERCENTILE) -> float:
     """Upper edge of the bin where the |x| CDF first reaches ``percentile`` (in percent), capped at the true max."""
-    if not 0.0 < percentile <= 100.0:
-        raise WorkbenchError(f"percentile {percentile} is out of range.", expected="a number in (0, 100], e.g. 99.99")
+    check_percentile(percentile)
     counts = hist.total_counts
     total = counts.sum()
     if total == 0 or hist.width == 0.0:

@@ -30,6 +30,7 @@ from workbench.engine.backend import (
 )
 from workbench.engine.built_onnx import built_onnx, precision_rewrite
 from workbench.engine.layermap import LayerMap
+from workbench.engine.precision_check import PrecisionCheck, check_precision
 from workbench.engine.records import (
     EngineLayers,
     engine_layers_from_document,
@@ -45,6 +46,7 @@ from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
 from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
+from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.qdq_rules import qdq_formats
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class BuildOptions(Artifact):
     optimization_level: int = 3
     compute_capabilities: tuple[str, ...] = ()
     timing_cache_path: str | None = None
+    # fail the build (nothing written) when any node runs at another precision than requested (PrecisionCheck)
+    strict_precision: bool = False
     # how this build reports progress and which backend runs it: run-time choices, not part of the build's record
     progress: bool = field(default=True, metadata=NOT_SERIALIZED)
     progress_callback: ProgressCallback | None = field(default=None, metadata=NOT_SERIALIZED)
@@ -155,6 +159,7 @@ class EngineArtifact(Artifact):
     engine_layers: EngineLayers = field(metadata=NOT_SERIALIZED, repr=False)
     layer_map: LayerMap = field(metadata=NOT_SERIALIZED, repr=False)
     warnings: tuple[str, ...] = ()
+    precision_check: PrecisionCheck | None = None  # requested vs actual precision per ONNX node
 
     @property
     def layer_count(self) -> int:
@@ -243,6 +248,11 @@ class EngineArtifact(Artifact):
             onnx_node_count=len(document.get("onnx_nodes", ())),
             layer_records_from=str(build.get("layer_records_from", engine_layers.source_format)),
             warnings=tuple(build.get("warnings", ())),
+            precision_check=(
+                PrecisionCheck.from_json(document["precision_check"])
+                if isinstance(document.get("precision_check"), Mapping)
+                else None
+            ),
             engine_layers=engine_layers,
             layer_map=LayerMap.from_document(document, label=engine_path.stem),
         )
@@ -400,7 +410,25 @@ def engine_from_onnx(
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
     layers_path = layers_path_for(engine_path)
     log_path = engine_path.with_name(engine_path.stem + ".build.log")
+    layer_map = LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem)
+    check = check_precision(
+        layer_map,
+        built_proto,
+        options.effective_plan,
+        backend=f"{backend.name} {backend.version}",
+        kept_fp32=lambda: apply_precision_plan(model, options.effective_plan).kept_fp32,
+    )
+    if options.strict_precision and not check.ok:
+        raise WorkbenchError(
+            f"--strict-precision: {len(check.mismatches)} ONNX node(s) run at another precision than requested: "
+            + "; ".join(check.lines(5))
+            + ("; ..." if len(check.mismatches) > 5 else "")
+            + ". Nothing was written.",
+            expected="an engine that runs every node as the plan and the Q/DQ graph ask",
+            hint="change the plan for these nodes, or build without --strict-precision to keep the engine",
+        )
     document = layers_document(engine_layers, built_proto)
+    document["precision_check"] = check.to_json()
     document["build"] = {
         "backend": backend.name,
         "backend_version": backend.version,
@@ -444,8 +472,9 @@ def engine_from_onnx(
         onnx_node_count=len(built_proto.graph.node),
         layer_records_from=records_from,
         engine_layers=engine_layers,
-        layer_map=LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem),
+        layer_map=layer_map,
         warnings=tuple(notes),
+        precision_check=check,
     )
 
 

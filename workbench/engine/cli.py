@@ -85,10 +85,18 @@ def _cli_fusions(args: argparse.Namespace) -> int:
             print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     if args.html:
         from workbench.engine.lint import lint
+        from workbench.engine.precision_check import PrecisionCheck
         from workbench.viz.engine_view import fusions_page
 
         engine_layers = _engine_layers_of(args.layers)
-        report = lint(layer_map, engine_layers, _built_onnx_of(args.layers, args.onnx))
+        document = read_layers_document(args.layers) if args.layers.endswith(".layers.json") else {}
+        check = document.get("precision_check")
+        report = lint(
+            layer_map,
+            engine_layers,
+            _built_onnx_of(args.layers, args.onnx),
+            PrecisionCheck.from_json(check) if isinstance(check, dict) else None,
+        )
         path = fusions_page(
             layer_map, args.html, engine_layers=engine_layers, compare_with=before, lint_rows=report.rows()
         )
@@ -152,6 +160,11 @@ def _register_build(subparsers: Any) -> None:
     )
     parser.add_argument("--timing-cache", help="timing cache file to read and update")
     parser.add_argument(
+        "--strict-precision",
+        action="store_true",
+        help="fail (exit 2, nothing written) when any ONNX node runs at another precision than requested",
+    )
+    parser.add_argument(
         "--backend",
         choices=["tensorrt", "tensorrt_rtx"],
         help="force a backend (default: tensorrt if importable, else tensorrt_rtx)",
@@ -190,6 +203,7 @@ def _cli_build(args: argparse.Namespace) -> int:
         optimization_level=args.opt_level,
         compute_capabilities=tuple(args.compute_capability),
         timing_cache_path=args.timing_cache,
+        strict_precision=args.strict_precision,
         progress=not args.no_progress,
         backend=args.backend,
     )
@@ -214,6 +228,12 @@ def format_summary(artifact: EngineArtifact) -> str:
     ]
     if artifact.options.compute_capabilities:
         lines.append("targets     " + ", ".join(artifact.target_compute_capabilities))
+    check = artifact.precision_check
+    if check is not None:
+        lines.append("precision   " + check.summary())
+        lines.extend(f"  mismatch  {line}" for line in check.lines(10))
+        if len(check.mismatches) > 10:
+            lines.append(f"  ... {len(check.mismatches) - 10} more in {artifact.layers_path} (precision_check)")
     if artifact.profiles:
         lines.append(
             "profile     "

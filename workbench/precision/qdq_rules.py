@@ -39,6 +39,9 @@ EPILOGUE_OPS = frozenset(
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis attribute) needs opset 13
 FP8_MIN_OPSET = 19  # QuantizeLinear / DequantizeLinear of FLOAT8E4M3FN
 QUANTIZED_PRECISIONS = frozenset({"int8", "fp8"})
+# Quantizable ops with no FP8 kernel (measured on TensorRT-RTX 1.7.1 for SM89: an FP8 Q/DQ ConvTranspose builds as an
+# FP32 "deconv" layer): a blanket fp8 plan leaves them out; an explicit per-node fp8 override still places the pair.
+FP8_NO_KERNEL_OPS = {"ConvTranspose": "no FP8 ConvTranspose kernel in TensorRT-RTX 1.7 (it runs FP32)"}
 
 
 @dataclass
@@ -175,6 +178,9 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
         fmt = plan.precision_of(node.name)
         if fmt not in QUANTIZED_PRECISIONS:
             placement.excluded[node.name] = f"plan says {fmt}"
+            continue
+        if fmt == "fp8" and node.op in FP8_NO_KERNEL_OPS and node.name not in plan.overrides:
+            placement.excluded[node.name] = FP8_NO_KERNEL_OPS[node.op]
             continue
         variable_inputs = [t for t in node.inputs[:2] if t is not None and t.name and not is_constant(t)]
         if (

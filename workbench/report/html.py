@@ -140,7 +140,7 @@ def _lint_html(run: QuickstartRun) -> str:
     for title, engine in (("FP32", run.fp32_engine), ("mixed INT8", run.mixed_engine)):
         if engine is None:
             continue
-        report = lint(engine.layer_map, engine.engine_layers, engine.built_onnx())
+        report = lint(engine.layer_map, engine.engine_layers, engine.built_onnx(), engine.precision_check)
         rows = report.rows()
         if not rows:
             parts.append(f"<p>{esc(title)} engine: no findings.</p>")

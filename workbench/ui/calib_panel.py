@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.calib.methods import check_percentile
 from workbench.errors import WorkbenchError
 from workbench.flow.uncertainty import estimate, paired_difference
 from workbench.precision import PrecisionPlan
@@ -58,7 +59,7 @@ class CalibrationPanel:
 
         self.method = calibration_method_dropdown(method)
         # plain text fields: a bounded field clamps 100.5 to 100 silently; the panel refuses out-of-range values
-        self.percentile = widgets.FloatText(value=percentile, step=0.001, description="percentile (90-100)")
+        self.percentile = widgets.FloatText(value=percentile, step=0.001, description="percentile (0-100]")
         self._in_use = {"percentile": percentile, "worst_n": worst_n}
         choices = sorted(set(batch_choices) | {max_batches})
         self.batches = widgets.Dropdown(options=choices, value=max_batches, description="batches")
@@ -172,12 +173,10 @@ class CalibrationPanel:
         if self._quiet:
             return
         value = self.percentile.value
-        if not 90.0 <= value <= 100.0:
-            self._refuse(
-                self.percentile,
-                "percentile",
-                WorkbenchError(f"percentile={value} is out of range.", expected="90..100"),
-            )
+        try:
+            check_percentile(value)  # the method's own rule (the CLI's --percentile too)
+        except WorkbenchError as error:
+            self._refuse(self.percentile, "percentile", error)
             return
         self._in_use["percentile"] = value
         if self.session is None:
