@@ -91,13 +91,83 @@ def densenet_onnx(path: Path, blocks: tuple[int, ...] = (6, 12, 48, 32)) -> Path
     return path
 
 
+def light_densenet121() -> Path:
+    """DenseNet-121 of the ONNX model zoo as the ``onnx`` package ships it for its backend tests (weights replaced by
+    ConstantOfShape, 1,746 nodes, no names: a graph without name scopes, as many exporters write them)."""
+    import onnx
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_densenet121.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} (shipped with the onnx package)")
+    return path
+
+
+def residual_chain_onnx(path: Path, nodes: int = 10_000, channels: int = 8, size: int = 8) -> Path:
+    """A graph of about ``nodes`` unnamed ONNX nodes (no name scopes): residual blocks Conv-BN-Relu-Conv-BN-Add-Relu
+    on a small tensor, so the build stays short while the graph has real layers (~2 per block)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    graph_nodes, initializers = [], []
+
+    def weight(name: str, shape: tuple[int, ...], scale: float = 0.1) -> str:
+        initializers.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def batchnorm(x: str, out: str, tag: str) -> None:
+        params = [
+            weight(f"{tag}_s", (channels,), 0.01),
+            weight(f"{tag}_b", (channels,), 0.01),
+            weight(f"{tag}_m", (channels,), 0.01),
+        ]
+        initializers.append(numpy_helper.from_array(np.ones(channels, np.float32), f"{tag}_v"))
+        graph_nodes.append(helper.make_node("BatchNormalization", [x, *params, f"{tag}_v"], [out]))
+
+    x = "x"
+    for block in range(nodes // 7):
+        t = f"b{block}"
+        graph_nodes.append(
+            helper.make_node("Conv", [x, weight(f"{t}_w1", (channels, channels, 3, 3))], [f"{t}_c1"], pads=[1] * 4)
+        )
+        batchnorm(f"{t}_c1", f"{t}_n1", f"{t}_bn1")
+        graph_nodes.append(helper.make_node("Relu", [f"{t}_n1"], [f"{t}_r1"]))
+        graph_nodes.append(
+            helper.make_node(
+                "Conv", [f"{t}_r1", weight(f"{t}_w2", (channels, channels, 3, 3))], [f"{t}_c2"], pads=[1] * 4
+            )
+        )
+        batchnorm(f"{t}_c2", f"{t}_n2", f"{t}_bn2")
+        graph_nodes.append(helper.make_node("Add", [f"{t}_n2", x], [f"{t}_sum"]))
+        graph_nodes.append(helper.make_node("Relu", [f"{t}_sum"], [f"{t}_out"]))
+        x = f"{t}_out"
+    graph_nodes.append(helper.make_node("Identity", [x], ["y"]))
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        graph_nodes,
+        "residual_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
 def build(model: str, out: Path):
     from workbench.engine import engine_for_model
     from workbench.engine.build import BuildOptions, engine_from_onnx
     from workbench.model import load_onnx
 
     started = time.monotonic()
-    if model.startswith("densenet"):
+    if model in ("densenet121-noscope", "chain-10k"):
+        onnx_path = (
+            light_densenet121() if model == "densenet121-noscope" else residual_chain_onnx(out / "chain10k.onnx")
+        )
+        artifact = engine_from_onnx(load_onnx(onnx_path), out / f"{model}.fp32.engine", BuildOptions(progress=False))
+    elif model.startswith("densenet"):
         blocks = {"densenet121": (6, 12, 24, 16), "densenet201": (6, 12, 48, 32), "densenet264": (6, 12, 64, 48)}[model]
         onnx_path = densenet_onnx(out / f"{model}.onnx", blocks)
         artifact = engine_from_onnx(load_onnx(onnx_path), out / f"{model}.fp32.engine", BuildOptions(progress=False))
