@@ -260,6 +260,14 @@ def test_an_engine_with_a_bad_verdict_is_blocked_from_export_and_the_printed_com
     assert again.stage("export").ok and again.stages["select"] is run.stages["select"], again.stage("export")
     manifest = json.loads((again.bundle.path / "manifest.json").read_text())
     assert manifest["accuracy"]["choice_level"] == "bad" and manifest["accuracy"]["variant"] == "int8-all"
+    # the same from the command line: demo --export-anyway exports the engine whose verdict is bad
+    cli_out = tmp_path / "cli"
+    argv = ["demo", "--model", str(models / "multi-io.onnx"), "--out", str(cli_out), "--precision", "int8"]
+    argv += ["--max-metric-drop", "1e-6", "--search-budget", "0", "--calibration-samples", "16", "--eval-samples", "16"]
+    cli = run_cli_forked([*argv, "--export-anyway"], tmp_path, timeout=240)
+    _ok(cli, "demo --export-anyway")
+    assert "int8-all (bad)" in cli.stdout and "exported to" in cli.stdout, cli.stdout[-2000:]
+    assert [p for p in (cli_out / "export").iterdir() if (p / "manifest.json").is_file()]
 
 
 def test_demo_exits_2_when_a_stage_failed(models: Path, tmp_path: Path) -> None:
