@@ -187,13 +187,18 @@ class CalibrationSession:
 
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
         ranges = ranges or self.ranges()
-        return insert_qdq(
+        quantized = insert_qdq(
             self.prepared,
             ranges.amax,
             plan or self.default_plan(),
             prepared=True,
             quantize_attention=self.quantize_attention,
         )
+        if self.entry is not None:  # the profile it was calibrated for travels with it: `build` needs no --shapes
+            from workbench.model.profile import write_profile_metadata
+
+            write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
+        return quantized
 
     def placement(self, plan: PrecisionPlan | None = None) -> Any:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
