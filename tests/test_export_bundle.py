@@ -189,9 +189,10 @@ def test_format_1_bundles_still_read_with_engine_hash_and_confinement(artifact: 
     (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
     from workbench.export.bundle import verify_bundle
 
-    check = verify_bundle(tmp_path / "b")
+    assert not verify_bundle(tmp_path / "b").ok  # format 1 only when asked for (issue 23: no silent downgrade)
+    check = verify_bundle(tmp_path / "b", allow_unsealed=True)
     assert check.ok and check.files_checked == 1 and "only the engine is hashed" in check.notes[0]
     manifest["engine"]["file"] = "../b/model.engine"
     (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(WorkbenchError, match="leaves the bundle"):
-        read_bundle(tmp_path / "b")
+        read_bundle(tmp_path / "b", allow_unsealed=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -144,7 +145,8 @@ def _refusal(where: str, error: BaseException, expected: str, noun: str) -> Work
 
 
 # What zipfile, zlib and numpy's header parser raise on damaged input (RuntimeError: an encrypted member;
-# NotImplementedError: a compression method Python lacks; struct.error: a short zip header).
+# NotImplementedError: a compression method Python lacks; struct.error: a short zip header; ValueError: also a
+# header whose shape numpy cannot represent).
 _READ_ERRORS = (
     OSError,
     ValueError,
@@ -156,7 +158,8 @@ _READ_ERRORS = (
     NotImplementedError,
     struct.error,
     OverflowError,
-    SyntaxError,
+    SyntaxError,  # numpy parses the header's dict with ast; damage can make it invalid Python
+    tokenize.TokenError,
     UnicodeDecodeError,
     KeyError,
 )

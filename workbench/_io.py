@@ -281,10 +281,13 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _renameat2_exchange(a: Path, b: Path) -> bool:
-    """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+_RENAME_NOREPLACE = 1
+
+
+def _renameat2(a: Path, b: Path, flags: int) -> int | None:
+    """Linux renameat2: 0 when done, the errno when it failed, None where the call does not exist."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         import ctypes
         import ctypes.util
@@ -292,11 +295,47 @@ def _renameat2_exchange(a: Path, b: Path) -> bool:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError):
-        return False
+        return None
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     renameat2.restype = ctypes.c_int
-    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    return result == 0
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
+        return 0
+    import errno
+
+    code = ctypes.get_errno()
+    return None if code in (errno.ENOSYS, errno.EINVAL) else code  # EINVAL: the filesystem lacks the flag
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE). False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE) == 0
+
+
+def place_new_directory(new: str | os.PathLike[str], target: str | os.PathLike[str], *, label: str = "") -> None:
+    """Rename directory ``new`` to ``target`` only if nothing is at ``target`` (no-replace semantics): a folder that
+    appeared there meanwhile (another process, the user) is never swapped out or deleted; that is an error instead.
+
+    Linux: one ``renameat2(RENAME_NOREPLACE)``; elsewhere a check then a rename, which on POSIX would replace only an
+    empty folder."""
+    new, target = Path(new), Path(target)
+    result = _renameat2(new, target, _RENAME_NOREPLACE)
+    if result is None:
+        if os.path.lexists(target):
+            result = 17  # EEXIST
+        else:
+            os.rename(new, target)
+            return
+    if result == 0:
+        return
+    import errno
+
+    if result == errno.EEXIST:
+        raise WorkbenchError(
+            f"{label + ' ' if label else ''}{target}: appeared while this command ran (it did not exist when checked); "
+            "it was left untouched and nothing was written there.",
+            expected="an output folder that no other process creates meanwhile",
+        )
+    raise OSError(result, os.strerror(result), str(target))
 
 
 def swap_directories(new: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
@@ -322,6 +361,68 @@ def swap_directories(new: str | os.PathLike[str], target: str | os.PathLike[str]
     finally:
         shutil.rmtree(aside, ignore_errors=True)
         _unregister(aside)
+
+
+# --- outputs written into a folder the user may share: never overwrite a file we did not write -----------------
+
+OWNED_OUTPUTS_FILE = ".workbench-outputs.json"
+_OWNED_FORMAT = "trt-workbench-outputs"
+
+
+def _owned_records(folder: Path) -> dict[str, str] | None:
+    """name -> sha256 of the files the workbench wrote into ``folder`` (None: the record is not ours)."""
+    record = folder / OWNED_OUTPUTS_FILE
+    if not os.path.lexists(record):
+        return {}
+    if record.is_symlink() or not record.is_file():
+        return None
+    try:
+        data = read_json(record, what="the workbench's record of its outputs", max_bytes=16 * 1024 * 1024)
+    except WorkbenchError:
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == _OWNED_FORMAT else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return None
+    return {str(k): v for k, v in files.items()}
+
+
+def refuse_foreign_outputs(folder: str | os.PathLike[str], names: Iterable[str], *, label: str) -> None:
+    """Raise unless each of ``names`` in ``folder`` is absent or a file the workbench wrote there and nobody changed
+    since (its sha256 is the one recorded in ``folder/.workbench-outputs.json``). Call before any work."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    records = _owned_records(folder)
+    if records is None:
+        raise WorkbenchError(
+            f"{label} {folder}: {OWNED_OUTPUTS_FILE} there is not the workbench's record of its outputs, so it cannot "
+            "tell which files it may replace; nothing was written.",
+            expected="a new or empty folder, or one the workbench wrote earlier",
+        )
+    foreign = []
+    for name in names:
+        path = folder / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_symlink() or not path.is_file() or records.get(name) != sha256_file(path):
+            foreign.append(name)
+    if foreign:
+        raise WorkbenchError(
+            f"{label} {folder}: {', '.join(foreign)} already there and not written by the workbench (or changed "
+            "since); they would be overwritten, so nothing was written.",
+            expected="a new or empty folder, or one holding only earlier workbench outputs",
+            hint="pick another folder, or move those files away",
+        )
+
+
+def record_outputs(folder: str | os.PathLike[str], paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Note in ``folder/.workbench-outputs.json`` that the workbench wrote ``paths`` (so a later run may replace them)."""
+    folder = Path(folder)
+    records = _owned_records(folder) or {}
+    for path in paths:
+        path = Path(path)
+        records[path.name] = sha256_file(path)
+    write_json_atomic(folder / OWNED_OUTPUTS_FILE, {"format": _OWNED_FORMAT, "files": dict(sorted(records.items()))})
 
 
 # --- output validation --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from workbench.engine.layermap import FusionDiff
 from workbench.engine.lint import LintReport, lint
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
+from workbench.explore.embed import EMBED_HEIGHT_PX
 from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
@@ -37,7 +38,7 @@ class Explorer:
     lint_reports: tuple[LintReport, ...]
     fusion_diff: FusionDiff | None = None
     overlays: tuple[ov.Overlay, ...] = ()
-    height: int = 720
+    height: int = EMBED_HEIGHT_PX
 
     @property
     def url(self) -> str:
@@ -69,12 +70,25 @@ class Explorer:
             parts.append(f"fusions gained {s['gained']}, lost {s['lost']}, precision changed {s['precision_changed']}")
         return "; ".join(parts)
 
+    def export_names(self) -> list[str]:
+        """The file names :meth:`export` writes."""
+        return [p.name for p in (*self.graph_files, *self.node_data_files)] + ["lint.json", "view.json", "README.txt"]
+
     def export(self, directory: str | Path) -> Path:
         """Copy the graphs JSON and node-data JSON into ``directory`` with a README saying how to open them with
-        the stock ``model-explorer`` command (no workbench needed)."""
-        from workbench._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+        the stock ``model-explorer`` command (no workbench needed). A file of that name already there is replaced
+        only if the workbench wrote it (and nobody changed it since); otherwise nothing is written and the error
+        names the files."""
+        from workbench._io import (
+            record_outputs,
+            refuse_foreign_outputs,
+            write_bytes_atomic,
+            write_json_atomic,
+            write_text_atomic,
+        )
 
         out = Path(directory)
+        refuse_foreign_outputs(out, self.export_names(), label="--export")
         out.mkdir(parents=True, exist_ok=True)
         for path in (*self.graph_files, *self.node_data_files):
             write_bytes_atomic(out / path.name, path.read_bytes())
@@ -91,6 +105,7 @@ class Explorer:
             "graph 'engine': the engine layers. Open both in split view and set Sync to 'match node id' to link\n"
             "them (view.json holds the layout the workbench uses). lint.json lists the linter's findings.\n",
         )
+        record_outputs(out, [out / name for name in self.export_names()])
         return out
 
 
@@ -137,7 +152,7 @@ def build_explorer(
     precision: str = "fp32",
     compare_precision: str = "fp16",
     directory: str | Path | None = None,
-    height: int = 720,
+    height: int = EMBED_HEIGHT_PX,
 ) -> Explorer:
     """Write the graphs and node data of one build (or two, with ``compare``) and describe the page; nothing is
     started here (the server starts when the page's URL is first asked for)."""
@@ -181,6 +196,7 @@ def build_explorer(
         )
         if fusion_diff is not None:
             overlays.append(ov.fusion_diff_overlay(view, fusion_diff, "before" if index == 0 else "after", ids))
+        overlays = ov.active_last(overlays)  # INT8 damage, where given, is the overlay the page opens with
         for overlay in overlays:
             path = overlay.save(out, prefix=f"{stem}.")
             node_data.append(path)
@@ -229,7 +245,7 @@ def explore(
     *,
     precision: str = "fp32",
     compare_precision: str = "fp16",
-    height: int = 720,
+    height: int = EMBED_HEIGHT_PX,
 ) -> Explorer:
     """Open the engine explorer on a build: an ``EngineArtifact``, an ``.engine`` (with its ``.layers.json``), a
     ``.layers.json``, or a zoo name / ``.onnx`` path (built here at ``precision``).

@@ -9,6 +9,7 @@ The optional Triton model repository comes from :mod:`workbench.export.triton`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -23,11 +24,11 @@ from typing import Any
 
 from workbench._io import (
     dumps_json,
-    read_json,
+    loads_json,
+    place_new_directory,
     refuse_special_file,
     sha256_file,
     staging_directory,
-    swap_directories,
     validate_outputs,
     write_text_atomic,
 )
@@ -106,6 +107,20 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
     )
 
 
+def _fp8_requirement(engine: EngineArtifact) -> dict[str, Any] | None:
+    """For an engine with FP8 layers: how many, and which GPUs can run it (compute capability 8.9+); else None."""
+    from workbench.engine.targets import FP8_GPUS, FP8_MIN_COMPUTE_CAPABILITY
+
+    layers = sum(1 for layer in engine.layer_map.layers if layer.precision == "fp8")
+    if not layers:
+        return None
+    return {
+        "layers": layers,
+        "min_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY)),
+        "runs_on": FP8_GPUS,
+    }
+
+
 # --- export ------------------------------------------------------------------------------------------------
 
 MANIFEST_HMAC_FILE = "manifest.json.hmac"
@@ -128,24 +143,89 @@ def check_plausible_engine(path: Path) -> None:
 
 
 def is_bundle_dir(path: str | os.PathLike[str]) -> bool:
-    """True for a directory holding our manifest (so ``--overwrite`` may replace it); never for other folders."""
-    manifest = Path(path) / MANIFEST_FILE
-    if not manifest.is_file() or manifest.is_symlink():
-        return False
+    """True only for a folder that verifies as our sealed bundle right now (every file listed in its manifest, each
+    unchanged, nothing else there), so ``--overwrite`` may replace it. Never for other folders, and never for a
+    format-1 bundle (it lists no files, so what is ours in it cannot be told from what the user put there)."""
     try:
-        data = read_json(manifest, what="a bundle manifest", max_bytes=64 * 1024 * 1024)
+        check = verify_bundle(path, signature=False)
     except WorkbenchError:
         return False
-    if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
-        return False
-    listed = data.get("files")
-    if isinstance(listed, dict):  # a sealed bundle: any file the user added makes it not only ours
-        root = Path(path)
-        for item in root.rglob("*"):
-            if (item.is_file() or item.is_symlink()) and item.name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE):
-                if item.relative_to(root).as_posix() not in listed:
-                    return False
-    return True
+    return check.ok and check.format_version >= 2
+
+
+# caps on what a bundle walk visits: a bundle holds a handful of files, a few folders deep
+MAX_BUNDLE_DEPTH = 32
+MAX_BUNDLE_FILES = 10_000
+MAX_BUNDLE_BYTES = 1 << 40
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_HMAC_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class BundleTree:
+    """What is in a bundle folder, walked iteratively without following any symbolic link."""
+
+    files: tuple[str, ...]  # POSIX paths relative to the root of every entry that is not a folder (links included)
+    problems: tuple[str, ...]  # a cap exceeded or a folder that could not be listed
+
+
+def walk_bundle(root: str | os.PathLike[str]) -> BundleTree:
+    """Every non-folder entry under ``root`` (files, symbolic links, FIFOs…), iteratively (no recursion limit), with
+    caps on depth (:data:`MAX_BUNDLE_DEPTH`), entries (:data:`MAX_BUNDLE_FILES`) and bytes (:data:`MAX_BUNDLE_BYTES`);
+    a cap exceeded stops the walk with a problem instead of reading on."""
+    files: list[str] = []
+    total = 0
+    stack: list[tuple[str, str, int]] = [(os.fspath(root), "", 0)]
+    while stack:
+        folder, prefix, depth = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(entries)
+        except OSError as error:
+            return BundleTree(tuple(sorted(files)), (f"{prefix or '.'}: cannot be listed ({error.strerror})",))
+        for entry in listed:
+            relative = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if depth + 1 > MAX_BUNDLE_DEPTH:
+                    problem = f"{relative}: folders nested deeper than {MAX_BUNDLE_DEPTH} levels (not a bundle)"
+                    return BundleTree(tuple(sorted(files)), (problem,))
+                stack.append((entry.path, relative + "/", depth + 1))
+                continue
+            files.append(relative)
+            if len(files) > MAX_BUNDLE_FILES:
+                return BundleTree(tuple(sorted(files)), (f"more than {MAX_BUNDLE_FILES} files (not a bundle)",))
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+                if total > MAX_BUNDLE_BYTES:
+                    return BundleTree(tuple(sorted(files)), (f"more than {MAX_BUNDLE_BYTES} bytes (not a bundle)",))
+    return BundleTree(tuple(sorted(files)), ())
+
+
+def _read_regular(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a regular file, read without following a symbolic link and only up to ``limit`` bytes."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        raise WorkbenchError(f"{path}: cannot be read ({error.strerror}).", expected=what) from None
+    if stat.S_ISLNK(info.st_mode):
+        raise WorkbenchError(f"{path}: is a symbolic link; a bundle's links are never followed.", expected=what)
+    if not stat.S_ISREG(info.st_mode):
+        raise WorkbenchError(f"{path}: is not a regular file.", expected=what)
+    if info.st_size > limit:
+        raise WorkbenchError(f"{path}: {info.st_size} bytes, above the limit of {limit}.", expected=what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise WorkbenchError(f"{path}: cannot be opened ({error.strerror}).", expected=what) from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise WorkbenchError(f"{path}: is not a regular file.", expected=what)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise WorkbenchError(f"{path}: grew above the limit of {limit} bytes while read.", expected=what)
+    return data
 
 
 def _file_entry(path: Path) -> dict[str, Any]:
@@ -153,8 +233,23 @@ def _file_entry(path: Path) -> dict[str, Any]:
 
 
 def _bundle_key() -> bytes | None:
+    """The signing key from ``WORKBENCH_BUNDLE_KEY``; unset = no key. Set but empty, or not valid UTF-8, is an error
+    (silently meaning "no key" would turn signing and checking off without a word)."""
     key = os.environ.get(BUNDLE_KEY_ENV)
-    return key.encode("utf-8") if key else None
+    if key is None:
+        return None
+    if not key.strip():
+        raise WorkbenchError(
+            f"{BUNDLE_KEY_ENV} is set but empty; an empty key would sign nothing and check nothing.",
+            expected=f"a non-empty key in {BUNDLE_KEY_ENV}, or the variable unset for unsigned bundles",
+        )
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
+        raise WorkbenchError(
+            f"{BUNDLE_KEY_ENV} holds bytes that are not valid UTF-8.",
+            expected=f"a key of UTF-8 text in {BUNDLE_KEY_ENV}",
+        ) from None
 
 
 def _manifest_hmac(data: bytes, key: bytes) -> str:
@@ -190,13 +285,16 @@ def export_bundle(
             hint="pass --layers",
         )
     output_dir = Path(output_dir)
+    key = _bundle_key()  # an empty or undecodable key is refused before any work
     validate_outputs(
         {"bundle": output_dir},
         inputs=[engine_path, engine.layers_path, calibration_cache],
         directories=("bundle",),
         overwrite=overwrite,
         is_ours=is_bundle_dir,
+        ours="a bundle written by `workbench export` that still verifies (format 2, nothing added or changed)",
     )
+    replacing = os.path.lexists(output_dir)  # checked above: only then may the target be replaced
     check_plausible_engine(engine_path)
     engine_sha = sha256_file(engine_path)
     recorded = read_layers_document(engine.layers_path).get("build", {}).get("engine_sha256")
@@ -219,6 +317,7 @@ def export_bundle(
 
         CalibrationRanges.load(cache)  # refuses a cache that is not one (schema, ranges)
     plan = plan if plan is not None else engine.options.plan
+    fp8 = _fp8_requirement(engine)
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_VERSION,
@@ -231,6 +330,7 @@ def export_bundle(
         "target_compute_capabilities": target_compute_capabilities(engine.backend, engine.options.compute_capabilities),
         "precision": engine.precision,
         "precision_plan": plan.to_json() if plan is not None else None,
+        "fp8": fp8,
         "build_options": engine.options.to_json(),
         "profiles": {k: [list(s) for s in v] for k, v in engine.profiles.items()},
         "io_tensors": [dataclasses.asdict(io) for io in engine.engine_layers.io_tensors],
@@ -255,7 +355,8 @@ def export_bundle(
                 "source": str(calibration_cache),
             }
         if triton is not None:
-            text = triton_config(manifest["io_tensors"], triton)
+            parameters = {"precision": "fp8", "min_compute_capability": fp8["min_compute_capability"]} if fp8 else None
+            text = triton_config(manifest["io_tensors"], triton, parameters)
             model_dir = staging / "triton" / triton.model_name
             (model_dir / "1").mkdir(parents=True)
             shutil.copyfile(staging / ENGINE_FILE, model_dir / "1" / "model.plan")
@@ -268,18 +369,57 @@ def export_bundle(
                 "validated_with": "inference.ModelConfig from tritonclient 2.73.0 (text_format parse)",
                 "note": "Triton's TensorRT backend loads full-TensorRT engines of the same version; not loaded by a server here.",
             }
-        manifest["files"] = {
-            str(path.relative_to(staging).as_posix()): _file_entry(path)
-            for path in sorted(staging.rglob("*"))
-            if path.is_file()
-        }
+        manifest["files"] = {name: _file_entry(staging / name) for name in walk_bundle(staging).files}
         text = dumps_json(manifest) + "\n"
         write_text_atomic(staging / MANIFEST_FILE, text)
-        key = _bundle_key()
         if key is not None:
             write_text_atomic(staging / MANIFEST_HMAC_FILE, _manifest_hmac(text.encode("utf-8"), key) + "\n")
-        swap_directories(staging, output_dir)
+        if replacing:
+            _replace_bundle(staging, output_dir)
+        else:  # a folder that appears at the target meanwhile is never swapped out: an error instead
+            place_new_directory(staging, output_dir, label="bundle")
     return read_bundle(output_dir)
+
+
+def _replace_bundle(staging: Path, target: Path) -> None:
+    """Put the new bundle at ``target`` in place of the old one, then delete only the files the old manifest lists
+    (and folders they leave empty). Anything else found in the old folder is kept, beside it, and reported."""
+    import warnings
+
+    from workbench._io import _renameat2_exchange
+
+    old = verify_bundle(target, signature=False) if target.is_dir() and not target.is_symlink() else None
+    if old is None or not old.ok or old.format_version < 2:
+        raise WorkbenchError(
+            f"{target}: changed while the new bundle was written and no longer verifies as a bundle written by "
+            "`workbench export`; it was left untouched.",
+            expected="an output folder nothing else writes to meanwhile",
+        )
+    listed = sorted(old.listed_files)
+    if not _renameat2_exchange(staging, target):  # elsewhere: the old folder aside first, then the new one in
+        os.replace(target, staging.with_name(staging.name + ".old"))
+        os.replace(staging, target)
+        staging.with_name(staging.name + ".old").rename(staging)
+    # ``staging`` now holds the old bundle: remove what it listed, keep everything else (the staging folder's own
+    # clean-up would delete it whole, so whatever is left is moved out of its way first, even on an error)
+    try:
+        folders = set()
+        for name in (*listed, MANIFEST_FILE, MANIFEST_HMAC_FILE):
+            path = staging / name
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+            folders.update(str(parent) for parent in PurePosixPath(name).parents if str(parent) != ".")
+        for folder in sorted(folders, key=lambda f: f.count("/"), reverse=True):
+            with contextlib.suppress(OSError):  # not empty: something we did not write is there
+                (staging / folder).rmdir()
+        staging.rmdir()
+    except BaseException:
+        kept = target.with_name(f"{target.name}.kept-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
+        os.replace(staging, kept)
+        warnings.warn(
+            f"{target}: files found in the old bundle that its manifest does not list were kept in {kept}",
+            stacklevel=3,
+        )
 
 
 # --- reading and verifying ---------------------------------------------------------------------------------
@@ -294,6 +434,8 @@ class BundleCheck:
     files_checked: int
     signed: bool  # an HMAC was present and checked with WORKBENCH_BUNDLE_KEY
     notes: tuple[str, ...] = ()
+    format_version: int = 0  # 0 when the manifest could not be read
+    listed_files: tuple[str, ...] = ()  # the files the manifest seals (format 2)
 
     @property
     def ok(self) -> bool:
@@ -362,6 +504,8 @@ def _manifest_problems(manifest: Any, where: Path) -> list[str]:
         files = manifest.get("files")
         if not isinstance(files, dict) or not files:
             problems.append(f"{where}: 'files' is missing or empty (a sealed bundle lists every file)")
+        elif len(files) > MAX_BUNDLE_FILES:
+            problems.append(f"{where}: 'files' lists {len(files)} files, above the limit of {MAX_BUNDLE_FILES}")
         else:
             for name, entry in files.items():
                 if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")):
@@ -379,10 +523,15 @@ def _is_sha256(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
+def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False, signature: bool = True) -> BundleCheck:
     """Check a bundle against its manifest without trusting it: schema, confinement of every path (no ``..``,
     absolute paths or symlinks), every listed file's size and sha256, no unlisted files, the engine and its layer
-    records belonging together, and the HMAC when ``WORKBENCH_BUNDLE_KEY`` is set."""
+    records belonging together, and the HMAC when ``WORKBENCH_BUNDLE_KEY`` is set.
+
+    A format-1 (unsealed) bundle is read only with ``allow_unsealed``, never when a key is set, and never when it
+    shows signs of a sealed bundle edited down (a file list or an HMAC file): a sealed format is never read as an
+    unsealed one. Only the top-level ``manifest.json`` and ``manifest.json.hmac`` are special; no symbolic link is
+    followed, the ``.hmac`` included. ``signature=False`` skips the HMAC (only to tell whether a folder is ours)."""
     root = Path(path)
     if not root.is_dir():
         raise WorkbenchError(f"{root}: no such bundle directory.", expected="a directory written by `workbench export`")
@@ -392,27 +541,49 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
             f"{root}: not a workbench bundle (no {MANIFEST_FILE}).",
             expected="a directory written by `workbench export`",
         )
-    raw = manifest_path.read_bytes()
-    manifest = read_json(manifest_path, what="the manifest written by `workbench export`", max_bytes=64 * 1024 * 1024)
+    what = "the manifest written by `workbench export`"
+    raw = _read_regular(manifest_path, MAX_MANIFEST_BYTES, what)  # the bytes the HMAC covers are the bytes parsed
+    manifest = loads_json(raw, where=str(manifest_path), what=what)
     problems = _manifest_problems(manifest, manifest_path)
     notes: list[str] = []
     signed = False
-    key = _bundle_key()
+    key = _bundle_key() if signature else None
     hmac_path = root / MANIFEST_HMAC_FILE
+    hmac_present = os.path.lexists(hmac_path)
     if key is not None:
-        if not hmac_path.is_file():
+        if not hmac_present:
             problems.append(f"{root}: {BUNDLE_KEY_ENV} is set but the bundle has no {MANIFEST_HMAC_FILE} (unsigned)")
         else:
-            wanted = hmac_path.read_text(encoding="ascii", errors="replace").strip()
-            # compare bytes: compare_digest refuses str with non-ASCII characters (a garbage .hmac file)
-            if not hmac.compare_digest(wanted.encode("utf-8"), _manifest_hmac(raw, key).encode("ascii")):
-                problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
+            try:
+                wanted = _read_regular(hmac_path, MAX_HMAC_BYTES, "the HMAC written by `workbench export`").strip()
+            except WorkbenchError as error:
+                problems.append(error.problem.rstrip("."))
             else:
-                signed = True
-    elif hmac_path.is_file():
+                if not hmac.compare_digest(wanted, _manifest_hmac(raw, key).encode("ascii")):
+                    problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
+                else:
+                    signed = True
+    elif hmac_present:
         notes.append(f"the manifest is signed; set {BUNDLE_KEY_ENV} to check the signature")
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version == 1:
+        if "files" in manifest or hmac_present:
+            problems.append(
+                f"{manifest_path}: format_version 1 (unsealed) in a bundle that was sealed (it has "
+                f"{'a file list' if 'files' in manifest else MANIFEST_HMAC_FILE}): its manifest was edited down"
+            )
+        elif signature and _bundle_key() is not None:
+            problems.append(
+                f"{manifest_path}: format_version 1 is unsealed and {BUNDLE_KEY_ENV} is set: only a sealed, signed "
+                "bundle is read when a key is set"
+            )
+        elif not allow_unsealed:
+            problems.append(
+                f"{manifest_path}: format_version 1 is unsealed (only the engine is hashed); it is read only with "
+                "--allow-unsealed (allow_unsealed=True), so an edited sealed bundle cannot pass as one"
+            )
     if problems:
-        return BundleCheck(root, tuple(problems), 0, signed, tuple(notes))
+        return BundleCheck(root, tuple(problems), 0, signed, tuple(notes), _int_or_zero(version))
     checked = 0
     if manifest["format_version"] >= 2:
         listed = manifest["files"]
@@ -429,6 +600,10 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
         for name, what in named.items():
             if name not in listed:
                 problems.append(f"{what} {name!r} is not among the sealed files")
+        # the walk first: a folder past the caps (depth, files, bytes) is refused before any file is hashed
+        tree = walk_bundle(root)  # files, links, and FIFOs/sockets too; iteratively, with caps
+        if tree.problems:
+            return BundleCheck(root, (*problems, *tree.problems), 0, signed, tuple(notes), manifest["format_version"])
         for name, entry in listed.items():
             file_path, problem = _confined(root, name, "files")
             if problem:
@@ -446,15 +621,11 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
             if digest != entry["sha256"]:
                 problems.append(f"{name}: sha256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
             checked += 1
-        extra = [
-            item.relative_to(root).as_posix()
-            for item in sorted(root.rglob("*"))
-            if (not item.is_dir() or item.is_symlink())  # files, links, and FIFOs/sockets too
-            and item.relative_to(root).as_posix() not in listed
-            and item.name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)
-        ]
-        for name in extra:
+        extra = [name for name in tree.files if name not in listed and name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)]
+        for name in extra[:50]:
             problems.append(f"{name}: not listed in the manifest (added after export)")
+        if len(extra) > 50:
+            problems.append(f"and {len(extra) - 50} more files not listed in the manifest")
         if manifest["engine"]["sha256"] != (listed.get(manifest["engine"]["file"]) or {}).get("sha256"):
             problems.append("engine.sha256 differs from the sealed engine file's sha256")
         triton = manifest.get("triton") if isinstance(manifest.get("triton"), dict) else {}
@@ -489,7 +660,12 @@ def verify_bundle(path: str | os.PathLike[str]) -> BundleCheck:
                     f"({manifest['engine']['sha256'][:12]}…)"
                 )
             checked = 1
-    return BundleCheck(root, tuple(problems), checked, signed, tuple(notes))
+    listed_names = tuple(manifest["files"]) if manifest["format_version"] >= 2 else ()
+    return BundleCheck(root, tuple(problems), checked, signed, tuple(notes), manifest["format_version"], listed_names)
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _triton_config_problems(config_path: Path, manifest: dict[str, Any]) -> list[str]:
@@ -523,9 +699,10 @@ def _triton_config_problems(config_path: Path, manifest: dict[str, Any]) -> list
     return problems
 
 
-def read_bundle(path: str | os.PathLike[str]) -> Bundle:
-    """Open a bundle after :func:`verify_bundle`; any problem is a WorkbenchError listing what differs."""
-    check = verify_bundle(path)
+def read_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False) -> Bundle:
+    """Open a bundle after :func:`verify_bundle`; any problem is a WorkbenchError listing what differs. A format-1
+    (unsealed) bundle only with ``allow_unsealed`` and no key set."""
+    check = verify_bundle(path, allow_unsealed=allow_unsealed)
     if not check.ok:
         raise WorkbenchError(
             f"{check.path}: the bundle does not match its manifest: "
@@ -535,7 +712,11 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
             expected="the files the bundle was exported with",
             hint="the bundle was modified or truncated; re-export it",
         )
-    manifest = read_json(Path(path) / MANIFEST_FILE, what="the manifest written by `workbench export`")
+    manifest = loads_json(
+        _read_regular(Path(path) / MANIFEST_FILE, MAX_MANIFEST_BYTES, "the manifest written by `workbench export`"),
+        where=str(Path(path) / MANIFEST_FILE),
+        what="the manifest written by `workbench export`",
+    )
     return Bundle(Path(path), manifest, Path(path) / manifest["engine"]["file"])
 
 
@@ -575,11 +756,14 @@ def check_engine_compatible(bundle: Bundle, *, gpu: Any = None, backend: Any = N
         )
 
 
-def load_engine(bundle: str | os.PathLike[str] | Bundle, *, gpu: Any = None) -> LoadedEngine:
+def load_engine(
+    bundle: str | os.PathLike[str] | Bundle, *, gpu: Any = None, allow_unsealed: bool = False
+) -> LoadedEngine:
     """Deserialize a bundle's engine after checking backend version and compute capability (refuses mismatches)."""
     from workbench.engine.backend import EngineRunner, get_backend
 
-    bundle = read_bundle(bundle.path if isinstance(bundle, Bundle) else bundle)  # verified now, not when first read
+    # verified now, not when first read
+    bundle = read_bundle(bundle.path if isinstance(bundle, Bundle) else bundle, allow_unsealed=allow_unsealed)
     backend = get_backend(bundle.manifest["backend"]["name"])
     check_engine_compatible(bundle, gpu=gpu, backend=backend)
     data = bundle.engine_path.read_bytes()

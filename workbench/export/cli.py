@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an existing bundle directory (only one written by `workbench export`; atomically)",
+        help="replace an existing bundle directory (only one written by `workbench export` that still verifies; "
+        "atomically; only the files its manifest lists are deleted)",
     )
     export.set_defaults(func=_cli_export)
 
@@ -57,6 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"records belonging together, and the manifest's HMAC when {BUNDLE_KEY_ENV} is set.",
     )
     verify.add_argument("bundle", help="bundle directory written by `workbench export`")
+    verify.add_argument(
+        "--allow-unsealed",
+        action="store_true",
+        help="also accept a format-1 bundle (older exports: only the engine is hashed); never when "
+        f"{BUNDLE_KEY_ENV} is set",
+    )
     verify.set_defaults(func=_cli_verify)
 
 
@@ -95,6 +102,9 @@ def _refuse_inside_bundle(output: str) -> None:
 
 def _cli_export(args: argparse.Namespace) -> int:
     from workbench.engine.build import layers_path_for
+    from workbench.export.bundle import _bundle_key
+
+    _bundle_key()  # an empty or undecodable key: refused before any work
 
     validate_outputs(
         {"-o": args.output},
@@ -109,6 +119,7 @@ def _cli_export(args: argparse.Namespace) -> int:
         directories=("-o",),
         overwrite=args.overwrite,
         is_ours=is_bundle_dir,
+        ours="a bundle written by `workbench export` that still verifies (format 2, nothing added or changed)",
     )
     if not args.triton:  # Triton options without --triton would be dropped without a word
         given = [
@@ -152,6 +163,8 @@ def _cli_export(args: argparse.Namespace) -> int:
         f"backend     {manifest['backend']['name']} {manifest['backend']['version']}; runs on compute capability "
         + ", ".join(manifest["target_compute_capabilities"])
     )
+    if manifest.get("fp8"):
+        print(f"fp8         {manifest['fp8']['layers']} FP8 layers: runs on {manifest['fp8']['runs_on']}")
     if (bundle.path / MANIFEST_HMAC_FILE).is_file():
         print(f"signed      {MANIFEST_HMAC_FILE} (HMAC-SHA256 of the manifest with {BUNDLE_KEY_ENV})")
     print(
@@ -163,7 +176,7 @@ def _cli_export(args: argparse.Namespace) -> int:
 
 
 def _cli_verify(args: argparse.Namespace) -> int:
-    check = verify_bundle(args.bundle)
+    check = verify_bundle(args.bundle, allow_unsealed=args.allow_unsealed)
     for note in check.notes:
         print(f"note: {note}")
     if not check.ok:

@@ -81,11 +81,20 @@ class Judgement(Artifact):
         return f"{self.variant} {self.estimate.text()}, vs FP32 {self.vs_fp32.text()}{noise}"
 
 
+def loss_of(delta_vs_fp32: float, higher_is_better: bool) -> float:
+    """How much worse than FP32 a variant-minus-FP32 difference is (positive = worse, whatever the direction)."""
+    return -delta_vs_fp32 if higher_is_better else delta_vs_fp32
+
+
+def within_drop(loss: float, max_drop: float) -> bool:
+    """The rule's acceptability: a loss vs FP32 of at most ``max_drop`` (float round-off forgiven)."""
+    return loss <= max_drop + 1e-12
+
+
 def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float, float]:
     """(loss, loss interval low, loss interval high) from a variant-minus-FP32 difference."""
-    if higher_is_better:
-        return -difference.delta, -difference.high, -difference.low
-    return difference.delta, difference.low, difference.high
+    low, high = sorted(loss_of(end, higher_is_better) for end in (difference.low, difference.high))
+    return loss_of(difference.delta, higher_is_better), low, high
 
 
 def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> dict[Variant, Judgement]:
@@ -106,7 +115,7 @@ def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> di
             difference,
             loss,
             high,
-            loss <= max_drop + 1e-12,
+            within_drop(loss, max_drop),
             difference.has_interval and (high <= max_drop or low > max_drop),
         )
     return out
