@@ -9,8 +9,8 @@ import re
 import plotly.graph_objects as go
 import pytest
 
+from workbench.flow.artifacts import MetricRow
 from workbench.flow.choose import EngineCandidate
-from workbench.flow.quickstart import MetricRow
 from workbench.viz import layout
 from workbench.viz.metrics import candidates_figure, metric_table_figure, metrics_figure
 from workbench.viz.serving import sla_search_figure
