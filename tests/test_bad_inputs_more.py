@@ -396,7 +396,7 @@ def test_api_full_disk_atomic_write(full_disk: Path) -> None:
 )
 def test_api_quickstart_config_refuses_wrong_types(setting: dict[str, Any]) -> None:
     from workbench.errors import WorkbenchError
-    from workbench.flow.quickstart import QuickstartConfig
+    from workbench.flow import QuickstartConfig
 
     name = next(iter(setting))
     with pytest.raises(WorkbenchError, match=f"^{name}="):
@@ -408,7 +408,7 @@ def test_api_quickstart_config_refuses_wrong_types(setting: dict[str, Any]) -> N
 @pytest.mark.parametrize("out", ["notes.txt", "fifo.onnx"])
 def test_api_quickstart_out_dir_that_is_not_a_folder(ws: Path, out: str) -> None:
     from workbench.errors import WorkbenchError
-    from workbench.flow.quickstart import QuickstartConfig, run_quickstart
+    from workbench.flow import QuickstartConfig, run_quickstart
 
     before = _snapshot(ws)
     with pytest.raises(WorkbenchError, match="out_dir .* not a folder"):

@@ -81,6 +81,12 @@ def register(subparsers: Any) -> None:
         "--budget", type=bounded_int(1, 10_000), default=None, help="--target-drop: at most N task evaluations"
     )
     calibrate.add_argument(
+        "--formats",
+        default=None,
+        help="--target-drop: the formats a fusion group may take, in the order tried, e.g. int8,fp8,fp16 (a group "
+        "that hurts in INT8 is tried in FP8 before FP16; default int8,FALLBACK)",
+    )
+    calibrate.add_argument(
         "--groups", default=None, choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
@@ -190,6 +196,9 @@ def _refuse_removed(args: argparse.Namespace) -> None:
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
     """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
     _refuse_removed(args)
+    first = args.formats.split(",")[0].strip() if args.formats else ""
+    if first in ("int8", "fp8"):  # the search's ladder starts where every group starts
+        args.format = first
     if args.method is None:
         args.method = "mse" if args.format == "fp8" else "entropy"
     if args.format == "fp8" and args.method == "entropy":
@@ -208,6 +217,7 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             for flag, value in (
                 ("--fallback", args.fallback),
                 ("--budget", args.budget),
+                ("--formats", args.formats),
                 ("--groups", args.groups),
                 ("--search-report", args.search_report),
                 ("--eval-limit", args.eval_limit),
@@ -344,6 +354,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             granularity=args.groups,
             base_plan=plan,
             log=None if args.no_progress else _say,
+            formats=[f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None,
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)
