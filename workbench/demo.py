@@ -18,7 +18,7 @@ from typing import Any
 
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
-from workbench.flow.config import SettingValue
+from workbench.flow.config import SEARCH_BUDGET_RANGE, SettingValue
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
 from workbench.report import diagnose, write_report
 from workbench.timing.limits import STREAMS_EXPECTED
@@ -34,6 +34,7 @@ _MARK = {
     StageStatus.PENDING: "... ",
 }
 STILL_RUNNING_EVERY_S = 15.0
+DEFAULTS = QuickstartConfig()
 DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier demo wrote them (issue 23)
 
 
@@ -140,7 +141,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model",
         help="zoo model name (default: ocr-cls, ~25 s on 2 cores) or a path to your own .onnx file: it runs on "
-        "seeded random inputs and its metric is the output cosine vs its own FP32 outputs (not task accuracy)",
+        "seeded random inputs (or --data) and its metric is agreement with its own FP32 outputs judged on the worst "
+        "output (not task accuracy), or top-1 accuracy when the --data batches carry 'labels'",
     )
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
     parser.add_argument(
@@ -156,19 +158,26 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--max-metric-drop",
         type=float,
-        help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)",
+        help=f"task-metric loss vs FP32 an engine may have and be chosen (default {DEFAULTS.max_metric_drop:g})",
     )
     parser.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 range method")
     parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
-    parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
     parser.add_argument(
-        "--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)"
+        "--calibration-samples",
+        type=int,
+        help=f"samples for the INT8 range statistics (default {DEFAULTS.calibration_samples})",
+    )
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        help=f"evaluation samples per precision for the task metric (default {DEFAULTS.evaluation_samples})",
     )
     parser.add_argument(
         "--search-budget",
         type=int,
-        help="task evaluations for the accuracy-target mixed-precision search (default 8; 0 turns it off)",
+        help=f"task evaluations for the accuracy-target mixed-precision search, whose pick is the mixed engine "
+        f"({SEARCH_BUDGET_RANGE[0]}..{SEARCH_BUDGET_RANGE[1]}, default {DEFAULTS.search_budget}; 0 turns it off)",
     )
     parser.add_argument(
         "--export-anyway",

@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
-from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession, StageStatus
+from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.report import (
     choice_html,
     diagnose,
@@ -180,7 +180,7 @@ class QuickstartPanel:
         self.refresh()
         self.stale.clear()
         run = self.session.run
-        by_status: dict[StageStatus, list[Any]] = {status: [] for status in StageStatus}
+        by_status: dict[StageStatus, list[StageResult]] = {status: [] for status in StageStatus}
         for result in run.stages.values():
             by_status[result.status].append(result)
         off = by_status[StageStatus.OFF]
@@ -221,7 +221,7 @@ class QuickstartPanel:
                 )
             self.status.ok(complete + (f"; {choice.reason}" if choice else ""))
 
-    def _stage_finished(self, result: Any, index: int, total: int) -> None:
+    def _stage_finished(self, result: StageResult, index: int, total: int) -> None:
         if result.name in self._pending:
             self._pending.remove(result.name)
         self.stage_table.value = stage_table_html(self.session.run, pending=self._pending)
