@@ -504,6 +504,8 @@ def _manifest_problems(manifest: Any, where: Path) -> list[str]:
         files = manifest.get("files")
         if not isinstance(files, dict) or not files:
             problems.append(f"{where}: 'files' is missing or empty (a sealed bundle lists every file)")
+        elif len(files) > MAX_BUNDLE_FILES:
+            problems.append(f"{where}: 'files' lists {len(files)} files, above the limit of {MAX_BUNDLE_FILES}")
         else:
             for name, entry in files.items():
                 if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")):
@@ -555,7 +557,7 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
             try:
                 wanted = _read_regular(hmac_path, MAX_HMAC_BYTES, "the HMAC written by `workbench export`").strip()
             except WorkbenchError as error:
-                problems.append(str(error))
+                problems.append(error.problem.rstrip("."))
             else:
                 if not hmac.compare_digest(wanted, _manifest_hmac(raw, key).encode("ascii")):
                     problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
@@ -598,6 +600,10 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
         for name, what in named.items():
             if name not in listed:
                 problems.append(f"{what} {name!r} is not among the sealed files")
+        # the walk first: a folder past the caps (depth, files, bytes) is refused before any file is hashed
+        tree = walk_bundle(root)  # files, links, and FIFOs/sockets too; iteratively, with caps
+        if tree.problems:
+            return BundleCheck(root, (*problems, *tree.problems), 0, signed, tuple(notes), manifest["format_version"])
         for name, entry in listed.items():
             file_path, problem = _confined(root, name, "files")
             if problem:
@@ -615,8 +621,6 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
             if digest != entry["sha256"]:
                 problems.append(f"{name}: sha256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
             checked += 1
-        tree = walk_bundle(root)  # files, links, and FIFOs/sockets too; iteratively, with caps
-        problems.extend(tree.problems)
         extra = [name for name in tree.files if name not in listed and name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)]
         for name in extra[:50]:
             problems.append(f"{name}: not listed in the manifest (added after export)")
