@@ -197,7 +197,11 @@ def test_cpu_pipeline_open_loop_with_dynamic_batching(cls_executor: OrtCpuExecut
     assert result.stages_ms["queue"] > 0.0  # arrivals wait for their batch
     assert max(r.size for r in result.records) > 1
     assert all(r.padded_size in (1, 2, 4) and r.padded_size >= r.size for r in result.records)
-    assert result.requests_per_s == pytest.approx(300.0, rel=0.5)
+    # the offered load, measured by arrival times (fixed in advance): what was served depends on how busy the CPU is
+    lo, hi = result.warmup_ms, result.warmup_ms + result.span_ms
+    arrived = sum(1 for r in result.records for a in r.arrivals_ms if lo <= a <= hi)
+    assert arrived / result.span_ms * 1e3 == pytest.approx(300.0, rel=0.5)  # ~90 arrivals: 0.5 is > 4 sigma
+    assert 0 < result.requests_per_s <= 1.5 * 300.0  # served: at most what was offered (plus noise)
 
 
 def test_sync_baseline_keeps_one_request_in_flight(cls_executor: OrtCpuExecutor) -> None:
