@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from workbench.artifact import Artifact
 
@@ -39,7 +40,7 @@ def _bootstrap_means(values: np.ndarray) -> np.ndarray:
     return values[picks].mean(axis=1)
 
 
-def bootstrap_interval(values: Sequence[float]) -> tuple[float, float]:
+def bootstrap_interval(values: Sequence[float] | npt.NDArray[np.float64]) -> tuple[float, float]:
     """Percentile-bootstrap 95 % interval of the mean of ``values``."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
