@@ -288,21 +288,26 @@ def test_cli_export_and_bad_input(builds, tmp_path: Path, capsys) -> None:
 
 
 def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path) -> None:
-    """The quickstart flow on digits-cnn: FP32 engine, per-layer INT8 diff (ONNX Runtime), mixed INT8 engine."""
-    from workbench.flow import QuickstartConfig, run_quickstart
+    """The quickstart stages on digits-cnn (FP32 engine, calibration, per-layer INT8 diff by ONNX Runtime) and a mixed
+    INT8 engine whose plan keeps the diff's two worst INT8 nodes FP32."""
+    from workbench.engine import engine_from_onnx
+    from workbench.flow import QuickstartConfig, QuickstartSession
+    from workbench.model import load_onnx
 
-    run = run_quickstart(
-        QuickstartConfig(
-            model="digits-cnn",
-            out_dir=str(tmp_path / "run"),
-            timing_window_s=0.1,
-            calibration_samples=64,
-            diff_samples=16,
-        )
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path / "run"), calibration_samples=64, diff_samples=16)
     )
-    assert run.mixed_engine is not None and run.layer_diff is not None
+    run = session.run_stages(["clean", "build_fp32", "calibrate", "layer_diff"])
+    assert run.fp32_engine is not None and run.layer_diff is not None and run.calibration is not None
+    workspace = session.prepare()
+    calibration = workspace.calibration_session(run)
+    plan = calibration.fallback_plan(list(run.layer_diff.int8_nodes_worst_first[:2]), "fp32")
+    calibration.quantize(run.calibration.ranges, plan).save(tmp_path / "mixed.onnx")
+    mixed_engine = engine_from_onnx(
+        load_onnx(tmp_path / "mixed.onnx"), tmp_path / "mixed.engine", workspace.build_options("int8")
+    )
     diff = run.layer_diff.diff
-    explorer = build_explorer(run.fp32_engine, compare=run.mixed_engine, diff=diff, directory=tmp_path / "x")
+    explorer = build_explorer(run.fp32_engine, compare=mixed_engine, diff=diff, directory=tmp_path / "x")
     mixed = explorer.views[1]
     ids = (f"{mixed.label}:onnx", f"{mixed.label}:engine")
     onnx_ids = {n.id for n in g.onnx_graph(mixed, graph_id=ids[0]).nodes}
@@ -325,7 +330,7 @@ def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path
     assert explorer.fusion_diff is not None
     assert _last_overlay(explorer, 1) == "int8_sqnr_drop"  # the page opens on where INT8 hurts
     # the linter says why math layers stayed FP32 in the INT8 engine: the fallback kept their nodes FP32
-    kept = {node for node, precision in run.fallback.plan.overrides.items() if precision == "fp32"}
+    kept = {node for node, precision in plan.overrides.items() if precision == "fp32"}
     matched = [f for f in explorer.lint_reports[1].of_kind("fp32-in-reduced") if kept & set(f.onnx_nodes)]
     assert matched and all("the precision plan keeps it FP32" in f.message for f in matched)
 

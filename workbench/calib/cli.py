@@ -81,13 +81,20 @@ def register(subparsers: Any) -> None:
         "--budget", type=bounded_int(1, 10_000), default=None, help="--target-drop: at most N task evaluations"
     )
     calibrate.add_argument(
+        "--formats",
+        default=None,
+        help="--target-drop: the formats a fusion group may take, in the order tried, e.g. int8,fp8,fp16 (a group "
+        "that hurts in INT8 is tried in FP8 before FP16; default int8,FALLBACK)",
+    )
+    calibrate.add_argument(
         "--groups", default=None, choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
         "--eval-limit",
         type=positive_int,
         default=None,
-        help="--target-drop: evaluation samples (default: the whole set)",
+        help="evaluation samples of the task metric (the search's and the one printed at the end; default: the whole "
+        "set)",
     )
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
@@ -190,6 +197,9 @@ def _refuse_removed(args: argparse.Namespace) -> None:
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
     """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
     _refuse_removed(args)
+    first = args.formats.split(",")[0].strip() if args.formats else ""
+    if first in ("int8", "fp8"):  # the search's ladder starts where every group starts
+        args.format = first
     if args.method is None:
         args.method = "mse" if args.format == "fp8" else "entropy"
     if args.format == "fp8" and args.method == "entropy":
@@ -208,9 +218,9 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             for flag, value in (
                 ("--fallback", args.fallback),
                 ("--budget", args.budget),
+                ("--formats", args.formats),
                 ("--groups", args.groups),
                 ("--search-report", args.search_report),
-                ("--eval-limit", args.eval_limit),
             )
             if value is not None
         ]
@@ -344,6 +354,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             granularity=args.groups,
             base_plan=plan,
             log=None if args.no_progress else _say,
+            formats=[f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None,
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)
@@ -368,8 +379,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         final_diff.save(args.diff)
         _say(f"wrote per-layer diff {args.diff}")
     if entry is not None:
-        fp32 = session.evaluate()
-        int8 = session.evaluate(quantized)
+        fp32 = session.evaluate(limit=args.eval_limit)
+        int8 = session.evaluate(quantized, limit=args.eval_limit)
         _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {int8.value:.4f}  ({int8.n_samples} samples)")
     return 0
 

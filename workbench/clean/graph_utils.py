@@ -632,7 +632,8 @@ def bypass_node(graph: gs.Graph, node: gs.Node, keep_input: int = 0) -> bool:
 
     When the node's output is a graph output the output name must survive, so the *producer* of the input is
     made to write the graph-output tensor instead (only possible when the input is a plain intermediate tensor
-    used by nothing else). Returns False and leaves the graph alone when the node cannot be bypassed.
+    not itself a graph output; its other readers then read the graph-output tensor, which holds the same values).
+    Returns False and leaves the graph alone when the node cannot be bypassed.
     """
     if len(node.outputs) < 1:
         return False
@@ -646,15 +647,16 @@ def bypass_node(graph: gs.Graph, node: gs.Node, keep_input: int = 0) -> bool:
             or not any(candidate is upstream for candidate in graph.nodes)  # in an outer scope: never rename it
             or source in graph.outputs
             or source in graph.inputs
-            or len(source.outputs) != 1
             or is_constant(source)
         ):
             return False
-        # the upstream node now writes the graph output directly
-        index = upstream.outputs.index(source)
-        upstream.outputs[index] = out
+        # the upstream node now writes the graph output directly (two body outputs copied from one tensor: one
+        # Identity goes, the other reads the graph output)
         node.outputs.clear()
         node.inputs.clear()
+        redirect_consumers(source, out)
+        index = upstream.outputs.index(source)
+        upstream.outputs[index] = out
         return True
     redirect_consumers(out, source)
     node.outputs.clear()

@@ -1102,6 +1102,25 @@ def _per_channel(values: np.ndarray, channels: int, out_rank: int | None) -> np.
     return values.reshape(-1).astype(np.float64)
 
 
+def _batchnorm_affine(node: gs.Node, graph: gs.Graph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per channel, float64, of a BatchNormalization in inference mode with constant parameters
+    (None when it trains, its mean/var outputs are read, or a parameter is not a constant of one size)."""
+    if (
+        len(node.inputs) != 5
+        or node.attrs.get("training_mode", 0)
+        or any(extra.outputs or extra in graph.outputs for extra in node.outputs[1:])
+    ):
+        return None
+    params = [constant_values(tensor) for tensor in node.inputs[1:]]
+    if any(p is None or p.dtype.kind != "f" for p in params):
+        return None
+    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
+    if not gamma.size == beta.size == mean.size == var.size:
+        return None
+    scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+    return scale, beta - mean * scale
+
+
 def _fold_into_conv(graph: gs.Graph, conv: gs.Node, follower: gs.Node) -> bool:
     """Fold ``follower`` (BatchNormalization, or Mul/Add by a per-channel constant) into ``conv``'s weights."""
     import onnx_graphsurgeon as gs
@@ -1118,18 +1137,10 @@ def _fold_into_conv(graph: gs.Graph, conv: gs.Node, follower: gs.Node) -> bool:
     channels = weight.shape[1] if transposed else weight.shape[0]
     out_rank = weight.ndim
     if follower.op == "BatchNormalization":
-        if (
-            len(follower.inputs) != 5
-            or follower.attrs.get("training_mode", 0)
-            or any(extra.outputs or extra in graph.outputs for extra in follower.outputs[1:])
-        ):
+        affine = _batchnorm_affine(follower, graph)
+        if affine is None or affine[0].size != channels:
             return False
-        params = [constant_values(t) for t in follower.inputs[1:]]
-        if any(p is None or p.size != channels for p in params):
-            return False
-        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
-        scale = gamma / np.sqrt(var + float(follower.attrs.get("epsilon", 1e-5)))
-        shift = beta - mean * scale
+        scale, shift = affine
     else:
         other = _other_input(follower, link)
         values = constant_values(other) if other is not None else None
@@ -1187,20 +1198,8 @@ def _input_affine(node: gs.Node, graph: gs.Graph) -> tuple[gs.Tensor, np.ndarray
     one value per channel of axis 1 (per channel True: BatchNormalization), else as the constant broadcasts, not
     yet checked against the consumers' channel count."""
     if node.op == "BatchNormalization":
-        if (
-            len(node.inputs) != 5
-            or node.attrs.get("training_mode", 0)
-            or any(extra.outputs or extra in graph.outputs for extra in node.outputs[1:])
-        ):
-            return None
-        params = [constant_values(tensor) for tensor in node.inputs[1:]]
-        if any(p is None or p.dtype.kind != "f" or p.ndim != 1 for p in params):
-            return None
-        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
-        if not gamma.size == beta.size == mean.size == var.size:
-            return None
-        scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
-        return node.inputs[0], scale, beta - mean * scale, True
+        affine = _batchnorm_affine(node, graph)
+        return None if affine is None else (node.inputs[0], *affine, True)
     if len(node.inputs) != 2 or len(node.outputs) != 1:
         return None
     first, second = node.inputs

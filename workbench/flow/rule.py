@@ -15,7 +15,7 @@ members; their cost order and precision come from :data:`~workbench.precision.VA
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,8 +54,10 @@ class MeasuredRow(Protocol):
     def scores(self) -> tuple[float, ...]: ...
 
 
-def rule_text(max_drop: float, metric: str = "task metric") -> str:
-    order = " < ".join(VARIANTS[v].label for v in COST_ORDER)
+def rule_text(max_drop: float, metric: str = "task metric", variants: Iterable[Variant] = COST_ORDER) -> str:
+    """The rule in words, over ``variants`` (those that were built), cheapest first."""
+    considered = set(variants)
+    order = " < ".join(VARIANTS[v].label for v in COST_ORDER if v in considered)
     return (
         f"Rule: the engine expected to cost least on TensorRT ({order}) whose {metric} is at "
         f"most {max_drop:g} below FP32's; a mixed plan only where it measured better than its all-quantized variant."
@@ -163,8 +165,8 @@ def choose(
     """
     judged = judge(rows, max_drop)
     metric = rows[0].metric if rows else "task metric"
-    rule = rule_text(max_drop, metric)
     usable = {parse_variant(v, "available variant") for v in available} if available else set(judged) | {Variant.FP32}
+    rule = rule_text(max_drop, metric, usable)
     candidates = [v for v in COST_ORDER if v in usable]
     rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), Variant.FP32)
     if precision == "auto":
