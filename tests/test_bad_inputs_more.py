@@ -197,7 +197,7 @@ CASES = [
     _c("cal-percentile-with-max", f"{CAL} --method max --percentile 50", "--method percentile"),
     _c("cal-budget-without-target-drop", f"{CAL} --budget 3", "--target-drop"),
     _c("cal-fallback-without-target-drop", f"{CAL} --fallback fp16", "--target-drop"),
-    _c("cal-eval-limit-without-target-drop", f"{CAL} --eval-limit 10", "--target-drop"),
+    _c("cal-groups-without-target-drop", f"{CAL} --groups block", "--target-drop"),
     _c("cal-recalibrate-without-cache", f"{CAL} --recalibrate", "no --cache"),
     _c("cal-keep-empty", f"{CAL} --keep ,", "names no node"),
     _c("fusions-compare-onnx-alone", "fusions d.layers.json --compare-onnx tiny.onnx", "no --compare"),

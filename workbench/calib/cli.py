@@ -93,7 +93,8 @@ def register(subparsers: Any) -> None:
         "--eval-limit",
         type=positive_int,
         default=None,
-        help="--target-drop: evaluation samples (default: the whole set)",
+        help="evaluation samples of the task metric (the search's and the one printed at the end; default: the whole "
+        "set)",
     )
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
@@ -220,7 +221,6 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
                 ("--formats", args.formats),
                 ("--groups", args.groups),
                 ("--search-report", args.search_report),
-                ("--eval-limit", args.eval_limit),
             )
             if value is not None
         ]
@@ -379,8 +379,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         final_diff.save(args.diff)
         _say(f"wrote per-layer diff {args.diff}")
     if entry is not None:
-        fp32 = session.evaluate()
-        int8 = session.evaluate(quantized)
+        fp32 = session.evaluate(limit=args.eval_limit)
+        int8 = session.evaluate(quantized, limit=args.eval_limit)
         _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {int8.value:.4f}  ({int8.n_samples} samples)")
     return 0
 

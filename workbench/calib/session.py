@@ -222,7 +222,7 @@ class CalibrationSession:
         ranges = ranges or self.ranges()
         plan = plan or self.default_plan()
         wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
-        return insert_qdq(
+        quantized = insert_qdq(
             self.prepared_fp8 if wants_fp8 else self.prepared,
             ranges.amax,
             plan,
@@ -230,6 +230,11 @@ class CalibrationSession:
             quantize_attention=self.quantize_attention,
             fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
         )
+        if self.entry is not None:  # the profile it was calibrated for travels with it: `build` needs no --shapes
+            from workbench.model.profile import write_profile_metadata
+
+            write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
+        return quantized
 
     def placement(self, plan: PrecisionPlan | None = None) -> Any:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""

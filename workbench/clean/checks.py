@@ -687,13 +687,14 @@ def size_hints(model: onnx.ModelProto) -> tuple[int, list[int]]:
     from workbench.clean.graph_utils import iter_graph_protos
 
     constants: dict[str, np.ndarray] = {}
+    weight_shapes: dict[str, tuple[int, ...]] = {}  # of initializers that may be Conv weights
     graphs = list(iter_graph_protos(model.graph))
     for graph in graphs:
         for init in graph.initializer:
             if init.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and math.prod(init.dims) <= 16:
                 constants[init.name] = onnx.numpy_helper.to_array(init)
-            elif math.prod(init.dims) > 0 and len(init.dims) >= 3 and init.data_type != onnx.TensorProto.STRING:
-                constants[init.name] = np.empty(tuple(init.dims), dtype=np.uint8)  # only its shape is read
+            elif len(init.dims) >= 3:
+                weight_shapes[init.name] = tuple(int(d) for d in init.dims)
         for node in graph.node:
             if node.op_type == "Constant" and node.output:
                 for attr in node.attribute:
@@ -712,8 +713,8 @@ def size_hints(model: onnx.ModelProto) -> tuple[int, list[int]]:
                     lower = max(lower, int(max(pads)) + 1)
             elif node.op_type in _WINDOW_OPS:
                 kernel = list(attrs.get("kernel_shape", []))
-                if not kernel and len(node.input) > 1 and node.input[1] in constants:
-                    kernel = list(constants[node.input[1]].shape[2:])
+                if not kernel and len(node.input) > 1 and node.input[1] in weight_shapes:
+                    kernel = list(weight_shapes[node.input[1]][2:])
                 dilations = list(attrs.get("dilations", [1] * len(kernel)))
                 for size, dilation in zip(kernel, dilations):
                     lower = max(lower, (int(size) - 1) * int(dilation) + 1)

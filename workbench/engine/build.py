@@ -559,12 +559,15 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
 
 
 def model_and_shapes(spec: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
-    """A MODEL argument: an ONNX path (no shapes), or a zoo name with its optimization profiles."""
+    """A MODEL argument: an ONNX path (with the optimization profile it carries, e.g. a Q/DQ model from calibration),
+    or a zoo name with its optimization profiles."""
+    from workbench.model.profile import read_profile_metadata
     from workbench.zoo import resolve_model
 
     path, entry = resolve_model(spec)
     if entry is None:
-        return load_onnx(path), {}
+        model = load_onnx(path)
+        return model, read_profile_metadata(model.proto, str(path))[0]
     return entry.load(), dict(entry.input_profiles())
 
 
