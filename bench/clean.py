@@ -563,11 +563,19 @@ def baseline_notes(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def _load_note(document: dict[str, Any]) -> str:
+    load = document.get("load_average")
+    if not load:
+        return f"{document['load_note']}\n\n" if document.get("load_note") else ""
+    start, end = (", ".join(f"{value:.1f}" for value in load[key]) for key in ("start", "end"))
+    return f"Load average (1, 5, 15 min) at the start: {start}; at the end: {end}.\n\n"
+
+
 def render_markdown(document: dict[str, Any]) -> str:
     rows = document["rows"]
     text = (
         f"# Graph cleaning benchmark ({document['date']}, {document['machine']})\n\n"
-        f"Versions: {document['versions']}\n\n{document['method']}\n\n{table(rows)}\n\nTargets:\n"
+        f"Versions: {document['versions']}\n\n{_load_note(document)}{document['method']}\n\n{table(rows)}\n\nTargets:\n"
         + "\n".join(targets(rows))
         + "\n"
     )
@@ -602,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxslim
     import polygraphy
 
+    load_at_start = list(os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="bench_clean_") as tmp:
         workdir = Path(tmp)
         models = load_model_set([m.strip() for m in args.models.split(",") if m.strip()], workdir)
@@ -617,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        # other work on the machine slows every tool alike: the time targets compare ratios, not milliseconds
+        "load_average": {"start": load_at_start, "end": list(os.getloadavg())},
         "versions": {
             "onnx": onnx.__version__,
             "onnxruntime": onnxruntime.__version__,

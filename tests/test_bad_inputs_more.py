@@ -197,7 +197,7 @@ CASES = [
     _c("cal-percentile-with-max", f"{CAL} --method max --percentile 50", "--method percentile"),
     _c("cal-budget-without-target-drop", f"{CAL} --budget 3", "--target-drop"),
     _c("cal-fallback-without-target-drop", f"{CAL} --fallback fp16", "--target-drop"),
-    _c("cal-eval-limit-without-target-drop", f"{CAL} --eval-limit 10", "--target-drop"),
+    _c("cal-groups-without-target-drop", f"{CAL} --groups block", "--target-drop"),
     _c("cal-recalibrate-without-cache", f"{CAL} --recalibrate", "no --cache"),
     _c("cal-keep-empty", f"{CAL} --keep ,", "names no node"),
     _c("fusions-compare-onnx-alone", "fusions d.layers.json --compare-onnx tiny.onnx", "no --compare"),
@@ -396,7 +396,7 @@ def test_api_full_disk_atomic_write(full_disk: Path) -> None:
 )
 def test_api_quickstart_config_refuses_wrong_types(setting: dict[str, Any]) -> None:
     from workbench.errors import WorkbenchError
-    from workbench.flow.quickstart import QuickstartConfig
+    from workbench.flow import QuickstartConfig
 
     name = next(iter(setting))
     with pytest.raises(WorkbenchError, match=f"^{name}="):
@@ -408,7 +408,7 @@ def test_api_quickstart_config_refuses_wrong_types(setting: dict[str, Any]) -> N
 @pytest.mark.parametrize("out", ["notes.txt", "fifo.onnx"])
 def test_api_quickstart_out_dir_that_is_not_a_folder(ws: Path, out: str) -> None:
     from workbench.errors import WorkbenchError
-    from workbench.flow.quickstart import QuickstartConfig, run_quickstart
+    from workbench.flow import QuickstartConfig, run_quickstart
 
     before = _snapshot(ws)
     with pytest.raises(WorkbenchError, match="out_dir .* not a folder"):

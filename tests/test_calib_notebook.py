@@ -53,3 +53,27 @@ def test_calibration_panel_is_driven_by_its_widgets() -> None:
     panel.set_precision(node, "fp16")  # per-layer precision widget
     assert panel.plan.precision_of(node) == "fp16" and panel.status.kind == "ok", panel.status.text
     assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp16+fp32)"
+
+
+def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() -> None:
+    """The panel's "fall back worst N" is the session's (the journey's rule too): one INT8 layer always stays."""
+    from workbench.ui.calib_panel import CalibrationPanel
+
+    panel = CalibrationPanel("digits-cnn", method="max", max_batches=1, eval_limit=16, worst_n=1)
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    int8 = panel.session.int8_nodes()
+    assert len(int8) >= 2
+    reference, quantized = panel.metric_rows  # intervals and paired differences come from flow.uncertainty
+    assert reference["vs_fp32"] == "reference" and quantized["n"] == 16 and quantized["interval"].startswith("[")
+    panel.worst_n.value = len(int8)  # every INT8 layer: refused, the field goes back
+    assert (
+        panel.status.text
+        == f"Error: N={len(int8)} is out of range. Expected: 1..{len(int8) - 1} (the INT8 layers of this model but one)."
+    )
+    assert panel.worst_n.value == 1
+    panel.percentile.value = 100.5  # the range method's own rule refuses it, as the CLI's --percentile does
+    assert panel.status.text.startswith("Error: percentile 100.5 is out of range.") and panel.percentile.value == 99.99
+    worst = panel.fall_back_worst(len(int8) + 3)  # asked in code for more than there are: all but one
+    assert len(worst) == len(int8) - 1
+    assert [node for node in int8 if panel.plan.precision_of(node) == "int8"] == [n for n in int8 if n not in worst]

@@ -1025,3 +1025,23 @@ def test_tidying_a_model_local_function_does_not_make_the_next_pass_look_changed
     assert [node.op_type for node in result.model.functions[0].node] == ["Add"]
     feed = {"x": np.linspace(-1, 1, 8, dtype=F32).reshape(2, 4)}
     np.testing.assert_array_equal(run_ort(result.model, feed)[0], run_ort(model, feed)[0])
+
+
+def test_two_graph_outputs_copied_from_one_tensor_keep_one_identity():
+    x = gs.Variable("x", F32, ["N", 4])
+    total = gs.Variable("total", F32, ["N", 4])
+    first, second = gs.Variable("first", F32, ["N", 4]), gs.Variable("second", F32, ["N", 4])
+    nodes = [
+        gs.Node("Add", inputs=[x, gs.Constant("one", np.ones(4, F32))], outputs=[total]),
+        gs.Node("Identity", inputs=[total], outputs=[first]),
+        gs.Node("Identity", inputs=[total], outputs=[second]),
+    ]
+    model = export(gs.Graph(nodes=nodes, inputs=[x], outputs=[first, second]))
+
+    result = clean_model(model, only(["remove_noops"]))
+
+    assert result.report("remove_noops").status == "accepted"
+    assert ops(result.model) == ["Add", "Identity"]  # the Add writes one output, an Identity copies it
+    assert [out.name for out in result.model.graph.output] == ["first", "second"]
+    feed = {"x": np.arange(8, dtype=F32).reshape(2, 4)}
+    assert all(np.array_equal(a, b) for a, b in zip(run_ort(model, feed), run_ort(result.model, feed)))

@@ -61,7 +61,7 @@ def test_every_onnx_node_sits_in_exactly_the_group_of_a_layer_that_runs_it(build
     for layer in view.layer_map.layers:
         node = by_id[layer.name]
         if layer.inserted:
-            assert node.namespace == g.INSERTED_GROUP
+            assert _namespace_leaf(node) == g.INSERTED_GROUP  # among its neighbours' block, when there are blocks
         else:
             assert node.config.pinToGroupTop and _namespace_leaf(node) == g.layer_group_name(layer)
             members = {n.id for n in graph.nodes if n.namespace == node.namespace and n.id != layer.name}
@@ -73,6 +73,61 @@ def test_every_onnx_node_sits_in_exactly_the_group_of_a_layer_that_runs_it(build
             assert edge.sourceNodeId in by_id
     edges = sum(len(n.incomingEdges) for n in graph.nodes)
     assert edges >= len(view.layer_map.nodes) - len(view.layer_map.folded_nodes)
+
+
+def _boxes_per_level(graph) -> dict[str, set[str]]:
+    """Namespace -> the boxes drawn directly inside it (child groups and nodes), '' for the top level."""
+    children: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        path = ""
+        for part in node.namespace.split("/") if node.namespace else []:
+            children.setdefault(path, set()).add(f"{path}/{part}")
+            path = f"{path}/{part}" if path else part
+        children.setdefault(path, set()).add(node.id)
+    return children
+
+
+@pytest.mark.parametrize("name", ["digits-cnn.fp32", "ocr-cls.fp32"])
+def test_no_level_of_either_graph_holds_more_than_40_boxes_and_blocks_are_consecutive_layers(builds, name) -> None:
+    view = builds[name]
+    nesting = g.layer_nesting(view.layer_map)
+    for graph in (g.onnx_graph(view), g.engine_graph(view)):
+        levels = _boxes_per_level(graph)
+        assert max(len(boxes) for boxes in levels.values()) <= g.MAX_BOXES_PER_LEVEL
+        if nesting.blocked:
+            assert len(levels[""]) <= 8  # the first paint: a few labelled boxes (blocks, inputs, outputs)
+    layers = view.layer_map.layers
+    if len(layers) <= g.MAX_BOXES_PER_LEVEL:
+        assert not nesting.blocked  # a small engine keeps its layer groups at the top
+        return
+    # ocr-cls (77 layers, short name scopes): topological blocks of consecutive engine layers, named after them
+    assert nesting.blocked
+    for block, attrs in nesting.blocks.items():
+        members = [layer for layer in layers if nesting.parents[layer.name].startswith(block)]
+        assert [layer.index for layer in members] == list(range(members[0].index, members[-1].index + 1))
+        assert block.rsplit("/", 1)[-1] == g.block_name(members)
+        assert attrs["engine layers"].startswith(f"{len(members)} ")
+
+
+def test_topological_blocks_nest_10000_layers_at_most_40_per_level() -> None:
+    from workbench.engine.layermap import LayerEntry
+
+    def layers(count: int) -> list[LayerEntry]:
+        return [LayerEntry(i, f"layer{i}", "Convolution", "fp32", "", (f"n{i}",), (), ()) for i in range(count)]
+
+    for count in (40, 41, 199, 1600, 1601, 10_000):
+        nested = g.topological_blocks(layers(count))
+        depth = {len(path) for path in nested.values()}
+        assert len(depth) == 1  # every layer at the same depth
+        levels: dict[tuple, set] = {}
+        for name, path in nested.items():
+            for level in range(len(path) + 1):
+                parent = tuple(block[0].index for block in path[:level])
+                levels.setdefault(parent, set()).add(path[level][0].index if level < len(path) else name)
+        assert max(len(children) for children in levels.values()) <= g.MAX_BOXES_PER_LEVEL
+        expected_depth = 0 if count <= 40 else 1 if count <= 1600 else 2
+        assert depth == {expected_depth}
+        assert len(levels[()]) == (count if count <= 40 else -(-count // 40**expected_depth))
 
 
 @pytest.mark.parametrize("name", ["digits-cnn.fp32", "ocr-cls.fp32", "ocr-cls.fp16"])
@@ -144,6 +199,14 @@ def test_compare_marks_fusions_gained_and_lost(builds, tmp_path: Path) -> None:
         f"{fp32.label}:engine",
         f"{fp16.label}:engine",
     ]
+    # Model Explorer selects each node-data file as it adds it: the last one of a build is the overlay it opens with
+    assert [_last_overlay(explorer, index) for index in (0, 1)] == ["fusion_diff_before", "fusion_diff_after"]
+    assert _last_overlay(build_explorer(fp32, directory=tmp_path / "one"), 0) == "precision"
+
+
+def _last_overlay(explorer, index: int) -> str:
+    files = [path.name for path in explorer.node_data_files if path.name.startswith(f"{index}-")]
+    return files[-1].split(".")[-3]
 
 
 def test_export_is_what_model_explorer_loads(builds, tmp_path: Path) -> None:
@@ -225,21 +288,26 @@ def test_cli_export_and_bad_input(builds, tmp_path: Path, capsys) -> None:
 
 
 def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path) -> None:
-    """The quickstart flow on digits-cnn: FP32 engine, per-layer INT8 diff (ONNX Runtime), mixed INT8 engine."""
-    from workbench.flow import QuickstartConfig, run_quickstart
+    """The quickstart stages on digits-cnn (FP32 engine, calibration, per-layer INT8 diff by ONNX Runtime) and a mixed
+    INT8 engine whose plan keeps the diff's two worst INT8 nodes FP32."""
+    from workbench.engine import engine_from_onnx
+    from workbench.flow import QuickstartConfig, QuickstartSession
+    from workbench.model import load_onnx
 
-    run = run_quickstart(
-        QuickstartConfig(
-            model="digits-cnn",
-            out_dir=str(tmp_path / "run"),
-            timing_window_s=0.1,
-            calibration_samples=64,
-            diff_samples=16,
-        )
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path / "run"), calibration_samples=64, diff_samples=16)
     )
-    assert run.mixed_engine is not None and run.layer_diff is not None
+    run = session.run_stages(["clean", "build_fp32", "calibrate", "layer_diff"])
+    assert run.fp32_engine is not None and run.layer_diff is not None and run.calibration is not None
+    workspace = session.prepare()
+    calibration = workspace.calibration_session(run)
+    plan = calibration.fallback_plan(list(run.layer_diff.int8_nodes_worst_first[:2]), "fp32")
+    calibration.quantize(run.calibration.ranges, plan).save(tmp_path / "mixed.onnx")
+    mixed_engine = engine_from_onnx(
+        load_onnx(tmp_path / "mixed.onnx"), tmp_path / "mixed.engine", workspace.build_options("int8")
+    )
     diff = run.layer_diff.diff
-    explorer = build_explorer(run.fp32_engine, compare=run.mixed_engine, diff=diff, directory=tmp_path / "x")
+    explorer = build_explorer(run.fp32_engine, compare=mixed_engine, diff=diff, directory=tmp_path / "x")
     mixed = explorer.views[1]
     ids = (f"{mixed.label}:onnx", f"{mixed.label}:engine")
     onnx_ids = {n.id for n in g.onnx_graph(mixed, graph_id=ids[0]).nodes}
@@ -260,8 +328,9 @@ def test_int8_damage_overlays_from_a_real_diff_on_the_mixed_build(tmp_path: Path
     worst = max(noise.values(ids[1]).items(), key=lambda kv: kv[1])
     assert worst[1] == pytest.approx(max(noisy[n] for n in mixed.layer_map.layer(worst[0]).onnx_nodes if n in noisy))
     assert explorer.fusion_diff is not None
+    assert _last_overlay(explorer, 1) == "int8_sqnr_drop"  # the page opens on where INT8 hurts
     # the linter says why math layers stayed FP32 in the INT8 engine: the fallback kept their nodes FP32
-    kept = {node for node, precision in run.fallback.plan.overrides.items() if precision == "fp32"}
+    kept = {node for node, precision in plan.overrides.items() if precision == "fp32"}
     matched = [f for f in explorer.lint_reports[1].of_kind("fp32-in-reduced") if kept & set(f.onnx_nodes)]
     assert matched and all("the precision plan keeps it FP32" in f.message for f in matched)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.flow import QuickstartConfig
+from workbench.flow import QuickstartConfig, StageStatus
+from workbench.precision import Variant
 
 # entropy ranges on 64 samples: all-INT8 ocr-cls misses FP32 - 0.01, so the search reverts at least one group
 CONFIG = dict(model="ocr-cls", calibration_samples=64, diff_samples=16, timing_window_s=0.1, sweep=False, export=False)
@@ -30,7 +31,7 @@ def panel(tmp_path_factory: pytest.TempPathFactory):
 
 def test_search_stage_carries_every_plan_with_its_interval(panel) -> None:
     run = panel.session.run
-    assert run.stage("search").ok, run.stage("search").summary
+    assert run.stage("search").ok, run.stage("search").reason
     search = run.mixed_search
     result = search.result
     assert result.target == pytest.approx(result.fp32_metric - run.config.max_metric_drop)
@@ -49,11 +50,17 @@ def test_search_stage_carries_every_plan_with_its_interval(panel) -> None:
         assert f"INT8 {plan.int8_math_nodes}/{plan.math_nodes}" in candidate.label
         assert f"{plan.cost.engine_layers} layers" in candidate.label
     assert search.chosen is not None and search.chosen.index == result.chosen.index
-    # the diagnosis names the search's pick and how to ship it (the journey's engine comes from the rule)
+    # one mechanism: the search's pick is the mixed engine the build stage made, and the engine the rule chose
+    pick = result.chosen.index
+    build = run.mixed_build
+    assert run.search_pick is Variant.INT8_MIXED and build is not None and f"plan {pick}" in build.source
+    assert build.plan.overrides == result.plan_of(pick).overrides and build.plan_path.is_file()
+    assert run.chosen_variant is Variant.INT8_MIXED and run.selection.build is build  # all-INT8 misses the target
     from workbench.report.diagnosis import diagnose
 
     verdict = next(v for v in diagnose(run) if v.topic == "mixed-precision search")
-    assert search.chosen.label in verdict.text and f"export_plan(session, {search.chosen.index})" in verdict.text
+    assert f"the search picked plan {pick}" in verdict.text and "int8-mixed engine" in verdict.text
+    assert "the engine chosen" in verdict.text, verdict.text
     # the record round-trips through JSON with the search in it
     from workbench.flow import QuickstartRun
 
@@ -79,6 +86,7 @@ def test_report_shows_the_pareto_view(panel, tmp_path: Path) -> None:
     assert sum(len(trace["x"]) for trace in plotted) == 2 * len(search.result.evaluated)
     chosen = search.intervals[search.result.chosen.index]
     assert f"The search chose <b>{chosen.text()}</b>" in section
+    assert "Its engine (int8-mixed) is the one chosen" in section  # the report names the engine the journey chose
     for candidate in search.front:  # the front's table: one row per plan with its interval and sample count
         assert candidate.estimate.text() in section
     assert "structure from a TensorRT-RTX CPU build (not speed)" in section
@@ -127,10 +135,11 @@ def test_search_budget_zero_turns_the_stage_off(tmp_path: Path) -> None:
         QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=0, calibration_samples=64)
     )
     run = session.run_stages(["calibrate", "search"])
-    # turned off by a setting: shown as skipped ("off: ..."), not as a failure
-    assert run.stage("search").status == "skipped" and "off (search_budget=0)" in run.stage("search").summary
-    assert run.stage("search").summary.startswith("off: ")
+    # turned off by a setting: status off with the reason, not a failure; no search, so no mixed engine
+    assert run.stage("search").status is StageStatus.OFF and "off (search_budget=0)" in run.stage("search").reason
     assert run.mixed_search is None
+    run = session.run_stages(["build_mixed"])
+    assert run.stage("build_mixed").status is StageStatus.OFF and "search" in run.stage("build_mixed").reason
     with pytest.raises(WorkbenchError, match="did not run"):
         front_candidates(session)
 

@@ -12,16 +12,17 @@ import pytest
 from notebook_runner import execute_notebook
 
 from workbench.errors import WorkbenchError
-from workbench.flow.quickstart import (
+from workbench.flow import (
     STAGE_BY_NAME,
     STAGE_NAMES,
     QuickstartConfig,
     QuickstartRun,
     QuickstartSession,
-    Workspace,
-    first_affected_stage,
+    StageStatus,
     run_stage,
 )
+from workbench.flow.workspace import Workspace
+from workbench.precision import Variant
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(model="digits-cnn", timing_window_s=0.1, calibration_samples=64, diff_samples=16)
@@ -37,15 +38,18 @@ def test_config_rejects_bad_settings_with_readable_errors() -> None:
 
 
 def test_stage_dependencies_and_failures(tmp_path: Path) -> None:
-    assert first_affected_stage({"streams"}) == "timing"
-    assert first_affected_stage({"precision"}) == "select"
-    assert first_affected_stage({"calibration_method", "batch"}) == "calibrate"
-    assert first_affected_stage({"data"}) == first_affected_stage({"model", "streams"}) == "clean"
-    # a stage whose input stage never completed is skipped, says which one it needed, and leaves no artifact
+    # nothing ran yet: any change runs every stage; a bad value is refused before anything changes
+    session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **FAST))
+    plan = session.plan_update({"streams": 3})
+    assert plan.whole_run and plan.stages == STAGE_NAMES and plan.changed == {"streams"}
+    with pytest.raises(WorkbenchError, match="streams=0 is out of range"):
+        session.plan_update({"streams": 0})
+    assert session.plan_update({"streams": 2}).stages == ()  # the value in use: nothing to do
+    # a stage whose input stage never completed is blocked, says which one it needed, and leaves no artifact
     config = QuickstartConfig(out_dir=str(tmp_path), **FAST)
     workspace = Workspace(config)
     run = run_stage(QuickstartRun(config), "fusion", workspace)
-    assert run.stage("fusion").status == "skipped" and "build_fp32" in run.stage("fusion").summary
+    assert run.stage("fusion").status is StageStatus.BLOCKED and "build_fp32" in run.stage("fusion").reason
     assert run.fusion is None
     # a stage that fails says why and clears the artifact an earlier run of it left (nothing stale stays)
     run = run_stage(run, "build_fp32", workspace)
@@ -54,15 +58,30 @@ def test_stage_dependencies_and_failures(tmp_path: Path) -> None:
     (tmp_path / "blocked" / "digits-cnn.fp32.engine").mkdir(parents=True)  # a folder where the engine goes
     broken = Workspace(QuickstartConfig(out_dir=str(tmp_path / "blocked"), **FAST))
     run = run_stage(run, "build_fp32", broken)
-    assert run.stage("build_fp32").status == "failed" and run.fp32_engine is None, run.stage("build_fp32")
+    assert run.stage("build_fp32").status is StageStatus.FAILED and run.fp32_engine is None, run.stage("build_fp32")
 
 
 def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **FAST))
     run = session.run_all()
-    assert [run.stage(n).status for n in STAGE_NAMES] == ["done"] * len(STAGE_NAMES), {
-        n: run.stage(n).summary for n in STAGE_NAMES if not run.stage(n).ok
-    }
+    # every stage done; only the mixed build may not apply (when the search's pick is the all-INT8 plan)
+    not_done = {n: run.stage(n) for n in STAGE_NAMES if not run.stage(n).ok}
+    assert set(not_done) <= {"build_mixed"}, not_done
+    assert (run.mixed_build is not None) == (run.search_pick is Variant.INT8_MIXED), run.stage("build_mixed")
+    if not_done:
+        assert not_done["build_mixed"].status is StageStatus.NOT_APPLICABLE
+        assert "all-INT8 plan" in not_done["build_mixed"].reason
+    # every engine comes from a build stage, one VariantBuild per variant
+    assert set(run.builds) >= {Variant.FP32, Variant.FP16, Variant.INT8_ALL}
+    assert run.selection.build is run.builds[run.selection.variant]
+    # the whole-run rule and the first stage a setting affects, in one place
+    assert session.plan_update({"streams": 3}).stages[0] == "timing"
+    assert session.plan_update({"precision": "fp16"}).stages[0] == "select"
+    assert session.plan_update({"calibration_method": "max", "batch": 4}).stages[0] == "calibrate"
+    assert session.plan_update({"data": ""}).stages == ()  # unchanged
+    for whole in ({"model": "ocr-cls"}, {"out_dir": str(tmp_path / "other")}):
+        plan = session.plan_update(whole)
+        assert plan.whole_run and plan.stages == STAGE_NAMES, plan
     before = dict(run.stages)
     run = session.update(streams=3)
     for name in STAGE_NAMES[: STAGE_NAMES.index("timing")]:
@@ -72,14 +91,14 @@ def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     assert run.stage("export").ok and (run.bundle.path / "manifest.json").is_file()
     assert run.bundle.path.parent == tmp_path / "export"  # a new folder per export: the first one stays
     assert len([p for p in (tmp_path / "export").iterdir() if (p / "manifest.json").is_file()]) == 2
-    # INT8 engine really holds INT8 layers, and the fallen-back nodes are named in its plan
-    mixed = run.mixed_engine.summary()["by_precision"]
-    assert mixed.get("int8", 0) > 0 and mixed.get("fp32", 0) > 0
-    assert len(run.fallback.plan.overrides) == session.config.fallback_layers
+    # the INT8 engine really holds INT8 layers and ships its calibration cache
+    int8 = run.builds[Variant.INT8_ALL]
+    assert int8.engine.summary()["by_precision"].get("int8", 0) > 0 and int8.calibration_cache.is_file()
     # every engine carries the layer map made at build time; the run record round-trips through JSON
     assert run.fp32_engine.layer_map.stats().engine_layers == run.fp32_engine.layer_count
     again = QuickstartRun.from_json(run.to_json())
-    assert again.mixed_engine.engine_sha256 == run.mixed_engine.engine_sha256
+    assert again.builds[Variant.INT8_ALL].engine.engine_sha256 == int8.engine.engine_sha256
+    assert again.selection.variant is run.selection.variant and again.stages["timing"].status is StageStatus.DONE
     assert again.timing.chosen.throughput_per_s == run.timing.chosen.throughput_per_s
 
 

@@ -2,29 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from workbench.cli import main
+from workbench.demo import DemoResult
+from workbench.flow import QuickstartRun, StageStatus
+from workbench.precision import Variant
 from workbench.report import SECTION_IDS, diagnose
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
     from workbench.demo import run_demo
 
     out = tmp_path_factory.mktemp("demo-out")
     # digits-cnn keeps this fast; the default model's whole journey runs in the quickstart notebook tests
-    result = run_demo("digits-cnn", out, timing_window_s=0.1)
-    result["out"] = out
-    return result
+    return run_demo("digits-cnn", out, timing_window_s=0.1)
 
 
-def test_demo_writes_a_self_contained_report(demo: dict) -> None:
-    report = Path(demo["report"])
-    assert report == demo["out"] / "report.html"
+def test_demo_writes_a_self_contained_report(demo: DemoResult) -> None:
+    report = demo.report
+    out = report.parent
+    assert report == Path(demo.run.config.out_dir) / "report.html"
     html = report.read_text(encoding="utf-8")
     # offline: plotly.js is inline, no script or stylesheet comes from the network
     assert not re.search(r"<script[^>]+src=", html)
@@ -47,10 +50,17 @@ def test_demo_writes_a_self_contained_report(demo: dict) -> None:
         assert f'id="{figure}"' in html, figure
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
-    stages = list(demo["run"]["stages"].values())
-    assert [s["status"] for s in stages] == ["done"] * len(stages), [(s["name"], s["summary"]) for s in stages]
-    assert any((p / "manifest.json").is_file() for p in (demo["out"] / "export").iterdir())
-    assert (demo["out"] / "run.json").is_file()
+    run = demo.run  # the typed run, not its JSON
+    not_done = {name: stage for name, stage in run.stages.items() if not stage.ok}
+    assert set(not_done) <= {"build_mixed"}, not_done  # no mixed engine when the search's pick is all-INT8
+    assert all(stage.status is StageStatus.NOT_APPLICABLE for stage in not_done.values()), not_done
+    assert not demo.failed
+    # the report, the run and the bundle name the same engine
+    chosen = run.selection
+    assert run.bundle is not None and run.bundle.path.parent == out / "export"
+    assert run.bundle.manifest["accuracy"]["variant"] == str(chosen.variant)
+    assert f"{chosen.variant} engine" in html and f"<b>Engine choice: {chosen.variant}</b>" in html
+    assert QuickstartRun.from_json(json.loads((out / "run.json").read_text())).chosen_variant is chosen.variant
 
 
 def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
@@ -82,15 +92,14 @@ def test_diagnosis_cites_numbers_from_the_run(tmp_path: Path) -> None:
         worst.node in verdicts["accuracy"].text
         and f"{worst.noise_added:.2g} relative noise" in verdicts["accuracy"].text
     )
-    fp32 = run.metrics.row("fp32")
+    fp32 = run.metrics.row(Variant.FP32)
     assert f"FP32 {fp32.value:.4f}" in verdicts["task metric"].text
 
 
 def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
-    from workbench.flow.quickstart import run_stage
+    from workbench.flow import QuickstartConfig, QuickstartSession, StageResult, run_stage
     from workbench.report import render_report
 
     session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), timing_window_s=0.1))
@@ -98,7 +107,9 @@ def test_report_says_why_a_stage_is_missing(tmp_path: Path) -> None:
     run = session.run
     for name in ("clean", "build_fp32", "fusion"):
         run = run_stage(run, name, workspace)
-    failed = StageResult("layer_diff", "Per-layer INT8 diff", "failed", summary="calibration data: no such folder x/")
+    failed = StageResult(
+        "layer_diff", "Per-layer INT8 diff", StageStatus.FAILED, reason="calibration data: no such folder x/"
+    )
     run = replace(run, stages={**run.stages, "layer_diff": failed})
     html = render_report(run)
     assert "calibration data: no such folder x/" in html

@@ -89,6 +89,8 @@ def _probe_refusals(port: int, token: str, page_path: str, own_file: Path, outsi
     assert _request(port, "/apistream/server_director", headers=auth) == (204, b"")  # the push channel: closed
     # a body on a GET (request size capped: no body at all)
     assert _request(port, "/api/v1/get_extensions", headers=auth, data=b"x" * 10, method="GET")[0] == 413
+    # a query far above any page URL (ours are a few KB): refused before any handler parses it
+    assert _request(port, "/api/v1/get_extensions?x=" + "a" * 300_000, headers=auth)[0] == 414
     # what the viewer needs works with the token
     status, body = _request(port, page_path)
     assert status == 200 and b"X-Workbench-Token" in body
@@ -190,3 +192,21 @@ def test_the_viewer_still_renders_behind_the_gate_in_chromium(tmp_path: Path) ->
     ours = [line for line in refused if f"127.0.0.1:{server.port}" in line]
     assert not ours, ours
     assert tokenless_status == 403 and "token" in tokenless_text
+
+
+def test_session_folders_of_killed_processes_are_swept_and_only_ours(tmp_path: Path) -> None:
+    from workbench.explore.server import SESSION_MARKER, sweep_stale_sessions
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"workbench-explore-{dead_pid}-abc123"
+    (stale / "pages").mkdir(parents=True)
+    (stale / SESSION_MARKER).write_text("pid\n")
+    unmarked = tmp_path / f"workbench-explore-{dead_pid}-xyz789"  # same name pattern, not made by us: kept
+    unmarked.mkdir()
+    (unmarked / "notes.txt").write_text("mine")
+    live = tmp_path / f"workbench-explore-{os.getpid()}-def456"
+    live.mkdir()
+    (live / SESSION_MARKER).write_text("pid\n")
+    assert sweep_stale_sessions(tmp_path) == [stale]
+    assert not stale.exists() and (unmarked / "notes.txt").is_file() and live.is_dir()

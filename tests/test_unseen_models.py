@@ -15,6 +15,7 @@ import pytest
 
 from tests.cli_runner import run_cli_forked, snapshot
 from tests.fixtures.unseen_models import MODELS, write_model
+from workbench.flow import StageStatus
 
 # dims the ONNX leaves symbolic besides the batch: the build needs a profile for them
 SHAPES = {
@@ -175,7 +176,9 @@ def test_demo_runs_the_whole_journey_on_an_onnx_file(models: Path, tmp_path: Pat
     _ok(run, "demo")
     assert "seeded RANDOM inputs" in run.stdout
     stages = json.loads((out / "run.json").read_text())["stages"]
-    assert {name: stage["status"] for name, stage in stages.items()} == dict.fromkeys(stages, "done")
+    # every stage done; the mixed build does not apply when the search's pick is the all-INT8 plan
+    assert {stage["status"] for stage in stages.values()} <= {"done", "not_applicable"}, stages
+    assert {name for name, stage in stages.items() if stage["status"] != "done"} <= {"build_mixed"}, stages
     metrics = json.loads((out / "run.json").read_text())["metrics"]
     assert {row["n_samples"] for row in metrics["rows"]} == {16}
     assert "RANDOM" in metrics["how"]
@@ -186,28 +189,85 @@ def test_demo_runs_the_whole_journey_on_an_onnx_file(models: Path, tmp_path: Pat
 def test_quickstart_skips_int8_with_the_reason_when_nothing_to_quantize(models: Path, tmp_path: Path) -> None:
     run = _quickstart(models / "no-math.onnx", tmp_path)
     calibrate = run.stage("calibrate")
-    assert calibrate.status == "skipped" and "nothing to quantize" in calibrate.summary, calibrate
+    assert calibrate.status is StageStatus.NOT_APPLICABLE and "nothing to quantize" in calibrate.reason, calibrate
     assert run.calibration is None and run.mixed_engine is None
-    for name in ("layer_diff", "fallback", "build_mixed", "search"):  # the chain says why, not "did not complete"
-        assert run.stage(name).summary.startswith("not applicable"), run.stage(name)
-    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+    for name in ("build_int8_all", "layer_diff", "build_mixed", "search"):  # the chain says why
+        assert run.stage(name).status is StageStatus.NOT_APPLICABLE, run.stage(name)
+        assert "does not apply" in run.stage(name).reason, run.stage(name)
+    assert not [s for s in run.stages.values() if s.status is StageStatus.FAILED], run.stages
     assert run.selection is not None and run.selection.variant in ("fp32", "fp16")
     assert run.bundle is not None
 
 
 def test_quickstart_on_an_fp16_model_skips_int8(models: Path, tmp_path: Path) -> None:
     run = _quickstart(models / "fp16.onnx", tmp_path, export=False)
-    assert run.stage("calibrate").status == "skipped" and "float16" in run.stage("calibrate").summary
-    assert not [s for s in run.stages.values() if s.status == "failed"], run.stages
+    calibrate = run.stage("calibrate")
+    assert calibrate.status is StageStatus.NOT_APPLICABLE and "float16" in calibrate.reason, calibrate
+    assert not [s for s in run.stages.values() if s.status is StageStatus.FAILED], run.stages
 
 
-def test_quickstart_fallback_keeps_some_int8_and_token_inputs_time(models: Path, tmp_path: Path) -> None:
-    """tokens-float has 2 INT8 nodes: the default fallback of 2 used to leave a 'mixed' model without Q/DQ (its build
-    failed); the timing executor's token ids (1..99) were out of its 50-row embedding table."""
-    run = _quickstart(models / "tokens-float.onnx", tmp_path, export=False)
-    assert run.stage("build_mixed").ok, run.stage("build_mixed")
-    assert run.fallback is not None and run.fallback.qdq_pairs_mixed > 0
+def test_quickstart_mixed_keeps_some_int8_and_token_inputs_time(models: Path, tmp_path: Path) -> None:
+    """tokens-float has 2 INT8 nodes: a 'mixed' plan without INT8 is no mixed engine (its build failed once); the
+    timing executor's token ids (1..99) were out of its 50-row embedding table."""
+    run = _quickstart(models / "tokens-float.onnx", tmp_path, export=False, search_budget=4, max_metric_drop=0.0)
+    assert run.stage("search").ok, run.stage("search")
+    pick = run.mixed_search.result.chosen
+    if run.mixed_build is not None:  # built only from a pick that keeps some INT8 and some nodes wider
+        assert pick.fallback_nodes and pick.int8_math_nodes > 0
+        assert run.mixed_build.plan is not None and run.mixed_build.engine.summary()["by_precision"].get("int8", 0)
+    else:
+        assert run.stage("build_mixed").status is StageStatus.NOT_APPLICABLE, run.stage("build_mixed")
     assert run.stage("timing").ok, run.stage("timing")
+
+
+def test_an_engine_with_a_bad_verdict_is_blocked_from_export_and_the_printed_command_exports_it(
+    models: Path, tmp_path: Path
+) -> None:
+    """A tolerance no INT8 engine meets (max_metric_drop 1e-6 on the output cosine, a resolved loss): asked for INT8,
+    the engine's verdict is bad, so the export stage is blocked with the reason and two ways to export anyway,
+    both of which work."""
+    import shlex
+
+    from workbench.export.bundle import verify_bundle
+    from workbench.flow import QuickstartConfig, QuickstartSession
+
+    small = dict(calibration_samples=16, diff_samples=8, evaluation_samples=16, timing_window_s=0.05, sweep=False)
+    out = tmp_path / "out"
+    config = QuickstartConfig(
+        model=str(models / "multi-io.onnx"),
+        out_dir=str(out),
+        precision="int8",
+        max_metric_drop=1e-6,
+        search_budget=0,
+        **small,
+    )
+    session = QuickstartSession(config)
+    run = session.run_all()
+    assert run.selection.choice.level == "bad", run.selection.choice
+    export = run.stage("export")
+    assert export.status is StageStatus.BLOCKED and run.bundle is None, export
+    assert (
+        "verdict is bad" in export.reason and "export_bad=True" in export.reason and "--export-anyway" in export.reason
+    )
+    assert not (out / "export").exists()  # nothing was written
+    words = shlex.split(export.reason.split("export this engine as built: ", 1)[1])
+    assert words[:2] == ["workbench", "export"] and "--calibration-cache" in words
+    _ok(run_cli_forked(words[1:], tmp_path, timeout=240), "the printed export command")
+    printed = Path(words[words.index("-o") + 1])
+    assert verify_bundle(printed).ok and (printed / "calibration.cache").is_file()
+    # asked to export anyway: only the export stage re-runs, and it ships the same engine
+    again = session.update(export_bad=True)
+    assert again.stage("export").ok and again.stages["select"] is run.stages["select"], again.stage("export")
+    manifest = json.loads((again.bundle.path / "manifest.json").read_text())
+    assert manifest["accuracy"]["choice_level"] == "bad" and manifest["accuracy"]["variant"] == "int8-all"
+    # the same from the command line: demo --export-anyway exports the engine whose verdict is bad
+    cli_out = tmp_path / "cli"
+    argv = ["demo", "--model", str(models / "multi-io.onnx"), "--out", str(cli_out), "--precision", "int8"]
+    argv += ["--max-metric-drop", "1e-6", "--search-budget", "0", "--calibration-samples", "16", "--eval-samples", "16"]
+    cli = run_cli_forked([*argv, "--export-anyway"], tmp_path, timeout=240)
+    _ok(cli, "demo --export-anyway")
+    assert "int8-all (bad)" in cli.stdout and "exported to" in cli.stdout, cli.stdout[-2000:]
+    assert [p for p in (cli_out / "export").iterdir() if (p / "manifest.json").is_file()]
 
 
 def test_demo_exits_2_when_a_stage_failed(models: Path, tmp_path: Path) -> None:
@@ -351,7 +411,9 @@ def test_a_batch_1_model_that_hard_codes_its_batch_runs_the_journey_at_batch_1(
     (note,) = [note for note in entry.notes if "hard-codes" in note]
     assert "reshape" in note.lower() and "batch of 3" in note and "streams instead of batching" in note
     run = _quickstart(model, tmp_path / "out", export=False, streams=2, batch=8)
-    assert not [s for name, s in run.stages.items() if not s.ok and name != "export"], run.stages
+    # every stage done (the mixed build does not apply when the search's pick is all-INT8)
+    assert not [s for name, s in run.stages.items() if not s.ok and name not in ("export", "build_mixed")], run.stages
+    assert run.stage("build_mixed").status in (StageStatus.DONE, StageStatus.NOT_APPLICABLE), run.stage("build_mixed")
     assert "hard-codes" in run.metrics.how and {row.n_samples for row in run.metrics.rows} == {16}
     assert run.timing.fixed_batch == 1 and {result.batch for result in run.timing.results} == {1}
     assert "streams do the batching" in run.stage("timing").summary

@@ -1,8 +1,10 @@
 """`workbench demo`: the main job on built-in defaults.
 
-Runs the quickstart flow headless (clean -> FP32 engine -> fusion view -> calibrate -> per-layer diff -> fallback ->
-mixed engine -> task metrics -> timing -> export), prints one line per stage, and writes ``out/report.html`` (a
-self-contained page) next to the engines and the exported bundle.
+Runs the quickstart flow headless (:mod:`workbench.flow.stages`: builds of every precision variant, the accuracy-target
+search whose pick is the mixed engine, task metrics, the choice, timing, export), prints one line per stage and the
+engine chosen, writes ``out/report.html`` (a self-contained page) and ``out/run.json`` next to the engines and the
+exported bundle, and returns the typed run. An engine whose verdict is bad is not exported unless asked
+(``--export-anyway``).
 """
 
 from __future__ import annotations
@@ -10,18 +12,29 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
-from workbench.flow import QuickstartConfig, QuickstartSession, StageResult
+from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
+from workbench.flow.config import SEARCH_BUDGET_RANGE, SettingValue
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
 from workbench.report import diagnose, write_report
 from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
 
-_MARK = {"done": "ok  ", "skipped": "skip", "failed": "FAIL"}
+_MARK = {
+    StageStatus.DONE: "ok  ",
+    StageStatus.FAILED: "FAIL",
+    StageStatus.OFF: "off ",
+    StageStatus.NOT_APPLICABLE: "n/a ",
+    StageStatus.BLOCKED: "BLCK",
+    StageStatus.CANCELLED: "cncl",
+    StageStatus.PENDING: "... ",
+}
 STILL_RUNNING_EVERY_S = 15.0
+DEFAULTS = QuickstartConfig()
 DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier demo wrote them (issue 23)
 
 
@@ -55,12 +68,24 @@ class StillRunning:
             self._thread = None
 
 
-def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: Any) -> dict[str, Any]:
-    """Run the quickstart flow and write ``<out_dir>/report.html``; returns the run as JSON-ready data."""
+@dataclass(frozen=True)
+class DemoResult:
+    """What ``demo`` did: the typed run and where its report went."""
+
+    run: QuickstartRun
+    report: Path
+
+    @property
+    def failed(self) -> list[StageResult]:
+        return [result for result in self.run.stages.values() if result.status is StageStatus.FAILED]
+
+
+def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **settings: SettingValue) -> DemoResult:
+    """Run the quickstart flow and write ``<out_dir>/report.html`` (and ``run.json``); returns the typed run."""
     refuse_foreign_outputs(out_dir, DEMO_FILES, label="--out")
     if model_name:
         settings["model"] = model_name
-    config = QuickstartConfig(out_dir=str(out_dir), **settings)
+    config = QuickstartConfig(out_dir=str(out_dir)).validated(**settings)
     print(
         f"quickstart  model {config.model}, precision {config.precision}, calibration {config.calibration_method}, "
         f"{config.streams} stream(s) x batch {config.batch}, output {config.out_dir}/",
@@ -78,8 +103,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     def show(result: StageResult, index: int, total: int) -> None:
         heartbeat.stop()
         print(
-            f"[{index + 1:2d}/{total}] {_MARK.get(result.status, result.status)} {result.title:<34} "
-            f"{result.seconds:6.1f} s  {result.summary}",
+            f"[{index + 1:2d}/{total}] {_MARK[result.status]} {result.title:<34} {result.seconds:6.1f} s  {result.text}",
             flush=True,
         )
 
@@ -99,8 +123,15 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     print("diagnosis:")
     for verdict in diagnose(run):
         print(f"  - {verdict.topic}: {verdict.text}")
+    chosen = run.selection
+    if chosen is not None:
+        exported = f"exported to {run.bundle.path}" if run.bundle else f"not exported ({run.stage('export').status})"
+        print(f"engine      {chosen.variant} ({chosen.choice.level}): {chosen.engine.engine_path}; {exported}")
+    export = run.stage("export")
+    if export.status is StageStatus.BLOCKED:
+        print(f"export      blocked: {export.reason}")
     print(f"report      {report}  (self-contained; open it in a browser, no network needed)")
-    return {"model": config.model, "report": str(report), "run": run.to_json()}
+    return DemoResult(run, report)
 
 
 def register(subparsers: Any) -> None:
@@ -110,7 +141,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model",
         help="zoo model name (default: ocr-cls, ~25 s on 2 cores) or a path to your own .onnx file: it runs on "
-        "seeded random inputs and its metric is the output cosine vs its own FP32 outputs (not task accuracy)",
+        "seeded random inputs (or --data) and its metric is agreement with its own FP32 outputs judged on the worst "
+        "output (not task accuracy), or top-1 accuracy when the --data batches carry 'labels'",
     )
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
     parser.add_argument(
@@ -126,19 +158,31 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--max-metric-drop",
         type=float,
-        help="task-metric loss vs FP32 an engine may have and be chosen (default 0.01)",
+        help=f"task-metric loss vs FP32 an engine may have and be chosen (default {DEFAULTS.max_metric_drop:g})",
     )
     parser.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 range method")
     parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
-    parser.add_argument("--calibration-samples", type=int, help="samples for the INT8 range statistics (default 128)")
     parser.add_argument(
-        "--eval-samples", type=int, help="evaluation samples per precision for the task metric (default 450)"
+        "--calibration-samples",
+        type=int,
+        help=f"samples for the INT8 range statistics (default {DEFAULTS.calibration_samples})",
+    )
+    parser.add_argument(
+        "--eval-samples",
+        type=int,
+        help=f"evaluation samples per precision for the task metric (default {DEFAULTS.evaluation_samples})",
     )
     parser.add_argument(
         "--search-budget",
         type=int,
-        help="task evaluations for the accuracy-target mixed-precision search (default 8; 0 turns it off)",
+        help=f"task evaluations for the accuracy-target mixed-precision search, whose pick is the mixed engine "
+        f"({SEARCH_BUDGET_RANGE[0]}..{SEARCH_BUDGET_RANGE[1]}, default {DEFAULTS.search_budget}; 0 turns it off)",
+    )
+    parser.add_argument(
+        "--export-anyway",
+        action="store_true",
+        help="export the chosen engine even when its verdict is bad (by default the export stage is blocked then)",
     )
     parser.set_defaults(func=_cli)
 
@@ -158,7 +202,7 @@ def _cli(args: argparse.Namespace) -> int:
             f"--data {args.data} was given without --model.", expected="--model my.onnx --data DIR (data for your file)"
         )
     if args.model:
-        from workbench.flow.quickstart import quickstart_entry
+        from workbench.flow import quickstart_entry
 
         quickstart_entry(args.model, args.data or "")  # an unknown name, unreadable file or bad data: before any work
     settings = {
@@ -173,20 +217,17 @@ def _cli(args: argparse.Namespace) -> int:
             "max_metric_drop": args.max_metric_drop,
             "search_budget": args.search_budget,
             "data": args.data,
+            "export_bad": True if args.export_anyway else None,
         }.items()
         if value is not None
     }
     result = run_demo(args.model, args.out, **settings)
-    failed = [
-        f"{name} ({stage['summary'][:160]})"
-        for name, stage in result["run"]["stages"].items()
-        if stage["status"] == "failed"
-    ]
-    if failed:
+    if result.failed:
         from workbench.errors import WorkbenchError
 
+        failed = "; ".join(f"{stage.name} ({stage.reason[:160]})" for stage in result.failed)
         raise WorkbenchError(
-            f"{len(failed)} stage(s) failed: " + "; ".join(failed) + f". The report shows what ran: {result['report']}",
-            expected="every stage done or skipped with its reason",
+            f"{len(result.failed)} stage(s) failed: {failed}. The report shows what ran: {result.report}",
+            expected="every stage done, or off / not applicable / blocked with its reason",
         )
     return 0

@@ -29,7 +29,18 @@ def register(subparsers: Any) -> None:
         help="calibration folder (.npz batches keyed by input name, or images for zoo models), "
         "'zoo' for the zoo model's calibration split, or 'random' (warned about)",
     )
-    calibrate.add_argument("--method", default="entropy", choices=("max", "percentile", "entropy", "mse"))
+    calibrate.add_argument(
+        "--format",
+        default="int8",
+        choices=("int8", "fp8"),
+        help="quantized format: int8 (default) or fp8 (E4M3, needs a GPU of compute capability 8.9+ to run)",
+    )
+    calibrate.add_argument(
+        "--method",
+        default=None,
+        choices=("max", "percentile", "entropy", "mse"),
+        help="range method (default: entropy for int8, mse over the FP8 grid for fp8; entropy is int8 only)",
+    )
     calibrate.add_argument(
         "--percentile",
         type=bounded_float(0.0, 100.0, low_inclusive=False),
@@ -70,13 +81,20 @@ def register(subparsers: Any) -> None:
         "--budget", type=bounded_int(1, 10_000), default=None, help="--target-drop: at most N task evaluations"
     )
     calibrate.add_argument(
+        "--formats",
+        default=None,
+        help="--target-drop: the formats a fusion group may take, in the order tried, e.g. int8,fp8,fp16 (a group "
+        "that hurts in INT8 is tried in FP8 before FP16; default int8,FALLBACK)",
+    )
+    calibrate.add_argument(
         "--groups", default=None, choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
     )
     calibrate.add_argument(
         "--eval-limit",
         type=positive_int,
         default=None,
-        help="--target-drop: evaluation samples (default: the whole set)",
+        help="evaluation samples of the task metric (the search's and the one printed at the end; default: the whole "
+        "set)",
     )
     calibrate.add_argument(
         "--search-report", default=None, help="--target-drop: MixedPrecisionResult JSON (default: OUTPUT.mixed.json)"
@@ -179,6 +197,16 @@ def _refuse_removed(args: argparse.Namespace) -> None:
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
     """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
     _refuse_removed(args)
+    first = args.formats.split(",")[0].strip() if args.formats else ""
+    if first in ("int8", "fp8"):  # the search's ladder starts where every group starts
+        args.format = first
+    if args.method is None:
+        args.method = "mse" if args.format == "fp8" else "entropy"
+    if args.format == "fp8" and args.method == "entropy":
+        raise WorkbenchError(
+            "--method entropy is INT8's (KL divergence over 128 uniform levels); FP8 ranges use max, percentile or mse.",
+            expected="--format fp8 with --method max, percentile or mse (the default)",
+        )
     if args.percentile is not None and args.method != "percentile":
         raise WorkbenchError(
             f"--percentile {args.percentile} is used by --method percentile only; --method {args.method} ignores it.",
@@ -190,9 +218,9 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             for flag, value in (
                 ("--fallback", args.fallback),
                 ("--budget", args.budget),
+                ("--formats", args.formats),
                 ("--groups", args.groups),
                 ("--search-report", args.search_report),
-                ("--eval-limit", args.eval_limit),
             )
             if value is not None
         ]
@@ -295,7 +323,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         if cache_path is not None:
             ranges.save(cache_path)
             _say(f"wrote calibration cache {cache_path}")
-    plan = PrecisionPlan.load(args.plan) if args.plan else session.default_plan()
+    plan = PrecisionPlan.load(args.plan) if args.plan else session.default_plan(args.format)
     keep = [name.strip() for name in args.keep.split(",") if name.strip()]
     if keep:
         known = {name for name, _ in session.quantizable_nodes()} | {n.name for n in model.proto.graph.node}
@@ -326,6 +354,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             granularity=args.groups,
             base_plan=plan,
             log=None if args.no_progress else _say,
+            formats=[f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None,
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)
@@ -335,10 +364,14 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         quantized = session.quantize(ranges, plan)
     quantized.save(args.output)
     counts = quantized.counts()
-    _say(
-        f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {len(quantized.placement.int8_nodes)} INT8 nodes, "
-        f"method {ranges.method}"
+    placement = quantized.placement
+    formats = ", ".join(
+        f"{len(nodes)} {name} nodes"
+        for name, nodes in (("INT8", placement.int8_nodes), ("FP8", placement.fp8_nodes))
+        if nodes or name == "INT8"
     )
+    method = session.fp8_ranges(ranges).method if placement.uses_fp8 else ranges.method
+    _say(f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {formats}, method {method}")
     for note in quantized.notes + ranges.warnings:
         _say(f"warning: {note}")
     if args.diff and diff is not None:
@@ -346,8 +379,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         final_diff.save(args.diff)
         _say(f"wrote per-layer diff {args.diff}")
     if entry is not None:
-        fp32 = session.evaluate()
-        int8 = session.evaluate(quantized)
+        fp32 = session.evaluate(limit=args.eval_limit)
+        int8 = session.evaluate(quantized, limit=args.eval_limit)
         _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {int8.value:.4f}  ({int8.n_samples} samples)")
     return 0
 

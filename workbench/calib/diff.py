@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -101,6 +101,7 @@ class TensorDiff(Artifact):
     drop_db: float | None = None
     noise_added: float | None = None  # relative noise power this tensor adds over its worst input (10^(-SQNR/10) units)
     cause: str | None = None
+    format: str | None = None  # "int8" or "fp8" for quantized tensors
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,18 @@ class _Running:
             self.max_abs = max(self.max_abs, float(np.abs(err).max()))
         self.count += ref.size
 
-    def add_local(self, reference: np.ndarray, scale: float) -> None:
+    def add_local(self, reference: np.ndarray, scale: float, fmt: str = "int8") -> None:
         ref = reference.astype(np.float32, copy=False).ravel()
-        q = np.rint(ref / np.float32(scale))
-        self.clipped += int(((q > 127) | (q < -128)).sum())
-        err = ref - np.clip(q, -128, 127) * np.float32(scale)
+        if fmt == "fp8":
+            from workbench.calib.fp8 import E4M3_MAX, round_to_e4m3
+
+            ratio = ref / np.float32(scale)
+            self.clipped += int((np.abs(ratio) > E4M3_MAX).sum())
+            err = ref - round_to_e4m3(ratio) * np.float32(scale)
+        else:
+            q = np.rint(ref / np.float32(scale))
+            self.clipped += int(((q > 127) | (q < -128)).sum())
+            err = ref - np.clip(q, -128, 127) * np.float32(scale)
         with np.errstate(over="ignore", invalid="ignore"):  # handled just below
             noise, signal = np.dot(err, err), np.dot(ref, ref)
         if not (np.isfinite(noise) and np.isfinite(signal)):
@@ -234,14 +242,16 @@ def _float_tensor_names(
 
 def _quantized_inputs(
     quant_proto: Any,
-) -> tuple[dict[str, float], dict[str, tuple[np.ndarray, np.ndarray, int]], dict[str, str]]:
-    """Activation scales and weight (values, scales, axis) from the Q nodes, and each one's first quantized consumer."""
-    from onnx import numpy_helper
+) -> tuple[dict[str, float], dict[str, tuple[np.ndarray, np.ndarray, int]], dict[str, str], dict[str, str]]:
+    """Activation scales and weight (values, scales, axis) from the Q nodes, each one's first quantized consumer and
+    its format ("int8" or "fp8", from the zero point's type; a tensor quantized in both formats keeps the first)."""
+    from onnx import TensorProto, numpy_helper
 
     inits = {i.name: i for i in quant_proto.graph.initializer}
     activation_scales: dict[str, float] = {}
     weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     consumer: dict[str, str] = {}
+    formats: dict[str, str] = {}
     by_input: dict[str, list[Any]] = {}
     cast_input = {n.output[0]: n.input[0] for n in quant_proto.graph.node if n.op_type == "Cast" and n.input}
     for node in quant_proto.graph.node:
@@ -254,6 +264,10 @@ def _quantized_inputs(
         source = node.input[0]
         while source in cast_input:  # FP16 plans: the Q reads a Cast of the tensor back to FP32; measure the tensor
             source = cast_input[source]
+        if source in formats:
+            continue
+        zero = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        formats[source] = "fp8" if zero is not None and zero.data_type == TensorProto.FLOAT8E4M3FN else "int8"
         dq_nodes = [n for n in by_input.get(node.output[0], []) if n.op_type == "DequantizeLinear"]
         users = [u.name for dq in dq_nodes for u in by_input.get(dq.output[0], [])]
         consumer[source] = users[0] if users else node.name
@@ -262,7 +276,7 @@ def _quantized_inputs(
             weights[source] = (numpy_helper.to_array(inits[source]).astype(np.float32), scale, axis)
         elif scale.size == 1:
             activation_scales[source] = float(scale.reshape(()))
-    return activation_scales, weights, consumer
+    return activation_scales, weights, consumer, formats
 
 
 def _session(proto: Any, outputs: list[str]) -> Any:
@@ -282,6 +296,7 @@ class _Compared:
     activation_scales: dict[str, float]
     weights: dict[str, tuple[np.ndarray, np.ndarray, int]]  # weight -> (values, per-channel scales, axis)
     consumer: dict[str, str]  # quantized tensor -> its first quantized consumer
+    formats: dict[str, str]  # quantized tensor -> "int8" or "fp8"
 
     @property
     def fp32_names(self) -> list[str]:
@@ -303,7 +318,7 @@ def _pair_protos(fp32: Any, quantized: Any, prepared: bool) -> tuple[Any, Any]:
 
 
 def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) -> _Compared:
-    activation_scales, weights, consumer = _quantized_inputs(quant_proto)
+    activation_scales, weights, consumer, formats = _quantized_inputs(quant_proto)
     names, owners = _float_tensor_names(fp32_proto, all_tensors, always=set(activation_scales))
     quant_outputs = {o for n in quant_proto.graph.node for o in n.output}
     compared = [n for n in names if n in quant_outputs]
@@ -313,7 +328,7 @@ def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) ->
         )
     graph_inputs = {i.name for i in fp32_proto.graph.input}
     local_only = [n for n in activation_scales if n not in owners and n in graph_inputs]
-    return _Compared(compared, local_only, owners, activation_scales, weights, consumer)
+    return _Compared(compared, local_only, owners, activation_scales, weights, consumer, formats)
 
 
 def _accumulate(
@@ -370,10 +385,11 @@ def _accumulate(
                 running[name].add_pair(reference[name], test[name])
                 del test[name]  # free as we go: peak memory stays near one micro-batch of both models
             for name, scale in tensors.activation_scales.items():
+                fmt = tensors.formats.get(name, "int8")
                 if name in reference:
-                    running[name].add_local(reference[name], scale)
+                    running[name].add_local(reference[name], scale, fmt)
                 elif name in part:
-                    running[name].add_local(np.asarray(part[name], dtype=np.float32), scale)
+                    running[name].add_local(np.asarray(part[name], dtype=np.float32), scale, fmt)
             del reference, test
         batches += 1
         first = next(iter(feed.values()))
@@ -384,7 +400,7 @@ def _accumulate(
 
 
 def _tensor_row(
-    name: str, node: str, op: str, index: int, kind: str, running: _Running, scale: float | None
+    name: str, node: str, op: str, index: int, kind: str, running: _Running, scale: float | None, fmt: str = "int8"
 ) -> TensorDiff:
     """A row from the running sums: accumulated error for activations, local error for quantized tensors."""
     values: dict[str, Any] = {}
@@ -401,9 +417,11 @@ def _tensor_row(
         clipped = running.clipped / count
         values.update(
             scale=scale,
+            format=fmt,
             sqnr_db_local=local_db,
             clipped_fraction=clipped,
-            cause=_cause(local_db, clipped, math.sqrt(running.local_noise / count) / scale),
+            # FP8's rounding noise scales with |x|, not with the scale: only clipping and outliers tell it
+            cause=_cause(local_db, clipped, 0.0 if fmt == "fp8" else math.sqrt(running.local_noise / count) / scale),
         )
     return TensorDiff(name, node, op, index, kind, scale is not None, **values)
 
@@ -441,12 +459,13 @@ def _with_drops(rows: list[TensorDiff], fp32_proto: Any) -> list[TensorDiff]:
 
 def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
     """Each quantized weight's own per-channel rounding error (no data needed)."""
-    from workbench.calib.methods import fake_quantize
+    from workbench.calib.fp8 import fake_quantize_as
 
     node_index = {n.name: i for i, n in enumerate(quant_proto.graph.node)}
     rows = []
     for name, (values, weight_scale, axis) in tensors.weights.items():
-        quantized_values = fake_quantize(values, weight_scale, axis)
+        fmt: Literal["int8", "fp8"] = "fp8" if tensors.formats.get(name) == "fp8" else "int8"
+        quantized_values = fake_quantize_as(values, weight_scale, fmt, axis)
         err = (values - quantized_values).astype(np.float64).ravel()
         signal = float(values.astype(np.float64).ravel() @ values.astype(np.float64).ravel())
         consumer = tensors.consumer.get(name, "")
@@ -461,6 +480,7 @@ def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
                 sqnr_db_local=sqnr_db(signal, float(err @ err)),
                 clipped_fraction=0.0,
                 max_abs_err=float(np.abs(err).max()) if err.size else 0.0,
+                format=fmt,
             )
         )
     return rows
@@ -502,14 +522,25 @@ def diff_models(
         memory_budget_mb,
         progress,
     )
-    scales = tensors.activation_scales
+    scales, formats = tensors.activation_scales, tensors.formats
     rows = [
-        _tensor_row(name, tensors.consumer.get(name, ""), "input", -1, "input", running[name], scales[name])
+        _tensor_row(
+            name,
+            tensors.consumer.get(name, ""),
+            "input",
+            -1,
+            "input",
+            running[name],
+            scales[name],
+            formats.get(name, "int8"),
+        )
         for name in tensors.local_only
     ]
     for name in tensors.compared:
         node, op, index = tensors.owners[name]
-        rows.append(_tensor_row(name, node, op, index, "activation", running[name], scales.get(name)))
+        rows.append(
+            _tensor_row(name, node, op, index, "activation", running[name], scales.get(name), formats.get(name, "int8"))
+        )
     rows = _with_drops(rows, fp32_proto) + _weight_rows(tensors, quant_proto)
     notes = (RANDOM_DATA_WARNING,) if getattr(source, "is_random", False) else ()
     return LayerDiff(tuple(rows), batches, samples, time.perf_counter() - start, warnings=notes)

@@ -42,10 +42,16 @@ def amax_max(hist: TensorHistogram) -> float:
     return hist.amax
 
 
+def check_percentile(percentile: float) -> float:
+    """``percentile`` when the percentile method can use it (0 < p <= 100), else a WorkbenchError."""
+    if not (isinstance(percentile, (int, float)) and 0.0 < percentile <= 100.0):
+        raise WorkbenchError(f"percentile {percentile} is out of range.", expected="a number in (0, 100], e.g. 99.99")
+    return float(percentile)
+
+
 def amax_percentile(hist: TensorHistogram, percentile: float = DEFAULT_PERCENTILE) -> float:
     """Upper edge of the bin where the |x| CDF first reaches ``percentile`` (in percent), capped at the true max."""
-    if not 0.0 < percentile <= 100.0:
-        raise WorkbenchError(f"percentile {percentile} is out of range.", expected="a number in (0, 100], e.g. 99.99")
+    check_percentile(percentile)
     counts = hist.total_counts
     total = counts.sum()
     if total == 0 or hist.width == 0.0:
@@ -124,13 +130,15 @@ def mse_errors(
     samples_per_bin: int = 4,
     chunk: int = 64,
     candidate_bins: np.ndarray | None = None,
+    grid: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean squared fake-quantization error of the histogram for candidate amax values (bin edges).
 
     Each bin's mass is spread over ``samples_per_bin`` evenly spaced points inside the bin rather than put on its
     centre: when one outlier stretches the range, the data sit in a few wide bins and centre-only estimates (as in
     pytorch-quantization) mistake the bin grid for the quantization grid. ``candidate_bins`` (upper-edge indices)
-    defaults to every edge from ``start_bin``.
+    defaults to every edge from ``start_bin``. ``grid(points, amax)`` fake-quantizes points [candidates, n] for
+    amax [candidates, 1]; the default is the symmetric int8 grid (FP8 passes its own, :mod:`workbench.calib.fp8`).
     """
     counts = _used_bins(hist)
     offsets = (np.arange(samples_per_bin, dtype=np.float64) + 0.5) / samples_per_bin
@@ -145,29 +153,41 @@ def mse_errors(
     errors = np.empty(candidate_amax.size, dtype=np.float64)
     total = weights.sum()
     for start in range(0, candidate_amax.size, chunk):
-        scale = candidate_amax[start : start + chunk, None] / INT8_MAX
-        quantized = np.clip(np.rint(points[None, :] / scale), -INT8_MAX, INT8_MAX) * scale
+        amax = candidate_amax[start : start + chunk, None]
+        quantized = (grid or _int8_grid)(points[None, :], amax)
         errors[start : start + chunk] = ((quantized - points[None, :]) ** 2 @ weights) / total
     return candidate_amax, errors
 
 
-def amax_mse(hist: TensorHistogram, *, start_bin: int = 8, coarse: int = 256) -> float:
+def _int8_grid(points: np.ndarray, amax: np.ndarray) -> np.ndarray:
+    scale = amax / INT8_MAX
+    return np.clip(np.rint(points / scale), -INT8_MAX, INT8_MAX) * scale
+
+
+def amax_mse(
+    hist: TensorHistogram,
+    *,
+    start_bin: int = 8,
+    coarse: int = 256,
+    grid: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> float:
     """Candidate amax (a bin edge) with the smallest mean squared fake-quantization error.
 
     Coarse-to-fine: about ``coarse`` evenly spaced edges first, then every edge within one coarse step of the best
-    (the error curve is smooth at that scale); ~7x fewer evaluations than trying all 2048 edges.
+    (the error curve is smooth at that scale); ~7x fewer evaluations than trying all 2048 edges. ``grid``: as in
+    :func:`mse_errors` (int8 by default).
     """
     if hist.width == 0.0 or hist.count == 0:
         return hist.amax
     used = _used_bins(hist).size
     first = min(start_bin, max(used - 1, 1))
     step = max(1, -(-(used - first) // coarse))
-    grid = np.unique(np.concatenate([np.arange(first, used + 1, step), [used]]))
-    candidates, errors = mse_errors(hist, candidate_bins=grid)
+    edges = np.unique(np.concatenate([np.arange(first, used + 1, step), [used]]))
+    candidates, errors = mse_errors(hist, candidate_bins=edges, grid=grid)
     best = int(round(candidates[int(np.argmin(errors))] / hist.width))
     if step > 1:
         fine = np.arange(max(first, best - step), min(used, best + step) + 1)
-        candidates, errors = mse_errors(hist, candidate_bins=fine)
+        candidates, errors = mse_errors(hist, candidate_bins=fine, grid=grid)
     return float(min(candidates[int(np.argmin(errors))], hist.amax))
 
 

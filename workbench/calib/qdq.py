@@ -1,5 +1,5 @@
 """The onnx-graphsurgeon rewrite that puts Q/DQ pairs where :mod:`workbench.precision.qdq_rules` says, with
-calibrated scales (activations per tensor, weights per channel)."""
+calibrated scales (activations per tensor, weights per channel), in INT8 or FP8 (E4M3FN) as the plan asks."""
 
 from __future__ import annotations
 
@@ -10,22 +10,46 @@ from typing import Any
 import numpy as np
 
 from workbench.artifact import NOT_SERIALIZED, Artifact
-from workbench.calib.methods import per_channel_amax, scale_from_amax
+from workbench.calib.fp8 import FP8_MIN_IR_VERSION, QuantFormat, scale_for
+from workbench.calib.methods import per_channel_amax
 from workbench.errors import WorkbenchError
 from workbench.model import QDQ_OPS, load_onnx
 from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.plan import PrecisionPlan
-from workbench.precision.qdq_rules import QdqPlacement, plan_placement, prepare_model, shared_amax
+from workbench.precision.qdq_rules import (
+    FP8_MIN_OPSET,
+    QdqPlacement,
+    model_opset,
+    plan_placement,
+    prepare_model,
+    shared_amax,
+)
 
 
-def _qdq_pair(graph: Any, source: Any, scale: np.ndarray, axis: int | None, base: str) -> Any:
+def _zero_point(name: str, shape: tuple[int, ...], fmt: QuantFormat) -> Any:
+    """The zero point constant: its element type is what makes a QuantizeLinear INT8 or FP8."""
     import onnx_graphsurgeon as gs
+    from onnx import TensorProto, helper
+    from onnx_graphsurgeon.ir.tensor import LazyValues
 
-    zero = np.zeros(scale.shape, dtype=np.int8)
+    if fmt == "fp8":  # numpy has no float8 dtype graphsurgeon can export: hand it the ONNX tensor itself
+        size = int(np.prod(shape)) if shape else 1
+        tensor = helper.make_tensor(name, TensorProto.FLOAT8E4M3FN, list(shape), [0.0] * size)
+        return gs.Constant(name, LazyValues(tensor))
+    return gs.Constant(name, np.zeros(shape, dtype=np.int8))
+
+
+def _qdq_pair(
+    graph: Any, source: Any, scale: np.ndarray, axis: int | None, base: str, fmt: QuantFormat = "int8"
+) -> Any:
+    import onnx_graphsurgeon as gs
+    from onnx import TensorProto
+
     scale_const = gs.Constant(f"{base}_scale", np.asarray(scale, dtype=np.float32))
-    zero_const = gs.Constant(f"{base}_zero_point", zero)
+    zero_const = _zero_point(f"{base}_zero_point", tuple(np.shape(scale)), fmt)
     attrs = {"axis": int(axis)} if axis is not None else {}
-    quantized = gs.Variable(f"{base}_QuantizeLinear_Output", dtype=np.int8, shape=source.shape)
+    quantized_type = TensorProto.FLOAT8E4M3FN if fmt == "fp8" else np.int8
+    quantized = gs.Variable(f"{base}_QuantizeLinear_Output", dtype=quantized_type, shape=source.shape)
     dequantized = gs.Variable(f"{base}_DequantizeLinear_Output", dtype=np.float32, shape=source.shape)
     graph.nodes.append(
         gs.Node("QuantizeLinear", f"{base}_QuantizeLinear", attrs, [source, scale_const, zero_const], [quantized])
@@ -44,7 +68,7 @@ class QdqModel(Artifact):
 
     placement: QdqPlacement
     plan: PrecisionPlan
-    scales: dict[str, float]  # activation tensor -> scale
+    scales: dict[str, float]  # activation tensor -> scale (a tensor read in FP8 too: "NAME|fp8" -> its FP8 scale)
     fp16_nodes: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     proto: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)  # the onnx.ModelProto
@@ -72,17 +96,23 @@ def insert_qdq(
     *,
     quantize_attention: bool = False,
     prepared: bool = False,
+    fp8_amax: Mapping[str, float] | None = None,
 ) -> QdqModel:
     """Return a new model with Q/DQ pairs per the TensorRT rules; ``amax`` maps activation tensors to ranges.
 
     Weights get per-channel scales from their own values (float W -> Q -> DQ, quantized by TensorRT at build).
     FP16 entries of the plan are realised afterwards with :func:`workbench.precision.autocast.apply_precision_plan`.
     ``prepared=True`` says ``proto`` already went through :func:`prepare_model` (it is not modified either way).
+    ``fp8_amax``: the ranges of tensors read by the plan's FP8 nodes (FP8's own MSE differs from INT8's); ``amax``
+    where absent. A plan with FP8 nodes gives a model at opset >= 19 (the model is upgraded when it is older).
     """
     import onnx_graphsurgeon as gs
 
     plan = plan or PrecisionPlan(default="int8")
     base = proto if prepared else prepare_model(proto)
+    wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
+    if wants_fp8 and model_opset(base) < FP8_MIN_OPSET:
+        base = prepare_model(base, FP8_MIN_OPSET)
     if any(n.op_type in QDQ_OPS for n in base.graph.node):
         raise WorkbenchError(
             "the model already has Q/DQ nodes.", expected="an FP32 model (calibrate before quantizing, not after)"
@@ -102,29 +132,39 @@ def insert_qdq(
             f"no calibrated range for {len(missing)} tensor(s) that need a scale, e.g. {missing[:3]}.",
             expected="ranges from the same model (re-run calibration or use its cache)",
         )
-    unified = shared_amax(placement, amax)
+    unified: dict[str, dict[str, float]] = {"int8": shared_amax(placement, amax)}
+    if placement.uses_fp8:
+        unified["fp8"] = shared_amax(placement, {**amax, **(fp8_amax or {})})
     tensors = graph.tensors()
     nodes_by_name = {n.name: n for n in graph.nodes}
     scales: dict[str, float] = {}
     for name, consumers in placement.activations.items():
-        scale = scale_from_amax(unified[name])
-        scales[name] = float(scale)
-        dq = _qdq_pair(graph, tensors[name], scale, None, name)
-        for consumer in set(consumers):
-            node = nodes_by_name[consumer]
-            node.inputs = [dq if (t is not None and t.name == name) else t for t in node.inputs]
-    for name, quant in placement.weights.items():
-        weight = tensors[name]
-        scale = scale_from_amax(per_channel_amax(weight.values, quant.axis))
-        dq = _qdq_pair(graph, weight, scale, quant.axis, name)
+        by_format: dict[str, list[str]] = {}
+        for consumer in dict.fromkeys(consumers):
+            by_format.setdefault(placement.format_of(consumer), []).append(consumer)
+        for fmt, readers in by_format.items():
+            # one pair per format; the tensor's name alone for its first (usually only) format
+            key = name if fmt == next(iter(by_format)) else f"{name}|{fmt}"
+            base_name = key.replace("|", "_")
+            scale = scale_for(unified[fmt][name], fmt)  # type: ignore[arg-type]  # formats come from the plan check
+            scales[key] = float(scale)
+            dq = _qdq_pair(graph, tensors[name], scale, None, base_name, fmt)  # type: ignore[arg-type]
+            for consumer in readers:
+                node = nodes_by_name[consumer]
+                node.inputs = [dq if (t is not None and t.name == name) else t for t in node.inputs]
+    for key, quant in placement.weights.items():
+        weight = tensors[quant.tensor]
+        fmt = quant.format
+        scale = scale_for(per_channel_amax(weight.values, quant.axis), fmt)  # type: ignore[arg-type]
+        dq = _qdq_pair(graph, weight, scale, quant.axis, key.replace("|", "_"), fmt)  # type: ignore[arg-type]
         for consumer in set(quant.consumers):
             node = nodes_by_name[consumer]
-            node.inputs = [dq if (t is not None and t.name == name) else t for t in node.inputs]
+            node.inputs = [dq if (t is not None and t.name == quant.tensor) else t for t in node.inputs]
     graph.cleanup().toposort()
     import onnx_graphsurgeon
 
     out = onnx_graphsurgeon.export_onnx(graph)
-    out.ir_version = base.ir_version
+    out.ir_version = max(base.ir_version, FP8_MIN_IR_VERSION) if placement.uses_fp8 else base.ir_version
     del out.opset_import[:]
     out.opset_import.extend(base.opset_import)
     result = QdqModel(placement, plan, scales, proto=out)

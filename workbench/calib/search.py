@@ -11,6 +11,10 @@ NNCF's accuracy-control loop, over groups that follow the engine's fusions (:mod
    (undo the revert, never try that group again) and try the next group of the same ranking;
 5. stop when the target is met, the evaluation budget is spent, or no group is left.
 
+A search over formats (``formats=("int8", "fp8", "fp16")``) gives every group a ladder: a group that hurts in INT8
+is tried in FP8 first (8-bit math on compute capability 8.9+, with a finer grid near zero), and in FP16 only when FP8
+did not improve the metric; a group kept in FP8 may later step on to FP16. ``formats[0]`` is the start (INT8 or FP8).
+
 Every evaluated plan is kept (metric, INT8 share and, optionally, the engine structure from a TensorRT-RTX CPU
 build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task evaluation, counted separately.
 """
@@ -18,7 +22,7 @@ build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -45,6 +49,7 @@ class Revert(Artifact):
     kept: bool
     evaluations_used: int  # task evaluations of quantized plans so far (this one included)
     seconds: float  # wall time since the search began
+    format: str = ""  # the format the group was tried in (the fallback precision when the search has no ladder)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,10 @@ class EvaluatedPlan(Artifact):
     chosen: bool = False
     n_samples: int = 0  # evaluation samples behind ``metric``
     scores: tuple[float, ...] = field(default=(), repr=False)  # per sample, evaluation order (for intervals)
+    # the plan's per-node precisions (overrides of the search's base plan) and math nodes per precision
+    overrides: dict[str, str] = field(default_factory=dict)
+    format_counts: dict[str, int] = field(default_factory=dict)
+    eight_bit_share: float = 0.0  # math nodes in INT8 or FP8
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,8 @@ class MixedPrecisionResult(Artifact):
     stop_reason: str
     cost_label: str = ""
     notes: tuple[str, ...] = ()
-    ops_by_type: dict[str, list[int]] = field(default_factory=dict)  # op -> [INT8, total] in the final plan
+    ops_by_type: dict[str, list[int]] = field(default_factory=dict)  # op -> [INT8 (8-bit with formats), total]
+    formats: tuple[str, ...] = ()  # the ladder of a search over formats (empty: INT8 then ``fallback``)
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -114,6 +124,12 @@ class MixedPrecisionResult(Artifact):
                 f"plan {index} was not evaluated by this search.", expected=f"0..{len(self.evaluated) - 1}"
             )
         plan = self.evaluated[index]
+        if plan.overrides:
+            return PrecisionPlan(
+                self.plan.default,
+                cast(dict[str, Precision], dict(plan.overrides)),
+                note=f"mixed-precision search plan {index} ({len(plan.fallback_nodes)} node(s) changed format)",
+            )
         chosen = set(self.fallback_nodes)
         base = {node: precision for node, precision in self.plan.overrides.items() if node not in chosen}
         return PrecisionPlan(
@@ -124,10 +140,20 @@ class MixedPrecisionResult(Artifact):
 
     def summary(self) -> str:
         share = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in self.ops_by_type.items())
+        start = (self.formats or ("int8",))[0].upper()
+        kept = [r for r in self.reverts if r.kept]
+        moved = (
+            ", ".join(f"{sum(r.format == f for r in kept)} to {f}" for f in self.formats[1:]) + " group change(s)"
+            if self.formats
+            else f"{len(kept)} group(s) to {self.fallback}"
+        )
+        counts = self.chosen.format_counts if self.formats else {}
         return (
-            f"{self.metric_name} {self.metric:.4f} (FP32 {self.fp32_metric:.4f}, all-INT8 {self.int8_metric:.4f}, "
-            f"target {self.target:.4f}: {'met' if self.met else 'NOT met'}); INT8 {share}; "
-            f"{len([r for r in self.reverts if r.kept])} group(s) to {self.fallback}; {self.evaluations_used} task "
+            f"{self.metric_name} {self.metric:.4f} (FP32 {self.fp32_metric:.4f}, all-{start} {self.int8_metric:.4f}, "
+            f"target {self.target:.4f}: {'met' if self.met else 'NOT met'}); "
+            f"{'8-bit' if self.formats else 'INT8'} {share}"
+            + (" (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")" if counts else "")
+            + f"; {moved}; {self.evaluations_used} task "
             f"evaluations (+1 FP32) in {self.seconds:.1f} s; stopped: {self.stop_reason}"
         )
 
@@ -148,7 +174,7 @@ def pareto_front(plans: Any, higher_is_better: bool = True) -> tuple[int, ...]:
 
     def objectives(plan: Any) -> tuple[float, ...]:
         metric = plan.metric if higher_is_better else -plan.metric
-        values = (metric, plan.int8_share)
+        values = (metric, max(plan.int8_share, getattr(plan, "eight_bit_share", 0.0)))
         return values + ((-plan.cost.score,) if with_cost else ())
 
     points = [objectives(p) for p in plans]
@@ -181,13 +207,31 @@ def search_mixed_precision(
     ranking: str = "diff",
     base_plan: PrecisionPlan | None = None,
     log: Callable[[str], None] | None = None,
+    formats: Sequence[str] | None = None,
+    prefix_cache: bool = True,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
 
     ``limit`` caps the evaluation samples; ``budget`` caps task evaluations of quantized plans; ``granularity``
     is "fusion" (groups from the all-INT8 engine's layer map) or "block" (fusion groups merged by name scope).
+    ``formats``: the ladder a group climbs when it hurts, e.g. ``("int8", "fp8", "fp16")`` (default: INT8 then
+    ``fallback``); the first is where every group starts. ``prefix_cache``: evaluate each plan from the activations
+    of the current plan up to the first group it changes (:class:`~workbench.calib.prefix.PrefixCache`; same metric).
     """
+    ladder = tuple(formats) if formats else ("int8", fallback)
+    if (
+        len(ladder) < 2
+        or ladder[0] not in ("int8", "fp8")
+        or len(set(ladder)) != len(ladder)
+        or any(f not in ("int8", "fp8", "fp16", "fp32") for f in ladder)
+    ):
+        raise WorkbenchError(
+            f"formats {','.join(ladder)} are not a ladder to search.",
+            expected="distinct formats starting with int8 or fp8, e.g. int8,fp8,fp16",
+        )
+    if formats:
+        fallback = cast(Precision, ladder[-1]) if ladder[-1] in ("fp16", "fp32") else fallback
     if session.entry is None:
         raise WorkbenchError("the mixed-precision search needs a task metric.", expected="a zoo model (its metric)")
     if fallback not in ("fp16", "fp32"):
@@ -209,10 +253,11 @@ def search_mixed_precision(
     fp32 = float(session.evaluate(limit=limit).value)
     if target is None:
         target = fp32 - target_drop if higher else fp32 + target_drop  # type: ignore[operator]
-    base = base_plan or session.default_plan()
+    base = base_plan or session.default_plan(ladder[0])
     math_ops = _math_ops(session)
     placement = session.placement(base)
-    candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+    quantized = placement.quantized_nodes
+    candidates = quantized + [n for n in placement.residual_skips if n not in quantized]
     ops = {n.name: n.op_type for n in session.prepared.graph.node}
     topo = {n.name: i for i, n in enumerate(session.prepared.graph.node)}
     candidates.sort(key=lambda n: topo.get(n, 0))
@@ -239,18 +284,40 @@ def search_mixed_precision(
 
     evaluated: list[EvaluatedPlan] = []
     evaluations = 0
+    cache = None
+    if prefix_cache:
+        from workbench.calib.prefix import PrefixCache
+
+        cache = PrefixCache(session, full, limit=limit, cut_nodes=[group.nodes[0] for group in groups])
+    cached_plan = base
+
+    def first_change(plan: PrecisionPlan) -> str | None:
+        changed = [n for n in candidates if plan.precision_of(n) != cached_plan.precision_of(n)]
+        return min(changed, key=lambda n: topo.get(n, 0)) if changed else None
 
     def record(plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None) -> float:
         nonlocal evaluations
-        measured = session.evaluate(model, limit=limit)
+        if cache is None:
+            measured = session.evaluate(model, limit=limit)
+        elif not evaluated:
+            measured = cache.base_result
+        else:
+            measured = cache.evaluate(model, first_change(plan))
         value = float(measured.value)
         evaluations += 1
-        int8 = [n for n in session.int8_nodes(plan) if n in math_ops]
         if build_costs and cost is None:
             try:
                 cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}", shapes=shapes)
             except WorkbenchError as error:  # the metric stands; the plan's engine structure is unknown
                 notes.append(f"plan {len(evaluated)}: engine build failed ({error.problem[:200]})")
+        placed = session.placement(plan)
+        int8 = [n for n in placed.int8_nodes if n in math_ops]
+        fp8 = [n for n in placed.fp8_nodes if n in math_ops]
+        counts = {"int8": len(int8), "fp8": len(fp8)}
+        for name in math_ops:
+            if name not in placed.formats or name in placed.excluded:
+                wider = plan.precision_of(name) if plan.precision_of(name) in ("fp16", "fp32") else "fp32"
+                counts[wider] = counts.get(wider, 0) + 1
         evaluated.append(
             EvaluatedPlan(
                 index=len(evaluated),
@@ -263,21 +330,25 @@ def search_mixed_precision(
                 cost=cost,
                 n_samples=int(measured.n_samples),
                 scores=tuple(float(x) for x in getattr(measured, "scores", ()) or ()),
+                overrides=dict(plan.overrides) if formats else {},
+                format_counts={k: v for k, v in counts.items() if v},
+                eight_bit_share=(len(int8) + len(fp8)) / max(len(math_ops), 1),
             )
         )
         return value
 
     plan = base
     fallen: tuple[str, ...] = ()
+    start_label = "all-" + ladder[0].upper()
     current = int8_metric = record(plan, full, fallen, full_cost if build_costs else None)
-    say(f"FP32 {fp32:.4f}, all-INT8 {int8_metric:.4f}, target {target:.4f}")
+    say(f"FP32 {fp32:.4f}, {start_label} {int8_metric:.4f}, target {target:.4f} [1/{budget} evaluations]")
     current_index = 0
     reverts: list[Revert] = []
-    rejected: set[str] = set()
-    reverted: set[str] = set()
-    stop = "target met by all-INT8" if meets(current) else ""
+    # the next rung of its ladder each group is tried at (a group whose ladder is used up is done)
+    next_rung = {group.name: 1 for group in groups}
+    stop = f"target met by {start_label}" if meets(current) else ""
     while not stop:
-        active = [g for g in groups if g.name not in rejected and g.name not in reverted]
+        active = [g for g in groups if next_rung[g.name] < len(ladder)]
         if not active:
             stop = "no group left to revert"
             break
@@ -287,52 +358,60 @@ def search_mixed_precision(
         else:
             diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
             scores = session.score_int8_nodes(diff, plan)
-        ranked = sorted(active, key=lambda g: -sum(scores.get(n, 0.0) for n in g.nodes))
+        ranked = sorted(active, key=lambda g: (-sum(scores.get(n, 0.0) for n in g.nodes), g.name))
         moved = False
         for group in ranked:
-            if evaluations >= budget:
-                stop = f"budget of {budget} evaluations spent"
-                break
-            trial = plan.with_overrides({n: fallback for n in group.nodes})
-            trial_fallen = fallen + group.nodes
-            value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
-            kept = better(value, current)
-            reverts.append(
-                Revert(
-                    step=len(reverts) + 1,
-                    group=group.name,
-                    nodes=group.nodes,
-                    score=float(sum(scores.get(n, 0.0) for n in group.nodes)),
-                    metric_before=current,
-                    metric_after=value,
-                    kept=kept,
-                    evaluations_used=evaluations,
-                    seconds=time.perf_counter() - start,
+            while next_rung[group.name] < len(ladder) and not stop:
+                if evaluations >= budget:
+                    stop = f"budget of {budget} evaluations spent"
+                    break
+                fmt = ladder[next_rung[group.name]]
+                next_rung[group.name] += 1
+                trial = plan.with_overrides({n: cast(Precision, fmt) for n in group.nodes})
+                trial_fallen = fallen + tuple(n for n in group.nodes if n not in fallen)
+                value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
+                kept = better(value, current)
+                reverts.append(
+                    Revert(
+                        step=len(reverts) + 1,
+                        group=group.name,
+                        nodes=group.nodes,
+                        score=float(sum(scores.get(n, 0.0) for n in group.nodes)),
+                        metric_before=current,
+                        metric_after=value,
+                        kept=kept,
+                        evaluations_used=evaluations,
+                        seconds=time.perf_counter() - start,
+                        format=fmt,
+                    )
                 )
-            )
-            say(
-                f"revert {group.name} ({len(group.nodes)} node(s)): {current:.4f} -> {value:.4f} "
-                f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget}]"
-            )
-            if kept:
-                plan, fallen, current = trial, trial_fallen, value
-                current_index = len(evaluated) - 1
-                reverted.add(group.name)
-                moved = True
-                if meets(current):
-                    stop = "target met"
+                say(
+                    f"{group.name} ({len(group.nodes)} node(s)) to {fmt}: {current:.4f} -> {value:.4f} "
+                    f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+                    f"{time.perf_counter() - start:.0f} s]"
+                )
+                if kept:
+                    plan, fallen, current = trial, trial_fallen, value
+                    current_index = len(evaluated) - 1
+                    if cache is not None:  # later plans start from this one's activations
+                        cache.adopt()
+                        cached_plan = trial
+                    moved = True
+                    if meets(current):
+                        stop = "target met"
+                    break
+            if moved or stop:
                 break
-            rejected.add(group.name)
         if not stop and not moved:
             stop = "no revert improved the metric"
     chosen_index = current_index
     evaluated[chosen_index] = replace(evaluated[chosen_index], chosen=True)
     final = evaluated[chosen_index]
-    int8_final = set(session.int8_nodes(plan))
+    eight_bit_final = set(session.quantized_nodes(plan))
     by_type: dict[str, list[int]] = {}
     for name, op in math_ops.items():
         counts = by_type.setdefault(op, [0, 0])
-        counts[0] += name in int8_final
+        counts[0] += name in eight_bit_final  # INT8 (or FP8 in a search over formats)
         counts[1] += 1
     return MixedPrecisionResult(
         model=str(getattr(session.entry, "name", "")),
@@ -363,4 +442,5 @@ def search_mixed_precision(
         cost_label=full_cost.label if full_cost is not None else "",
         notes=tuple(notes),
         ops_by_type=by_type,
+        formats=tuple(formats or ()),
     )

@@ -7,7 +7,7 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,12 @@ def _refuse_float16(model: Any) -> None:
             "calibration inserts Q/DQ into an FP32 model.",
             expected="the FP32 model (the FP16 engine is made from it with `workbench build --precision fp16`)",
         )
+
+
+def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
+    """The first ``n`` of ``ranked`` (fallback candidates, worst first), but never all of them: at least one stays
+    INT8, since a "mixed" plan without INT8 would be the FP32 model under another name."""
+    return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,8 @@ class CalibrationSession:
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, Any] = {}
         self._prepared_proto: Any = None
+        self._prepared_fp8_proto: Any = None
+        self._fp8_ranges: dict[tuple[str, float | None, int], CalibrationRanges] = {}
         self._int8_nodes: dict[str, Any] = {}
         self.last_sensitivity: dict[str, float] = {}
 
@@ -132,6 +140,27 @@ class CalibrationSession:
 
             self._prepared_proto = prepare_model(self.model.proto)
         return self._prepared_proto
+
+    @property
+    def prepared_fp8(self) -> Any:
+        """The prepared model at opset >= 19 (FP8 Q/DQ), same nodes and names as :attr:`prepared`, made once."""
+        from workbench.precision.qdq_rules import FP8_MIN_OPSET, model_opset, prepare_model
+
+        if self._prepared_fp8_proto is None:
+            prepared = self.prepared
+            self._prepared_fp8_proto = (
+                prepared if model_opset(prepared) >= FP8_MIN_OPSET else prepare_model(prepared, FP8_MIN_OPSET)
+            )
+        return self._prepared_fp8_proto
+
+    def fp8_ranges(self, ranges: CalibrationRanges) -> CalibrationRanges:
+        """The FP8 ranges matching INT8 ``ranges`` (same method on the FP8 grid; entropy becomes MSE), cached."""
+        from workbench.calib.fp8 import fp8_ranges_like
+
+        key = (ranges.method, ranges.percentile, id(ranges.statistics))
+        if key not in self._fp8_ranges:
+            self._fp8_ranges[key] = fp8_ranges_like(ranges)
+        return self._fp8_ranges[key]
 
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
@@ -179,21 +208,33 @@ class CalibrationSession:
             if n.op_type == "MatMul" and len(n.input) >= 2 and not constants.intersection(n.input[:2])
         ]
 
-    def default_plan(self) -> PrecisionPlan:
-        """Everything INT8 that can be (with ``quantize_attention``, the attention MatMuls too)."""
+    def default_plan(self, fmt: str = "int8") -> PrecisionPlan:
+        """Everything INT8 (``fmt="fp8"``: FP8) that can be (with ``quantize_attention``, the attention MatMuls too)."""
+        from workbench.calib.fp8 import check_format
+
+        fmt = check_format(fmt)
         if self.quantize_attention:
-            return PrecisionPlan(default="int8", overrides=dict.fromkeys(self.attention_matmuls(), "int8"))
-        return PrecisionPlan(default="int8")
+            return PrecisionPlan(default=fmt, overrides=dict.fromkeys(self.attention_matmuls(), fmt))
+        return PrecisionPlan(default=fmt)
 
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
+        """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid."""
         ranges = ranges or self.ranges()
-        return insert_qdq(
-            self.prepared,
+        plan = plan or self.default_plan()
+        wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
+        quantized = insert_qdq(
+            self.prepared_fp8 if wants_fp8 else self.prepared,
             ranges.amax,
-            plan or self.default_plan(),
+            plan,
             prepared=True,
             quantize_attention=self.quantize_attention,
+            fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
         )
+        if self.entry is not None:  # the profile it was calibrated for travels with it: `build` needs no --shapes
+            from workbench.model.profile import write_profile_metadata
+
+            write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
+        return quantized
 
     def placement(self, plan: PrecisionPlan | None = None) -> Any:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
@@ -212,8 +253,12 @@ class CalibrationSession:
         return self._int8_nodes[key]
 
     def int8_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
-        """Quantizable nodes that the plan (default: everything INT8) would quantize, in topological order."""
+        """Quantizable nodes that the plan (default: everything INT8) would quantize to INT8, in topological order."""
         return list(self.placement(plan).int8_nodes)
+
+    def quantized_nodes(self, plan: PrecisionPlan | None = None) -> list[str]:
+        """Quantizable nodes that the plan would quantize to INT8 or FP8, in topological order."""
+        return list(self.placement(plan).quantized_nodes)
 
     def quantizable_nodes(self) -> list[tuple[str, str]]:
         """(node name, op) of every Conv/ConvTranspose/Gemm/MatMul, for per-layer precision widgets."""
@@ -264,16 +309,17 @@ class CalibrationSession:
         inputs (capped at 0 dB). Local terms keep the ranking meaningful when accumulated SQNR is ruined upstream.
         """
         placement = self.placement(plan)
-        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+        quantized = placement.quantized_nodes
+        candidates = quantized + [n for n in placement.residual_skips if n not in quantized]
         outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
         by_tensor = {row.name: row for row in diff.tensors}
         reads: dict[str, list[str]] = {}
         for tensor, consumers in placement.activations.items():
             for consumer in consumers:
                 reads.setdefault(consumer, []).append(tensor)
-        for tensor, weight in placement.weights.items():
+        for weight in placement.weights.values():
             for consumer in weight.consumers:
-                reads.setdefault(consumer, []).append(tensor)
+                reads.setdefault(consumer, []).append(weight.tensor)
         # a Conv behind a zero Pad reads the Pad's quantized input (the Q/DQ was moved before the Pad)
         inputs_of = {n.name: list(n.input) for n in self.prepared.graph.node}
         for node in candidates:
@@ -309,7 +355,8 @@ class CalibrationSession:
         import onnx
 
         placement = quantized.placement
-        candidates = list(placement.int8_nodes) + [n for n in placement.residual_skips if n not in placement.int8_nodes]
+        quantized_nodes = placement.quantized_nodes
+        candidates = quantized_nodes + [n for n in placement.residual_skips if n not in quantized_nodes]
         feeds = list(self.source.batches(max_batches))
         if not feeds:
             raise WorkbenchError("no data for the sensitivity ranking.", expected="a calibration source with batches")
@@ -363,10 +410,30 @@ class CalibrationSession:
     def fallback_plan(
         self, nodes: Iterable[str], precision: Precision = "fp32", base: PrecisionPlan | None = None
     ) -> PrecisionPlan:
-        if precision == "int8":
-            raise WorkbenchError("fallback precision cannot be int8.", expected="fp16 or fp32")
+        if precision in ("int8", "fp8"):
+            raise WorkbenchError(f"fallback precision cannot be {precision}.", expected="fp16 or fp32")
         base = base or self.default_plan()
         return base.with_overrides({node: precision for node in nodes})
+
+    def worst_int8_nodes(self, diff: LayerDiff, n: int, plan: PrecisionPlan | None = None) -> list[str]:
+        """The ``n`` worst nodes the plan still runs in INT8 (by the per-layer diff), at least one left INT8
+        (:func:`worst_first_fallback`): what "fall back the worst N" moves out of INT8."""
+        plan = plan or self.default_plan()
+        ranked = [node for node in self.rank_int8_nodes(diff, plan) if plan.precision_of(node) == "int8"]
+        return worst_first_fallback(ranked, n)
+
+    def check_fallback_count(self, n: int, plan: PrecisionPlan | None = None) -> int:
+        """``n`` when "fall back the worst N" can take that many of the plan's INT8 nodes (one must stay INT8);
+        otherwise a WorkbenchError saying the range."""
+        limit = len(self.int8_nodes(plan)) - 1
+        if not 1 <= int(n) <= limit:
+            raise WorkbenchError(
+                f"N={n} is out of range.",
+                expected=f"1..{limit} (the INT8 layers of this model but one)"
+                if limit >= 1
+                else "an INT8 layer to fall back",
+            )
+        return int(n)
 
     def fall_back_worst(
         self,
@@ -377,13 +444,22 @@ class CalibrationSession:
         diff: LayerDiff | None = None,
         plan: PrecisionPlan | None = None,
     ) -> tuple[PrecisionPlan, QdqModel]:
-        """Move the ``n`` worst INT8 nodes (by the per-layer diff) to ``precision`` and regenerate the Q/DQ model."""
+        """Move the ``n`` worst INT8 nodes (by the per-layer diff, :meth:`worst_int8_nodes`) to ``precision`` and
+        regenerate the Q/DQ model."""
         ranges = ranges or self.ranges()
         if diff is None:
             diff = self.diff(self.quantize(ranges, plan))
-        worst = self.rank_int8_nodes(diff, plan)[: max(0, n)]
-        new_plan = self.fallback_plan(worst, precision, plan)
+        new_plan = self.fallback_plan(self.worst_int8_nodes(diff, n, plan), precision, plan)
         return new_plan, self.quantize(ranges, new_plan)
+
+    def output_tensors(self, nodes: Iterable[str]) -> list[str]:
+        """The output tensors of ``nodes`` (what the SQNR chart marks for a node)."""
+        outputs = {n.name: list(n.output) for n in self.prepared.graph.node}
+        return [tensor for node in nodes for tensor in outputs.get(node, [])]
+
+    def input_tensors(self, node: str) -> list[str]:
+        """The input tensors of ``node``."""
+        return next((list(n.input) for n in self.prepared.graph.node if n.name == node), [])
 
     def search_fallback(
         self,

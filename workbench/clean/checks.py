@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from workbench.model import QDQ_OPS, TensorSpec, tensor_specs
 
 if TYPE_CHECKING:
     import onnx
+    import onnxruntime as ort
+    from numpy.typing import ArrayLike
 
 RTOL, ATOL = 1e-4, 1e-5  # for "numeric" passes (folding, fusion); "exact" passes must match bit for bit
 
@@ -25,9 +27,12 @@ DEFAULT_BATCH_PROBE = (1, 2, 3)
 DEFAULT_DIM_PROBE = (32, 64, 96)  # multiples of 32: detection/segmentation nets downsample by 32
 
 ProbeShapes = list[dict[str, tuple[int, ...]]]
+Prepared = tuple["onnx.ModelProto", dict[str, np.ndarray]]  # a light model and the arrays of its data-free stubs
+HintValue = int | float  # a value a model compares a small integer/bool input with (bools are ints)
+IOSpecs = tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]
 
 
-def io_specs(model: Any) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+def io_specs(model: onnx.ModelProto) -> IOSpecs:
     initializers = {init.name for init in model.graph.initializer}
     return tensor_specs(model.graph.input, initializers), tensor_specs(model.graph.output)
 
@@ -123,7 +128,7 @@ def make_feed(
     inputs: Sequence[TensorSpec],
     shapes: Mapping[str, tuple[int, ...]],
     seed: int,
-    hints: Mapping[str, Sequence[Any]] | None = None,
+    hints: Mapping[str, Sequence[HintValue]] | None = None,
     variant: int = 0,
 ) -> dict[str, np.ndarray]:
     """Seeded inputs: floats ~ N(0, 1); integers in {0, 1} (valid token ids, masks and segment ids); bools random.
@@ -156,7 +161,7 @@ _VALUE_PASSTHROUGH = frozenset({"Cast", "Identity", "Squeeze", "Unsqueeze", "Res
 MAX_HINTS = 4
 
 
-def value_hints(model: Any) -> dict[str, list[Any]]:
+def value_hints(model: onnx.ModelProto) -> dict[str, list[HintValue]]:
     """Values worth feeding to small fixed-size integer and bool graph inputs (scalars such as a sample rate or a
     mode flag): the constants the model compares them with (``Equal(sr, 16000)`` feeding an ``If``, in any
     subgraph), followed through Cast/Squeeze/Reshape-like nodes. A random integer would send such a model down a
@@ -167,7 +172,7 @@ def value_hints(model: Any) -> dict[str, list[Any]]:
 
     graphs = list(iter_graph_protos(model.graph))
     constants: dict[str, np.ndarray] = {}
-    consumers: dict[str, list[Any]] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for graph in graphs:
         for init in graph.initializer:
             if init.data_type != onnx.TensorProto.STRING and np.prod(init.dims, dtype=np.int64) <= 16:
@@ -184,13 +189,13 @@ def value_hints(model: Any) -> dict[str, list[Any]]:
             for name in node.input:
                 consumers.setdefault(name, []).append(node)
     initializers = {init.name for init in model.graph.initializer}
-    hints: dict[str, list[Any]] = {}
+    hints: dict[str, list[HintValue]] = {}
     for spec in tensor_specs(model.graph.input, initializers):
         if np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32").kind not in "iub":
             continue
         if spec.is_dynamic or math.prod(int(dim) for dim in spec.shape if isinstance(dim, int)) > MAX_HINTS:
             continue  # only small fixed-size inputs (a sample rate, a mode flag): masks and ids stay random
-        found: list[Any] = []
+        found: list[HintValue] = []
         frontier, seen = [spec.name], {spec.name}
         while frontier:
             name = frontier.pop()
@@ -211,7 +216,7 @@ def value_hints(model: Any) -> dict[str, list[Any]]:
     return hints
 
 
-def check_batch(feed: Mapping[str, Any], inputs: Sequence[TensorSpec], label: str) -> dict[str, np.ndarray]:
+def check_batch(feed: Mapping[str, ArrayLike], inputs: Sequence[TensorSpec], label: str) -> dict[str, np.ndarray]:
     """One user batch made fit to feed (integer widths and float widths cast to the input's type), or a
     WorkbenchError naming the batch, the input and what was wrong with it."""
     names = [spec.name for spec in inputs]
@@ -253,7 +258,9 @@ def _describe_feed(feed: Mapping[str, np.ndarray]) -> str:
     return ", ".join(parts)
 
 
-def ort_session(model: Any, external: Mapping[str, np.ndarray] | None = None) -> Any:
+def ort_session(
+    model: onnx.ModelProto | bytes, external: Mapping[str, np.ndarray] | None = None
+) -> ort.InferenceSession:
     """An ONNX Runtime CPU session with graph optimizations off, from a ModelProto or its serialized bytes;
     ``external``: arrays of the top-level initializers the model declares as external data."""
     from workbench.ort import cpu_session
@@ -266,7 +273,7 @@ def ort_session(model: Any, external: Mapping[str, np.ndarray] | None = None) ->
 EXTERNAL_LOCATION = "workbench-in-memory"  # never read: ONNX Runtime gets these arrays as external initializers
 
 
-def split_large_initializers(model: Any, threshold: int = 4096) -> tuple[Any, dict[str, np.ndarray]]:
+def split_large_initializers(model: onnx.ModelProto, threshold: int = 4096) -> Prepared:
     """(``model`` with its top-level numeric initializers over ``threshold`` bytes as data-free stubs, their
     arrays by name). The weights are copied once, never serialized; the model is not modified."""
     import onnx
@@ -308,7 +315,7 @@ def split_large_initializers(model: Any, threshold: int = 4096) -> tuple[Any, di
     return light, external
 
 
-def _external_view(model: Any, external: Mapping[str, np.ndarray], *, as_inputs: bool) -> bytes:
+def _external_view(model: onnx.ModelProto, external: Mapping[str, np.ndarray], *, as_inputs: bool) -> bytes:
     """``model`` serialized with its top-level initializers named in ``external`` declared as external data (for
     ONNX Runtime with the arrays as external initializers) or, ``as_inputs``, moved to the graph inputs (for
     onnx.checker, which wants external data in a file: the nodes are checked the same way)."""
@@ -371,13 +378,15 @@ class CheckOutcome:
     ok: bool
     max_abs_diff: float | None
     failure: str | None
-    inferred_model: Any  # the candidate after strict shape inference (None if that failed)
+    inferred_model: onnx.ModelProto | None  # the candidate after strict shape inference (None if that failed)
     seconds: float
     outputs: list[list[np.ndarray]] | None = None  # the candidate's outputs per probe (when every check passed)
-    candidate: Any = None  # what was checked, for the caller to keep (the pipeline's light model and arrays)
+    candidate: Prepared | None = (
+        None  # what was checked, for the caller to keep (the pipeline's light model and arrays)
+    )
 
 
-def _op_count(model: Any, ops: frozenset[str]) -> int:
+def _op_count(model: onnx.ModelProto, ops: frozenset[str]) -> int:
     return sum(1 for node in iter_node_protos(model.graph) if node.op_type in ops)
 
 
@@ -391,14 +400,14 @@ class EquivalenceChecker:
 
     def __init__(
         self,
-        original: Any,
+        original: onnx.ModelProto,
         probe_shapes: ProbeShapes,
         *,
         seed: int = 0,
         extra_feeds: Sequence[Mapping[str, np.ndarray]] = (),
         data_feeds: Sequence[Mapping[str, np.ndarray]] = (),
         data_label: str = "--data",
-        hints: Mapping[str, Sequence[Any]] | None = None,
+        hints: Mapping[str, Sequence[HintValue]] | None = None,
         search_sizes: bool = False,
     ) -> None:
         start = time.perf_counter()
@@ -494,7 +503,7 @@ class EquivalenceChecker:
         self.feeds.append(feed)
         self.references.append(outputs)
 
-    def _search(self, original: onnx.ModelProto, session: Any, seed: int, failures: list[str]) -> str:
+    def _search(self, original: onnx.ModelProto, session: ort.InferenceSession, seed: int, failures: list[str]) -> str:
         """When no default probe runs: probe shapes found by :func:`search_probe_shapes`, kept as probes; the note
         that says so goes to the baseline issues (returned; "" when none was found, and then the search's first and
         last failures are added to ``failures`` for the error)."""
@@ -529,13 +538,13 @@ class EquivalenceChecker:
         return note
 
     @staticmethod
-    def _checker(model: Any) -> None:
+    def _checker(model: onnx.ModelProto | bytes) -> None:
         import onnx
 
         onnx.checker.check_model(model, full_check=False)
 
     @staticmethod
-    def _strict_inference(model: Any) -> Any:
+    def _strict_inference(model: onnx.ModelProto) -> onnx.ModelProto:
         import onnx
 
         # full_check's strict inference, plus data propagation for shape tensors
@@ -543,10 +552,10 @@ class EquivalenceChecker:
 
     def check(
         self,
-        candidate: Any,
+        candidate: onnx.ModelProto,
         tolerance: str,
-        expected_io: tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]] | None = None,
-        light: Any = None,
+        expected_io: IOSpecs | None = None,
+        light: onnx.ModelProto | None = None,
         external: Mapping[str, np.ndarray] | None = None,
     ) -> CheckOutcome:
         """Run every check on ``candidate`` (``tolerance`` "none": all but the output comparison; the outcome's
@@ -557,7 +566,7 @@ class EquivalenceChecker:
         (the candidate is the same graph as its full export, weights stored apart)."""
         start = time.perf_counter()
 
-        def fail(why: str, diff: float | None = None, inferred: Any = None) -> CheckOutcome:
+        def fail(why: str, diff: float | None = None, inferred: onnx.ModelProto | None = None) -> CheckOutcome:
             return CheckOutcome(False, diff, why, inferred, time.perf_counter() - start)
 
         inputs, outputs = expected_io or (self.inputs, self.outputs)
@@ -603,7 +612,10 @@ class EquivalenceChecker:
         return outcome
 
     def compare(
-        self, outputs: Sequence[Sequence[np.ndarray]], tolerance: str, against: Any = None
+        self,
+        outputs: Sequence[Sequence[np.ndarray]],
+        tolerance: str,
+        against: Sequence[Sequence[np.ndarray]] | None = None,
     ) -> tuple[bool, float, str | None]:
         """(ok, max abs diff, why not) of a candidate's outputs per probe. "exact": bit-exact against ``against``
         (default: the last accepted model's outputs; numeric drift of earlier folding does not accumulate into a
@@ -631,7 +643,7 @@ class EquivalenceChecker:
         return label if label else str(dict(shapes))
 
 
-def quiet_run() -> Any:
+def quiet_run() -> ort.RunOptions:
     """ONNX Runtime run options that keep its logger quiet: a failing run is reported in our own error (its
     message kept), not also as red lines on the terminal."""
     import onnxruntime as ort
@@ -675,19 +687,20 @@ def size_hints(model: onnx.ModelProto) -> tuple[int, list[int]]:
     from workbench.clean.graph_utils import iter_graph_protos
 
     constants: dict[str, np.ndarray] = {}
+    weight_shapes: dict[str, tuple[int, ...]] = {}  # of initializers that may be Conv weights
     graphs = list(iter_graph_protos(model.graph))
     for graph in graphs:
         for init in graph.initializer:
             if init.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and math.prod(init.dims) <= 16:
                 constants[init.name] = onnx.numpy_helper.to_array(init)
-            elif math.prod(init.dims) > 0 and len(init.dims) >= 3 and init.data_type != onnx.TensorProto.STRING:
-                constants[init.name] = np.empty(tuple(init.dims), dtype=np.uint8)  # only its shape is read
+            elif len(init.dims) >= 3:
+                weight_shapes[init.name] = tuple(int(d) for d in init.dims)
         for node in graph.node:
             if node.op_type == "Constant" and node.output:
                 for attr in node.attribute:
                     if attr.name == "value" and attr.t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
                         constants[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
-    lower, sizes = 1, set()
+    lower, sizes = 1, set[int]()
     for graph in graphs:
         for node in graph.node:
             attrs = {attr.name: onnx.helper.get_attribute_value(attr) for attr in node.attribute}
@@ -700,8 +713,8 @@ def size_hints(model: onnx.ModelProto) -> tuple[int, list[int]]:
                     lower = max(lower, int(max(pads)) + 1)
             elif node.op_type in _WINDOW_OPS:
                 kernel = list(attrs.get("kernel_shape", []))
-                if not kernel and len(node.input) > 1 and node.input[1] in constants:
-                    kernel = list(constants[node.input[1]].shape[2:])
+                if not kernel and len(node.input) > 1 and node.input[1] in weight_shapes:
+                    kernel = list(weight_shapes[node.input[1]][2:])
                 dilations = list(attrs.get("dilations", [1] * len(kernel)))
                 for size, dilation in zip(kernel, dilations):
                     lower = max(lower, (int(size) - 1) * int(dilation) + 1)

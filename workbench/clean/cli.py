@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from workbench._args import bounded_int, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 from workbench.model.resources import MAX_DIM
 
+if TYPE_CHECKING:
+    from workbench.clean.passes import DimSpec
+    from workbench.clean.pipeline import CleanOptions
 
-def register(subparsers: Any) -> None:
+T = TypeVar("T")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "clean",
         help="clean an ONNX graph for TensorRT with named, checked passes",
@@ -58,11 +64,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_clean)
 
 
-def _parse_shape(text: str) -> tuple[str, list[Any]]:
+def _parse_shape(text: str) -> tuple[str, list[DimSpec]]:
     name, sep, dims = text.rpartition(":")
     if not sep or not name or not dims:
         raise WorkbenchError(f"--shape {text!r} is not NAME:D0,D1,...", expected="e.g. --shape x:1,3,batch_h,?")
-    parsed: list[Any] = []
+    parsed: list[DimSpec] = []
     for dim in dims.split(","):
         dim = dim.strip()
         value = None if dim in ("?", "") else int(dim) if dim.lstrip("-").isdigit() else dim
@@ -98,9 +104,9 @@ def _parse_profile(text: str) -> tuple[str, list[tuple[int, ...]]]:
     return name, shapes
 
 
-def _unique(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique(label: str, pairs: list[tuple[str, T]]) -> dict[str, T]:
     """``--shape``/``--profile`` given twice for one input would silently keep the last: refuse it."""
-    result: dict[str, Any] = {}
+    result: dict[str, T] = {}
     for name, value in pairs:
         if name in result:
             raise WorkbenchError(f"{label} gives input {name!r} twice.", expected=f"one {label} per input")
@@ -108,7 +114,7 @@ def _unique(label: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
+def _resolve_model(spec: str) -> tuple[Path, dict[str, list[tuple[int, ...]]] | None]:
     from workbench.zoo import resolve_model
 
     path, entry = resolve_model(spec)
@@ -117,7 +123,7 @@ def _resolve_model(spec: str) -> tuple[Path, dict[str, Any] | None]:
     return path, {name: list(levels) for name, levels in entry.input_profiles().items()}
 
 
-def _data_options(args: argparse.Namespace, options: Any) -> None:
+def _data_options(args: argparse.Namespace, options: CleanOptions) -> None:
     """--data / --check-batches onto the options (the zoo entry for --data zoo)."""
     if args.check_batches is not None:
         if args.data is None:

@@ -8,15 +8,22 @@ model's inputs by the checker (names, dtypes, ranks, fixed dimensions).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workbench.calib.data import read_npz_batch, resolve_source
 from workbench.errors import WorkbenchError
 from workbench.model import TensorSpec
+
+if TYPE_CHECKING:
+    from workbench.zoo.base import ZooEntry
+
+# the user's check inputs: a folder or file of batches, "zoo" (a zoo model's calibration split), or the feeds
+CheckData = str | os.PathLike[str] | Sequence[Mapping[str, np.ndarray]]
 
 DEFAULT_CHECK_BATCHES = 4
 
@@ -52,7 +59,7 @@ def _refuse_degenerate(feeds: list[dict[str, np.ndarray]], label: str) -> list[d
 
 
 def load_check_batches(
-    data: Any, inputs: Sequence[TensorSpec], limit: int = DEFAULT_CHECK_BATCHES, entry: Any = None
+    data: CheckData, inputs: Sequence[TensorSpec], limit: int = DEFAULT_CHECK_BATCHES, entry: ZooEntry | None = None
 ) -> tuple[list[dict[str, np.ndarray]], str]:
     """Up to ``limit`` batches from ``data`` (folder, file, ``"zoo"``, or a list of feeds) and a label for them."""
     if limit is None or int(limit) < 1:

@@ -5,12 +5,18 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from collections.abc import Iterable
-from typing import Any, TypeGuard
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
 from workbench.model.graph import is_constant, producer
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+Key = Hashable  # a fingerprint or cache key: nested tuples of plain values and identity tokens
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # default-domain ops with graph attributes
 RANDOM_OPS = frozenset(
@@ -18,20 +24,20 @@ RANDOM_OPS = frozenset(
 )
 
 
-def import_graph(model: Any) -> Any:
+def import_graph(model: onnx.ModelProto) -> gs.Graph:
     import onnx_graphsurgeon as gs
 
     return gs.import_onnx(model)
 
 
-def export_graph(graph: Any, template: Any) -> Any:
+def export_graph(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     """Export ``graph`` keeping what graphsurgeon drops: metadata, doc string, model version, IR version."""
     import onnx_graphsurgeon as gs
 
     return copy_model_metadata(gs.export_onnx(graph, do_type_check=False), template)
 
 
-def copy_model_metadata(model: Any, template: Any) -> Any:
+def copy_model_metadata(model: onnx.ModelProto, template: onnx.ModelProto) -> onnx.ModelProto:
     """Give ``model`` the template's metadata, doc string, model version, IR version and opset imports."""
     model.ir_version = max(template.ir_version, 4)  # IR < 4 needs initializers listed as inputs; we drop them
     model.producer_name = template.producer_name
@@ -49,7 +55,7 @@ def copy_model_metadata(model: Any, template: Any) -> Any:
     return model
 
 
-def node_subgraphs(node: Any) -> list[Any]:
+def node_subgraphs(node: gs.Node) -> list[gs.Graph]:
     """The gs.Graph bodies held in ``node``'s attributes (If branches, Loop/Scan bodies)."""
     import onnx_graphsurgeon as gs
 
@@ -64,13 +70,13 @@ def node_subgraphs(node: Any) -> list[Any]:
     return found
 
 
-def _has_subgraphs(graph: Any) -> bool:
+def _has_subgraphs(graph: gs.Graph) -> bool:
     return any(node_subgraphs(node) for node in graph.nodes)
 
 
-def all_subgraphs(graph: Any) -> list[Any]:
+def all_subgraphs(graph: gs.Graph) -> list[gs.Graph]:
     """Every subgraph nested in ``graph`` (any depth), outer ones first."""
-    found: list[Any] = []
+    found: list[gs.Graph] = []
     stack = [sub for node in graph.nodes for sub in node_subgraphs(node)]
     stack.reverse()
     while stack:
@@ -81,11 +87,11 @@ def all_subgraphs(graph: Any) -> list[Any]:
     return found
 
 
-def outer_tensors(subgraph: Any) -> list[Any]:
+def outer_tensors(subgraph: gs.Graph) -> list[gs.Tensor]:
     """Tensors a subgraph (or its own subgraphs) reads from enclosing scopes: produced neither by its nodes nor
     listed as its inputs, and not constants. They belong to the outer graph and must never be removed or renamed."""
     local = {id(t) for node in subgraph.nodes for t in node.outputs} | {id(t) for t in subgraph.inputs}
-    found: dict[int, Any] = {}
+    found: dict[int, gs.Tensor] = {}
     for node in subgraph.nodes:
         for tensor in node.inputs:
             if id(tensor) not in local and not tensor.is_empty() and not is_constant(tensor):
@@ -100,7 +106,7 @@ def outer_tensors(subgraph: Any) -> list[Any]:
     return list(found.values())
 
 
-def node_reads(node: Any) -> list[Any]:
+def node_reads(node: gs.Node) -> list[gs.Tensor]:
     """The tensors ``node`` depends on: its inputs plus what its subgraphs read from outside them."""
     reads = list(node.inputs)
     for sub in node_subgraphs(node):
@@ -108,7 +114,7 @@ def node_reads(node: Any) -> list[Any]:
     return reads
 
 
-def prune_dead_nodes(graph: Any) -> int:
+def prune_dead_nodes(graph: gs.Graph) -> int:
     """Drop nodes no graph output depends on, before graphsurgeon's cleanup (which formats every node it
     removes into a log string, arrays included: seconds on models with hundreds of Constant nodes). Subgraph
     bodies count as reads of the outer tensors they use."""
@@ -131,7 +137,7 @@ def prune_dead_nodes(graph: Any) -> int:
     return removed
 
 
-def toposort(graph: Any) -> Any:
+def toposort(graph: gs.Graph) -> gs.Graph:
     """Kahn's algorithm, keeping the current order where it is already valid (graphsurgeon's toposort is
     recursive and takes ~50 ms on a 450-node graph; this one ~2 ms). A node with subgraphs comes after the
     producers of the outer tensors its subgraphs read; subgraph bodies are sorted too."""
@@ -140,7 +146,7 @@ def toposort(graph: Any) -> Any:
     return _toposort_one(graph)
 
 
-def _toposort_one(graph: Any) -> Any:
+def _toposort_one(graph: gs.Graph) -> gs.Graph:
     import heapq
 
     nodes = list(graph.nodes)
@@ -170,7 +176,7 @@ def _toposort_one(graph: Any) -> Any:
     return graph
 
 
-def iter_graph_protos(graph: Any) -> Iterable[Any]:
+def iter_graph_protos(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
     """An onnx.GraphProto and every GraphProto nested in its nodes' attributes, outer first."""
     yield graph
     for node in graph.node:
@@ -183,22 +189,22 @@ def iter_graph_protos(graph: Any) -> Iterable[Any]:
                 yield from iter_graph_protos(sub)
 
 
-def iter_node_protos(graph: Any) -> Iterable[Any]:
+def iter_node_protos(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
     """Every NodeProto of a GraphProto, subgraph nodes included."""
     for sub in iter_graph_protos(graph):
         yield from sub.node
 
 
-def subgraph_node_count(model: Any) -> int:
+def subgraph_node_count(model: onnx.ModelProto) -> int:
     """Nodes inside If/Loop/Scan bodies (any depth), not counting the top-level graph's own nodes."""
     return sum(1 for _ in iter_node_protos(model.graph)) - len(model.graph.node)
 
 
-def total_node_count(model: Any) -> int:
+def total_node_count(model: onnx.ModelProto) -> int:
     return sum(1 for _ in iter_node_protos(model.graph))
 
 
-def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
+def apply_inferred_shapes(graph: gs.Graph, inferred: onnx.ModelProto) -> None:
     """Copy dtypes and shapes from a shape-inferred ModelProto onto the same graph's Variables (subgraphs
     included: ONNX shape inference records their value_info in each subgraph), in place."""
     import onnx
@@ -224,7 +230,7 @@ def apply_inferred_shapes(graph: Any, inferred: Any) -> None:
             ]
 
 
-def node_skeleton(model: Any) -> Any:
+def node_skeleton(model: onnx.ModelProto) -> onnx.GraphProto:
     """The model's nodes and I/O names without weights: cheap to keep one per pass for before/after views."""
     import onnx
 
@@ -238,10 +244,10 @@ def node_skeleton(model: Any) -> Any:
 LIGHT_CONSTANT_BYTES = 4096  # constants above this size travel as data-free stubs in light exports
 
 
-_ITEMSIZE: dict[Any, int] = {}
+_ITEMSIZE: dict[np.dtype, int] = {}
 
 
-def constant_nbytes(tensor: Any) -> int:
+def constant_nbytes(tensor: gs.Constant) -> int:
     """Payload size of a gs.Constant computed from its shape and dtype, without loading lazy values."""
     try:
         itemsize = _ITEMSIZE.get(tensor.dtype)
@@ -252,10 +258,10 @@ def constant_nbytes(tensor: Any) -> int:
         return int(np.asarray(tensor.values).nbytes)
 
 
-_STUBBABLE: dict[tuple[Any, Any], bool] = {}
+_STUBBABLE: dict[tuple[np.dtype, np.dtype], bool] = {}
 
 
-def _stubbable(tensor: Any) -> bool:
+def _stubbable(tensor: gs.Constant) -> bool:
     """A numeric constant whose array is what its export would hold (it can travel beside the model)."""
     key = (tensor.dtype, tensor.export_dtype)
     known = _STUBBABLE.get(key)
@@ -279,7 +285,7 @@ class _Same:
 
     __slots__ = ("_id", "_ref")
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: object) -> None:
         self._ref, self._id = weakref.ref(obj), id(obj)
 
     def __eq__(self, other: object) -> bool:
@@ -292,7 +298,7 @@ class _Same:
         return self._id
 
 
-def large_constant_array(tensor: Any) -> np.ndarray:
+def large_constant_array(tensor: gs.Constant) -> np.ndarray:
     """The array of a large constant, loaded and made read-only: from then on it can change only by being replaced
     (which a fingerprint sees), never in place (a pass writing into it raises and is rolled back)."""
     values = tensor.values  # loads lazy values once (graphsurgeon keeps the loaded array)
@@ -319,22 +325,23 @@ class LightExporter:
         # made read-only), so exporting a caller's graph has no side effect on it
         self._track_values = track_values
         # (id(node), bodies stubbed) -> (key, NodeProto, stubbed bytes); (id(tensor), stubbed) -> same for constants
-        self._nodes: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}  # ... and a weakref to the object
-        self._constants: dict[tuple[int, bool], tuple[Any, Any, int, Any]] = {}
+        self._nodes: dict[tuple[int, bool], tuple[Key, onnx.NodeProto, int, weakref.ref[gs.Node]]] = {}
+        self._constants: dict[tuple[int, bool], tuple[Key, onnx.TensorProto, int, weakref.ref[gs.Constant]]] = {}
 
     # ------------------------------------------------------------------ keys
 
-    def _freeze(self, value: Any) -> Any:
+    def _freeze(self, value: object) -> Key:
         import onnx_graphsurgeon as gs
 
         kind = type(value)
         if kind in _PLAIN_TYPES:
             return (kind, value)
-        if kind is list or kind is tuple:
-            kinds = tuple(map(type, value))
+        if kind is list or kind is tuple:  # exactly: a subclass (a named tuple) is an "object" below
+            items = cast("list[object] | tuple[object, ...]", value)
+            kinds = tuple(map(type, items))
             if _PLAIN_TYPES.issuperset(kinds):  # ints, floats, strings: the common case, without recursion
-                return (kind, kinds, tuple(value))
-            return (kind, tuple([self._freeze(item) for item in value]))
+                return (kind, kinds, tuple(items))
+            return (kind, tuple([self._freeze(item) for item in items]))
         if isinstance(value, np.ndarray):
             return ("ndarray", value.dtype.str, value.shape, value.tobytes())
         if isinstance(value, gs.Graph):
@@ -349,7 +356,7 @@ class LightExporter:
             return (kind.__name__, value)
         return ("object", kind.__name__, repr(value))
 
-    def _node_key(self, node: Any) -> Any:
+    def _node_key(self, node: gs.Node) -> Key:
         freeze = self._freeze
         return (
             node.op,
@@ -360,7 +367,7 @@ class LightExporter:
             tuple([(name, freeze(value)) for name, value in node.attrs.items()]),
         )
 
-    def _constant_key(self, tensor: Any) -> Any:
+    def _constant_key(self, tensor: gs.Constant) -> Key:
         shape = tuple(tensor.shape)
         if constant_nbytes(tensor) > LIGHT_CONSTANT_BYTES and _stubbable(tensor):
             values = large_constant_array(tensor) if self._track_values else tensor
@@ -368,11 +375,11 @@ class LightExporter:
         return (tensor.name, tensor.dtype, tensor.export_dtype, shape, np.asarray(tensor.values).tobytes())
 
     @staticmethod
-    def _io_key(tensors: Any) -> Any:
+    def _io_key(tensors: Iterable[gs.Tensor]) -> Key:
         return tuple((t.name, t.dtype, None if t.shape is None else tuple(t.shape)) for t in tensors)
 
     @staticmethod
-    def _constant_tensors(graph: Any) -> list[Any]:
+    def _constant_tensors(graph: gs.Graph) -> list[gs.Constant]:
         from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
         return [
@@ -382,7 +389,7 @@ class LightExporter:
         ]
 
     @staticmethod
-    def _sparse_tensors(graph: Any) -> list[Any]:
+    def _sparse_tensors(graph: gs.Graph) -> list[gs.Constant]:
         """The graph's sparse initializers (exported as they were imported, as graphsurgeon does)."""
         from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
@@ -392,7 +399,7 @@ class LightExporter:
             if isinstance(tensor, Constant) and isinstance(tensor._values, SparseValues)
         ]
 
-    def fingerprint(self, graph: Any) -> Any:
+    def fingerprint(self, graph: gs.Graph) -> Key:
         """A hashable summary of everything a light export of ``graph`` (the top-level graph) holds, the model's
         opset imports and model-local functions included (no export made)."""
         freeze = self._freeze
@@ -406,7 +413,7 @@ class LightExporter:
             ),
         )
 
-    def _graph_key(self, graph: Any) -> Any:
+    def _graph_key(self, graph: gs.Graph | gs.Function) -> Key:
         """The summary of one graph's own contents (a subgraph body, a function body or the top-level graph)."""
         node_key, constant_key = self._node_key, self._constant_key
         return (
@@ -420,7 +427,7 @@ class LightExporter:
 
     # ------------------------------------------------------------------ export
 
-    def _node_proto(self, node: Any, stub_bodies: bool) -> tuple[Any, int]:
+    def _node_proto(self, node: gs.Node, stub_bodies: bool) -> tuple[onnx.NodeProto, int]:
         """(NodeProto, stubbed payload bytes inside its bodies)."""
         import onnx
         from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
@@ -451,7 +458,7 @@ class LightExporter:
         self._nodes[(id(node), key[1])] = (key, proto, stub_bytes, weakref.ref(node))
         return proto, stub_bytes
 
-    def _constant_proto(self, tensor: Any, stub: bool) -> tuple[Any, int]:
+    def _constant_proto(self, tensor: gs.Constant, stub: bool) -> tuple[onnx.TensorProto, int]:
         """(TensorProto or stub, stubbed payload bytes)."""
         import onnx
         from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, dtype_to_onnx
@@ -473,8 +480,8 @@ class LightExporter:
         return proto, stubbed
 
     def _graph_proto(
-        self, graph: Any, stub: bool, value_info: bool = False, stub_bodies: bool | None = None
-    ) -> tuple[Any, int, dict[str, Any]]:
+        self, graph: gs.Graph, stub: bool, value_info: bool = False, stub_bodies: bool | None = None
+    ) -> tuple[onnx.GraphProto, int, dict[str, gs.Constant]]:
         """(GraphProto, stubbed payload bytes, {stub name: gs.Constant} of this graph's own stubs)."""
         import onnx
         from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
@@ -490,7 +497,7 @@ class LightExporter:
         proto.node.extend(nodes)
         proto.input.extend(OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.inputs)
         proto.output.extend(OnnxExporter.export_value_info_proto(t, do_type_check=False) for t in graph.outputs)
-        stubs: dict[str, Any] = {}
+        stubs: dict[str, gs.Constant] = {}
         initializers = []
         for tensor in self._constant_tensors(graph):
             tensor_proto, stubbed = self._constant_proto(tensor, stub)
@@ -512,8 +519,8 @@ class LightExporter:
         return proto, stub_bytes, stubs
 
     def export(
-        self, graph: Any, template: Any, *, value_info: bool = False, stub_bodies: bool = True
-    ) -> tuple[Any, int, dict[str, Any]]:
+        self, graph: gs.Graph, template: onnx.ModelProto, *, value_info: bool = False, stub_bodies: bool = True
+    ) -> tuple[onnx.ModelProto, int, dict[str, gs.Constant]]:
         """(light ModelProto, payload bytes of the stubbed constants, {name: gs.Constant} of the top-level
         graph's stubs). ``value_info``: also write the intermediate tensors' types; ``stub_bodies=False``: the
         constants inside If/Loop/Scan bodies keep their data (for a model ONNX Runtime runs with the top-level
@@ -540,7 +547,7 @@ class LightExporter:
         return model, stub_bytes, stubs
 
 
-def fill_stubs(model: Any, arrays: Any) -> Any:
+def fill_stubs(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray]) -> onnx.ModelProto:
     """A copy of a light model whose top-level stubs named in ``arrays`` hold those arrays: a full model."""
     import onnx
 
@@ -558,13 +565,13 @@ def fill_stubs(model: Any, arrays: Any) -> Any:
     return full
 
 
-def light_export(graph: Any, template: Any) -> tuple[Any, int]:
+def light_export(graph: gs.Graph, template: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """A one-off light export (see :class:`LightExporter`): (model, payload bytes of the stubbed constants)."""
     model, stub_bytes, _ = LightExporter(track_values=False).export(graph, template)
     return model, stub_bytes
 
 
-def op_counts(model: Any) -> dict[str, int]:
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     """Op type -> count over the whole model, subgraph nodes included."""
     counts = Counter(node.op_type for node in iter_node_protos(model.graph))
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
@@ -573,7 +580,7 @@ def op_counts(model: Any) -> dict[str, int]:
 _RAW_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}  # TensorProto types
 
 
-def _payload_bytes(tensor: Any) -> int:
+def _payload_bytes(tensor: onnx.TensorProto) -> int:
     if tensor.HasField("raw_data"):
         itemsize = _RAW_ITEMSIZE.get(tensor.data_type)
         # from the dims: reading raw_data would copy the payload
@@ -581,35 +588,35 @@ def _payload_bytes(tensor: Any) -> int:
     return tensor.ByteSize()
 
 
-def model_bytes(model: Any, stub_bytes: int = 0) -> int:
+def model_bytes(model: onnx.ModelProto, stub_bytes: int = 0) -> int:
     """About the serialized size: weight payloads plus node protos (value_info and headers left out), computed
     without serializing the whole model (upb's ByteSize encodes everything: 0.4 s for a 90 MB model)."""
     weights = sum(_payload_bytes(t) for t in model.graph.initializer)
     return int(weights + stub_bytes + sum(node.ByteSize() for node in model.graph.node))
 
 
-def node_names(model: Any) -> list[str]:
+def node_names(model: onnx.ModelProto) -> list[str]:
     """A stable identity per node: its name, or (for unnamed nodes) op type and first output."""
     return [
         node.name or f"{node.op_type}:{node.output[0] if node.output else ''}" for node in iter_node_protos(model.graph)
     ]
 
 
-def opset_of(graph_or_model: Any) -> int:
+def opset_of(graph_or_model: gs.Graph | onnx.ModelProto) -> int:
     if hasattr(graph_or_model, "opset"):
         return int(graph_or_model.opset)
     return int(next((imp.version for imp in graph_or_model.opset_import if imp.domain in ("", "ai.onnx")), 0))
 
 
-def constant_values(tensor: Any) -> np.ndarray | None:
-    return np.asarray(tensor.values) if is_constant(tensor) else None
+def constant_values(tensor: gs.Tensor | None) -> np.ndarray | None:
+    return np.asarray(tensor.values) if tensor is not None and is_constant(tensor) else None
 
 
-def single_consumer(tensor: Any) -> Any | None:
+def single_consumer(tensor: gs.Tensor) -> gs.Node | None:
     return tensor.outputs[0] if len(tensor.outputs) == 1 else None
 
 
-def redirect_consumers(old: Any, new: Any, within: set[int] | None = None) -> None:
+def redirect_consumers(old: gs.Tensor, new: gs.Tensor, within: set[int] | None = None) -> None:
     """Make every node that reads tensor ``old`` read tensor ``new`` instead (graph outputs are not touched).
     ``within``: ids of the only nodes to change (a subgraph's own nodes, so an outer tensor keeps its outer readers)."""
     for consumer in list(old.outputs):
@@ -620,12 +627,13 @@ def redirect_consumers(old: Any, new: Any, within: set[int] | None = None) -> No
                 consumer.inputs[index] = new
 
 
-def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
+def bypass_node(graph: gs.Graph, node: gs.Node, keep_input: int = 0) -> bool:
     """Remove a single-output pass-through node by wiring its input straight to its consumers.
 
     When the node's output is a graph output the output name must survive, so the *producer* of the input is
     made to write the graph-output tensor instead (only possible when the input is a plain intermediate tensor
-    used by nothing else). Returns False and leaves the graph alone when the node cannot be bypassed.
+    not itself a graph output; its other readers then read the graph-output tensor, which holds the same values).
+    Returns False and leaves the graph alone when the node cannot be bypassed.
     """
     if len(node.outputs) < 1:
         return False
@@ -639,15 +647,16 @@ def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
             or not any(candidate is upstream for candidate in graph.nodes)  # in an outer scope: never rename it
             or source in graph.outputs
             or source in graph.inputs
-            or len(source.outputs) != 1
             or is_constant(source)
         ):
             return False
-        # the upstream node now writes the graph output directly
-        index = upstream.outputs.index(source)
-        upstream.outputs[index] = out
+        # the upstream node now writes the graph output directly (two body outputs copied from one tensor: one
+        # Identity goes, the other reads the graph output)
         node.outputs.clear()
         node.inputs.clear()
+        redirect_consumers(source, out)
+        index = upstream.outputs.index(source)
+        upstream.outputs[index] = out
         return True
     redirect_consumers(out, source)
     node.outputs.clear()
@@ -655,21 +664,21 @@ def bypass_node(graph: Any, node: Any, keep_input: int = 0) -> bool:
     return True
 
 
-def tensor_shape(tensor: Any) -> tuple | None:
+def tensor_shape(tensor: gs.Tensor | None) -> tuple[int | str | None, ...] | None:
     shape = getattr(tensor, "shape", None)
     return tuple(shape) if shape is not None else None
 
 
-def is_static(shape: Iterable | None) -> TypeGuard[tuple[Any, ...]]:
+def is_static(shape: Iterable[int | str | None] | None) -> TypeGuard[tuple[int, ...]]:
     return shape is not None and all(isinstance(dim, (int, np.integer)) and dim >= 0 for dim in shape)
 
 
-def dtype_name(tensor: Any) -> str | None:
+def dtype_name(tensor: gs.Tensor) -> str | None:
     dtype = np_dtype(tensor)
     return None if dtype is None else dtype.name
 
 
-def np_dtype(tensor: Any) -> np.dtype | None:
+def np_dtype(tensor: gs.Tensor | None) -> np.dtype | None:
     dtype = getattr(tensor, "dtype", None)
     if dtype is None:
         return None

@@ -10,9 +10,9 @@ the graph). Users add their own with :func:`register_pass`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,7 +37,10 @@ from workbench.errors import WorkbenchError
 from workbench.model.graph import QDQ_OPS, is_constant, producer
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_graphsurgeon as gs
+
+    from workbench.clean.graph_utils import LightExporter
 
 DEFAULT_FOLD_SIZE_THRESHOLD = 16 * 1024 * 1024  # bytes; larger folded tensors would bloat the model (onnxslim #190)
 MAX_FOLD_ROUNDS = 10
@@ -49,16 +52,18 @@ DimSpec = int | str | None  # int: pin the dimension; str: keep it symbolic unde
 class PassContext:
     """What passes may read (options) and write (findings) besides the graph."""
 
-    template: Any  # the onnx.ModelProto the graph came from (metadata, opset imports) for re-export
+    template: onnx.ModelProto  # the model the graph came from (metadata, opset imports) for re-export
     input_shapes: dict[str, list[DimSpec]] = field(default_factory=dict)
     fold_size_threshold: int | None = DEFAULT_FOLD_SIZE_THRESHOLD
     findings: list[Finding] = field(default_factory=list)
     shapes_fresh: bool = False  # the graph came from a model that just went through shape inference
-    root: Any = None  # the top-level gs graph while a pass runs on one of its subgraphs (None: at the top)
-    exporter: Any = None  # the run's LightExporter (reuses unchanged nodes' protos); None: a one-off export
+    root: gs.Graph | None = None  # the top-level gs graph while a pass runs on one of its subgraphs (None: at the top)
+    exporter: LightExporter | None = (
+        None  # the run's LightExporter (reuses unchanged nodes' protos); None: a one-off export
+    )
 
 
-PassFunction = Callable[[Any, PassContext], Any]
+PassFunction = Callable[["gs.Graph", PassContext], "gs.Graph | None"]
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ def cleaning_pass(
     return wrap
 
 
-def refresh_shapes(graph: Any, context: PassContext) -> Any:
+def refresh_shapes(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Give ``graph``'s tensors the shapes and dtypes of ONNX shape inference (data propagation on), in place."""
     import onnx
 
@@ -151,7 +156,7 @@ def refresh_shapes(graph: Any, context: PassContext) -> Any:
 
 
 @cleaning_pass("override_input_shapes", "exact", recurse=False)
-def override_input_shapes(graph: Any, context: PassContext) -> None:
+def override_input_shapes(graph: gs.Graph, context: PassContext) -> None:
     """Pin dynamic input dimensions, or give them the symbolic names of the TensorRT optimization profile."""
     by_name = {tensor.name: tensor for tensor in graph.inputs}
     for name, dims in context.input_shapes.items():
@@ -185,7 +190,7 @@ def override_input_shapes(graph: Any, context: PassContext) -> None:
 
 
 @cleaning_pass("constants_to_initializers", "exact")
-def constants_to_initializers(graph: Any, context: PassContext) -> None:
+def constants_to_initializers(graph: gs.Graph, context: PassContext) -> None:
     """Turn Constant nodes into initializers and drop initializers from the graph inputs."""
     import onnx_graphsurgeon as gs
 
@@ -216,7 +221,7 @@ def constants_to_initializers(graph: Any, context: PassContext) -> None:
 
 
 @cleaning_pass("cleanup_toposort", "exact", recurse=False)
-def cleanup_toposort(graph: Any, context: PassContext) -> None:
+def cleanup_toposort(graph: gs.Graph, context: PassContext) -> None:
     """Remove nodes and tensors nothing depends on; sort nodes topologically (subgraphs included)."""
     for sub in [graph, *all_subgraphs(graph)]:
         prune_dead_nodes(sub)
@@ -226,7 +231,7 @@ def cleanup_toposort(graph: Any, context: PassContext) -> None:
 # ---------------------------------------------------------------------------------------------- folding
 
 
-def _fold_shape_nodes(graph: Any) -> int:
+def _fold_shape_nodes(graph: gs.Graph) -> int:
     """Replace Shape/Size of a statically shaped tensor by a constant (graphsurgeon's own shape folding also
     elides shape casts unsafely, e.g. ``int(float(x) * 0.5)`` becomes ``x * 0``, so it stays off)."""
     folded = 0
@@ -257,10 +262,10 @@ _SHAPE_VALUE_OPS = frozenset(
 )
 
 
-def _fold_known_shape_values(graph: Any) -> int:
+def _fold_known_shape_values(graph: gs.Graph) -> int:
     """Replace small shape computations whose values are all known (static dims of partly dynamic tensors,
     e.g. the head size in attention with a dynamic batch) by constants."""
-    memo: dict[int, list[Any] | None] = {}
+    memo: dict[int, list[_Element] | None] = {}
     folded = 0
     for node in graph.nodes:
         if node.op not in _SHAPE_VALUE_OPS or len(node.outputs) != 1 or node.outputs[0] in graph.outputs:
@@ -279,11 +284,11 @@ def _fold_known_shape_values(graph: Any) -> int:
     return folded
 
 
-def _exclude_from_folding(node: Any) -> bool:
+def _exclude_from_folding(node: gs.Node) -> bool:
     return node.op in RANDOM_OPS or node.op in QDQ_OPS or _output_over_memory_budget(node)
 
 
-def _output_over_memory_budget(node: Any) -> bool:
+def _output_over_memory_budget(node: gs.Node) -> bool:
     """A node whose known output size exceeds the memory budget (ConstantOfShape of 16 GiB feeding a ReduceMax):
     folding would have ONNX Runtime allocate it, even when only the small result downstream is kept."""
     from workbench._arrays import memory_budget
@@ -298,7 +303,7 @@ def _output_over_memory_budget(node: Any) -> bool:
     return False
 
 
-def _has_foldable_node(graph: Any) -> bool:
+def _has_foldable_node(graph: gs.Graph) -> bool:
     return any(
         node.outputs
         and not _exclude_from_folding(node)
@@ -309,7 +314,7 @@ def _has_foldable_node(graph: Any) -> bool:
 
 
 @cleaning_pass("fold_constants", "numeric")
-def fold_constants(graph: Any, context: PassContext) -> Any:
+def fold_constants(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Fold constant subgraphs and static shapes to a fixed point (recursive partitioning, size threshold,
     never random ops or Q/DQ)."""
     from onnx_graphsurgeon.logger import G_LOGGER
@@ -354,7 +359,7 @@ def fold_constants(graph: Any, context: PassContext) -> Any:
 # ---------------------------------------------------------------------------------------------- If inlining
 
 
-def _inline_if(graph: Any, node: Any) -> bool:
+def _inline_if(graph: gs.Graph, node: gs.Node) -> bool:
     """Replace ``node`` (an If whose condition is a constant) by the nodes of the branch it always takes."""
     import onnx_graphsurgeon as gs
 
@@ -366,7 +371,7 @@ def _inline_if(graph: Any, node: Any) -> bool:
         return False
     branch_nodes = {id(n) for n in branch.nodes}
     readers = branch_nodes | {id(n) for sub in all_subgraphs(branch) for n in sub.nodes}  # nested bodies read too
-    added: list[Any] = []
+    added: list[gs.Node] = []
     rebound: set[int] = set()
     for if_out, branch_out in zip(node.outputs, branch.outputs):
         # the If output keeps its name, and gets the branch output's type and shape when it had none
@@ -397,7 +402,7 @@ def _inline_if(graph: Any, node: Any) -> bool:
 
 
 @cleaning_pass("inline_constant_if", "exact")
-def inline_constant_if(graph: Any, context: PassContext) -> None:
+def inline_constant_if(graph: gs.Graph, context: PassContext) -> None:
     """Replace an If whose condition is a constant (often after folding) by the nodes of the branch it takes;
     the If's output names, types and shapes are kept."""
     changed = True
@@ -458,7 +463,7 @@ class _ShapeTracker:
     def __init__(self) -> None:
         self._memo: dict[int, bool] = {}
 
-    def __call__(self, tensor: Any, depth: int = 0) -> bool:
+    def __call__(self, tensor: gs.Tensor, depth: int = 0) -> bool:
         key = id(tensor)
         if key in self._memo:
             return self._memo[key]
@@ -478,7 +483,7 @@ class _ShapeTracker:
         return result
 
 
-def _cast_target(node: Any) -> str | None:
+def _cast_target(node: gs.Node) -> str | None:
     import onnx
 
     try:
@@ -488,12 +493,12 @@ def _cast_target(node: Any) -> str | None:
 
 
 @cleaning_pass("shape_cast_elision", "exact")
-def shape_cast_elision(graph: Any, context: PassContext) -> Any:
+def shape_cast_elision(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Remove int->float->int Cast round trips on shape tensors (TensorRT needs shape tensors to be integer)."""
     graph = refresh_shapes(graph, context)
     shape_derived = _ShapeTracker()
 
-    def int_source(tensor: Any) -> Any | None:
+    def int_source(tensor: gs.Tensor) -> gs.Tensor | None:
         """The integer tensor behind ``Cast(int -> float)``, if it is shape-derived."""
         cast = producer(tensor)
         if cast is None or cast.op != "Cast" or _cast_target(cast) not in ("float32", "float64"):
@@ -523,7 +528,7 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
         target = _cast_target(out_cast)
         if target not in _INT_TYPES:
             continue
-        replacements: list[Any] = []
+        replacements: list[gs.Tensor | np.ndarray] = []  # an int source, or a constant made integer
         for inp in node.inputs:
             if is_constant(inp):
                 values = np.asarray(inp.values)
@@ -572,10 +577,11 @@ def shape_cast_elision(graph: Any, context: PassContext) -> Any:
 
 # ---------------------------------------------------------------------------------------------- Reshape shapes
 
-_Element = Any  # int (known value), ("dim", tensor id, axis) (a copy of a dimension), or None (computed)
+# int (known value), ("dim", tensor id, axis) (a copy of a dimension), ("sym", name) or None (computed)
+_Element = int | tuple[str, int, int] | tuple[str, str] | None
 
 
-def _shape_elements(tensor: Any, memo: dict[int, list[_Element] | None], depth: int = 0) -> list[_Element] | None:
+def _shape_elements(tensor: gs.Tensor, memo: dict[int, list[_Element] | None], depth: int = 0) -> list[_Element] | None:
     """What each element of a small 1-D integer tensor is: a known int, a copy of some tensor's dimension, or
     something computed (None). Returns None when even the length is unknown."""
     key = id(tensor)
@@ -599,7 +605,7 @@ def _shape_elements(tensor: Any, memo: dict[int, list[_Element] | None], depth: 
     return result
 
 
-def _dim_element(dim: Any, source: Any, axis: int) -> _Element:
+def _dim_element(dim: int | str | None, source: gs.Tensor, axis: int) -> _Element:
     if isinstance(dim, (int, np.integer)) and dim >= 0:
         return int(dim)
     if isinstance(dim, str) and dim not in ("", "?"):
@@ -608,7 +614,7 @@ def _dim_element(dim: Any, source: Any, axis: int) -> _Element:
 
 
 def _shape_elements_from_node(
-    node: Any, tensor: Any, memo: dict[int, list[_Element] | None], depth: int
+    node: gs.Node, tensor: gs.Tensor, memo: dict[int, list[_Element] | None], depth: int
 ) -> list[_Element] | None:
     op = node.op
     if op == "Shape":
@@ -681,7 +687,7 @@ def _shape_elements_from_node(
 
 
 @cleaning_pass("simplify_reshape", "exact")
-def simplify_reshape(graph: Any, context: PassContext) -> Any:
+def simplify_reshape(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Turn computed Reshape shapes into constants using 0 (copy a dimension) and -1 (infer one), e.g.
     ``x.view(x.size(0), -1)`` becomes Reshape(x, [0, -1]): the shape subgraph disappears even with a dynamic batch."""
     import onnx_graphsurgeon as gs
@@ -722,17 +728,17 @@ def simplify_reshape(graph: Any, context: PassContext) -> Any:
 # ---------------------------------------------------------------------------------------------- no-ops
 
 
-def _constant_list(tensor: Any) -> list[int] | None:
+def _constant_list(tensor: gs.Tensor) -> list[int] | None:
     values = constant_values(tensor) if tensor is not None and not tensor.is_empty() else None
     return None if values is None else [int(v) for v in values.reshape(-1)]
 
 
-def _same_static_shape(a: Any, b: Any) -> bool:
+def _same_static_shape(a: gs.Tensor, b: gs.Tensor) -> bool:
     shape_a, shape_b = tensor_shape(a), tensor_shape(b)
     return is_static(shape_a) and is_static(shape_b) and tuple(shape_a) == tuple(shape_b)
 
 
-def _is_noop(node: Any, graph: Any) -> bool:
+def _is_noop(node: gs.Node, graph: gs.Graph) -> bool:
     op = node.op
     if op == "Identity":
         return True
@@ -777,7 +783,7 @@ def _is_noop(node: Any, graph: Any) -> bool:
 _WHOLE_RANGE = 2**31 - 1  # an end at or past this keeps everything (PyTorch writes INT64_MAX, some INT32_MAX)
 
 
-def _whole_range_slice(node: Any) -> bool:
+def _whole_range_slice(node: gs.Node) -> bool:
     """A Slice (opset >= 10) from 0 to the end with step 1 on every axis it names: ``x[:, :]`` in PyTorch."""
     if len(node.inputs) < 3:
         return False
@@ -805,7 +811,7 @@ def _whole_range_slice(node: Any) -> bool:
     return True
 
 
-def _identity_reshape(node: Any) -> bool:
+def _identity_reshape(node: gs.Node) -> bool:
     """Reshape to a constant shape that repeats the input's own: every entry is 0 (copy, allowzero off) or the
     input's static dimension, with at most one -1 standing for the only dimension not pinned otherwise."""
     if len(node.inputs) < 2 or int(node.attrs.get("allowzero", 0)):
@@ -826,7 +832,7 @@ def _identity_reshape(node: Any) -> bool:
 
 
 @cleaning_pass("remove_noops", "exact")
-def remove_noops(graph: Any, context: PassContext) -> Any:
+def remove_noops(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Remove Identity, inference Dropout, same-type Cast, whole-range Slice and identity
     Transpose/Reshape/Expand/Slice/Pad/Concat; drop all-zero initial states of RNN/GRU/LSTM (the default)."""
     graph = refresh_shapes(graph, context)
@@ -841,7 +847,7 @@ def remove_noops(graph: Any, context: PassContext) -> Any:
 _RNN_STATE_INPUTS = {"RNN": (5,), "GRU": (5,), "LSTM": (5, 6)}  # initial_h (and initial_c): zero when absent
 
 
-def _is_zero_tensor(tensor: Any, depth: int = 0) -> bool:
+def _is_zero_tensor(tensor: gs.Tensor, depth: int = 0) -> bool:
     """All zeros whatever its shape: a zero constant, ConstantOfShape of zero, or Expand/Cast/Identity of one."""
     values = constant_values(tensor)
     if values is not None:
@@ -858,7 +864,7 @@ def _is_zero_tensor(tensor: Any, depth: int = 0) -> bool:
     return False
 
 
-def _drop_zero_states(node: Any) -> None:
+def _drop_zero_states(node: gs.Node) -> None:
     import onnx_graphsurgeon as gs
 
     for index in _RNN_STATE_INPUTS[node.op]:
@@ -868,7 +874,9 @@ def _drop_zero_states(node: Any) -> None:
         node.inputs.pop()
 
 
-def _merge_pair(graph: Any, first: Any, second: Any, op: str, inputs: list[Any], attrs: dict[str, Any]) -> None:
+def _merge_pair(
+    graph: gs.Graph, first: gs.Node, second: gs.Node, op: str, inputs: list[gs.Tensor], attrs: dict[str, object]
+) -> None:
     """Replace first -> second by one node writing second's output."""
     import onnx_graphsurgeon as gs
 
@@ -879,7 +887,7 @@ def _merge_pair(graph: Any, first: Any, second: Any, op: str, inputs: list[Any],
     graph.nodes.append(gs.Node(op, name=second.name or out.name, attrs=attrs, inputs=inputs, outputs=[out]))
 
 
-def _unsqueeze_axes(node: Any, opset: int) -> list[int] | None:
+def _unsqueeze_axes(node: gs.Node, opset: int) -> list[int] | None:
     if opset < 13:
         return [int(a) for a in node.attrs.get("axes", [])] or None
     return _constant_list(node.inputs[1]) if len(node.inputs) > 1 else None
@@ -888,7 +896,7 @@ def _unsqueeze_axes(node: Any, opset: int) -> list[int] | None:
 _MERGEABLE = ("Transpose", "Unsqueeze", "Reshape", "Slice")
 
 
-def _slice_params(node: Any, rank: int) -> tuple[list[int], list[int], list[int], list[int]] | None:
+def _slice_params(node: gs.Node, rank: int) -> tuple[list[int], list[int], list[int], list[int]] | None:
     """(starts, ends, axes normalized to >= 0, steps) of a Slice whose parameters are all constants."""
     if len(node.inputs) < 3:
         return None
@@ -903,7 +911,7 @@ def _slice_params(node: Any, rank: int) -> tuple[list[int], list[int], list[int]
     return starts, ends, [a % rank for a in axes], steps
 
 
-def _merged_slice_inputs(first: Any, second: Any, source: Any) -> list[Any] | None:
+def _merged_slice_inputs(first: gs.Node, second: gs.Node, source: gs.Tensor) -> list[gs.Tensor] | None:
     """Inputs of one Slice doing ``first`` then ``second`` when they cut different axes (constants only)."""
     import onnx_graphsurgeon as gs
 
@@ -921,7 +929,7 @@ def _merged_slice_inputs(first: Any, second: Any, source: Any) -> list[Any] | No
 
 
 @cleaning_pass("merge_consecutive", "exact")
-def merge_consecutive(graph: Any, context: PassContext) -> Any:
+def merge_consecutive(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Merge Transpose->Transpose (dropping pairs that cancel), Unsqueeze->Unsqueeze, Reshape->Reshape and
     Slice->Slice on different axes."""
     import onnx_graphsurgeon as gs
@@ -1003,7 +1011,7 @@ def merge_consecutive(graph: Any, context: PassContext) -> Any:
 # ---------------------------------------------------------------------------------------------- CSE
 
 
-def _attr_key(value: Any) -> Any:
+def _attr_key(value: object) -> Hashable:
     import onnx_graphsurgeon as gs
 
     if isinstance(value, gs.Constant):
@@ -1023,7 +1031,7 @@ CSE_CONSTANT_LIMIT = 4096  # bytes; small constants (shapes, axes, scalars) are 
 
 
 @cleaning_pass("cse", "exact")
-def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
+def common_subexpression_elimination(graph: gs.Graph, context: PassContext) -> None:
     """Merge constants equal in value (dtype, shape, bytes) and then identical nodes (never random ops, never
     nodes writing graph outputs)."""
     import hashlib
@@ -1034,21 +1042,21 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
     # value CSE: constants of equal dtype, shape and bytes become one, so nodes differing only in weight names
     # merge below. Candidates are grouped by dtype, shape and a strided sample of their values; only constants
     # sharing all three are compared in full (large ones by SHA-256)
-    groups: dict[Any, list[Any]] = {}
+    groups: dict[tuple[str, tuple[int | str | None, ...] | None], list[gs.Tensor]] = {}
     for tensor in list(graph.tensors().values()):
         if is_constant(tensor) and id(tensor) not in protected:
             groups.setdefault((str(np_dtype(tensor)), tensor_shape(tensor)), []).append(tensor)
     for members in groups.values():
         if len(members) < 2:
             continue
-        sampled: dict[bytes, list[Any]] = {}
+        sampled: dict[bytes, list[gs.Tensor]] = {}
         for tensor in members:
             flat = np.asarray(tensor.values).reshape(-1)
             sampled.setdefault(flat[:: max(1, flat.size // 64)][:65].tobytes(), []).append(tensor)
         for candidates in sampled.values():
             if len(candidates) < 2:
                 continue
-            canonical: dict[Any, Any] = {}
+            canonical: dict[bytes, gs.Tensor] = {}
             for tensor in candidates:
                 data = np.ascontiguousarray(tensor.values).tobytes()
                 key = data if len(data) <= CSE_CONSTANT_LIMIT else hashlib.sha256(data).digest()
@@ -1056,7 +1064,7 @@ def common_subexpression_elimination(graph: Any, context: PassContext) -> None:
                 if keep is not tensor:
                     redirect_consumers(tensor, keep, within)
 
-    seen: dict[Any, Any] = {}
+    seen: dict[Hashable, gs.Node] = {}
     for node in graph.nodes:
         if node.op in RANDOM_OPS or not node.outputs or any(id(out) in protected for out in node.outputs):
             continue
@@ -1094,7 +1102,26 @@ def _per_channel(values: np.ndarray, channels: int, out_rank: int | None) -> np.
     return values.reshape(-1).astype(np.float64)
 
 
-def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
+def _batchnorm_affine(node: gs.Node, graph: gs.Graph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per channel, float64, of a BatchNormalization in inference mode with constant parameters
+    (None when it trains, its mean/var outputs are read, or a parameter is not a constant of one size)."""
+    if (
+        len(node.inputs) != 5
+        or node.attrs.get("training_mode", 0)
+        or any(extra.outputs or extra in graph.outputs for extra in node.outputs[1:])
+    ):
+        return None
+    params = [constant_values(tensor) for tensor in node.inputs[1:]]
+    if any(p is None or p.dtype.kind != "f" for p in params):
+        return None
+    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
+    if not gamma.size == beta.size == mean.size == var.size:
+        return None
+    scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+    return scale, beta - mean * scale
+
+
+def _fold_into_conv(graph: gs.Graph, conv: gs.Node, follower: gs.Node) -> bool:
     """Fold ``follower`` (BatchNormalization, or Mul/Add by a per-channel constant) into ``conv``'s weights."""
     import onnx_graphsurgeon as gs
 
@@ -1110,18 +1137,10 @@ def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
     channels = weight.shape[1] if transposed else weight.shape[0]
     out_rank = weight.ndim
     if follower.op == "BatchNormalization":
-        if (
-            len(follower.inputs) != 5
-            or follower.attrs.get("training_mode", 0)
-            or any(extra.outputs or extra in graph.outputs for extra in follower.outputs[1:])
-        ):
+        affine = _batchnorm_affine(follower, graph)
+        if affine is None or affine[0].size != channels:
             return False
-        params = [constant_values(t) for t in follower.inputs[1:]]
-        if any(p is None or p.size != channels for p in params):
-            return False
-        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
-        scale = gamma / np.sqrt(var + float(follower.attrs.get("epsilon", 1e-5)))
-        shift = beta - mean * scale
+        scale, shift = affine
     else:
         other = _other_input(follower, link)
         values = constant_values(other) if other is not None else None
@@ -1151,7 +1170,7 @@ def _fold_into_conv(graph: Any, conv: Any, follower: Any) -> bool:
 
 
 @cleaning_pass("fuse_conv_affine", "numeric")
-def fuse_conv_affine(graph: Any, context: PassContext) -> None:
+def fuse_conv_affine(graph: gs.Graph, context: PassContext) -> None:
     """Fold BatchNormalization and per-channel Mul/Add after a Conv into its weights and bias (neutral for
     TensorRT, which fuses these itself; fewer nodes to read)."""
     changed = True
@@ -1179,20 +1198,8 @@ def _input_affine(node: gs.Node, graph: gs.Graph) -> tuple[gs.Tensor, np.ndarray
     one value per channel of axis 1 (per channel True: BatchNormalization), else as the constant broadcasts, not
     yet checked against the consumers' channel count."""
     if node.op == "BatchNormalization":
-        if (
-            len(node.inputs) != 5
-            or node.attrs.get("training_mode", 0)
-            or any(extra.outputs or extra in graph.outputs for extra in node.outputs[1:])
-        ):
-            return None
-        params = [constant_values(tensor) for tensor in node.inputs[1:]]
-        if any(p is None or p.dtype.kind != "f" or p.ndim != 1 for p in params):
-            return None
-        gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
-        if not gamma.size == beta.size == mean.size == var.size:
-            return None
-        scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
-        return node.inputs[0], scale, beta - mean * scale, True
+        affine = _batchnorm_affine(node, graph)
+        return None if affine is None else (node.inputs[0], *affine, True)
     if len(node.inputs) != 2 or len(node.outputs) != 1:
         return None
     first, second = node.inputs
@@ -1295,15 +1302,20 @@ def fuse_affine_into_next_conv(graph: gs.Graph, context: PassContext) -> None:
     """Fold a per-channel affine (BatchNormalization, or Mul/Add/Sub/Div by a per-channel constant) whose only
     readers are Convs forward into their weights and biases (a BatchNormalization after a Concat has no Conv
     before it to fold into); only where exact: no padding, or no shift."""
-    candidates = [node for node in graph.nodes if node.op in _FORWARD_AFFINE_OPS and node.outputs]
-    if not any(
-        node.outputs[0].outputs and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
-        for node in candidates
-    ):
-        return
     import onnx_graphsurgeon as gs
 
-    refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
+    candidates = [
+        node
+        for node in graph.nodes
+        if node.op in _FORWARD_AFFINE_OPS
+        and node.outputs
+        and node.outputs[0].outputs
+        and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
+    ]
+    if not candidates:
+        return
+    if any(tensor_shape(node.inputs[0 if is_constant(node.inputs[-1]) else -1]) is None for node in candidates):
+        refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
     names = set(graph.tensors())
     changed = True
     while changed:
@@ -1339,7 +1351,7 @@ def _unique_name(base: str, taken: set[str]) -> str:
 
 
 @cleaning_pass("fuse_pad_conv", "numeric")
-def fuse_pad_conv(graph: Any, context: PassContext) -> None:
+def fuse_pad_conv(graph: gs.Graph, context: PassContext) -> None:
     """Fold a zero constant-mode Pad on spatial dimensions into the following Conv's pads (neutral for
     TensorRT, which merges Pad into Conv itself unless something sits between them)."""
     for pad in list(graph.nodes):
@@ -1400,6 +1412,11 @@ def _gemm_bias(matmul: gs.Node, add: gs.Node) -> gs.Tensor | None:
     return bias if fits_rows and fits_columns else None
 
 
+def _has_small_constant_bias(add: gs.Node, product: gs.Tensor) -> bool:
+    other = _other_input(add, product)
+    return other is not None and is_constant(other) and len(other.shape or ()) <= 2
+
+
 @cleaning_pass("fuse_matmul_add_gemm", "numeric", min_opset=11)
 def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
     """Replace MatMul of two rank-2 tensors followed by Add of a constant bias by one Gemm (what onnxsim does; neutral
@@ -1414,9 +1431,11 @@ def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
         and len(node.outputs) == 1
         and _only_consumer(node.outputs[0], graph, "Add") is not None
     ]
+    pairs = [(matmul, add) for matmul, add in pairs if _has_small_constant_bias(add, matmul.outputs[0])]
     if not pairs:
         return
-    refresh_shapes(graph, context)  # ranks of A and B
+    if any(tensor_shape(tensor) is None for matmul, _ in pairs for tensor in matmul.inputs):
+        refresh_shapes(graph, context)  # ranks of A and B
     for matmul, add in pairs:
         bias = _gemm_bias(matmul, add)
         if bias is None or len(add.inputs) != 2:
@@ -1432,26 +1451,26 @@ def fuse_matmul_add_gemm(graph: gs.Graph, context: PassContext) -> None:
 # ---------------------------------------------------------------------------------------------- LayerNorm / GELU
 
 
-def _other_input(node: Any, tensor: Any) -> Any | None:
+def _other_input(node: gs.Node, tensor: gs.Tensor) -> gs.Tensor | None:
     others = [inp for inp in node.inputs if inp is not tensor]
     return others[0] if len(others) == 1 else None
 
 
-def _only_consumer(tensor: Any, graph: Any, op: str | tuple[str, ...]) -> Any | None:
+def _only_consumer(tensor: gs.Tensor, graph: gs.Graph, op: str | tuple[str, ...]) -> gs.Node | None:
     ops = (op,) if isinstance(op, str) else op
     if tensor in graph.outputs or len(tensor.outputs) != 1 or tensor.outputs[0].op not in ops:
         return None
     return tensor.outputs[0]
 
 
-def _scalar(tensor: Any) -> float | None:
+def _scalar(tensor: gs.Tensor) -> float | None:
     values = constant_values(tensor)
     if values is None or values.size != 1:
         return None
     return float(values.reshape(-1)[0])
 
 
-def _reduce_axes(node: Any) -> list[int] | None:
+def _reduce_axes(node: gs.Node) -> list[int] | None:
     if "axes" in node.attrs:
         return [int(a) for a in node.attrs["axes"]]
     if len(node.inputs) > 1 and not node.inputs[1].is_empty():
@@ -1460,7 +1479,7 @@ def _reduce_axes(node: Any) -> list[int] | None:
 
 
 @cleaning_pass("fuse_layernorm", "numeric", min_opset=17)
-def fuse_layernorm(graph: Any, context: PassContext) -> Any:
+def fuse_layernorm(graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Replace a written-out LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) by
     LayerNormalization (opset >= 17): TensorRT warns that the written-out form overflows in FP16."""
     import onnx_graphsurgeon as gs
@@ -1554,7 +1573,7 @@ def fuse_layernorm(graph: Any, context: PassContext) -> Any:
 
 
 @cleaning_pass("fuse_gelu", "numeric", min_opset=20)
-def fuse_gelu(graph: Any, context: PassContext) -> None:
+def fuse_gelu(graph: gs.Graph, context: PassContext) -> None:
     """Replace x * 0.5 * (1 + erf(x / sqrt(2))) by Gelu (opset >= 20)."""
     import onnx_graphsurgeon as gs
 
@@ -1618,7 +1637,7 @@ def fuse_gelu(graph: Any, context: PassContext) -> None:
 
 
 @cleaning_pass("qdq_lint", "report", recurse=False)
-def qdq_lint_pass(graph: Any, context: PassContext) -> None:
+def qdq_lint_pass(graph: gs.Graph, context: PassContext) -> None:
     """Report Q/DQ placements that break TensorRT's rules; never changes the graph."""
     from workbench.clean.qdq_lint import lint_qdq
 

@@ -8,19 +8,23 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from workbench.clean.checks import (
+    CheckOutcome,
     EquivalenceChecker,
+    IOSpecs,
+    Prepared,
     cap_batch,
     default_probe_shapes,
     io_specs,
     probe_shapes_from_profile,
 )
-from workbench.clean.data import DEFAULT_CHECK_BATCHES, load_check_batches
+from workbench.clean.data import DEFAULT_CHECK_BATCHES, CheckData, load_check_batches
 from workbench.clean.graph_utils import (
+    Key,
     LightExporter,
     all_subgraphs,
     apply_inferred_shapes,
@@ -49,6 +53,16 @@ from workbench.clean.report import CleanResult, PassReport
 from workbench.errors import WorkbenchError
 from workbench.model import PROTOBUF_LIMIT_BYTES, TensorSpec
 
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    from workbench.model import OnnxModel
+    from workbench.zoo.base import ZooEntry
+
+# the last accepted model: the original, a checked (light model, arrays) pair, or None (only the gs graph has it)
+Accepted: TypeAlias = "onnx.ModelProto | Prepared | None"
+
 
 @dataclass
 class CleanOptions:
@@ -72,16 +86,16 @@ class CleanOptions:
     extra_feeds: Sequence[Mapping[str, np.ndarray]] = ()  # real samples to compare on, besides the seeded ones
     max_model_bytes: int = PROTOBUF_LIMIT_BYTES
     max_probe_batch: int | None = 2  # cap on the batch dimension of the probe shapes (None: the profile's own)
-    data: Any = None  # real inputs for the checks: folder / file / "zoo" / list of feeds
+    data: CheckData | None = None  # real inputs for the checks: folder / file / "zoo" / list of feeds
     check_batches: int = DEFAULT_CHECK_BATCHES  # at most this many batches of ``data`` are compared
-    data_entry: Any = None  # the zoo entry for data="zoo"
+    data_entry: ZooEntry | None = None  # the zoo entry for data="zoo"
 
     def resolved_passes(self) -> list[CleanPass]:
         chosen = DEFAULT_PASSES if self.passes is None else self.passes
         return [item if isinstance(item, CleanPass) else get_pass(item) for item in chosen]
 
 
-def _load(model: Any) -> tuple[Any, str]:
+def _load(model: str | os.PathLike[str] | OnnxModel | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     import onnx
 
     if isinstance(model, onnx.ModelProto):
@@ -128,12 +142,12 @@ def _apply_overrides(
 class _Snapshot:
     """What the report needs about one state of the graph."""
 
-    light: Any  # light ModelProto (weights as stubs), or the original model
-    fingerprint: Any  # LightExporter.fingerprint of the graph: equal fingerprints, equal graphs
+    light: onnx.ModelProto  # light ModelProto (weights as stubs), or the original model
+    fingerprint: Key  # LightExporter.fingerprint of the graph: equal fingerprints, equal graphs
     counts: dict[str, int]
     bytes: int
     names: list[str]
-    skeleton: Any  # node-only GraphProto for the before/after picture
+    skeleton: onnx.GraphProto  # node-only GraphProto for the before/after picture
 
     @property
     def nodes(self) -> int:
@@ -145,7 +159,7 @@ class _Snapshot:
         return subgraph_node_count(self.light)
 
 
-def _tidy(graph: Any) -> bool:
+def _tidy(graph: gs.Graph) -> bool:
     """Drop dead nodes and sort, bodies included; True when that changed any graph's node list (model-local
     functions included: graphsurgeon's cleanup drops their dead nodes too, and the fingerprint covers them)."""
     graphs = [graph, *all_subgraphs(graph)]
@@ -161,7 +175,7 @@ def _tidy(graph: Any) -> bool:
     )
 
 
-def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
+def run_pass(clean_pass: CleanPass, graph: gs.Graph, context: PassContext) -> gs.Graph:
     """Run ``clean_pass`` on the top-level graph, then (unless the pass says not to) on every If/Loop/Scan body,
     outer bodies first; the subgraph list is taken afresh after the top level (a pass may inline or remove
     subgraphs). Returns the top-level graph."""
@@ -177,7 +191,7 @@ def run_pass(clean_pass: CleanPass, graph: Any, context: PassContext) -> Any:
     return graph
 
 
-def _restore(accepted: Any, original: Any, replay: list[CleanPass], context: PassContext) -> Any:
+def _restore(accepted: Accepted, original: onnx.ModelProto, replay: list[CleanPass], context: PassContext) -> gs.Graph:
     """The graph as it was after the last kept pass. With checks on that model was checked (``accepted``: a full
     ModelProto, or a light one with the arrays of its stubs); with checks off (no export per pass, to stay fast)
     the kept passes are replayed on the original: they are deterministic."""
@@ -198,7 +212,9 @@ def _names_diff(before: list[str], after: list[str]) -> tuple[list[str], list[st
     return sorted((old - new).elements()), sorted((new - old).elements())
 
 
-def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str, int]:
+def _load_within_limit(
+    model: str | os.PathLike[str] | OnnxModel | onnx.ModelProto, max_model_bytes: int
+) -> tuple[onnx.ModelProto, str, int]:
     """(model, where it came from, its model_bytes)."""
     original, source = _load(model)
     size = model_bytes(original)
@@ -213,7 +229,9 @@ def _load_within_limit(model: Any, max_model_bytes: int) -> tuple[Any, str, int]
     return original, source, size
 
 
-def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanOptions) -> EquivalenceChecker | None:
+def _make_checker(
+    original: onnx.ModelProto, inputs: tuple[TensorSpec, ...], options: CleanOptions
+) -> EquivalenceChecker | None:
     """The checker with the original's reference outputs at the probe shapes, or None with checks off."""
     if not options.check:
         return None
@@ -236,7 +254,7 @@ def _make_checker(original: Any, inputs: tuple[TensorSpec, ...], options: CleanO
     )
 
 
-def _snapshot(light: Any, fingerprint: Any, stub_bytes: int = 0) -> _Snapshot:
+def _snapshot(light: onnx.ModelProto, fingerprint: Key, stub_bytes: int = 0) -> _Snapshot:
     return _Snapshot(
         light, fingerprint, op_counts(light), model_bytes(light, stub_bytes), node_names(light), node_skeleton(light)
     )
@@ -262,7 +280,9 @@ class _Deferred:
     seconds: float
     findings: tuple
     failure: str | None = None  # set only for a skipped pass: why
-    checkpoint: Any = None  # (light model, arrays) of the graph right after this pass, where the tolerance changes
+    checkpoint: Prepared | None = (
+        None  # (light model, arrays) of the graph right after this pass, where the tolerance changes
+    )
 
 
 class _PassRunner:
@@ -286,10 +306,10 @@ class _PassRunner:
 
     def __init__(
         self,
-        original: Any,
+        original: onnx.ModelProto,
         checker: EquivalenceChecker | None,
         context: PassContext,
-        overridden: Any,
+        overridden: tuple[TensorSpec, ...],
         original_bytes: int,
     ) -> None:
         self.original = original
@@ -303,7 +323,7 @@ class _PassRunner:
         self.graph = import_graph(original)
         # the last accepted model: the original ModelProto, a (light model, {stub name: array}) pair once a
         # checked pass was kept, or None when only ``graph`` has it (checks off)
-        self.accepted: Any = original
+        self.accepted: Accepted = original
         self.current = _Snapshot(
             original,
             self.exporter.fingerprint(self.graph),
@@ -316,7 +336,7 @@ class _PassRunner:
         self.pending: list[_Deferred] = []  # passes since the last check, waiting for the next one
         self.pending_tolerance: str | None = None
         self.strict = False  # one check per pass (while a failed group is proven again pass by pass)
-        self._prepared: tuple[_Snapshot, Any] | None = None  # (state, its _prepare()) for _prepare_current
+        self._prepared: tuple[_Snapshot, Prepared] | None = None  # (state, its _prepare()) for _prepare_current
         self.shapes_fresh = False
         self.replay: list[CleanPass] = []  # passes kept without a check since the last checked one (checks off)
         self.reports: list[PassReport] = []
@@ -463,13 +483,13 @@ class _PassRunner:
         light, stub_bytes, _ = self.exporter.export(self.graph, self.original)
         return _snapshot(light, fingerprint, stub_bytes)
 
-    def _prepare_current(self) -> tuple[Any, dict[str, np.ndarray]]:
+    def _prepare_current(self) -> Prepared:
         """:meth:`_prepare`, made once per graph state (unchanged passes keep the state)."""
         if self._prepared is None or self._prepared[0] is not self.current:
             self._prepared = (self.current, self._prepare())
         return self._prepared[1]
 
-    def _prepare(self) -> tuple[Any, dict[str, np.ndarray]]:
+    def _prepare(self) -> Prepared:
         """What a check of the graph as it is now runs: its light export with value_info, body constants with
         their data, and the top-level stubs' arrays (handed to ONNX Runtime from memory)."""
         candidate, _, stubs = self.exporter.export(self.graph, self.original, value_info=True, stub_bodies=False)
@@ -480,7 +500,9 @@ class _PassRunner:
             array.flags.writeable = False
         return candidate, arrays
 
-    def _prove(self, tolerance: str, wanted_io: Any, light: Any, prepared: Any = None) -> tuple[Any, float]:
+    def _prove(
+        self, tolerance: str, wanted_io: IOSpecs, light: onnx.ModelProto, prepared: Prepared | None = None
+    ) -> tuple[CheckOutcome, float]:
         """Check the graph as it is now (or as ``prepared`` holds it): (outcome, seconds)."""
         assert self.checker is not None
         check_start = time.perf_counter()
@@ -491,14 +513,15 @@ class _PassRunner:
         self.check_seconds += check_time
         return outcome, check_time
 
-    def _keep(self, outcome: Any, after: _Snapshot, graph_moved_on: bool = False) -> None:
+    def _keep(self, outcome: CheckOutcome, after: _Snapshot, graph_moved_on: bool = False) -> None:
         assert self.checker is not None
         self.checker.accept(outcome)
         self.accepted, self.current, self.accepted_snapshot = outcome.candidate, after, after
         self.replay.clear()
-        self.shapes_fresh = outcome.inferred_model is not None and not graph_moved_on
-        if self.shapes_fresh:
-            apply_inferred_shapes(self.graph, outcome.inferred_model)
+        inferred = outcome.inferred_model
+        self.shapes_fresh = inferred is not None and not graph_moved_on
+        if inferred is not None and self.shapes_fresh:
+            apply_inferred_shapes(self.graph, inferred)
 
     def _check_and_keep(self, clean_pass: CleanPass, after: _Snapshot, seconds: float) -> None:
         is_override = clean_pass.name == "override_input_shapes"
@@ -520,7 +543,7 @@ class _PassRunner:
             self.expected_io = wanted_io
         self._keep(outcome, after)
 
-    def _resolve(self, prepared: Any = None, then: _Deferred | None = None) -> bool:
+    def _resolve(self, prepared: Prepared | None = None, then: _Deferred | None = None) -> bool:
         """Prove the waiting group (the graph now, or as ``prepared`` holds it before ``then`` ran) with as few
         ONNX Runtime evaluations as the bars allow; on failure, the rest again pass by pass. False when it fell back.
 
@@ -537,16 +560,16 @@ class _PassRunner:
             for record in pending:
                 self._report_deferred(record)
             return True
-        states: list[tuple[int, Any, _Snapshot]] = [  # (index in changed, (light model, arrays), snapshot)
+        states: list[tuple[int, Prepared, _Snapshot]] = [  # (index in changed, (light model, arrays), snapshot)
             (index, record.checkpoint, record.after)
             for index, record in enumerate(changed[:-1])
             if record.checkpoint is not None
         ]
         states.append((len(changed) - 1, prepared if prepared is not None else self._prepare(), self.current))
-        evaluated: dict[int, Any] = {}
+        evaluated: dict[int, CheckOutcome] = {}
         position, queue, spent = -1, list(pending), 0.0
 
-        def evaluate(index: int, candidate: Any, light: Any) -> Any:
+        def evaluate(index: int, candidate: Prepared, light: onnx.ModelProto) -> CheckOutcome:
             nonlocal spent
             if index not in evaluated:
                 outcome, seconds = self._prove("none", self.expected_io, light, candidate)
@@ -558,7 +581,7 @@ class _PassRunner:
             step = None
             for index, candidate, snapshot in reversed([state for state in states if state[0] > position]):
                 outcome = evaluate(index, candidate, snapshot.light)
-                if not outcome.ok:
+                if not outcome.ok or outcome.outputs is None:
                     failure = (outcome.failure, None)
                     continue
                 passes = changed[position + 1 : index + 1]
@@ -639,7 +662,7 @@ class _PassRunner:
             self.current = self.accepted_snapshot
         self.current.fingerprint = self.exporter.fingerprint(self.graph)  # new objects, same graph
 
-    def final_model(self) -> Any:
+    def final_model(self) -> onnx.ModelProto:
         """The last accepted model as it was checked (weights filled in), or with checks off the graph's export."""
         if isinstance(self.accepted, tuple):
             return copy_model_metadata(fill_stubs(*self.accepted), self.original)
@@ -651,7 +674,9 @@ class _PassRunner:
         return copy_model_metadata(fill_stubs(candidate, arrays), self.original)
 
 
-def clean_model(model: Any, options: CleanOptions | None = None) -> CleanResult:
+def clean_model(
+    model: str | os.PathLike[str] | OnnxModel | onnx.ModelProto, options: CleanOptions | None = None
+) -> CleanResult:
     """Clean ``model`` (path, OnnxModel or ModelProto; never modified) pass by pass and return the result,
     with the cleaned ModelProto in ``result.model``."""
     options = options or CleanOptions()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,11 +12,17 @@ from workbench.clean.report import Finding
 from workbench.errors import WorkbenchError
 from workbench.model.graph import producer
 
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    from workbench.model import OnnxModel
+
 # TensorRT quantizes to signed INT8, FP8 (E4M3) and INT4; it has no unsigned 8-bit or 16-bit quantized types.
 _SUPPORTED_QUANT_TYPES = ("int8", "float8_e4m3fn", "int4")
 
 
-def _as_graph(model_or_graph: Any) -> Any:
+def _as_graph(model_or_graph: onnx.ModelProto | gs.Graph | OnnxModel | str | os.PathLike[str]) -> gs.Graph:
     import onnx
     import onnx_graphsurgeon as gs
 
@@ -36,7 +42,7 @@ def _as_graph(model_or_graph: Any) -> Any:
     )
 
 
-def _quant_type(node: Any) -> str | None:
+def _quant_type(node: gs.Node) -> str | None:
     """Element type of the quantized side: the zero point's dtype, or output_dtype, or uint8 (ONNX default)."""
     import onnx
 
@@ -53,7 +59,7 @@ def _quant_type(node: Any) -> str | None:
     return "uint8" if node.op == "QuantizeLinear" else None
 
 
-def lint_qdq(model_or_graph: Any) -> list[Finding]:
+def lint_qdq(model_or_graph: onnx.ModelProto | gs.Graph | OnnxModel | str | os.PathLike[str]) -> list[Finding]:
     """Check every Q/DQ node against TensorRT's rules and return what breaks them; nothing is changed.
 
     Rules: ``qdq-scale-not-constant``, ``qdq-scale-not-positive``, ``qdq-zero-point-nonzero``,
@@ -173,7 +179,7 @@ def lint_qdq(model_or_graph: Any) -> list[Finding]:
     return findings
 
 
-def count_qdq(model: Any) -> int:
+def count_qdq(model: onnx.ModelProto) -> int:
     return sum(1 for node in model.graph.node if node.op_type in ("QuantizeLinear", "DequantizeLinear"))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.artifact import NOT_SERIALIZED, Artifact, JsonObject
 
 # Pass statuses. "accepted": changed the graph and passed every check. "unchanged": the pass found nothing
 # to do (no check needed). "rolled_back": the pass raised or failed a check; the graph before it was kept.
@@ -104,6 +104,6 @@ class CleanResult(Artifact):
                 return report
         raise KeyError(name)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         # the names of the rolled-back passes, for a reader of the JSON alone; from_json ignores the key
         return super().to_json() | {"rolled_back": [report.name for report in self.rolled_back]}

@@ -13,13 +13,14 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench._io import sha256_bytes, sha256_file, write_bytes_atomic, write_json_atomic, write_text_atomic
 from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.engine.backend import (
+    RTX_RUNTIME_COMPUTE_CAPABILITIES,
     Backend,
     NetworkBuildRequest,
     build_serialized,
@@ -29,6 +30,7 @@ from workbench.engine.backend import (
 )
 from workbench.engine.built_onnx import built_onnx, precision_rewrite
 from workbench.engine.layermap import LayerMap
+from workbench.engine.precision_check import PrecisionCheck, check_precision
 from workbench.engine.records import (
     EngineLayers,
     engine_layers_from_document,
@@ -39,10 +41,13 @@ from workbench.engine.records import (
     read_layers_document,
     summarize,
 )
+from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, load_onnx
 from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
+from workbench.precision.autocast import apply_precision_plan
+from workbench.precision.qdq_rules import qdq_formats
 
 if TYPE_CHECKING:
     import onnx
@@ -55,7 +60,10 @@ ProgressCallback = Callable[[str, str, str, int, int], bool]
 
 @dataclass(frozen=True)
 class BuildOptions(Artifact):
-    """How to build. ``shapes`` gives (min, opt, max) per dynamic input; unspecified dynamic batch dims become 1."""
+    """How to build. ``shapes`` gives (min, opt, max) per dynamic input; unspecified dynamic batch dims become 1.
+
+    ``compute_capabilities`` (TensorRT-RTX only): the GPUs the engine is compiled for, e.g. ``("SM89",)``; an FP8
+    Q/DQ model needs targets of 8.9+ and, when none are given, is built for every FP8-capable RTX target."""
 
     shapes: dict[str, ShapeRange] = field(default_factory=dict)
     precision: Precision = "fp32"
@@ -64,6 +72,8 @@ class BuildOptions(Artifact):
     optimization_level: int = 3
     compute_capabilities: tuple[str, ...] = ()
     timing_cache_path: str | None = None
+    # fail the build (nothing written) when any node runs at another precision than requested (PrecisionCheck)
+    strict_precision: bool = False
     # how this build reports progress and which backend runs it: run-time choices, not part of the build's record
     progress: bool = field(default=True, metadata=NOT_SERIALIZED)
     progress_callback: ProgressCallback | None = field(default=None, metadata=NOT_SERIALIZED)
@@ -72,7 +82,8 @@ class BuildOptions(Artifact):
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise WorkbenchError(
-                f"unknown build precision {self.precision!r}.", expected="fp32, fp16 or int8 (int8 needs a Q/DQ model)"
+                f"unknown build precision {self.precision!r}.",
+                expected="fp32, fp16, int8 or fp8 (int8 and fp8 need a Q/DQ model from `workbench calibrate`)",
             )
         if not 0 <= int(self.optimization_level) <= 5:
             raise WorkbenchError(
@@ -148,6 +159,7 @@ class EngineArtifact(Artifact):
     engine_layers: EngineLayers = field(metadata=NOT_SERIALIZED, repr=False)
     layer_map: LayerMap = field(metadata=NOT_SERIALIZED, repr=False)
     warnings: tuple[str, ...] = ()
+    precision_check: PrecisionCheck | None = None  # requested vs actual precision per ONNX node
 
     @property
     def layer_count(self) -> int:
@@ -236,6 +248,11 @@ class EngineArtifact(Artifact):
             onnx_node_count=len(document.get("onnx_nodes", ())),
             layer_records_from=str(build.get("layer_records_from", engine_layers.source_format)),
             warnings=tuple(build.get("warnings", ())),
+            precision_check=(
+                PrecisionCheck.from_json(document["precision_check"])
+                if isinstance(document.get("precision_check"), Mapping)
+                else None
+            ),
             engine_layers=engine_layers,
             layer_map=LayerMap.from_document(document, label=engine_path.stem),
         )
@@ -360,6 +377,10 @@ def engine_from_onnx(
 
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
         onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
+        built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
+        built_proto = built_model.proto
+        formats = qdq_formats(built_proto)
+        options, target_note = _targets_for_formats(options, backend, formats)
         request = NetworkBuildRequest(
             onnx_path=str(onnx_for_build),
             profiles=[profiles] if profiles else [],
@@ -380,18 +401,34 @@ def engine_from_onnx(
                 ) from error
             raise
         seconds = time.perf_counter() - started
-        built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
-        built_proto = built_model.proto
 
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
-    notes = name_notes + [msg for sev, msg in messages if sev == 2]
+    notes = name_notes + [msg for sev, msg in messages if sev == 2] + ([target_note] if target_note else [])
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
     layers_path = layers_path_for(engine_path)
     log_path = engine_path.with_name(engine_path.stem + ".build.log")
+    layer_map = LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem)
+    check = check_precision(
+        layer_map,
+        built_proto,
+        options.effective_plan,
+        backend=f"{backend.name} {backend.version}",
+        kept_fp32=lambda: apply_precision_plan(model, options.effective_plan).kept_fp32,
+    )
+    if options.strict_precision and not check.ok:
+        raise WorkbenchError(
+            f"--strict-precision: {len(check.mismatches)} ONNX node(s) run at another precision than requested: "
+            + "; ".join(check.lines(5))
+            + ("; ..." if len(check.mismatches) > 5 else "")
+            + ". Nothing was written.",
+            expected="an engine that runs every node as the plan and the Q/DQ graph ask",
+            hint="change the plan for these nodes, or build without --strict-precision to keep the engine",
+        )
     document = layers_document(engine_layers, built_proto)
+    document["precision_check"] = check.to_json()
     document["build"] = {
         "backend": backend.name,
         "backend_version": backend.version,
@@ -404,6 +441,7 @@ def engine_from_onnx(
         "precision": options.effective_plan.label,
         "compute_capabilities": list(options.compute_capabilities),
         "target_compute_capabilities": list(targets),
+        "quantized_formats": sorted(formats),
         "profiles": {k: [list(s) for s in v] for k, v in profiles.items()},
         "options": options.to_json(),
         "layer_records_from": records_from,
@@ -434,9 +472,44 @@ def engine_from_onnx(
         onnx_node_count=len(built_proto.graph.node),
         layer_records_from=records_from,
         engine_layers=engine_layers,
-        layer_map=LayerMap.from_engine_layers(engine_layers, onnx_proto=built_proto, label=engine_path.stem),
+        layer_map=layer_map,
         warnings=tuple(notes),
+        precision_check=check,
     )
+
+
+def _targets_for_formats(options: BuildOptions, backend: Backend, formats: set[str]) -> tuple[BuildOptions, str]:
+    """Build options whose targets can run the model's Q/DQ formats, and a note when they were chosen here.
+
+    FP8 Q/DQ compiles only for compute capability 8.9+: with TensorRT-RTX and no target given, every FP8-capable RTX
+    target is chosen (RTX would otherwise drop the older targets itself and say so only in its verbose log); a
+    requested older target is refused before building. Full TensorRT builds for its own GPU, which must be 8.9+."""
+    if "fp8" not in formats:
+        return options, ""
+    if backend.is_rtx:
+        if not options.compute_capabilities:
+            targets = rtx_fp8_targets(RTX_RUNTIME_COMPUTE_CAPABILITIES)
+            note = f"FP8 Q/DQ model: built for the FP8-capable targets {', '.join(targets)} ({FP8_GPUS})"
+            return replace(options, compute_capabilities=targets), note
+        incapable = fp8_incapable(options.compute_capabilities)
+        if incapable:
+            raise WorkbenchError(
+                f"the model has FP8 Q/DQ nodes, but target(s) {', '.join(incapable)} have no FP8 tensor cores.",
+                expected=f"--compute-capability SM89 or SM120 ({FP8_GPUS})",
+                hint="or calibrate with --format int8 for older GPUs",
+            )
+        return options, ""
+    from workbench.engine.backend import detect_gpu
+
+    gpu = detect_gpu()
+    capable, line = fp8_support_line(gpu.name, gpu.compute_capability)
+    if gpu.present and not capable:
+        raise WorkbenchError(
+            f"the model has FP8 Q/DQ nodes, but full TensorRT builds for this GPU: {line}.",
+            expected=f"a GPU of {FP8_GPUS}",
+            hint="or calibrate with --format int8 for this GPU",
+        )
+    return options, ""
 
 
 def _layer_records(backend: Backend, messages: list[tuple[int, str]], serialized: bytes) -> tuple[EngineLayers, str]:
@@ -486,12 +559,15 @@ def parse_shapes_arg(values: Sequence[str]) -> dict[str, ShapeRange]:
 
 
 def model_and_shapes(spec: str) -> tuple[OnnxModel, dict[str, ShapeRange]]:
-    """A MODEL argument: an ONNX path (no shapes), or a zoo name with its optimization profiles."""
+    """A MODEL argument: an ONNX path (with the optimization profile it carries, e.g. a Q/DQ model from calibration),
+    or a zoo name with its optimization profiles."""
+    from workbench.model.profile import read_profile_metadata
     from workbench.zoo import resolve_model
 
     path, entry = resolve_model(spec)
     if entry is None:
-        return load_onnx(path), {}
+        model = load_onnx(path)
+        return model, read_profile_metadata(model.proto, str(path))[0]
     return entry.load(), dict(entry.input_profiles())
 
 

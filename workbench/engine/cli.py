@@ -85,10 +85,18 @@ def _cli_fusions(args: argparse.Namespace) -> int:
             print("vs " + before.label + ": " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     if args.html:
         from workbench.engine.lint import lint
+        from workbench.engine.precision_check import PrecisionCheck
         from workbench.viz.engine_view import fusions_page
 
         engine_layers = _engine_layers_of(args.layers)
-        report = lint(layer_map, engine_layers, _built_onnx_of(args.layers, args.onnx))
+        document = read_layers_document(args.layers) if args.layers.endswith(".layers.json") else {}
+        check = document.get("precision_check")
+        report = lint(
+            layer_map,
+            engine_layers,
+            _built_onnx_of(args.layers, args.onnx),
+            PrecisionCheck.from_json(check) if isinstance(check, dict) else None,
+        )
         path = fusions_page(
             layer_map, args.html, engine_layers=engine_layers, compare_with=before, lint_rows=report.rows()
         )
@@ -126,9 +134,10 @@ def _register_build(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["fp32", "fp16"],
+        choices=["fp32", "fp16", "int8", "fp8"],
         default="fp32",
-        help="fp16 rewrites the graph with casts (AutoCast-style)",
+        help="fp16 rewrites the graph with casts (AutoCast-style); int8 / fp8 build a Q/DQ model from "
+        "`workbench calibrate` (--format fp8 for fp8), refusing one without such Q/DQ nodes",
     )
     parser.add_argument("--plan", help="precision plan JSON (per-node fp32/fp16/int8); overrides --precision")
     parser.add_argument(
@@ -146,9 +155,15 @@ def _register_build(subparsers: Any) -> None:
         "--compute-capability",
         action="append",
         default=[],
-        help="target compute capability, RTX only (e.g. SM86; repeatable)",
+        help="target compute capability, RTX only (e.g. SM86; repeatable); FP8 Q/DQ models need SM89 or SM120 "
+        "(default for them: every FP8-capable target)",
     )
     parser.add_argument("--timing-cache", help="timing cache file to read and update")
+    parser.add_argument(
+        "--strict-precision",
+        action="store_true",
+        help="fail (exit 2, nothing written) when any ONNX node runs at another precision than requested",
+    )
     parser.add_argument(
         "--backend",
         choices=["tensorrt", "tensorrt_rtx"],
@@ -188,6 +203,7 @@ def _cli_build(args: argparse.Namespace) -> int:
         optimization_level=args.opt_level,
         compute_capabilities=tuple(args.compute_capability),
         timing_cache_path=args.timing_cache,
+        strict_precision=args.strict_precision,
         progress=not args.no_progress,
         backend=args.backend,
     )
@@ -210,6 +226,14 @@ def format_summary(artifact: EngineArtifact) -> str:
         "by type     " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_type"].items(), key=lambda kv: -kv[1])),
         "precision   " + ", ".join(f"{k} {v}" for k, v in sorted(summary["by_precision"].items())),
     ]
+    if artifact.options.compute_capabilities:
+        lines.append("targets     " + ", ".join(artifact.target_compute_capabilities))
+    check = artifact.precision_check
+    if check is not None:
+        lines.append("precision   " + check.summary())
+        lines.extend(f"  mismatch  {line}" for line in check.lines(10))
+        if len(check.mismatches) > 10:
+            lines.append(f"  ... {len(check.mismatches) - 10} more in {artifact.layers_path} (precision_check)")
     if artifact.profiles:
         lines.append(
             "profile     "

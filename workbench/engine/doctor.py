@@ -41,6 +41,8 @@ class DoctorReport:
     gpu_compute_capability: str | None
     engine_can_run: bool
     engine_can_run_reason: str
+    fp8_can_run: bool  # this GPU has FP8 tensor cores (compute capability 8.9+)
+    fp8_reason: str
     can_build: bool
     onnxruntime_providers: list[str]
     packages: dict[str, str | None] = field(default_factory=dict)
@@ -53,6 +55,7 @@ def diagnose() -> DoctorReport:
     import os
 
     from workbench.engine.backend import BACKEND_ENV, available_backends, detect_gpu, engine_runnable, get_backend
+    from workbench.engine.targets import fp8_support_line
     from workbench.errors import WorkbenchError
 
     backend = None
@@ -62,6 +65,7 @@ def diagnose() -> DoctorReport:
     except WorkbenchError as exc:
         error = str(exc)
     gpu = detect_gpu()
+    fp8_can_run, fp8_reason = fp8_support_line(gpu.name, gpu.compute_capability if gpu.present else None)
     if backend is not None:
         can_run, reason = engine_runnable(backend, gpu)
     else:
@@ -91,6 +95,8 @@ def diagnose() -> DoctorReport:
         gpu_compute_capability=".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
         engine_can_run=can_run,
         engine_can_run_reason=reason,
+        fp8_can_run=fp8_can_run,
+        fp8_reason=fp8_reason,
         can_build=backend is not None,
         onnxruntime_providers=providers,
         packages=versions,
@@ -109,6 +115,7 @@ def format_report(report: DoctorReport) -> str:
         f"GPU               {report.gpu_name or 'none'}"
         + (f" (compute capability {report.gpu_compute_capability})" if report.gpu_compute_capability else ""),
         f"engine can run    {yes_no[report.engine_can_run]}: {report.engine_can_run_reason}",
+        f"FP8 engines       {yes_no[report.fp8_can_run]}: {report.fp8_reason}",
         f"ORT providers     {', '.join(report.onnxruntime_providers)}",
         "packages          " + ", ".join(f"{k} {v}" for k, v in report.packages.items() if v),
         "not installed     " + ", ".join(k for k, v in report.packages.items() if not v),

@@ -61,6 +61,7 @@ MATH_LAYER_TYPES = frozenset(
         "caskgemmmatrixmultiply",
         "cublasmatrixmultiply",
         "deconvolution",
+        "deconv",  # TensorRT-RTX 1.7 names its ConvTranspose layers so
         "caskconvolutionv2",
     }
 )
@@ -108,6 +109,16 @@ class LayerEntry:
         """A convolution / matrix-multiply kernel that reads INT8 data or weights."""
         return self.layer_type.lower() in MATH_LAYER_TYPES and "int8" in self.input_datatypes
 
+    @property
+    def is_fp8_kernel(self) -> bool:
+        """A convolution / matrix-multiply kernel that reads FP8 (E4M3) data or weights."""
+        return self.layer_type.lower() in MATH_LAYER_TYPES and "fp8" in self.input_datatypes
+
+    @property
+    def is_quantized_kernel(self) -> bool:
+        """A convolution / matrix-multiply kernel that reads 8-bit (INT8 or FP8) data or weights."""
+        return self.is_int8_kernel or self.is_fp8_kernel
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["inserted"] = self.inserted
@@ -147,7 +158,7 @@ class QdqPair:
     dequantize: str
     tensor: str  # the tensor being quantized
     kind: str  # "weights" (constant input) or "activations"
-    status: str  # "int8-kernel" | "standalone" | "folded"
+    status: str  # "int8-kernel" | "fp8-kernel" | "standalone" | "folded"
     layers: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
@@ -348,7 +359,7 @@ class LayerMap:
         )
 
     def qdq_audit(self) -> list[QdqPair]:
-        """Each Q→DQ pair of the ONNX graph: inside an INT8 kernel, left standalone, or folded away."""
+        """Each Q→DQ pair of the ONNX graph: inside an INT8 or FP8 kernel, left standalone, or folded away."""
         layer_by_name = {layer.name: layer for layer in self.layers}
         pairs = []
         for quantize, dequantize, tensor, is_weight in self.qdq_edges:
@@ -356,6 +367,8 @@ class LayerMap:
             dq_layers = [layer_by_name[name] for name in self.layers_of(dequantize)]
             if any(layer.is_int8_kernel for layer in dq_layers):
                 status = "int8-kernel"
+            elif any(layer.is_fp8_kernel for layer in dq_layers):
+                status = "fp8-kernel"
             elif names:
                 status = "standalone"
             else:

@@ -6,7 +6,9 @@ Each finding names the engine layer, the ONNX nodes it executes, and a fix to tr
 * ``type-reformat``: a layer TensorRT inserted that converts the data type (a Cast/Reformat between precisions);
 * ``fp32-in-reduced``: a convolution/GEMM layer left in FP32 inside an FP16 or INT8 engine;
 * ``unfused-elementwise``: an elementwise layer fed directly by another elementwise layer (a chain not fused);
-* ``shape-copy``: shape arithmetic or copies that run as their own layers.
+* ``shape-copy``: shape arithmetic or copies that run as their own layers;
+* ``precision-mismatch``: an ONNX node the engine runs at another precision than requested (the build's
+  :class:`~workbench.engine.precision_check.PrecisionCheck`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from workbench.artifact import Artifact
 from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
+from workbench.engine.precision_check import PrecisionCheck
 from workbench.engine.records import EngineLayers
 
 ELEMENTWISE_OPS = frozenset(
@@ -74,10 +77,12 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     counts: dict[str, int] = {}
     for layer in layer_map.layers:
         if layer.layer_type.lower() in MATH_LAYER_TYPES:
-            key = "int8" if layer.is_int8_kernel else layer.precision
+            key = "int8" if layer.is_int8_kernel else "fp8" if layer.is_fp8_kernel else layer.precision
             counts[key] = counts.get(key, 0) + 1
     if counts.get("int8"):
         return "int8"
+    if counts.get("fp8"):
+        return "fp8"
     if counts.get("fp16"):
         return "fp16"
     return "fp32"
@@ -121,11 +126,29 @@ def _why_fp32(nodes: tuple[str, ...], reduced: dict[str, bool] | None) -> tuple[
     )
 
 
-def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_proto: Any = None) -> LintReport:
+def lint(
+    layer_map: LayerMap,
+    engine_layers: EngineLayers | None = None,
+    onnx_proto: Any = None,
+    precision_check: PrecisionCheck | None = None,
+) -> LintReport:
     """Findings on one build (``engine_layers`` adds the tensor-level checks: type-converting reformats, chains;
-    ``onnx_proto``, the built ONNX, says why a layer stayed FP32)."""
+    ``onnx_proto``, the built ONNX, says why a layer stayed FP32; ``precision_check``, the build's requested vs
+    actual precision, lists every node that runs wider or otherwise than asked)."""
     reduced = reduced_input_nodes(onnx_proto) if onnx_proto is not None else None
-    findings: list[Finding] = []
+    findings: list[Finding] = [
+        Finding(
+            "precision-mismatch",
+            "warning",
+            mismatch.layer,
+            (mismatch.node,),
+            f"{mismatch.op} {mismatch.node} was requested in {mismatch.requested.upper()} but runs in "
+            f"{mismatch.actual.upper()}: {mismatch.reason}.",
+            "change the plan for this node (or its Q/DQ), or accept it; `workbench build --strict-precision` fails "
+            "on any such node.",
+        )
+        for mismatch in (precision_check.mismatches if precision_check is not None else ())
+    ]
     op_type = {node.name: node.op_type for node in layer_map.nodes}
     layers = {layer.name: layer for layer in layer_map.layers}
     for pair in layer_map.qdq_audit():
@@ -133,7 +156,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
             continue
         for name in pair.layers:
             layer = layers[name]
-            if layer.is_int8_kernel:
+            if layer.is_quantized_kernel:
                 continue
             findings.append(
                 Finding(
@@ -142,7 +165,7 @@ def lint(layer_map: LayerMap, engine_layers: EngineLayers | None = None, onnx_pr
                     name,
                     layer.onnx_nodes,
                     f"Q/DQ pair {pair.quantize} -> {pair.dequantize} on {pair.kind} tensor {pair.tensor!r} runs as its "
-                    f"own {layer.layer_type} kernel instead of fusing into an INT8 convolution/GEMM.",
+                    f"own {layer.layer_type} kernel instead of fusing into an INT8/FP8 convolution/GEMM.",
                     "move the Q/DQ pair onto the input of a Conv/Gemm/MatMul (placement rule in "
                     "workbench/precision/qdq_rules.py), or drop it (keep this tensor in FP16/FP32).",
                 )

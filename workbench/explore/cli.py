@@ -34,7 +34,6 @@ def register(subparsers: Any) -> None:
 
 def _cli_explore(args: argparse.Namespace) -> int:
     from workbench._io import read_json, validate_outputs
-    from workbench.explore.explorer import build_explorer
 
     # outputs and JSON inputs are checked before any build (issue 12): --export is a folder (existing ones are reused)
     validate_outputs(
@@ -68,6 +67,18 @@ def _cli_explore(args: argparse.Namespace) -> int:
         from workbench.timing.layer_profile import LayerProfile
 
         profile = LayerProfile.from_json(read_json(args.profile, what="a LayerProfile JSON"))
+    try:
+        return _build_and_serve(args, diff, profile)
+    finally:  # now, not at interpreter exit: the session folder (builds, graphs) is gone when the command returns
+        from workbench.explore.server import remove_session_folder, stop_server
+
+        stop_server()
+        remove_session_folder()
+
+
+def _build_and_serve(args: argparse.Namespace, diff: Any, profile: Any) -> int:
+    from workbench.explore.explorer import build_explorer
+
     explorer = build_explorer(args.build, compare=args.compare, diff=diff, profile=profile, precision=args.precision)
     info = sys.stderr if args.print_url else sys.stdout  # with --print-url, stdout is the URL alone
     print(explorer.summary(), file=info)
@@ -93,9 +104,4 @@ def _cli_explore(args: argparse.Namespace) -> int:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
-    finally:  # now, not at interpreter exit: the folder is gone when the command returns
-        from workbench.explore.server import remove_session_folder, stop_server
-
-        stop_server()
-        remove_session_folder()
     return 0

@@ -19,6 +19,7 @@ from workbench.engine.layermap import FusionDiff
 from workbench.engine.lint import LintReport, lint
 from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
+from workbench.explore.embed import EMBED_HEIGHT_PX
 from workbench.viz.engine_view import fusion_diff_of
 
 SYNC_MODE = "match_node_id"
@@ -37,7 +38,7 @@ class Explorer:
     lint_reports: tuple[LintReport, ...]
     fusion_diff: FusionDiff | None = None
     overlays: tuple[ov.Overlay, ...] = ()
-    height: int = 720
+    height: int = EMBED_HEIGHT_PX
 
     @property
     def url(self) -> str:
@@ -151,7 +152,7 @@ def build_explorer(
     precision: str = "fp32",
     compare_precision: str = "fp16",
     directory: str | Path | None = None,
-    height: int = 720,
+    height: int = EMBED_HEIGHT_PX,
 ) -> Explorer:
     """Write the graphs and node data of one build (or two, with ``compare``) and describe the page; nothing is
     started here (the server starts when the page's URL is first asked for)."""
@@ -195,6 +196,7 @@ def build_explorer(
         )
         if fusion_diff is not None:
             overlays.append(ov.fusion_diff_overlay(view, fusion_diff, "before" if index == 0 else "after", ids))
+        overlays = ov.active_last(overlays)  # INT8 damage, where given, is the overlay the page opens with
         for overlay in overlays:
             path = overlay.save(out, prefix=f"{stem}.")
             node_data.append(path)
@@ -243,7 +245,7 @@ def explore(
     *,
     precision: str = "fp32",
     compare_precision: str = "fp16",
-    height: int = 720,
+    height: int = EMBED_HEIGHT_PX,
 ) -> Explorer:
     """Open the engine explorer on a build: an ``EngineArtifact``, an ``.engine`` (with its ``.layers.json``), a
     ``.layers.json``, or a zoo name / ``.onnx`` path (built here at ``precision``).

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from workbench.explore.embed import EMBED_SCRIPT
+
 TOKEN_PARAM = "workbench_token"
 TOKEN_HEADER = "X-Workbench-Token"
 HEALTH_PATH = "/__workbench/health"
@@ -108,8 +110,10 @@ class ExplorerGate:
         self.static = static_files(web_app_dir)
         index = (web_app_dir / "index.html").read_text(encoding="utf-8")
         script = _TOKEN_SCRIPT % (json.dumps(token), json.dumps(TOKEN_HEADER), json.dumps(TOKEN_PARAM))
-        # first thing in <head>: the app's scripts (loaded after it) see the wrapped fetch
-        self.index = index.replace("<head>", "<head>" + script, 1).encode("utf-8")
+        # first thing in <head>: the app's scripts (loaded after it) see the wrapped fetch; the explorer's embed
+        # script (info panels collapsed inside an IFrame) last
+        index = index.replace("<head>", "<head>" + script, 1).replace("</head>", EMBED_SCRIPT + "</head>", 1)
+        self.index = index.encode("utf-8")
 
     # --- helpers -----------------------------------------------------------------------------------------------
 

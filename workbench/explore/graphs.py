@@ -9,15 +9,21 @@ stock ``model-explorer`` command opens them without this package.
   ``inserted by TensorRT``. Each layer group starts with a pinned node whose id is the layer's name, the same id as
   that layer in the engine graph: with Model Explorer's "match node id" sync, selecting a layer on one side selects
   it (and reveals its ONNX nodes) on the other. Collapsing the groups shows the engine; expanding one shows what was
-  fused. Large models get one more level: the ONNX name scope of the layer's first node.
+  fused. Large models get more levels above the layer groups, so that no level holds more than
+  ``MAX_BOXES_PER_LEVEL`` boxes and the first paint shows a few labelled boxes, not a column of hundreds: the ONNX name
+  scope of the layer's first node where the names have scopes, and nested topological blocks of consecutive engine
+  layers (``L040-L079``; the engine runs its layers in a topological order) where they do not, or where one scope
+  still holds too many layers.
 * Engine graph (id ``engine``): one node per layer, edges from the tensors one layer writes and another reads;
-  layer type, tactic, precision, tensor formats and the fused ONNX nodes as attributes.
+  layer type, tactic, precision, tensor formats and the fused ONNX nodes as attributes; grouped by the same scopes
+  and blocks as the ONNX graph's layer groups.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +43,12 @@ ENGINE_GRAPH_ID = "engine"
 FOLDED_GROUP = "folded by TensorRT"
 INSERTED_GROUP = "inserted by TensorRT"
 LAYER_NODE_LABEL_MAX = 48
-# Above this many engine layers, layer groups are nested under the ONNX name scope of their first node.
+# Above this many engine layers, layer groups are nested under the ONNX name scope of their first node (where the
+# names have scopes that group several layers each).
 SCOPE_NESTING_MIN_LAYERS = 120
+# The most boxes one level of a graph shows: more are nested in topological blocks. Model Explorer fits the whole
+# level into the pane on first paint, so hundreds of boxes in a chain paint as a column a pixel wide.
+MAX_BOXES_PER_LEVEL = 40
 ONNX_ID_PREFIX = "onnx:"
 INPUT_ID_PREFIX = "input:"
 OUTPUT_ID_PREFIX = "output:"
@@ -156,14 +166,98 @@ def _scoped(use_scopes: bool, layer: LayerEntry) -> str:
     return scope_of(layer.onnx_nodes[0])
 
 
-def layer_namespace(layer: LayerEntry, use_scopes: bool) -> str:
-    """The full namespace of a layer's group in the ONNX graph."""
-    scope = _scoped(use_scopes, layer)
-    return f"{scope}/{layer_group_name(layer)}" if scope else layer_group_name(layer)
+def block_name(members: Sequence[LayerEntry]) -> str:
+    """A topological block's namespace component: the engine indices of its first and last layer (``L040-L079``)."""
+    return f"L{members[0].index:03d}-L{members[-1].index:03d}"
+
+
+def topological_blocks(
+    members: Sequence[LayerEntry], limit: int = MAX_BOXES_PER_LEVEL
+) -> dict[str, tuple[tuple[LayerEntry, ...], ...]]:
+    """Layer name -> the nested blocks above it (outermost first), for ``members`` in engine (topological) order.
+
+    No block when ``limit`` or fewer; else the fewest levels of blocks that keep every level at ``limit`` boxes or
+    fewer, with as few boxes as possible on the outermost level and consecutive layers of equal-sized blocks below."""
+    if len(members) <= limit:
+        return {layer.name: () for layer in members}
+    levels = 1
+    while len(members) > limit ** (levels + 1):
+        levels += 1
+    parts = -(-len(members) // limit**levels)  # boxes on this level
+    nested: dict[str, tuple[tuple[LayerEntry, ...], ...]] = {}
+    for part in range(parts):
+        block = tuple(members[part * len(members) // parts : (part + 1) * len(members) // parts])
+        for name, inner in topological_blocks(block, limit).items():
+            nested[name] = (block, *inner)
+    return nested
 
 
 def uses_scopes(layer_map: LayerMap) -> bool:
-    return len(layer_map.layers) >= SCOPE_NESTING_MIN_LAYERS
+    """Layer groups nest under name scopes in large models whose node names have scopes that each hold several
+    layers (exporters without module names give none, or one per node)."""
+    executed = [layer for layer in layer_map.layers if not layer.inserted]
+    if len(layer_map.layers) < SCOPE_NESTING_MIN_LAYERS:
+        return False
+    scopes = {scope_of(layer.onnx_nodes[0]) for layer in executed}
+    scoped = sum(1 for layer in executed if scope_of(layer.onnx_nodes[0]))
+    return scoped * 2 >= len(executed) and len(scopes) * 3 <= len(executed)
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """Where each layer sits: the namespace above its group (name scope, then topological blocks), and each block's
+    description (shown when the block is hovered or selected)."""
+
+    parents: dict[str, str]
+    blocks: dict[str, dict[str, str]]
+    use_scopes: bool
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blocks)
+
+
+def _block_attrs(block: Sequence[LayerEntry], op_types: Mapping[str, str]) -> dict[str, str]:
+    ops = Counter(op_types.get(node, "?") for layer in block for node in layer.onnx_nodes)
+    return {
+        "engine layers": f"{len(block)} (L{block[0].index:03d} {block[0].name} ... L{block[-1].index:03d} {block[-1].name})",
+        "ONNX nodes executed": str(sum(ops.values())),
+        "ONNX op types": ", ".join(f"{op} x{count}" for op, count in ops.most_common(8)) or "-",
+        "precisions": ", ".join(sorted({layer.precision for layer in block})),
+    }
+
+
+def layer_nesting(layer_map: LayerMap, limit: int = MAX_BOXES_PER_LEVEL) -> Nesting:
+    """Scope and block path of every layer (both graphs use it, so a layer sits in the same place on both sides).
+
+    Layers under one parent (a name scope, or the top level) are split into topological blocks when there are more
+    than ``limit`` of them. Without scopes, TensorRT's inserted layers stay among their neighbours (in their block)."""
+    use_scopes = uses_scopes(layer_map)
+    op_types = {node.name: node.op_type for node in layer_map.nodes}
+    siblings: dict[str, list[LayerEntry]] = {}
+    for layer in layer_map.layers:
+        parent = (INSERTED_GROUP if layer.inserted else _scoped(True, layer)) if use_scopes else ""
+        siblings.setdefault(parent, []).append(layer)
+    parents: dict[str, str] = {}
+    blocks: dict[str, dict[str, str]] = {}
+    for parent, members in siblings.items():
+        for name, path in topological_blocks(members, limit).items():
+            namespace = parent
+            for block in path:
+                namespace = f"{namespace}/{block_name(block)}" if namespace else block_name(block)
+                blocks.setdefault(namespace, _block_attrs(block, op_types))
+            parents[name] = namespace
+    return Nesting(parents, blocks, use_scopes)
+
+
+def layer_namespace(layer: LayerEntry, nesting: Nesting) -> str:
+    """The full namespace of a layer's group in the ONNX graph (an inserted layer: the group it stands in)."""
+    parent = nesting.parents.get(layer.name, "")
+    if layer.inserted:
+        if nesting.use_scopes:
+            return parent  # under "inserted by TensorRT" (in blocks when there are many)
+        return f"{parent}/{INSERTED_GROUP}" if parent else INSERTED_GROUP
+    return f"{parent}/{layer_group_name(layer)}" if parent else layer_group_name(layer)
 
 
 def node_home_layer(layer_map: LayerMap) -> dict[str, LayerEntry]:
@@ -205,23 +299,21 @@ def folded_placement(view: BuildView) -> dict[str, LayerEntry]:
 def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     """The ONNX graph of ``view`` with every node nested in the group of the engine layer that executes it."""
     layer_map = view.layer_map
-    use_scopes = uses_scopes(layer_map)
+    nesting = layer_nesting(layer_map)
     records = {record.name: record for record in view.engine_layers.layers}
     home = node_home_layer(layer_map)
     op_types = {node.name: node.op_type for node in layer_map.nodes}
     graph = gb.Graph(id=graph_id, nodes=[])
     graph.groupNodeConfigs = [
         gb.GroupNodeConfig(namespaceRegex=f"(^|/){FOLDED_GROUP}$", backgroundColor="#f2f2f2", textColor="#777777"),
-        gb.GroupNodeConfig(namespaceRegex=f"^{INSERTED_GROUP}$", backgroundColor="#e6e6e6"),
+        gb.GroupNodeConfig(namespaceRegex=f"(^|/){INSERTED_GROUP}$", backgroundColor="#e6e6e6"),
     ]
-    graph.groupNodeAttributes = {}
+    graph.groupNodeAttributes = {namespace: dict(attrs) for namespace, attrs in nesting.blocks.items()}
     # one pinned node per layer that executes ONNX nodes (the sync anchor); inserted layers stand alone
     for layer in layer_map.layers:
         record = records.get(layer.name)
-        if layer.inserted:
-            namespace = INSERTED_GROUP
-        else:
-            namespace = layer_namespace(layer, use_scopes)
+        namespace = layer_namespace(layer, nesting)
+        if not layer.inserted:
             graph.groupNodeAttributes[namespace] = {
                 "engine layer": layer.name,
                 "layer type": layer.layer_type,
@@ -274,9 +366,9 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     for node in layer_map.nodes:
         home_layer = home.get(node.name)
         if home_layer is not None:
-            namespace = layer_namespace(home_layer, use_scopes)
+            namespace = layer_namespace(home_layer, nesting)
         elif node.name in folded_near:
-            namespace = f"{layer_namespace(folded_near[node.name], use_scopes)}/{FOLDED_GROUP}"
+            namespace = f"{layer_namespace(folded_near[node.name], nesting)}/{FOLDED_GROUP}"
         else:
             namespace = FOLDED_GROUP
         attrs = [
@@ -319,7 +411,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
 def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Graph:
     """The engine as a graph: layers as nodes, an edge for every tensor one layer writes and another reads."""
     layer_map = view.layer_map
-    use_scopes = uses_scopes(layer_map)
+    nesting = layer_nesting(layer_map)
     op_types = {node.name: node.op_type for node in layer_map.nodes}
     records = {record.name: record for record in view.engine_layers.layers}
     producers: dict[str, tuple[str, int]] = {}
@@ -328,6 +420,7 @@ def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Grap
         for index, tensor in enumerate(record.outputs if record else ()):
             producers.setdefault(tensor.name, (layer.name, index))
     graph = gb.Graph(id=graph_id, nodes=[])
+    graph.groupNodeAttributes = {namespace: dict(attrs) for namespace, attrs in nesting.blocks.items()}
     for io in view.engine_layers.io_tensors:
         if io.io_mode.lower().startswith("in"):
             producers.setdefault(io.name, (INPUT_ID_PREFIX + io.name, 0))
@@ -340,11 +433,10 @@ def engine_graph(view: BuildView, *, graph_id: str = ENGINE_GRAPH_ID) -> gb.Grap
             )
     for layer in layer_map.layers:
         record = records.get(layer.name)
-        namespace = INSERTED_GROUP if layer.inserted and use_scopes else _scoped(use_scopes, layer)
         node = gb.GraphNode(
             id=layer.name,
             label=fused_ops_label(layer, op_types) if not layer.inserted else f"{layer.layer_type} (inserted)",
-            namespace=namespace,
+            namespace=nesting.parents.get(layer.name, ""),
             attrs=_layer_attrs(layer, record),
             style=_layer_style(layer),
         )
@@ -395,15 +487,11 @@ def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:
 
 
 def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
-    """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`."""
-    from workbench.engine.records import read_layers_document
-
-    document = read_layers_document(artifact.layers_path)
-    proto = built_onnx(document)
+    """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`: its own layer map, and the ONNX it
+    was built from when that can be had (for the graph's edges)."""
+    proto = artifact.built_onnx()
     layer_map = artifact.layer_map
-    if proto is not None and len(proto.graph.node) == len(layer_map.nodes):
-        layer_map = LayerMap.from_engine_layers(artifact.engine_layers, onnx_proto=proto, label=label or artifact.label)
-    else:
+    if proto is not None and len(proto.graph.node) != len(layer_map.nodes):
         proto = None
     return BuildView(
         label=label or artifact.label,

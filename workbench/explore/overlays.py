@@ -14,7 +14,7 @@ a colour scale (thresholds or a gradient) that Model Explorer shows as the overl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,6 +258,21 @@ def fusion_diff_overlay(view: BuildView, fusion_diff: Any, side: str, ids: Graph
     )
 
 
+# The overlay shown first, most telling first: where INT8 hurts when a diff is given, else what a compared build
+# gained or lost, else the precision of every node.
+ACTIVE_PREFERENCE = ("int8_sqnr_drop", "int8_noise_added", "fusion_diff_after", "fusion_diff_before", "precision")
+
+
+def active_last(overlays: Sequence[Overlay]) -> list[Overlay]:
+    """``overlays`` in loading order, the one to show first last: Model Explorer adds the node-data files of a graph
+    in URL order and selects each as it is added, so the last one is the active overlay when the page opens."""
+    rank = {key: len(ACTIVE_PREFERENCE) - i for i, key in enumerate(ACTIVE_PREFERENCE)}
+    best = max(overlays, key=lambda overlay: rank.get(overlay.key, 0), default=None)
+    if best is None or best.key not in rank:
+        return list(overlays)
+    return [overlay for overlay in overlays if overlay is not best] + [best]
+
+
 def build_overlays(
     view: BuildView,
     *,
@@ -266,7 +281,7 @@ def build_overlays(
     lint_report: LintReport | None = None,
     ids: GraphIds = DEFAULT_IDS,
 ) -> list[Overlay]:
-    # Model Explorer shows the last node data it loads: precision, or INT8 damage when a diff is given
+    """Every overlay of one build, the active one (INT8 damage when a diff is given, else precision) last."""
     overlays = [fusion_size_overlay(view, ids)]
     if lint_report is not None:
         overlays.append(lint_overlay(view, lint_report, ids))
@@ -275,4 +290,4 @@ def build_overlays(
     overlays.append(precision_overlay(view, ids))
     if diff is not None:
         overlays += int8_damage_overlays(view, diff, ids)
-    return overlays
+    return active_last(overlays)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from workbench._io import _pid_alive
 from workbench.errors import WorkbenchError
 from workbench.explore.gate import HEALTH_PATH, TOKEN_PARAM, health_answer
 
@@ -59,16 +60,6 @@ _SESSION: Path | None = None
 _SESSION_NAME = re.compile(rf"^{re.escape(SESSION_PREFIX)}(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_sessions(folder: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove session folders left by killed processes: ours by name and marker, owned by this user, pid gone."""
     removed = []
@@ -85,7 +76,7 @@ def sweep_stale_sessions(folder: str | os.PathLike[str] | None = None) -> list[P
             marker = Path(entry.path) / SESSION_MARKER
             if owner != os.getuid() or not marker.is_file() or marker.is_symlink():
                 continue
-            if int(match.group("pid")) != os.getpid() and not _pid_alive(int(match.group("pid"))):
+            if not _pid_alive(int(match.group("pid"))):  # (this process's own pid counts as alive)
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
     return removed

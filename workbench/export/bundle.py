@@ -107,6 +107,20 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
     )
 
 
+def _fp8_requirement(engine: EngineArtifact) -> dict[str, Any] | None:
+    """For an engine with FP8 layers: how many, and which GPUs can run it (compute capability 8.9+); else None."""
+    from workbench.engine.targets import FP8_GPUS, FP8_MIN_COMPUTE_CAPABILITY
+
+    layers = sum(1 for layer in engine.layer_map.layers if layer.precision == "fp8")
+    if not layers:
+        return None
+    return {
+        "layers": layers,
+        "min_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY)),
+        "runs_on": FP8_GPUS,
+    }
+
+
 # --- export ------------------------------------------------------------------------------------------------
 
 MANIFEST_HMAC_FILE = "manifest.json.hmac"
@@ -303,6 +317,7 @@ def export_bundle(
 
         CalibrationRanges.load(cache)  # refuses a cache that is not one (schema, ranges)
     plan = plan if plan is not None else engine.options.plan
+    fp8 = _fp8_requirement(engine)
     manifest: dict[str, Any] = {
         "format": BUNDLE_FORMAT,
         "format_version": BUNDLE_VERSION,
@@ -315,6 +330,7 @@ def export_bundle(
         "target_compute_capabilities": target_compute_capabilities(engine.backend, engine.options.compute_capabilities),
         "precision": engine.precision,
         "precision_plan": plan.to_json() if plan is not None else None,
+        "fp8": fp8,
         "build_options": engine.options.to_json(),
         "profiles": {k: [list(s) for s in v] for k, v in engine.profiles.items()},
         "io_tensors": [dataclasses.asdict(io) for io in engine.engine_layers.io_tensors],
@@ -339,7 +355,8 @@ def export_bundle(
                 "source": str(calibration_cache),
             }
         if triton is not None:
-            text = triton_config(manifest["io_tensors"], triton)
+            parameters = {"precision": "fp8", "min_compute_capability": fp8["min_compute_capability"]} if fp8 else None
+            text = triton_config(manifest["io_tensors"], triton, parameters)
             model_dir = staging / "triton" / triton.model_name
             (model_dir / "1").mkdir(parents=True)
             shutil.copyfile(staging / ENGINE_FILE, model_dir / "1" / "model.plan")
@@ -487,6 +504,8 @@ def _manifest_problems(manifest: Any, where: Path) -> list[str]:
         files = manifest.get("files")
         if not isinstance(files, dict) or not files:
             problems.append(f"{where}: 'files' is missing or empty (a sealed bundle lists every file)")
+        elif len(files) > MAX_BUNDLE_FILES:
+            problems.append(f"{where}: 'files' lists {len(files)} files, above the limit of {MAX_BUNDLE_FILES}")
         else:
             for name, entry in files.items():
                 if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")):
@@ -538,7 +557,7 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
             try:
                 wanted = _read_regular(hmac_path, MAX_HMAC_BYTES, "the HMAC written by `workbench export`").strip()
             except WorkbenchError as error:
-                problems.append(str(error))
+                problems.append(error.problem.rstrip("."))
             else:
                 if not hmac.compare_digest(wanted, _manifest_hmac(raw, key).encode("ascii")):
                     problems.append(f"{manifest_path}: HMAC does not match (manifest changed, or another key)")
@@ -581,6 +600,10 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
         for name, what in named.items():
             if name not in listed:
                 problems.append(f"{what} {name!r} is not among the sealed files")
+        # the walk first: a folder past the caps (depth, files, bytes) is refused before any file is hashed
+        tree = walk_bundle(root)  # files, links, and FIFOs/sockets too; iteratively, with caps
+        if tree.problems:
+            return BundleCheck(root, (*problems, *tree.problems), 0, signed, tuple(notes), manifest["format_version"])
         for name, entry in listed.items():
             file_path, problem = _confined(root, name, "files")
             if problem:
@@ -598,8 +621,6 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
             if digest != entry["sha256"]:
                 problems.append(f"{name}: sha256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
             checked += 1
-        tree = walk_bundle(root)  # files, links, and FIFOs/sockets too; iteratively, with caps
-        problems.extend(tree.problems)
         extra = [name for name in tree.files if name not in listed and name not in (MANIFEST_FILE, MANIFEST_HMAC_FILE)]
         for name in extra[:50]:
             problems.append(f"{name}: not listed in the manifest (added after export)")

@@ -163,6 +163,8 @@ def _cli_export(args: argparse.Namespace) -> int:
         f"backend     {manifest['backend']['name']} {manifest['backend']['version']}; runs on compute capability "
         + ", ".join(manifest["target_compute_capabilities"])
     )
+    if manifest.get("fp8"):
+        print(f"fp8         {manifest['fp8']['layers']} FP8 layers: runs on {manifest['fp8']['runs_on']}")
     if (bundle.path / MANIFEST_HMAC_FILE).is_file():
         print(f"signed      {MANIFEST_HMAC_FILE} (HMAC-SHA256 of the manifest with {BUNDLE_KEY_ENV})")
     print(

@@ -83,8 +83,13 @@ class TritonOptions:
         )
 
 
-def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOptions) -> str:
-    """``config.pbtxt`` text for a TensorRT plan with these I/O tensors (``.layers.json`` ``io_tensors`` entries)."""
+def triton_config(
+    io_tensors: Sequence[Mapping[str, Any]], options: TritonOptions, parameters: Mapping[str, str] | None = None
+) -> str:
+    """``config.pbtxt`` text for a TensorRT plan with these I/O tensors (``.layers.json`` ``io_tensors`` entries).
+
+    ``parameters``: string facts for whoever deploys it (Triton's ``parameters`` map, which the TensorRT backend
+    ignores), e.g. an FP8 engine's precision and the compute capability it needs."""
     from google.protobuf import text_format
 
     from workbench._vendor.triton_model_config import model_config_class
@@ -146,6 +151,8 @@ def triton_config(io_tensors: Sequence[Mapping[str, Any]], options: TritonOption
             config.optimization.cuda.graph_spec.add().batch_size = int(size)
     if options.version_policy_latest is not None:
         config.version_policy.latest.num_versions = int(options.version_policy_latest)
+    for key, value in sorted((parameters or {}).items()):
+        config.parameters[str(key)].string_value = str(value)
     text = text_format.MessageToString(config)
     validate_triton_config(text)
     return text

@@ -12,8 +12,9 @@ from workbench.engine import engine_from_onnx
 from workbench.errors import WorkbenchError
 from workbench.export import Bundle, export_bundle
 from workbench.flow.mixed import SEARCH_HOW, PlanCandidate
-from workbench.flow.quickstart import QuickstartSession, new_export_dir, run_stage
-from workbench.flow.rule import DEFAULT_MAX_DROP
+from workbench.flow.rule import DEFAULT_MAX_DROP, loss_of, within_drop
+from workbench.flow.session import QuickstartSession
+from workbench.flow.stages import new_export_dir, run_stage
 from workbench.precision.variant import VARIANTS, PrecisionChoice, Variant
 
 COMPARED_PRECISIONS: tuple[PrecisionChoice, ...] = ("fp32", "fp16", "int8")
@@ -87,7 +88,7 @@ def compare_precisions(
                 higher_is_better=row.higher_is_better if row else True,
                 throughput_per_s=timed.throughput_per_s if timed else None,
                 p50_ms=timed.latency_ms.get("p50") if timed else None,
-                how=trial.timing.reason if trial.timing else trial.stage("timing").summary,
+                how=trial.timing.reason if trial.timing else trial.stage("timing").text,
                 n_samples=row.n_samples if row else 0,
                 metric_low=estimate.low if estimate else math.nan,
                 metric_high=estimate.high if estimate else math.nan,
@@ -110,8 +111,7 @@ def recommend(
     def acceptable(candidate: EngineCandidate) -> bool:
         if candidate.delta_vs_fp32 is None or math.isnan(candidate.delta_vs_fp32):
             return False
-        loss = -candidate.delta_vs_fp32 if candidate.higher_is_better else candidate.delta_vs_fp32
-        return loss <= max_metric_drop + 1e-12
+        return within_drop(loss_of(candidate.delta_vs_fp32, candidate.higher_is_better), max_metric_drop)
 
     fine = [c for c in candidates if acceptable(c)]
     return min(fine, key=lambda c: VARIANTS[c.variant].cost_rank, default=None)
@@ -126,7 +126,7 @@ def front_candidates(session: QuickstartSession) -> tuple[PlanCandidate, ...]:
     search = session.run.mixed_search
     if search is None:
         raise WorkbenchError(
-            f"the mixed-precision search did not run: {session.run.stage('search').summary}",
+            f"the mixed-precision search did not run: {session.run.stage('search').text}",
             expected="a zoo model with a task metric, calibration done and search_budget >= 1",
         )
     return search.front
@@ -152,7 +152,7 @@ def export_plan(
     from workbench.model import load_onnx
 
     engine = engine_from_onnx(
-        load_onnx(onnx_path), workspace.path(f"plan{index}.engine"), workspace.build_options(precision="int8")
+        load_onnx(onnx_path), workspace.path(f"plan{index}.engine"), workspace.build_options("int8")
     )
     estimate = candidate.estimate
     accuracy = {

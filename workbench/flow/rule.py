@@ -15,7 +15,7 @@ members; their cost order and precision come from :data:`~workbench.precision.VA
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,8 +54,10 @@ class MeasuredRow(Protocol):
     def scores(self) -> tuple[float, ...]: ...
 
 
-def rule_text(max_drop: float, metric: str = "task metric") -> str:
-    order = " < ".join(VARIANTS[v].label for v in COST_ORDER)
+def rule_text(max_drop: float, metric: str = "task metric", variants: Iterable[Variant] = COST_ORDER) -> str:
+    """The rule in words, over ``variants`` (those that were built), cheapest first."""
+    considered = set(variants)
+    order = " < ".join(VARIANTS[v].label for v in COST_ORDER if v in considered)
     return (
         f"Rule: the engine expected to cost least on TensorRT ({order}) whose {metric} is at "
         f"most {max_drop:g} below FP32's; a mixed plan only where it measured better than its all-quantized variant."
@@ -81,11 +83,20 @@ class Judgement(Artifact):
         return f"{self.variant} {self.estimate.text()}, vs FP32 {self.vs_fp32.text()}{noise}"
 
 
+def loss_of(delta_vs_fp32: float, higher_is_better: bool) -> float:
+    """How much worse than FP32 a variant-minus-FP32 difference is (positive = worse, whatever the direction)."""
+    return -delta_vs_fp32 if higher_is_better else delta_vs_fp32
+
+
+def within_drop(loss: float, max_drop: float) -> bool:
+    """The rule's acceptability: a loss vs FP32 of at most ``max_drop`` (float round-off forgiven)."""
+    return loss <= max_drop + 1e-12
+
+
 def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float, float]:
     """(loss, loss interval low, loss interval high) from a variant-minus-FP32 difference."""
-    if higher_is_better:
-        return -difference.delta, -difference.high, -difference.low
-    return difference.delta, difference.low, difference.high
+    low, high = sorted(loss_of(end, higher_is_better) for end in (difference.low, difference.high))
+    return loss_of(difference.delta, higher_is_better), low, high
 
 
 def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> dict[Variant, Judgement]:
@@ -106,7 +117,7 @@ def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> di
             difference,
             loss,
             high,
-            loss <= max_drop + 1e-12,
+            within_drop(loss, max_drop),
             difference.has_interval and (high <= max_drop or low > max_drop),
         )
     return out
@@ -154,8 +165,8 @@ def choose(
     """
     judged = judge(rows, max_drop)
     metric = rows[0].metric if rows else "task metric"
-    rule = rule_text(max_drop, metric)
     usable = {parse_variant(v, "available variant") for v in available} if available else set(judged) | {Variant.FP32}
+    rule = rule_text(max_drop, metric, usable)
     candidates = [v for v in COST_ORDER if v in usable]
     rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), Variant.FP32)
     if precision == "auto":

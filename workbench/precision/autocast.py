@@ -23,8 +23,8 @@ Rules that keep a node planned for FP16 in FP32 (each reported with its reason i
 * ``unknown-dtype``: shape inference could not tell an input's element type.
 
 Resize/Upsample coordinates (roi, scales) always stay FP32: only their data input is cast.
-INT8 in a plan is realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ nodes
-is refused with a WorkbenchError.
+INT8 and FP8 in a plan are realised by Q/DQ nodes (calibration); a plan asking for int8 on a graph with no Q/DQ
+nodes, or for fp8 on a graph with no FLOAT8E4M3FN Q/DQ nodes, is refused with a WorkbenchError.
 """
 
 from __future__ import annotations
@@ -174,6 +174,8 @@ class _TensorTypes:
 
 
 def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
+    from workbench.precision.qdq_rules import qdq_formats
+
     source = model.proto
     wants_int8 = plan.default == "int8" or any(p == "int8" for p in plan.overrides.values())
     if wants_int8 and not has_qdq(source):
@@ -181,6 +183,13 @@ def _check_plan(model: OnnxModel, plan: PrecisionPlan) -> None:
             f"{model.path}: the precision plan asks for int8 but the graph has no QuantizeLinear/DequantizeLinear nodes.",
             expected="a Q/DQ model from the calibration stage for int8 nodes, or fp16/fp32 in the plan",
             hint="run calibration first (it inserts Q/DQ pairs), or change the plan's int8 entries.",
+        )
+    wants_fp8 = plan.default == "fp8" or any(p == "fp8" for p in plan.overrides.values())
+    if wants_fp8 and "fp8" not in qdq_formats(source):
+        raise WorkbenchError(
+            f"{model.path}: the precision plan asks for fp8 but the graph has no FLOAT8E4M3FN Q/DQ nodes.",
+            expected="an FP8 Q/DQ model from `workbench calibrate MODEL --format fp8`, or int8/fp16/fp32 in the plan",
+            hint="calibrate with --format fp8 first (it inserts FP8 Q/DQ pairs).",
         )
     known = {onnx_node_name(node) for node in source.graph.node}
     unknown = sorted(set(plan.overrides) - known)

@@ -1,7 +1,7 @@
 """Stage 2: the precision plan — which precision each ONNX node should run at.
 
 TensorRT 10/11 strongly typed networks take precision from the graph itself, so a plan is realised by
-rewriting the ONNX: FP16 nodes get Casts (AutoCast-style), INT8 nodes get Q/DQ pairs (calibration).
+rewriting the ONNX: FP16 nodes get Casts (AutoCast-style), INT8 and FP8 nodes get Q/DQ pairs (calibration).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Literal
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
 
-Precision = Literal["fp32", "fp16", "int8"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8")
+Precision = Literal["fp32", "fp16", "int8", "fp8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "int8", "fp8")
 
 
 def _check_precision(value: str, where: str) -> Precision:

@@ -2,7 +2,8 @@
 
 Rules (TensorRT 11 explicit quantization guide; ModelOpt's placement as the reference):
 
-* symmetric int8, zero point 0 (a constant initializer), scale = amax / 127 > 0;
+* symmetric int8 (scale = amax / 127) or FP8 E4M3FN (scale = amax / 448), zero point 0 (a constant initializer) of
+  the format's type, scale > 0; FP8 needs opset 19 (FLOAT8E4M3FN Q/DQ) and a target of compute capability 8.9+;
 * per-tensor scales for activations, per-channel scales for weights (axis 0 for Conv and Gemm(transB=1),
   axis 1 for ConvTranspose, MatMul and Gemm(transB=0));
 * Q/DQ on the *inputs* of Conv, ConvTranspose, Gemm and MatMul (outputs are left to TensorRT's fusions);
@@ -10,8 +11,11 @@ Rules (TensorRT 11 explicit quantization guide; ModelOpt's placement as the refe
 * quantized tensors meeting at a Concat share one scale (TensorRT moves Q/DQ through Concat);
 * excluded by default: the attention core (MatMul with two activation inputs) and LayerNorm (never an input here).
 
-A :class:`~workbench.precision.PrecisionPlan` picks nodes: a quantizable node is INT8 when the plan says ``int8``;
-``fp16`` / ``fp32`` keep it out of INT8 (FP16 nodes are then cast by :mod:`workbench.precision.autocast`).
+A :class:`~workbench.precision.PrecisionPlan` picks nodes: a quantizable node is INT8 or FP8 when the plan says
+``int8`` / ``fp8`` (the FP8 rules are TensorRT's INT8 ones: Q/DQ on the inputs and weights of Conv, Gemm and MatMul;
+TensorRT-RTX builds them as FP8 convolutions and GEMMs); ``fp16`` / ``fp32`` keep it out of both (FP16 nodes are
+then cast by :mod:`workbench.precision.autocast`). Every quantized tensor gets its Q/DQ pair in the format of the
+node that reads it; a tensor read in both formats gets one pair per format.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ EPILOGUE_OPS = frozenset(
     {"BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Mul"}
 )
 MIN_OPSET = 13  # per-channel QuantizeLinear (axis attribute) needs opset 13
+FP8_MIN_OPSET = 19  # QuantizeLinear / DequantizeLinear of FLOAT8E4M3FN
+QUANTIZED_PRECISIONS = frozenset({"int8", "fp8"})
+# Quantizable ops with no FP8 kernel (measured on TensorRT-RTX 1.7.1 for SM89: an FP8 Q/DQ ConvTranspose builds as an
+# FP32 "deconv" layer): a blanket fp8 plan leaves them out; an explicit per-node fp8 override still places the pair.
+FP8_NO_KERNEL_OPS = {"ConvTranspose": "no FP8 ConvTranspose kernel in TensorRT-RTX 1.7 (it runs FP32)"}
 
 
 @dataclass
@@ -40,6 +49,7 @@ class WeightQuant:
     tensor: str
     axis: int
     consumers: list[str]
+    format: str = "int8"  # "int8" or "fp8"
 
 
 @dataclass
@@ -47,18 +57,40 @@ class QdqPlacement:
     """Which tensors get Q/DQ and for which consumers; plus why quantizable nodes were left out."""
 
     activations: dict[str, list[str]] = field(default_factory=dict)  # tensor -> consumer node names
+    # weight tensor -> its quantization; a weight read in two formats has its second one under "NAME|fp8"
     weights: dict[str, WeightQuant] = field(default_factory=dict)
     int8_nodes: list[str] = field(default_factory=list)
+    fp8_nodes: list[str] = field(default_factory=list)
+    # the format each consumer of a quantized tensor reads it in (math nodes, residual Adds, moved-to Pads)
+    formats: dict[str, str] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)  # node -> reason
     shared_scale_groups: list[list[str]] = field(default_factory=list)
     residual_skips: dict[str, str] = field(default_factory=dict)  # Add node -> skip tensor
     moved_before_pad: dict[str, str] = field(default_factory=dict)  # Pad output -> Pad input quantized instead
 
+    @property
+    def quantized_nodes(self) -> list[str]:
+        """INT8 and FP8 math nodes, in topological order (the fallback candidates of a search)."""
+        quantized = set(self.int8_nodes) | set(self.fp8_nodes)
+        return [name for name in self.formats if name in quantized]
+
+    def format_of(self, consumer: str) -> str:
+        return self.formats.get(consumer, "int8")
+
+    @property
+    def uses_fp8(self) -> bool:
+        return "fp8" in self.formats.values()
+
     def to_json(self) -> dict[str, Any]:
         return {
             "activations": {k: list(v) for k, v in self.activations.items()},
-            "weights": {k: {"axis": w.axis, "consumers": w.consumers} for k, w in self.weights.items()},
+            "weights": {
+                k: {"tensor": w.tensor, "axis": w.axis, "consumers": w.consumers, "format": w.format}
+                for k, w in self.weights.items()
+            },
             "int8_nodes": list(self.int8_nodes),
+            "fp8_nodes": list(self.fp8_nodes),
+            "formats": dict(self.formats),
             "excluded": dict(self.excluded),
             "shared_scale_groups": [list(g) for g in self.shared_scale_groups],
             "residual_skips": dict(self.residual_skips),
@@ -66,17 +98,7 @@ class QdqPlacement:
         }
 
 
-def prepare_model(proto: Any) -> Any:
-    """A copy ready for Q/DQ: Constant-node weights become initializers, opset >= 13, every node named.
-
-    PaddleOCR exports keep weights in Constant nodes and use opset 11/12; per-channel Q/DQ needs both fixed.
-    Unnamed nodes get the names TensorRT's parser gives them, so precision plans and layer maps agree.
-    """
-    import onnx
-    from onnx import numpy_helper, version_converter
-
-    model = copy.deepcopy(proto)
-    graph = model.graph
+def _constants_to_initializers(graph: Any) -> None:
     constant_nodes = [
         n for n in graph.node if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value"
     ]
@@ -85,15 +107,36 @@ def prepare_model(proto: Any) -> Any:
         tensor.name = node.output[0]
         graph.initializer.append(tensor)
         graph.node.remove(node)
-    opset = next((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), 0)
-    if opset < MIN_OPSET:
+
+
+def model_opset(proto: Any) -> int:
+    return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
+
+
+def prepare_model(proto: Any, min_opset: int = MIN_OPSET) -> Any:
+    """A copy ready for Q/DQ: Constant-node weights become initializers, opset >= ``min_opset``, every node named.
+
+    PaddleOCR exports keep weights in Constant nodes and use opset 11/12; per-channel Q/DQ needs both fixed (FP8
+    Q/DQ needs opset 19: ``min_opset=FP8_MIN_OPSET``). Constants the opset converter adds become initializers too,
+    so the nodes and their names are the same at every opset. Unnamed nodes get the names TensorRT's parser gives
+    them, so precision plans and layer maps agree.
+    """
+    import onnx
+    from onnx import numpy_helper, version_converter
+
+    model = copy.deepcopy(proto)
+    _constants_to_initializers(model.graph)
+    opset = model_opset(model)
+    if opset < min_opset:
+        what = "FP8 Q/DQ" if min_opset >= FP8_MIN_OPSET else "per-channel Q/DQ"
         try:
-            model = version_converter.convert_version(model, MIN_OPSET)
+            model = version_converter.convert_version(model, min_opset)
         except Exception as error:  # the converter raises plain RuntimeError / ConvertError
             raise WorkbenchError(
-                f"cannot upgrade the model from opset {opset} to {MIN_OPSET} for per-channel Q/DQ ({error}).",
-                expected="an ONNX model at opset >= 13",
+                f"cannot upgrade the model from opset {opset} to {min_opset} for {what} ({error}).",
+                expected=f"an ONNX model at opset >= {min_opset}",
             ) from error
+        _constants_to_initializers(model.graph)
     # after conversion (the converter may add unnamed nodes): the names TensorRT's parser gives unnamed nodes
     name_unnamed_nodes(model)
     del numpy_helper, onnx
@@ -112,7 +155,7 @@ def _weight_axis(node: Any, weight_index: int, weight: Any) -> int:
 
 
 def _conv_behind(tensor: Any, int8_nodes: set[str], depth: int = 4) -> Any | None:
-    """The INT8 Conv that produces ``tensor`` directly or through a short pointwise epilogue, if any."""
+    """The quantized Conv that produces ``tensor`` directly or through a short pointwise epilogue, if any."""
     node = producer(tensor)
     while node is not None and depth > 0:
         if node.op in ("Conv", "ConvTranspose"):
@@ -128,12 +171,16 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
     """Decide Q/DQ placement on a graphsurgeon graph (already prepared and topologically sorted)."""
     plan = plan or PrecisionPlan(default="int8")
     placement = QdqPlacement()
-    int8: set[str] = set()
+    int8: set[str] = set()  # every quantized (INT8 or FP8) math node
     for node in graph.nodes:
         if node.op not in QUANTIZABLE_OPS:
             continue
-        if plan.precision_of(node.name) != "int8":
-            placement.excluded[node.name] = f"plan says {plan.precision_of(node.name)}"
+        fmt = plan.precision_of(node.name)
+        if fmt not in QUANTIZED_PRECISIONS:
+            placement.excluded[node.name] = f"plan says {fmt}"
+            continue
+        if fmt == "fp8" and node.op in FP8_NO_KERNEL_OPS and node.name not in plan.overrides:
+            placement.excluded[node.name] = FP8_NO_KERNEL_OPS[node.op]
             continue
         variable_inputs = [t for t in node.inputs[:2] if t is not None and t.name and not is_constant(t)]
         if (
@@ -146,7 +193,8 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
         if not node.inputs or node.inputs[0] is None:
             continue
         int8.add(node.name)
-        placement.int8_nodes.append(node.name)
+        (placement.fp8_nodes if fmt == "fp8" else placement.int8_nodes).append(node.name)
+        placement.formats[node.name] = fmt
         for index, tensor in enumerate(node.inputs[:2]):
             if tensor is None or not tensor.name:
                 continue
@@ -157,7 +205,10 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
                 if values.dtype.kind != "f" or values.ndim < 1:
                     continue
                 axis = _weight_axis(node, index, tensor)
-                quant = placement.weights.setdefault(tensor.name, WeightQuant(tensor.name, axis, []))
+                key = tensor.name
+                if key in placement.weights and placement.weights[key].format != fmt:
+                    key = f"{tensor.name}|{fmt}"  # a weight shared by nodes of two formats: one pair per format
+                quant = placement.weights.setdefault(key, WeightQuant(tensor.name, axis, [], fmt))
                 quant.consumers.append(node.name)
             else:
                 placement.activations.setdefault(tensor.name, []).append(node.name)
@@ -173,15 +224,19 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
             continue
         if is_constant(pad.inputs[0]):
             continue
-        consumers = placement.activations.pop(name)
+        formats = {placement.format_of(c) for c in placement.activations[name]}
+        if len(formats) != 1:  # read in two formats behind the Pad: one pair per format stays after it
+            continue
+        placement.activations.pop(name)
         placement.activations.setdefault(pad.inputs[0].name, []).append(pad.name)
+        placement.formats[pad.name] = formats.pop()
         placement.moved_before_pad[name] = pad.inputs[0].name
-        del consumers
     # Residual Add: quantize the skip input so the Add fuses into the Conv on the other branch.
     for node in graph.nodes:
         if node.op != "Add" or len(node.inputs) != 2 or any(is_constant(t) for t in node.inputs):
             continue
-        if plan.precision_of(node.name) != "int8":
+        fmt = plan.precision_of(node.name)
+        if fmt not in QUANTIZED_PRECISIONS:
             continue
         convs = [_conv_behind(t, int8) for t in node.inputs]
         if not any(convs):
@@ -195,6 +250,7 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
             skip_index = 0 if convs[0] is None else 1
         skip = node.inputs[skip_index]
         placement.activations.setdefault(skip.name, []).append(node.name)
+        placement.formats[node.name] = fmt
         placement.residual_skips[node.name] = skip.name
     # Concat: quantized tensors among a Concat's inputs and output share one scale.
     parent: dict[str, str] = {}
@@ -237,6 +293,8 @@ def activation_tensors(proto: Any, plan: PrecisionPlan | None = None) -> list[st
     graph.toposort()
     placement = plan_placement(graph, plan)
     names = list(placement.activations)
+    # A Pad's output too: read in two formats (a format search), its Q/DQ pairs stay behind the Pad.
+    names.extend(t for t in placement.moved_before_pad if t not in names)
     # Both inputs of a residual Add: a fallback can change which side is the skip, and its range must be at hand.
     all_int8 = {n.name for n in graph.nodes if n.op in QUANTIZABLE_OPS}
     for node in graph.nodes:
@@ -256,3 +314,34 @@ def shared_amax(placement: QdqPlacement, amax: Mapping[str, float]) -> dict[str,
                 if name in result:
                     result[name] = max(present)
     return result
+
+
+def qdq_formats(proto: Any) -> set[str]:
+    """The quantized formats of a model's QuantizeLinear nodes ("int8", "uint8", "fp8", ...), from their zero points.
+
+    A QuantizeLinear without a zero point quantizes to uint8 (the ONNX default)."""
+    from onnx import TensorProto
+
+    names = {
+        TensorProto.INT8: "int8",
+        TensorProto.UINT8: "uint8",
+        TensorProto.FLOAT8E4M3FN: "fp8",
+        TensorProto.FLOAT8E5M2: "fp8-e5m2",
+        TensorProto.INT4: "int4",
+        TensorProto.UINT4: "uint4",
+    }
+    types = {init.name: init.data_type for init in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    types[node.output[0]] = attribute.t.data_type
+    found: set[str] = set()
+    for node in proto.graph.node:
+        if node.op_type != "QuantizeLinear":
+            continue
+        if len(node.input) < 3 or not node.input[2]:
+            found.add("uint8")
+            continue
+        found.add(names.get(types.get(node.input[2], -1), "unknown"))
+    return found

@@ -1,6 +1,6 @@
 """The main job's report: a self-contained ``report.html`` and the bottleneck diagnosis, read from a quickstart run."""
 
-from workbench.report.diagnosis import Verdict, diagnose
+from workbench.report.diagnosis import Verdict, diagnose, kept_wider
 from workbench.report.html import SECTION_IDS, render_report, write_report
 from workbench.report.tables import (
     choice_html,
@@ -15,6 +15,7 @@ __all__ = [
     "SECTION_IDS",
     "Verdict",
     "diagnose",
+    "kept_wider",
     "choice_html",
     "front_table_html",
     "metrics_table_html",

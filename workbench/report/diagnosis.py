@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from workbench.artifact import Artifact
 from workbench.engine import EngineArtifact
+from workbench.flow.artifacts import LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.mixed import MixedSearch
-from workbench.flow.quickstart import Fallback, LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.rule import Choice, judge, next_steps
 from workbench.precision.variant import COST_ORDER, VARIANTS, Variant
 
@@ -32,13 +32,13 @@ def diagnose(run: QuickstartRun) -> list[Verdict]:
     if run.timing is not None:
         verdicts += _timing_verdicts(run.timing)
     if run.layer_diff is not None:
-        verdicts += _accuracy_verdicts(run.layer_diff, run.fallback)
+        verdicts += _accuracy_verdicts(run.layer_diff, kept_wider(run))
     if run.metrics is not None:
-        verdicts += _metric_verdicts(run.metrics, run.fallback)
+        verdicts += _metric_verdicts(run.metrics, kept_wider(run))
     if run.selection is not None:
         verdicts.append(_choice_verdict(run.selection.choice))
     if run.mixed_search is not None:
-        verdicts += _search_verdicts(run.mixed_search, run.selection.variant if run.selection else None)
+        verdicts += _search_verdicts(run.mixed_search, run)
     if run.fp32_engine is not None:
         verdicts += _fusion_verdicts(run.fp32_engine)
     return verdicts
@@ -57,30 +57,37 @@ def _choice_verdict(choice: Choice) -> Verdict:
     return Verdict("engine choice", text + " " + choice.rule, evidence, level=choice.level)
 
 
-def _search_verdicts(search: MixedSearch, chosen_variant: Variant | None) -> list[Verdict]:
-    """What the accuracy-target search found, and how to ship it: the journey's engine is chosen by the rule among
-    the precision variants, so the search's plan reaches an engine only when it is picked from the front."""
-    pick = search.chosen or next((c for c in search.front if c.meets_target), None)
-    if pick is None:
-        result = search.result
-        text = (
-            f"no plan met the target {result.metric_name} {result.target:.4f} within {result.evaluations_used} "
-            f"evaluation(s); the front's plans are listed in the report's Pareto view."
-        )
-        return [Verdict("mixed-precision search", text, {"evaluations": float(result.evaluations_used)})]
-    text = f"the search's {'pick' if pick.chosen_by_search else 'best plan on the front'} is {pick.label}"
-    if chosen_variant is not None:
-        text += (
-            f". The journey's engine ({chosen_variant}) was chosen by the rule above, not from the search: to ship"
-            f" plan {pick.index}, pick it in the export panel's Pareto front (Export plan) or call"
-            f" workbench.flow.export_plan(session, {pick.index})"
-        )
-    evidence = {"metric": pick.metric, "samples": float(pick.n_samples), "int8_share": pick.int8_share}
+def kept_wider(run: QuickstartRun) -> tuple[str, ...]:
+    """The nodes the mixed engine keeps wider than INT8: the search's pick's fallback (none without a mixed build)."""
+    if run.mixed_build is None or run.mixed_search is None:
+        return ()
+    return run.mixed_search.result.chosen.fallback_nodes
+
+
+def _search_verdicts(search: MixedSearch, run: QuickstartRun) -> list[Verdict]:
+    """What the accuracy-target search picked, which engine that is, and whether the journey chose it: the search's
+    pick is the mixed engine (or the all-INT8 engine when no node needed to stay wider)."""
+    result = search.result
+    pick = result.chosen
+    interval = search.intervals[pick.index]
+    text = (
+        f"the search picked plan {pick.index}: {result.metric_name} {interval.text()}, INT8 "
+        f"{pick.int8_math_nodes}/{pick.math_nodes} math nodes, target {result.target:.4f} "
+        f"{'met' if result.met else 'NOT met'} ({result.evaluations_used} evaluation(s); stopped: {result.stop_reason})"
+    )
+    engine = run.search_pick or Variant.INT8_MIXED
+    built = run.builds.get(engine)
+    if built is None:
+        text += f"; its engine ({engine}) was not built: {run.stage('build_mixed').text}"
+    else:
+        text += f"; that is the {engine} engine ({built.engine.engine_path.name}, {built.engine.layer_count} layers)"
+        chosen = run.chosen_variant
+        if chosen is engine:
+            text += ", the engine chosen" + (" and exported" if run.bundle is not None else "")
+        elif chosen is not None:
+            text += f"; the rule chose {chosen} instead (see the engine choice)"
+    evidence = {"metric": pick.metric, "samples": float(interval.n), "int8_share": pick.int8_share}
     return [Verdict("mixed-precision search", text + ".", evidence)]
-
-
-def _fallback_nodes(fallback: Fallback | None) -> list[str]:
-    return [node for node, precision in fallback.plan.overrides.items() if precision == "fp32"] if fallback else []
 
 
 def _timing_verdicts(timing: Timing) -> list[Verdict]:
@@ -183,7 +190,7 @@ def _timing_verdicts(timing: Timing) -> list[Verdict]:
     return verdicts
 
 
-def _accuracy_verdicts(layer_diff: LayerDiffStage, fallback: Fallback | None) -> list[Verdict]:
+def _accuracy_verdicts(layer_diff: LayerDiffStage, kept: tuple[str, ...]) -> list[Verdict]:
     verdicts: list[Verdict] = []
     diff = layer_diff.diff
     worst = diff.ranking(3)
@@ -194,9 +201,8 @@ def _accuracy_verdicts(layer_diff: LayerDiffStage, fallback: Fallback | None) ->
             for row in worst
         ]
         text = "INT8 error enters most at " + "; ".join(parts) + "."
-        if layer_diff.int8_nodes_worst_first and fallback is not None:
-            kept = ", ".join(_fallback_nodes(fallback)) or "none"
-            text += f" Worst INT8 layers, kept FP32 in the mixed engine: {kept}."
+        if kept:
+            text += f" Kept wider than INT8 in the mixed engine (the search's pick): {', '.join(kept)}."
         verdicts.append(
             Verdict(
                 "accuracy", text, {f"noise_added_{i}": float(row.noise_added or 0.0) for i, row in enumerate(worst)}
@@ -205,7 +211,7 @@ def _accuracy_verdicts(layer_diff: LayerDiffStage, fallback: Fallback | None) ->
     return verdicts
 
 
-def _metric_verdicts(metrics: Metrics, fallback: Fallback | None) -> list[Verdict]:
+def _metric_verdicts(metrics: Metrics, kept: tuple[str, ...]) -> list[Verdict]:
     verdicts: list[Verdict] = []
     rows = {row.variant: row for row in metrics.rows}
     if Variant.FP32 in rows and any(VARIANTS[v].quantized for v in rows):
@@ -219,9 +225,8 @@ def _metric_verdicts(metrics: Metrics, fallback: Fallback | None) -> list[Verdic
                 text += f", {variant} {rows[variant].value:.4f} ({difference.text()}"
                 text += ", within noise)" if difference.within_noise else ")"
                 evidence[str(variant)] = rows[variant].value
-        kept = _fallback_nodes(fallback)
         if kept:
-            text += f"; falling back {len(kept)} layer(s) to FP32: {', '.join(kept)}"
+            text += f"; the mixed engine keeps {len(kept)} node(s) wider: {', '.join(kept)}"
         method = fp32.estimate.method or "no interval"
         verdicts.append(
             Verdict(

@@ -15,8 +15,10 @@ from plotly.offline import get_plotlyjs
 
 from workbench._io import write_text_atomic
 from workbench.engine.lint import lint
-from workbench.flow.quickstart import QuickstartRun
-from workbench.report.diagnosis import diagnose
+from workbench.flow.artifacts import QuickstartRun, StageStatus
+from workbench.flow.stages import STAGE_BY_NAME
+from workbench.precision.variant import VARIANTS, Variant
+from workbench.report.diagnosis import diagnose, kept_wider
 from workbench.report.tables import (
     choice_html,
     esc,
@@ -51,7 +53,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem 
 h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.92rem} td,th{border:1px solid #ddd;padding:.3rem .55rem;text-align:left;vertical-align:top}
 th{background:#f5f5f5} """
-    + " ".join(f".status-{k}{{color:{palette.STATUS_COLORS[k]}}}" for k in ("done", "failed", "skipped"))
+    + " ".join(f".status-{s.value}{{color:{palette.STATUS_COLORS[s.value]}}}" for s in StageStatus)
     + """
 .note{background:#fff8e1;border-left:4px solid #f0b400;padding:.5rem .8rem;margin:.6rem 0} .muted{color:#666;font-size:.9rem}
 code{background:#f3f3f3;padding:0 .25rem;border-radius:3px;overflow-wrap:anywhere} pre{white-space:pre-wrap}
@@ -65,7 +67,8 @@ def _figure_html(figure: Any, div_id: str) -> str:
 
 def _stage_note(run: QuickstartRun, stage: str) -> str:
     result = run.stage(stage)
-    return f'<p class="note">Stage <b>{esc(result.title)}</b> is {esc(result.status)}: {esc(result.summary)}</p>'
+    title = STAGE_BY_NAME[stage].title
+    return f'<p class="note">Stage <b>{esc(title)}</b> is {esc(result.status.label)}: {esc(result.text)}</p>'
 
 
 def _section(section_id: str, title: str, content: str) -> str:
@@ -82,8 +85,9 @@ def _summary_section(run: QuickstartRun) -> str:
         "accuracy and timing come from ONNX Runtime CPU"
     )
     backend = f"{env.backend} {env.backend_version}" if env else "unknown"
+    chosen = f"{run.chosen_variant} engine" if run.chosen_variant else "no engine chosen"
     return (
-        f"<p>Model <b>{esc(cfg.model)}</b>; chosen precision <b>{esc(cfg.precision)}</b>; calibration "
+        f"<p>Model <b>{esc(cfg.model)}</b>; precision asked <b>{esc(cfg.precision)}</b>, {esc(chosen)}; calibration "
         f"<b>{esc(cfg.calibration_method)}</b>; {cfg.streams} stream(s), batch {cfg.batch}. Backend "
         f"{esc(backend)}; {esc(where)}.</p>" + stage_table_html(run)
     )
@@ -119,15 +123,17 @@ def _fusion_section(run: QuickstartRun) -> str:
         + engine_view.engine_view_html(fp32.layer_map, fp32.engine_layers, table_id="wb-nodes-fp32")
         + "</div>"
     )
-    if run.mixed_engine is not None:
-        mixed = run.mixed_engine
+    chosen = run.selection.build if run.selection else None
+    if chosen is not None and chosen.variant is not Variant.FP32:
+        engine = chosen.engine
         content += (
-            '<h3>Mixed INT8 engine (fusions gained vs FP32 outlined green)</h3><div id="fig-fusion-mixed">'
+            f"<h3>Chosen engine: {esc(VARIANTS[chosen.variant].label)} (fusions gained vs FP32 outlined green)</h3>"
+            '<div id="fig-fusion-chosen">'
             + engine_view.engine_view_html(
-                mixed.layer_map,
-                mixed.engine_layers,
-                fusion_diff=engine_view.fusion_diff_of(fp32.layer_map, mixed.layer_map),
-                table_id="wb-nodes-mixed",
+                engine.layer_map,
+                engine.engine_layers,
+                fusion_diff=engine_view.fusion_diff_of(fp32.layer_map, engine.layer_map),
+                table_id="wb-nodes-chosen",
             )
             + "</div>"
         )
@@ -137,10 +143,14 @@ def _fusion_section(run: QuickstartRun) -> str:
 def _lint_html(run: QuickstartRun) -> str:
     """The engine linter's findings on the engines of this run (a table per engine; none is said plainly)."""
     parts = ["<h3>Engine lint</h3>"]
-    for title, engine in (("FP32", run.fp32_engine), ("mixed INT8", run.mixed_engine)):
+    engines = {Variant.FP32: run.fp32_engine}
+    if run.selection is not None:
+        engines[run.selection.variant] = run.selection.engine
+    for variant, engine in engines.items():
+        title = VARIANTS[variant].label
         if engine is None:
             continue
-        report = lint(engine.layer_map, engine.engine_layers, engine.built_onnx())
+        report = lint(engine.layer_map, engine.engine_layers, engine.built_onnx(), engine.precision_check)
         rows = report.rows()
         if not rows:
             parts.append(f"<p>{esc(title)} engine: no findings.</p>")
@@ -158,10 +168,7 @@ def _layer_diff_section(run: QuickstartRun) -> str:
     if run.layer_diff is None:
         return _stage_note(run, "layer_diff")
     diff = run.layer_diff.diff
-    kept = (
-        [node for node, precision in run.fallback.plan.overrides.items() if precision == "fp32"] if run.fallback else []
-    )
-    content = _figure_html(calib_figures.sqnr_figure(diff, highlight=kept), "fig-layer-diff")
+    content = _figure_html(calib_figures.sqnr_figure(diff, highlight=list(kept_wider(run))), "fig-layer-diff")
     worst = [
         [
             row.node,
@@ -207,13 +214,26 @@ def _mixed_section(run: QuickstartRun) -> str:
         f"{run.config.max_metric_drop:g}); all-INT8 {result.int8_metric:.4f}. The search chose "
         f"<b>{esc(chosen.text())}</b> with {result.int8_math_nodes}/{result.math_nodes} Conv/Gemm/MatMul nodes INT8 "
         f"({'target met' if result.met else 'target NOT met'}); {result.evaluations_used} plan(s) evaluated "
-        f"(+1 FP32) in {result.seconds:.1f} s, budget {result.budget}; stopped: {esc(result.stop_reason)}.</p>"
+        f"(+1 FP32) in {result.seconds:.1f} s, budget {result.budget}; stopped: {esc(result.stop_reason)}. "
+        f"{esc(_pick_text(run))}</p>"
         + _figure_html(figure, "fig-pareto")
         + f"<p>Pareto front ({len(search.front)} of {len(result.evaluated)} plans: none better on metric, INT8 "
         "share and engine layers + reformats at once); the export panel picks from these:</p>"
-        + front_table_html(search)
+        + front_table_html(search, picked=result.chosen.index if run.search_pick is run.chosen_variant else None)
         + f'<p class="muted">Engine columns: {esc(cost_label)}. Metric: {esc(search.how)}.</p>'
     )
+
+
+def _pick_text(run: QuickstartRun) -> str:
+    """Which engine the search's pick is, and whether it is the one chosen (and exported)."""
+    pick = run.search_pick
+    if pick is None:
+        return ""
+    if pick not in run.builds:
+        return f"Its engine ({pick}) was not built: {run.stage('build_mixed').text}."
+    if pick is run.chosen_variant:
+        return f"Its engine ({pick}) is the one chosen" + (" and exported." if run.bundle is not None else ".")
+    return f"Its engine is {pick}; the rule chose {run.chosen_variant} (see the engine choice)."
 
 
 def _timing_section(run: QuickstartRun) -> str:
@@ -239,8 +259,10 @@ def _export_section(run: QuickstartRun) -> str:
         return _stage_note(run, "export")
     bundle = run.bundle
     files = sorted(str(p.relative_to(bundle.path)) for p in bundle.path.rglob("*") if p.is_file())
+    chosen = run.selection.build if run.selection else None
+    what = f"{chosen.variant} engine, {chosen.source}" if chosen and chosen.source else f"{run.chosen_variant} engine"
     return (
-        f"<p>Bundle <code>{esc(bundle.path)}</code> ({esc(run.config.precision)} engine):</p><ul>"
+        f"<p>Bundle <code>{esc(bundle.path)}</code> ({esc(what)}):</p><ul>"
         + "".join(f"<li><code>{esc(name)}</code></li>" for name in files)
         + "</ul><p class='muted'>manifest.json records: "
         + esc(", ".join(sorted(bundle.manifest)))

@@ -8,9 +8,10 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.flow.artifacts import MetricRow, QuickstartRun
 from workbench.flow.mixed import MixedSearch
-from workbench.flow.quickstart import STAGE_NAMES, MetricRow, QuickstartRun
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
+from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
 from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
 from workbench.timing import TimingResult
@@ -43,12 +44,13 @@ def stage_table_html(run: QuickstartRun, pending: Collection[str] = ()) -> str:
         if name not in run.stages and name not in pending:
             continue
         result = run.stage(name)
+        title = STAGE_BY_NAME[name].title
         if name in pending:
             status = _status_span("stale", "stale: re-running")
-            summary = f"<s>{esc(result.summary)}</s>" if name in run.stages else ""
+            summary = f"<s>{esc(result.text)}</s>" if name in run.stages else ""
         else:
-            status, summary = _status_span(result.status, result.status), esc(result.summary)
-        rows.append([esc(result.title), status, f"{result.seconds:.2f}" if name not in pending else "", summary])
+            status, summary = _status_span(result.status.value, result.status.label), esc(result.text)
+        rows.append([esc(title), status, f"{result.seconds:.2f}" if name not in pending else "", summary])
     return html_table(["stage", "status", "seconds", "result"], rows, raw_columns=(0, 1, 3))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import WorkbenchError
@@ -37,3 +38,47 @@ def make_executor(
             )
         return TrtExecutor(model, cuda_graph=cuda_graph), model
     raise WorkbenchError(f"unknown executor {executor!r}.", expected=" | ".join(EXECUTORS))
+
+
+@dataclass(frozen=True)
+class LocalExecutors:
+    """The executors this machine can time interactively (the default first), the model each times, and why."""
+
+    names: tuple[str, ...]
+    models: dict[str, str]
+    reason: str
+
+    @property
+    def default_model(self) -> str:
+        return self.models[self.names[0]]
+
+
+def local_executors(cpu_model: str, torch_model: str) -> LocalExecutors:
+    """The PyTorch GPU executor (and the CPU one beside it) when CUDA is usable through PyTorch here, else the CPU
+    executor alone; says why, so a notebook never passes CPU numbers off as GPU ones."""
+    from workbench.engine.backend import detect_gpu
+
+    gpu = detect_gpu()
+    cuda_ok = False
+    if gpu.present:
+        try:
+            import torch
+
+            cuda_ok = bool(torch.cuda.is_available())
+        except ImportError:
+            cuda_ok = False
+    models = {"torch": torch_model, "cpu": cpu_model}
+    if cuda_ok:
+        return LocalExecutors(
+            ("torch", "cpu"),
+            models,
+            f"GPU {gpu.name}: the torch executor times {torch_model} (FP16, CUDA graph per lane, cuda.core "
+            f"streams and events); the CPU executor times {cpu_model} with ONNX Runtime for comparison.",
+        )
+    why = "no NVIDIA GPU found" if not gpu.present else "PyTorch here has no CUDA"
+    return LocalExecutors(
+        ("cpu",),
+        models,
+        f"{why}: this notebook runs the CPU executor (ONNX Runtime sessions on worker threads) on "
+        f"{cpu_model}. These are CPU numbers: no CUDA streams, no copies, not GPU or TensorRT timings.",
+    )

@@ -370,33 +370,14 @@ class ThreadLanes:
 
 
 def make_lanes(
-    executor: Executor,
-    n_lanes: int,
-    depth: int,
-    batch_sizes: Sequence[int],
-    *,
-    priorities: Sequence[int] | None = None,
-    seed: int = 0,
-    spin_wait: bool = False,
-    stage_events: bool = True,
-    sm_count: int | None = None,
-    sm_owner: str | None = None,
+    executor: Executor, n_lanes: int, depth: int, batch_sizes: Sequence[int], seed: int = 0, **cuda_options: Any
 ) -> Lanes:
-    """The lanes for ``executor``: CUDA streams for a GPU executor, worker threads for the CPU one (which has no
-    streams, priorities, events or SM partitions: asking for an SM partition there is refused)."""
+    """The lanes for ``executor``: :class:`CudaLanes` (``cuda_options`` are its keyword arguments: priorities,
+    spin_wait, stage_events, sm_count, sm_owner) for a GPU executor, :class:`ThreadLanes` for the CPU one, which has
+    no streams, events or SM partitions (asking for an SM partition there is refused; the rest does not apply)."""
     if executor.device == "cuda":
-        return CudaLanes(
-            executor,
-            n_lanes,
-            depth,
-            batch_sizes,
-            priorities,
-            seed,
-            spin_wait=spin_wait,
-            stage_events=stage_events,
-            sm_count=sm_count,
-            sm_owner=sm_owner,
-        )
+        return CudaLanes(executor, n_lanes, depth, batch_sizes, seed=seed, **cuda_options)
+    sm_count = cuda_options.get("sm_count")
     if sm_count is not None:
         raise WorkbenchError(
             f"sm_count={sm_count} partitions a GPU's SMs, but the {executor.name} executor runs on the {executor.device}.",

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.calib.methods import check_percentile
 from workbench.errors import WorkbenchError
-from workbench.flow.uncertainty import estimate, paired_difference
+from workbench.flow.uncertainty import versus_reference
 from workbench.precision import PrecisionPlan
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
@@ -58,7 +59,7 @@ class CalibrationPanel:
 
         self.method = calibration_method_dropdown(method)
         # plain text fields: a bounded field clamps 100.5 to 100 silently; the panel refuses out-of-range values
-        self.percentile = widgets.FloatText(value=percentile, step=0.001, description="percentile (90-100)")
+        self.percentile = widgets.FloatText(value=percentile, step=0.001, description="percentile (0-100]")
         self._in_use = {"percentile": percentile, "worst_n": worst_n}
         choices = sorted(set(batch_choices) | {max_batches})
         self.batches = widgets.Dropdown(options=choices, value=max_batches, description="batches")
@@ -141,13 +142,8 @@ class CalibrationPanel:
                 n = self.worst_n.value
             self.status.busy(f"falling back the worst {n} layer(s)…")
             self.progress.start(f"ranking INT8 layers, falling back {n}", total=4)
-            ranked = [
-                node
-                for node in self.session.rank_int8_nodes(self.diff, self.plan)
-                if self.plan.precision_of(node) == "int8"
-            ]
-            self.worst = ranked[:n]
-            self.plan = self.plan.with_overrides({node: self.fallback_precision for node in self.worst})  # type: ignore[misc]
+            self.worst = self.session.worst_int8_nodes(self.diff, n, self.plan)  # one INT8 layer always stays
+            self.plan = self.session.fallback_plan(self.worst, self.fallback_precision, self.plan)  # type: ignore[arg-type]
             self._requantize()
             self._show_node_precision()
             self.progress.done("done")
@@ -177,12 +173,10 @@ class CalibrationPanel:
         if self._quiet:
             return
         value = self.percentile.value
-        if not 90.0 <= value <= 100.0:
-            self._refuse(
-                self.percentile,
-                "percentile",
-                WorkbenchError(f"percentile={value} is out of range.", expected="90..100"),
-            )
+        try:
+            check_percentile(value)  # the method's own rule (the CLI's --percentile too)
+        except WorkbenchError as error:
+            self._refuse(self.percentile, "percentile", error)
             return
         self._in_use["percentile"] = value
         if self.session is None:
@@ -193,11 +187,14 @@ class CalibrationPanel:
         """N must name at least one and at most every INT8 layer; otherwise refused (the field goes back)."""
         if self._quiet:
             return True
-        limit = len(self.session.int8_nodes()) if self.session is not None else None
         n = self.worst_n.value
-        if n < 1 or (limit is not None and n > limit):
-            expected = f"1..{limit} (the INT8 layers of this model)" if limit is not None else "at least 1"
-            self._refuse(self.worst_n, "worst_n", WorkbenchError(f"N={n} is out of range.", expected=expected))
+        try:
+            if self.session is not None:
+                self.session.check_fallback_count(n, self.plan)
+            elif n < 1:
+                raise WorkbenchError(f"N={n} is out of range.", expected="at least 1")
+        except WorkbenchError as error:
+            self._refuse(self.worst_n, "worst_n", error)
             return False
         self._in_use["worst_n"] = n
         return True
@@ -228,8 +225,8 @@ class CalibrationPanel:
                 self.node.value = next((n for n in ranked if n in self.node.options), self.node.options[0])
             if self.tensor.value not in self.tensor.options and self.tensor.options:
                 worst = self.diff.ranking(1)
-                inputs = {n.name: list(n.input) for n in self.session.model.proto.graph.node}
-                candidates = [t for t in inputs.get(ranked[0], []) if t in self.tensor.options] if ranked else []
+                inputs = self.session.input_tensors(ranked[0]) if ranked else []
+                candidates = [t for t in inputs if t in self.tensor.options]
                 name = worst[0].name if worst and worst[0].name in self.tensor.options else None
                 self.tensor.value = name or (candidates[0] if candidates else self.tensor.options[0])
         finally:
@@ -238,10 +235,7 @@ class CalibrationPanel:
 
     def worst_tensors(self) -> list[str]:
         """The output tensors of the layers "fall back worst N" moved out of INT8 (what the SQNR chart marks)."""
-        if not self.worst:
-            return []
-        outputs = {n.name: list(n.output) for n in self.session.model.proto.graph.node}
-        return [t for node in self.worst for t in outputs.get(node, [])]
+        return self.session.output_tensors(self.worst) if self.worst else []
 
     def _metrics(self, int8_model: Any) -> None:
         rows = []
@@ -279,17 +273,12 @@ class CalibrationPanel:
 
     @staticmethod
     def _add_intervals(rows: list[dict[str, Any]], results: list[Any]) -> None:
-        """Each row's sample count, 95 % interval and paired difference to FP32 (and whether it is within noise)."""
-        reference = results[0]
-        for row, result in zip(rows, results):
-            interval = estimate(result.value, result.n_samples, result.scores)
-            row["n"] = result.n_samples
+        """Each row's sample count, 95 % interval and paired difference to FP32 (:func:`versus_reference`)."""
+        for row, compared in zip(rows, versus_reference(results)):
+            interval = compared.estimate
+            row["n"] = interval.n
             row["interval"] = f"[{interval.low:.4f}, {interval.high:.4f}]" if interval.has_interval else "-"
-            if result is reference:
-                row["vs_fp32"] = "reference"
-                continue
-            difference = paired_difference(reference.value, reference.scores, result.value, result.scores)
-            row["vs_fp32"] = difference.text() + (" within noise" if difference.within_noise else "")
+            row["vs_fp32"] = compared.difference_text()
 
     def _draw_histogram(self) -> None:
         if self._quiet or self.statistics is None or not self.tensor.value:

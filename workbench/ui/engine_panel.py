@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
+from workbench.precision.variant import VARIANTS
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
 
@@ -194,10 +195,10 @@ class FusionExplorer:
 
         self.out_dir = out_dir
         self.model = widgets.Dropdown(options=list(models or entry_names()), value=model, description="model")
-        self.precision = widgets.ToggleButtons(options=["fp32", "fp16"], value=precision, description="precision")
-        self.compare = widgets.Dropdown(
-            options=[("(none)", ""), ("fp32", "fp32"), ("fp16", "fp16")], value=compare, description="compare with"
-        )
+        # the variants built straight from the ONNX (no calibration): FP32 and FP16
+        buildable = [(info.label, variant.value) for variant, info in VARIANTS.items() if not info.quantized]
+        self.precision = widgets.ToggleButtons(options=buildable, value=precision, description="precision")
+        self.compare = widgets.Dropdown(options=[("(none)", ""), *buildable], value=compare, description="compare with")
         self.build_button = widgets.Button(description="Build", button_style="primary")
         self.progress = ProgressAdapter("build")
         self.message = widgets.HTML()

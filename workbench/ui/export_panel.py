@@ -145,8 +145,11 @@ class ExportPanel:
         self.worker.submit(work, wait=wait)
         return self.candidates
 
-    def recommend(self, max_metric_drop: float = 0.005) -> EngineCandidate | None:
-        return recommend(self.candidates, max_metric_drop)
+    def recommend(self, max_metric_drop: float | None = None) -> EngineCandidate | None:
+        """The rule's pick among the compared engines (:func:`workbench.flow.recommend`), at the run's allowed drop
+        (``max_metric_drop`` of its config) unless another is given."""
+        drop = self.session.config.max_metric_drop if max_metric_drop is None else max_metric_drop
+        return recommend(self.candidates, drop)
 
     def export(self, precision: str, wait: bool = True) -> Bundle | None:
         """Export the engine of ``precision`` (its bundle records accuracy with its interval, and timing): into a

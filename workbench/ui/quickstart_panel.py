@@ -14,11 +14,11 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
-from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession
-from workbench.flow.quickstart import first_affected_stage
+from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.report import (
     choice_html,
     diagnose,
+    kept_wider,
     metrics_table_html,
     stage_table_html,
     timing_table_html,
@@ -134,22 +134,15 @@ class QuickstartPanel:
         An invalid value is refused with the message the CLI gives; the widget goes back to the value in use and no
         result changes."""
         try:
-            validated = self.session.config.validated(**changes)
+            plan = self.session.plan_update(changes)
         except WorkbenchError as error:
             self._show_settings(self.session.config)
             self.status.error(error)
             return
-        changed = {k for k, v in changes.items() if getattr(self.session.config, k) != getattr(validated, k)}
-        if not changed:
+        if not plan.stages:
             return
         what = "updating " + ", ".join(f"{k}={v}" for k, v in changes.items())
-        if "model" in changed or not self.session.run.stages:
-            self._start(STAGE_NAMES, what, f"model changed to {validated.model}: every stage re-runs", clear=True)
-        elif {"data", "out_dir"} & changed:
-            self._start(STAGE_NAMES, what, f"{', '.join(sorted(changed))} changed: every stage re-runs", clear=True)
-        else:
-            first = first_affected_stage(changed)
-            self._start(STAGE_NAMES[STAGE_NAMES.index(first) :], what, f"{', '.join(sorted(changed))} changed")
+        self._start(plan.stages, what, plan.why, clear=plan.whole_run)
         self.worker.submit(
             lambda: self._act(lambda: self.session.update(**changes)), wait=wait, on_warnings=self._warnings
         )
@@ -187,13 +180,17 @@ class QuickstartPanel:
         self.refresh()
         self.stale.clear()
         run = self.session.run
-        off = [r for r in run.stages.values() if r.status == "skipped" and r.summary.startswith("off: ")]
-        # stages that do not apply to this model (e.g. INT8 with nothing to quantize): skipped with a reason, no problem
-        not_applicable = [
-            r for r in run.stages.values() if r.status == "skipped" and r.summary.startswith("not applicable")
+        by_status: dict[StageStatus, list[StageResult]] = {status: [] for status in StageStatus}
+        for result in run.stages.values():
+            by_status[result.status].append(result)
+        off = by_status[StageStatus.OFF]
+        # stages that do not apply to this model (e.g. INT8 with nothing to quantize): a reason, no problem
+        not_applicable = by_status[StageStatus.NOT_APPLICABLE]
+        cancelled = by_status[StageStatus.CANCELLED]
+        failed = by_status[StageStatus.FAILED] + [
+            r for r in by_status[StageStatus.BLOCKED] if r.name != "export" or run.selection is None
         ]
-        failed = [r for r in run.stages.values() if not r.ok and r not in off and r not in not_applicable]
-        cancelled = [r for r in failed if r.summary.startswith("cancelled")]
+        blocked_export = run.stage("export") if run.stage("export").status is StageStatus.BLOCKED else None
         choice = run.selection.choice if run.selection else None
         if cancelled:
             self.progress.failed("cancelled")
@@ -201,12 +198,13 @@ class QuickstartPanel:
         elif failed:
             self.progress.done("finished with problems")
             self.status.warn(
-                f"done; {len(failed)} stage(s) did not complete: "
-                + "; ".join(f"{r.title}: {r.summary}" for r in failed)
+                f"done; {len(failed)} stage(s) did not complete: " + "; ".join(f"{r.title}: {r.reason}" for r in failed)
             )
         elif choice is not None and not choice.ok:
             self.progress.done("finished with a warning")
             text = f"done, but the {choice.variant} engine is not a safe choice: {choice.reason}"
+            if blocked_export is not None:
+                text += f". Export blocked: {blocked_export.reason}"
             if choice.level == "bad":
                 self.status.alert(text)
             else:
@@ -219,11 +217,11 @@ class QuickstartPanel:
             if not_applicable:
                 complete += (
                     f" ({len(not_applicable)} not applicable to this model: "
-                    f"{', '.join(r.title for r in not_applicable)}; the first says why: {not_applicable[0].summary})"
+                    f"{', '.join(r.title for r in not_applicable)}; the first says why: {not_applicable[0].reason})"
                 )
             self.status.ok(complete + (f"; {choice.reason}" if choice else ""))
 
-    def _stage_finished(self, result: Any, index: int, total: int) -> None:
+    def _stage_finished(self, result: StageResult, index: int, total: int) -> None:
         if result.name in self._pending:
             self._pending.remove(result.name)
         self.stage_table.value = stage_table_html(self.session.run, pending=self._pending)
@@ -270,28 +268,26 @@ class QuickstartPanel:
             self.cleaning_figure,
             clean_figures.node_waterfall_figure(run.cleaning.result)
             if run.cleaning
-            else note_figure(run.stage("clean").summary),
+            else note_figure(run.stage("clean").text),
         )
         self.fusion_view.value = self._fusion_html(run)
-        kept = [node for node, p in run.fallback.plan.overrides.items() if p == "fp32"] if run.fallback else []
+        kept = list(kept_wider(run))
         replace_figure(
             self.diff_figure,
             calib_figures.sqnr_figure(run.layer_diff.diff, highlight=kept)
             if run.layer_diff
-            else note_figure(run.stage("layer_diff").summary),
+            else note_figure(run.stage("layer_diff").text),
         )
         rows = run.metrics.rows if run.metrics else ()
         self.metrics_table.value = (
             (choice_html(run.selection.choice) if run.selection else "")
             + metrics_table_html(rows, run.chosen_variant, run.config.max_metric_drop)
             if rows
-            else html.escape(run.stage("metrics").summary)
+            else html.escape(run.stage("metrics").text)
         )
         replace_figure(
             self.metrics_figure,
-            metric_figures.metrics_figure(rows, run.chosen_variant)
-            if rows
-            else note_figure(run.stage("metrics").summary),
+            metric_figures.metrics_figure(rows, run.chosen_variant) if rows else note_figure(run.stage("metrics").text),
         )
         if run.timing is not None:
             self.timing_table.value = f"<p>{html.escape(run.timing.reason)}</p>" + timing_table_html(run.timing.results)
@@ -302,8 +298,8 @@ class QuickstartPanel:
                 ),
             )
         else:
-            self.timing_table.value = html.escape(run.stage("timing").summary)
-            replace_figure(self.timing_figure, note_figure(run.stage("timing").summary))
+            self.timing_table.value = html.escape(run.stage("timing").text)
+            replace_figure(self.timing_figure, note_figure(run.stage("timing").text))
         self.diagnosis.value = verdicts_html(diagnose(run))
         self.refresh_count += 1
 
@@ -313,7 +309,7 @@ class QuickstartPanel:
         by precision with the ONNX ops each fused, the same drawing as the report's (``viz.engine_view``)."""
         engine = run.selection.engine if run.selection else run.fp32_engine
         if engine is None:
-            return f"<p>{html.escape(run.stage('fusion').summary)}</p>"
+            return f"<p>{html.escape(run.stage('fusion').text)}</p>"
         heading = f"<h4>Fusion view: {html.escape(engine.engine_path.name)}</h4>"
         # no node table here: a widget's HTML runs no script, so its search box would not work
         return heading + engine_view.engine_view_html(engine.layer_map, engine.engine_layers, with_table=False)

@@ -235,36 +235,13 @@ class TimingPanel:
 def make_panel(
     cpu_model: str = "digits-cnn", torch_model: str = "efficientnet-lite0", **kwargs: Any
 ) -> tuple[TimingPanel, str]:
-    """A panel for this machine: the torch GPU executor when CUDA is usable, else the CPU executor; and why."""
-    from workbench.engine.backend import detect_gpu
-    from workbench.timing.factory import make_executor
+    """A panel for this machine (:func:`workbench.timing.factory.local_executors`: the torch GPU executor when CUDA
+    is usable, else the CPU executor), and why."""
+    from workbench.timing.factory import local_executors, make_executor
 
-    gpu = detect_gpu()
-    cuda_ok = False
-    if gpu.present:
-        try:
-            import torch
-
-            cuda_ok = bool(torch.cuda.is_available())
-        except ImportError:
-            cuda_ok = False
+    here = local_executors(cpu_model, torch_model)
 
     def factory(name: str, cuda_graph: bool) -> Any:
-        if name == "torch":
-            return make_executor(torch_model, "torch", cuda_graph=cuda_graph)[0]
-        return make_executor(cpu_model, "cpu")[0]
+        return make_executor(here.models[name], name, cuda_graph=cuda_graph)[0]
 
-    if cuda_ok:
-        how = (
-            f"GPU {gpu.name}: the torch executor times {torch_model} (FP16, CUDA graph per lane, cuda.core "
-            f"streams and events); the CPU executor times {cpu_model} with ONNX Runtime for comparison."
-        )
-        panel = TimingPanel(factory, executors=("torch", "cpu"), model=torch_model, **kwargs)
-    else:
-        why = "no NVIDIA GPU found" if not gpu.present else "PyTorch here has no CUDA"
-        how = (
-            f"{why}: this notebook runs the CPU executor (ONNX Runtime sessions on worker threads) on "
-            f"{cpu_model}. These are CPU numbers: no CUDA streams, no copies, not GPU or TensorRT timings."
-        )
-        panel = TimingPanel(factory, executors=("cpu",), model=cpu_model, **kwargs)
-    return panel, how
+    return TimingPanel(factory, executors=here.names, model=here.default_model, **kwargs), here.reason

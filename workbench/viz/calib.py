@@ -12,6 +12,7 @@ import numpy as np
 from workbench.calib.diff import LayerDiff
 from workbench.calib.histogram import TensorHistogram
 from workbench.viz import palette
+from workbench.viz.layout import fit_to_container
 
 
 def sqnr_figure(
@@ -83,7 +84,7 @@ def sqnr_figure(
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
         legend={"orientation": "h", "y": -0.2},
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, max_bars: int = 512) -> Any:
@@ -125,7 +126,7 @@ def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, 
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         showlegend=False,
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
@@ -144,7 +145,7 @@ def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
         )
     )
     figure.update_layout(height=60 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
-    return figure
+    return fit_to_container(figure)
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -300,4 +301,4 @@ def pareto_figure(
         height=380,
         margin={"l": 60, "r": 20, "t": 70, "b": 50},
     )
-    return fig
+    return fit_to_container(fig)

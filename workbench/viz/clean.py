@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from workbench.clean.report import CleanResult, PassReport
 from workbench.viz import palette
+from workbench.viz.layout import fit_to_container
 
 
 def node_waterfall_figure(result: CleanResult) -> go.Figure:
@@ -60,7 +61,7 @@ def node_waterfall_figure(result: CleanResult) -> go.Figure:
         margin={"t": 50, "b": 120},
         height=420,
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def op_delta_rows(result: CleanResult, pass_name: str | None = None) -> list[tuple[str, int, int, int]]:
@@ -97,7 +98,7 @@ def op_delta_table_figure(result: CleanResult, pass_name: str | None = None) -> 
         height=max(220, 60 + 24 * len(rows)),
         margin={"t": 50, "b": 10},
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def _node_key(node: Any) -> str:
@@ -213,7 +214,7 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
         )
         figure.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         figure.update_layout(title=title, height=360)
-        return figure
+        return fit_to_container(figure)
     removed, added = set(report.nodes_removed[:max_changed]), set(report.nodes_added[:max_changed])
     before_nodes = _neighbourhood(report.graph_before, removed, radius)
     shown_before = {_node_key(node) for node in before_nodes}
@@ -235,4 +236,4 @@ def neighbourhood_figure(report: PassReport, radius: int = 1, max_changed: int =
     )
     figure.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     figure.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
-    return figure
+    return fit_to_container(figure)

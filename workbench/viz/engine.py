@@ -16,6 +16,7 @@ from typing import Any
 
 from workbench.engine.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
 from workbench.viz import palette
+from workbench.viz.layout import fit_to_container
 from workbench.viz.palette import precision_color
 
 INSERTED_SYMBOL = "diamond"
@@ -318,7 +319,7 @@ def side_by_side_figure(
         dragmode="pan",
         legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0, "xanchor": "right"},
     )
-    return fig
+    return fit_to_container(fig)
 
 
 def layer_table_rows(layer_map: LayerMap, sort_by: str = "index", descending: bool = False) -> list[dict[str, Any]]:
@@ -376,7 +377,7 @@ def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: 
         height=min(1400, 120 + 24 * max(len(rows), 1)),
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
-    return fig
+    return fit_to_container(fig)
 
 
 def fusion_stats_figure(layer_map: LayerMap) -> Any:
@@ -411,13 +412,13 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
         row=1,
         col=2,
     )
-    statuses = ["int8-kernel", "standalone", "folded"]
+    statuses = ["int8-kernel", "fp8-kernel", "standalone", "folded"]
     fig.add_trace(
         go.Bar(
             x=statuses,
             y=[audit.get(s, 0) for s in statuses],
             showlegend=False,
-            marker_color=[palette.INT8, palette.WARNING, palette.FOLDED],
+            marker_color=[palette.INT8, palette.FP8, palette.WARNING, palette.FOLDED],
         ),
         row=1,
         col=3,
@@ -428,7 +429,7 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
         height=340,
         margin={"t": 80, "b": 30},
     )
-    return fig
+    return fit_to_container(fig)
 
 
 def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
@@ -494,7 +495,7 @@ def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
         height=min(1600, 420 + 24 * len(rows)),
         margin={"t": 60, "b": 10},
     )
-    return fig
+    return fit_to_container(fig)
 
 
 def fusions_html(

@@ -57,10 +57,15 @@ TEXT = "#333333"
 BUSY = "#555555"
 
 STATUS_COLORS = {
-    # quickstart stages
+    # quickstart stages (workbench.flow.StageStatus)
     "done": OK,
-    "skipped": WARNING,
     "failed": ERROR,
+    "off": MUTED,
+    "not_applicable": MUTED,
+    "blocked": WARNING,
+    "cancelled": WARNING,
+    "pending": MUTED,
+    "skipped": WARNING,
     # cleaning passes
     "accepted": OK,
     "unchecked": WARNING,

@@ -12,6 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from workbench.timing.serving.result import SlaSearchResult
+from workbench.viz.layout import fit_to_container
 
 BUDGET_COLOR = "#d62728"
 CHOSEN_COLOR = "#111111"
@@ -77,7 +78,7 @@ def sla_search_figure(
                 name="chosen",
                 marker=dict(symbol="star", size=16, color=CHOSEN_COLOR),
                 text=[f"{_config_label(chosen.config)}: {chosen.rate_per_s:,.0f}/s"],
-                textposition="bottom left",
+                textposition="bottom right",
                 hovertemplate="chosen<br>%{x:.0f}/s, p99 %{y:.2f} ms<extra></extra>",
             )
         )
@@ -88,6 +89,19 @@ def sla_search_figure(
         annotation_text=f"p99 budget {result.budget_ms:g} ms",
         annotation_position="top left",
     )
+    # a saturated probe's p99 can be 10^10 ms (requests never served): the axis holds the budget and the probes near
+    # it, up to 100x the budget; probes above are off the top (their values in the hover text)
+    finite = [
+        p.p99_ms
+        for search in (result, grid)
+        if search is not None
+        for tried in search.tried
+        for p in tried.probes
+        if math.isfinite(p.p99_ms) and p.p99_ms > 0
+    ]
+    top = min(max(finite, default=result.budget_ms), 100 * result.budget_ms)
+    bottom = min(min(finite, default=result.budget_ms), result.budget_ms)
+    y_range = [math.log10(bottom / 1.5), math.log10(max(top, result.budget_ms) * 1.5)]
     runs = f"{result.strategy} search: {result.configurations} of {result.grid_size} configurations, {result.runs} runs"
     if grid is not None:
         runs += f" (grid: {grid.runs} runs, best {grid.best_rate_per_s:,.0f}/s)"
@@ -97,11 +111,11 @@ def sla_search_figure(
         xaxis_title="achieved throughput (requests/s, open loop)",
         yaxis_title="p99 latency (ms)",
         yaxis_type="log",
+        yaxis_range=y_range,
         height=460,
         legend=dict(font=dict(size=10)),
-        margin=dict(t=80),
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def reload_timeline_figure(
@@ -146,4 +160,4 @@ def reload_timeline_figure(
         yaxis_title="latency (ms)",
         height=380,
     )
-    return figure
+    return fit_to_container(figure)

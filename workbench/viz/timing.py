@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from workbench.viz import palette
+from workbench.viz.layout import fit_to_container
 
 HOST_LANE = "host enqueue"
 QUEUE_LANE = "host queue"
@@ -100,7 +101,7 @@ def gantt_figure(
         legend=dict(orientation="h", y=-0.15, yanchor="top", x=0, xanchor="left"),  # below the axis: covers nothing
         margin=dict(l=110, r=20, t=60, b=90),
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def latency_histogram(
@@ -133,7 +134,7 @@ def latency_histogram(
         bargap=0.02,
         margin=dict(t=70),
     )
-    return figure
+    return fit_to_container(figure)
 
 
 def chosen_title(chosen: Any) -> str:
@@ -161,6 +162,8 @@ def sweep_point(result: Any) -> dict[str, Any]:
         "batch": result.batch,
         "throughput_per_s": result.throughput_per_s,
         "latency_ms": dict(result.latency_ms),
+        "latency_ci_ms": dict(result.latency_ci_ms),
+        "window_throughputs": tuple(result.window_throughputs),
     }
 
 
@@ -184,15 +187,35 @@ def latency_throughput_figure(
     for index, (label, items) in enumerate(groups.items()):
         items = sorted(items, key=lambda p: _field(p, "throughput_per_s"))
         streams = [_field(p, "streams") for p in items]
+        x = [_field(p, "throughput_per_s") for p in items]
+        y = [_field(p, "latency_ms")[percentile] for p in items]
+        # the measured spread: the percentile's bootstrap 95% interval, and throughput's range over the run's windows
+        y_ci = [(_field(p, "latency_ci_ms") or {}).get(percentile) for p in items]
+        windows = [tuple(_field(p, "window_throughputs") or ()) for p in items]
         figure.add_trace(
             go.Scatter(
-                x=[_field(p, "throughput_per_s") for p in items],
-                y=[_field(p, "latency_ms")[percentile] for p in items],
+                x=x,
+                y=y,
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [ci[1] - v if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "arrayminus": [v - ci[0] if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "thickness": 1,
+                },
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [max(w) - v if w else 0 for w, v in zip(windows, x, strict=True)],
+                    "arrayminus": [v - min(w) if w else 0 for w, v in zip(windows, x, strict=True)],
+                    "thickness": 1,
+                },
                 mode="lines+markers+text",
                 name=label,
                 line_color=palette.SERIES_COLORS[index % len(palette.SERIES_COLORS)],
                 text=[f"{n} stream{'s' if n != 1 else ''}" for n in streams],
-                textposition="top center",
+                # alternate above/below so labels of neighbouring points do not overlap
+                textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(items))],
                 hovertemplate="%{x:.0f} samples/s<br>"
                 + percentile
                 + " %{y:.2f} ms<br>%{text}<extra>"
@@ -217,4 +240,4 @@ def latency_throughput_figure(
         legend=dict(orientation="h", y=-0.25, yanchor="top", x=0, xanchor="left"),  # below: covers no title
         margin=dict(t=60, b=110),
     )
-    return figure
+    return fit_to_container(figure)

@@ -1,0 +1,213 @@
+"""FP8 (E4M3FN) quantization: the grid against an independent bit-level reference, ONNX Runtime's FP8 Q/DQ against
+it, FP8 placement and ranges on a real model, and the per-layer diff of an FP8 model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.calib.fp8 import (
+    E4M3_MAX,
+    amax_for,
+    amax_mse_fp8,
+    fake_quantize_fp8,
+    fp8_scale_from_amax,
+    round_to_e4m3,
+)
+from workbench.calib.histogram import TensorHistogram
+from workbench.errors import WorkbenchError
+from workbench.precision import PrecisionPlan
+
+
+def e4m3_reference(values: np.ndarray) -> np.ndarray:
+    """E4M3FN rounding written out from the format (not from ml_dtypes): 3 mantissa bits, exponent bias 7, normals
+    from 2^-6, subnormal step 2^-9; round to nearest, ties to even; saturate at 448; NaN stays NaN."""
+    x = np.asarray(values, dtype=np.float64)
+    magnitude = np.abs(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
+    step = np.where(magnitude < 2.0**-6, 2.0**-9, 2.0 ** (exponent - 3))
+    # np.rint rounds half to even; magnitude / step is exact in float64 for float32 inputs
+    rounded = np.minimum(np.rint(magnitude / step) * step, E4M3_MAX)
+    rounded = np.where(magnitude >= E4M3_MAX, E4M3_MAX, rounded)
+    return np.where(np.isnan(x), np.nan, np.copysign(rounded, x)).astype(np.float32)
+
+
+def _probe_values() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    ties = [1.0625, 1.1875, 2.0**-10, 3 * 2.0**-10, 5 * 2.0**-10, 240.0 + 8.0, 464.0, 15.5, 0.01171875]
+    edges = [0.0, -0.0, 448.0, 449.0, 500.0, 1e6, 2.0**-6, 2.0**-9, 2.0**-11, np.nan]
+    spread = rng.standard_normal(4000) * np.exp(rng.uniform(-8, 6, 4000))
+    values = np.concatenate([ties, edges, spread, -np.asarray(ties)]).astype(np.float32)
+    return values
+
+
+def test_round_to_e4m3_matches_the_bit_level_reference() -> None:
+    values = _probe_values()
+    np.testing.assert_array_equal(round_to_e4m3(values), e4m3_reference(values))
+    # the ties named above, by hand: even mantissa wins, half the smallest subnormal goes to zero, saturation at 448
+    np.testing.assert_array_equal(
+        round_to_e4m3(np.array([1.0625, 1.1875, 2.0**-10, 3 * 2.0**-10, 464.0, -1e6], np.float32)),
+        np.array([1.0, 1.25, 0.0, 2.0**-8, 448.0, -448.0], np.float32),
+    )
+
+
+def _qdq_model(scale: np.ndarray, axis: int | None, shape: list[int], opset: int) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    zero = helper.make_tensor("zero", TensorProto.FLOAT8E4M3FN, list(scale.shape), [0.0] * scale.size)
+    attrs = {"axis": axis} if axis is not None else {}
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], **attrs),
+            helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], **attrs),
+        ],
+        "fp8_qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(scale.astype(np.float32), "scale"), zero],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("opset", [19, 21])
+def test_onnx_runtime_fp8_qdq_matches_the_reference(opset: int) -> None:
+    """ORT CPU (optimizations off, as every accuracy number here is computed) runs FP8 Q/DQ exactly as E4M3 rounds."""
+    from workbench.ort import cpu_session
+
+    values = _probe_values()
+    values = values[np.isfinite(values)]  # NaN propagates in both; compared element-wise below without it
+    scale = np.array(0.37, np.float32)
+    session = cpu_session(_qdq_model(scale, None, [values.size], opset), what="an FP8 Q/DQ test model")
+    out = session.run(None, {"x": values})[0]
+    expected = e4m3_reference(values / scale) * scale
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out, fake_quantize_fp8(values, scale))
+    # per channel (axis 0), as weights are quantized
+    weights = np.random.default_rng(1).standard_normal((4, 27)).astype(np.float32) * np.array(
+        [[0.01], [1], [30], [900]]
+    )
+    channel_scales = fp8_scale_from_amax(np.abs(weights).max(axis=1))
+    session = cpu_session(_qdq_model(channel_scales, 0, [4, 27], opset), what="an FP8 Q/DQ test model")
+    out = session.run(None, {"x": weights.astype(np.float32)})[0]
+    np.testing.assert_array_equal(out, e4m3_reference(weights / channel_scales[:, None]) * channel_scales[:, None])
+    np.testing.assert_array_equal(out, fake_quantize_fp8(weights, channel_scales, axis=0))
+
+
+def test_fp8_ranges_on_the_fp8_grid() -> None:
+    """MSE over the FP8 grid finds the bottom of the true error curve (a brute-force scan of 300 amax values)."""
+    rng = np.random.default_rng(2)
+    for values in (rng.uniform(-1, 1, 20_000), rng.laplace(size=20_000), rng.standard_t(2, 20_000)):
+        values = values.astype(np.float32)
+        hist = TensorHistogram("t")
+        hist.add(values)
+        assert amax_for(hist, "max", "fp8") == pytest.approx(float(np.abs(values).max()))
+        chosen = amax_for(hist, "mse", "fp8")
+        assert chosen == amax_mse_fp8(hist)
+
+        def error(amax: float, values: np.ndarray = values) -> float:
+            return float(((fake_quantize_fp8(values, amax / E4M3_MAX) - values) ** 2).mean())
+
+        scan = np.linspace(hist.amax / 4, hist.amax, 300)
+        assert error(chosen) <= error(hist.amax)
+        assert error(chosen) <= min(error(a) for a in scan) * 1.001
+    with pytest.raises(WorkbenchError, match="entropy"):
+        amax_for(hist, "entropy", "fp8")
+
+
+@pytest.fixture(scope="module")
+def digits_session():  # type: ignore[no-untyped-def]
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    session = CalibrationSession(entry.load(), entry=entry, progress=False, max_batches=2)
+    session.statistics()
+    return session
+
+
+def test_fp8_qdq_model_runs_in_ort_and_quantizes_like_the_reference(digits_session) -> None:  # type: ignore[no-untyped-def]
+    """All-FP8 digits CNN: FP8 zero points, opset 19, every Conv/Gemm input and weight quantized; the DQ outputs ORT
+    computes are the reference's E4M3 rounding of the FP32 tensors; the task metric stays near FP32's."""
+    from onnx import TensorProto, numpy_helper
+
+    from workbench.ort import cpu_session
+    from workbench.precision.qdq_rules import qdq_formats
+
+    session = digits_session
+    ranges = session.ranges("mse")
+    quantized = session.quantize(ranges, PrecisionPlan(default="fp8"))
+    proto = quantized.proto
+    assert qdq_formats(proto) == {"fp8"}
+    assert next(i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")) >= 19
+    math_nodes = [n.name for n in proto.graph.node if n.op_type in ("Conv", "Gemm")]
+    assert sorted(quantized.placement.fp8_nodes) == sorted(math_nodes) and not quantized.placement.int8_nodes
+    inits = {i.name: i for i in proto.graph.initializer}
+    zero_points = [inits[n.input[2]] for n in proto.graph.node if n.op_type == "QuantizeLinear"]
+    assert zero_points and all(z.data_type == TensorProto.FLOAT8E4M3FN for z in zero_points)
+
+    # the graph input's and the first weight's DequantizeLinear outputs, from ORT, against the reference
+    first_conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    dq_of = {n.output[0]: n for n in proto.graph.node if n.op_type == "DequantizeLinear"}
+    input_dq, weight_dq = dq_of[first_conv.input[0]], dq_of[first_conv.input[1]]
+    ort = cpu_session(proto, extra_outputs=[input_dq.output[0], weight_dq.output[0]], what="the FP8 digits model")
+    feed = next(iter(session.source.batches(1)))
+    image_dq, weight_out = ort.run([input_dq.output[0], weight_dq.output[0]], feed)
+    image_scale = numpy_helper.to_array(inits[input_dq.input[1]])
+    expected = e4m3_reference(feed["image"] / image_scale) * image_scale
+    np.testing.assert_array_equal(image_dq, expected)
+    assert image_scale == pytest.approx(session.fp8_ranges(ranges).amax["image"] / E4M3_MAX)
+    weight_name = next(n.input[0] for n in proto.graph.node if n.output[0] == weight_dq.input[0])
+    weight = numpy_helper.to_array(inits[weight_name])
+    weight_scales = numpy_helper.to_array(inits[weight_dq.input[1]])
+    np.testing.assert_allclose(weight_scales, np.abs(weight).reshape(weight.shape[0], -1).max(1) / E4M3_MAX, rtol=1e-6)
+    np.testing.assert_array_equal(
+        weight_out, e4m3_reference(weight / weight_scales[:, None, None, None]) * weight_scales[:, None, None, None]
+    )
+
+    fp32 = session.evaluate().value
+    fp8 = session.evaluate(quantized).value
+    assert fp8 >= fp32 - 0.01, (fp32, fp8)
+
+
+def test_mixed_int8_fp8_plan_gives_one_pair_per_format(digits_session) -> None:  # type: ignore[no-untyped-def]
+    """A plan mixing INT8 and FP8: each node reads its inputs in its own format; the per-layer diff says which."""
+    from workbench.precision.qdq_rules import qdq_formats
+
+    session = digits_session
+    nodes = session.quantized_nodes()
+    plan = PrecisionPlan(default="int8", overrides={name: "fp8" for name in nodes[::2]})
+    quantized = session.quantize(session.ranges("mse"), plan)
+    assert qdq_formats(quantized.proto) == {"int8", "fp8"}
+    assert quantized.placement.fp8_nodes == nodes[::2] and quantized.placement.int8_nodes == nodes[1::2]
+    assert quantized.placement.quantized_nodes == nodes
+    by_output = {n.output[0]: n for n in quantized.proto.graph.node}
+    inits = {i.name: i for i in quantized.proto.graph.initializer}
+    for node in quantized.proto.graph.node:
+        if node.name not in nodes:
+            continue
+        expected = "fp8" if node.name in nodes[::2] else "int8"
+        for name in node.input[:2]:
+            dq = by_output[name]
+            assert dq.op_type == "DequantizeLinear"
+            zero = inits[dq.input[2]]
+            assert ("fp8" if zero.data_type == 17 else "int8") == expected, (node.name, name)
+    diff = session.diff(quantized, max_batches=1)
+    formats = {row.name: row.format for row in diff.tensors if row.quantized}
+    assert set(formats.values()) == {"int8", "fp8"}
+    assert formats["image"] == "fp8"  # read by the first Conv, which the plan puts in FP8
+    assert all(row.sqnr_db_local is not None and row.sqnr_db_local > 15 for row in diff.tensors if row.quantized)
+    assert session.evaluate(quantized).value >= session.evaluate().value - 0.01
+
+
+def test_fp8_variant_is_one_row_with_its_colour() -> None:
+    from workbench.precision.variant import COST_ORDER, VARIANTS, Variant, parse_variant, variants_for
+    from workbench.viz import palette
+
+    info = VARIANTS[Variant.FP8_ALL]
+    assert (info.precision, info.quantized, info.mixed, info.choice) == ("fp8", True, False, "fp8")
+    assert parse_variant("fp8-all") is Variant.FP8_ALL and variants_for("fp8") == (Variant.FP8_ALL,)
+    assert COST_ORDER.index(Variant.FP8_ALL) < COST_ORDER.index(Variant.FP16)
+    assert palette.precision_color(Variant.FP8_ALL) == palette.precision_color("fp8") == palette.FP8

@@ -1,0 +1,215 @@
+"""Requested vs actual precision: did the engine run each ONNX node at the precision the build asked for?
+
+TensorRT users keep meeting engines that silently run wider than asked (a W4A16 build running FP32, ``fp16=True``
+giving 0 % Half). Every build here compares, node by node, the **requested** precision with the **actual** precision
+of the engine layer that runs it (from the builder's own layer records), and lists each mismatch with its reason
+where one is known.
+
+Requested (from the graph that was built and the plan):
+
+* a Conv / ConvTranspose / Gemm / MatMul reading DequantizeLinear outputs requests their format (INT8 or FP8, from
+  the zero point's type); a plan override names a node's precision explicitly; otherwise the plan's default when it is
+  FP16 or FP32 (a blanket INT8/FP8 default covers only the nodes calibration quantized);
+* any other compute node requests FP16 when the plan puts it in FP16 (AutoCast's casts), and is not checked otherwise.
+
+Actual: for a math node, the convolution / GEMM layer that computes it (INT8 or FP8 when that kernel reads 8-bit data,
+else the layer's precision); for other nodes, the layers that hold them (a node fused into a narrower kernel is not
+a mismatch). Folded nodes are not checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.artifact import Artifact
+from workbench.engine.layermap import BOOKKEEPING_OPS, MATH_LAYER_TYPES, LayerEntry, LayerMap
+from workbench.precision import PrecisionPlan
+
+MATH_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+QUANTIZED = frozenset({"int8", "fp8"})
+# ONNX element types of a DequantizeLinear's zero point -> the format it dequantizes
+_ZERO_POINT_FORMAT = {3: "int8", 2: "uint8", 17: "fp8", 19: "fp8-e5m2", 22: "int4", 21: "uint4"}
+
+
+@dataclass(frozen=True)
+class PrecisionMismatch(Artifact):
+    """One node that the engine runs at another precision than requested, and why (when known)."""
+
+    node: str
+    op: str
+    requested: str
+    actual: str
+    layer: str  # the engine layer that runs it
+    layer_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PrecisionCheck(Artifact):
+    """Every node compared and the mismatches found (an empty tuple: the engine runs what was asked)."""
+
+    checked: int
+    requested: dict[str, int]  # precision -> nodes that requested it
+    mismatches: tuple[PrecisionMismatch, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def summary(self) -> str:
+        asked = ", ".join(f"{k} {v}" for k, v in sorted(self.requested.items()))
+        return f"requested vs actual precision: {self.checked} node(s) checked ({asked}); " + (
+            "all run as requested" if self.ok else f"{len(self.mismatches)} mismatch(es)"
+        )
+
+    def lines(self, limit: int = 10) -> list[str]:
+        return [
+            f"{m.node} ({m.op}): requested {m.requested}, runs {m.actual} in {m.layer or 'no layer'}"
+            f"{f' ({m.layer_type})' if m.layer_type else ''}: {m.reason}"
+            for m in self.mismatches[:limit]
+        ]
+
+    @classmethod
+    def from_json(cls, data: Any) -> PrecisionCheck:
+        return cls(
+            checked=int(data.get("checked", 0)),
+            requested={str(k): int(v) for k, v in (data.get("requested") or {}).items()},
+            mismatches=tuple(PrecisionMismatch(**m) for m in data.get("mismatches", ())),
+        )
+
+
+def _graph_formats(proto: Any) -> dict[str, str]:
+    """ONNX node -> the reduced format its inputs arrive in: a DequantizeLinear's format, or fp16 from a Cast."""
+    types = {init.name: init.data_type for init in proto.graph.initializer}
+    produced: dict[str, str] = {}
+    for node in proto.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output:
+            zero = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+            produced[node.output[0]] = _ZERO_POINT_FORMAT.get(types.get(zero, 2), "uint8") if zero else "uint8"
+        elif node.op_type == "Cast" and node.output:
+            to = next((a.i for a in node.attribute if a.name == "to"), 0)
+            if to == 10:  # FLOAT16
+                produced[node.output[0]] = "fp16"
+    formats: dict[str, str] = {}
+    for node in proto.graph.node:
+        found = [produced[name] for name in node.input if name in produced]
+        quantized = [f for f in found if f in QUANTIZED]
+        if quantized:
+            formats[node.name] = quantized[0]
+        elif found:
+            formats[node.name] = found[0]
+    return formats
+
+
+def _actual(layers: list[LayerEntry], math: bool) -> tuple[str, LayerEntry | None]:
+    """The precision a node runs at and the layer that decides it."""
+    if math:
+        kernel = next((layer for layer in layers if layer.layer_type.lower() in MATH_LAYER_TYPES), None)
+        if kernel is not None:
+            return ("int8" if kernel.is_int8_kernel else "fp8" if kernel.is_fp8_kernel else kernel.precision), kernel
+    typed = [layer for layer in layers if layer.precision != "none"]
+    if not typed:
+        return "none", layers[0] if layers else None
+    return typed[0].precision, typed[0]
+
+
+def _rank(precision: str) -> int:
+    return {"int4": 0, "fp4": 0, "int8": 1, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 3}.get(precision, 3)
+
+
+def check_precision(
+    layer_map: LayerMap,
+    built_proto: Any,
+    plan: PrecisionPlan,
+    *,
+    backend: str = "TensorRT",
+    kept_fp32: Callable[[], Mapping[str, str]] | None = None,
+) -> PrecisionCheck:
+    """Compare each node's requested precision (``plan`` over the ``built_proto`` graph) with the engine's.
+
+    ``kept_fp32``: called only when an FP16 request runs FP32, for AutoCast's reasons (node -> rule)."""
+    ops = {node.name: node.op_type for node in built_proto.graph.node}
+    constants = {init.name for init in built_proto.graph.initializer}
+    inputs_of = {node.name: list(node.input) for node in built_proto.graph.node}
+    graph_format = _graph_formats(built_proto)
+    by_name = {layer.name: layer for layer in layer_map.layers}
+    requested: dict[str, str] = {}
+    for node in layer_map.nodes:
+        op = ops.get(node.name, node.op_type)
+        if op in BOOKKEEPING_OPS or op == "Constant":
+            continue
+        explicit = plan.overrides.get(node.name)
+        fmt = graph_format.get(node.name)
+        if op in MATH_OPS:
+            want = explicit or (fmt if fmt in QUANTIZED else None)
+            want = want or (plan.default if plan.default in ("fp16", "fp32") else None)
+        else:
+            want = "fp16" if (explicit or plan.default) == "fp16" else None
+        if want is not None:
+            requested[node.name] = want
+    kept: Mapping[str, str] | None = None
+    mismatches: list[PrecisionMismatch] = []
+    checked = 0
+    for node in layer_map.nodes:
+        want = requested.get(node.name)
+        if want is None or node.folded:
+            continue
+        op = ops.get(node.name, node.op_type)
+        layers = [by_name[name] for name in node.engine_layers if name in by_name]
+        actual, layer = _actual(layers, op in MATH_OPS)
+        if actual == "none":
+            continue
+        checked += 1
+        if op in MATH_OPS:
+            if actual == want:
+                continue
+        elif _rank(actual) <= _rank(want):  # fused into a kernel at least as narrow as asked
+            continue
+        fmt = graph_format.get(node.name)
+        if want in QUANTIZED:
+            two_activations = op == "MatMul" and not constants.intersection(inputs_of.get(node.name, [])[:2])
+            if fmt in QUANTIZED and fmt != want:
+                reason = f"its inputs are quantized to {fmt} in the built graph, not {want}"
+            elif fmt != want and two_activations:
+                reason = "attention core (MatMul of two activations): the Q/DQ rules leave it out (calibrate --quantize-attention puts it in)"
+            elif fmt != want:
+                reason = f"the built graph has no {want.upper()} Q/DQ on its inputs (calibration left it out, or the plan kept it wider)"
+            else:
+                kind = layer.layer_type if layer is not None else "no"
+                reason = (
+                    f"no {want.upper()} kernel for this {op} in {backend}: it ran as a {kind} layer in {actual.upper()} "
+                    "(its Q/DQ pair dequantizes in front of it)"
+                )
+        elif want == "fp16" and actual == "fp32":
+            if kept is None:
+                kept = dict(kept_fp32()) if kept_fp32 is not None else {}
+            if node.name in kept:
+                reason = f"AutoCast kept it FP32 ({kept[node.name]})"
+            elif fmt != "fp16" and op in MATH_OPS:
+                reason = "the built graph feeds it FP32 (no Cast to FP16 on its inputs)"
+            else:
+                others = [n for n in (layer.onnx_nodes if layer else ()) if n != node.name and n not in requested]
+                reason = (
+                    f"fused into {layer.name if layer else 'a layer'} with node(s) kept FP32 ({', '.join(others[:3])})"
+                    if others
+                    else f"{backend} chose an FP32 kernel (no FP16 kernel for this op and shape, or a fusion forced it)"
+                )
+        else:
+            reason = f"fused into a {actual.upper()} layer" if layer is not None else "unknown"
+        mismatches.append(
+            PrecisionMismatch(
+                node=node.name,
+                op=op,
+                requested=want,
+                actual=actual,
+                layer=layer.name if layer is not None else "",
+                layer_type=layer.layer_type if layer is not None else "",
+                reason=reason,
+            )
+        )
+    counts: dict[str, int] = {}
+    for want in requested.values():
+        counts[want] = counts.get(want, 0) + 1
+    return PrecisionCheck(checked=checked, requested=counts, mismatches=tuple(mismatches))

@@ -1,0 +1,645 @@
+"""The journey's stages, in order, each a function ``(run, workspace) -> artifact`` beside its one-line summary.
+
+clean -> build FP32 -> fusion view -> build FP16 -> calibrate -> build all-INT8 -> per-layer diff -> mixed-precision
+search -> build the search's pick (mixed INT8) -> task metric per built variant -> choose among the built variants ->
+time the chosen engine -> export it.
+
+Only build stages make engines (one :class:`~workbench.flow.artifacts.VariantBuild` each); ``select`` picks among
+them by the rule of :mod:`workbench.flow.rule`; ``export`` ships the picked build as it is. A stage that raises
+:class:`StageOff`, :class:`StageNotApplicable` or :class:`StageBlocked` ends with that status and the message as its
+reason; any other :class:`WorkbenchError` fails it and clears its artifact, so nothing stale is shown next to a
+failure. A stage whose requirement did not complete is not run (blocked, or off / not applicable like it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from workbench._io import write_bytes_atomic, write_json_atomic
+from workbench.calib.search import search_mixed_precision
+from workbench.calib.session import Float16Model
+from workbench.clean import CleanOptions, clean_model
+from workbench.engine import EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
+from workbench.engine.backend import get_backend
+from workbench.errors import WorkbenchError
+from workbench.export import Bundle, export_bundle
+from workbench.flow.artifacts import (
+    METRIC_HOW,
+    Calibration,
+    Cleaning,
+    LayerDiffStage,
+    MetricRow,
+    Metrics,
+    QuickstartRun,
+    Selection,
+    StageResult,
+    StageStatus,
+    Timing,
+    VariantBuild,
+    require,
+)
+from workbench.flow.config import calibration_batches
+from workbench.flow.mixed import MixedSearch, mixed_search
+from workbench.flow.rule import choose
+from workbench.flow.workspace import Workspace
+from workbench.model import OnnxModel, load_onnx
+from workbench.precision.qdq_rules import QUANTIZABLE_OPS
+from workbench.precision.variant import VARIANTS, Variant, variants_for
+from workbench.timing import interactive_config, run_sweep, sweep_plan
+from workbench.timing.executors import OrtCpuExecutor
+from workbench.timing.trt_executor import TrtExecutor
+
+T = TypeVar("T")
+
+
+class StageOff(WorkbenchError):
+    """Raised by a stage that the session's settings turn off (status ``off``, not a failure)."""
+
+
+class StageNotApplicable(WorkbenchError):
+    """Raised by a stage that cannot apply to this model (e.g. INT8 with nothing to quantize): status
+    ``not_applicable`` with the reason; the stages that need it do not apply either."""
+
+
+class StageBlocked(WorkbenchError):
+    """Raised by a stage that may not run as things stand (e.g. exporting an engine whose verdict is bad): status
+    ``blocked``; the message says why and how to go ahead anyway."""
+
+
+@dataclass(frozen=True)
+class Stage(Generic[T]):
+    """One step of the journey: what it is called, which settings it reads, what it needs, what it makes."""
+
+    name: str
+    title: str
+    reads: tuple[str, ...]  # config fields the stage reads directly
+    requires: tuple[str, ...]  # stages that must be done first
+    field: str  # the QuickstartRun field its artifact goes to
+    run: Callable[[QuickstartRun, Workspace], T]
+    summary: Callable[[T, QuickstartRun], str]  # (its artifact, the run including it) -> one line
+
+
+# --- clean ------------------------------------------------------------------------------------------------------
+
+
+def stage_clean(run: QuickstartRun, ws: Workspace) -> Cleaning:
+    profile = {name: list(rng) for name, rng in ws.entry.input_profiles().items()}
+    result = clean_model(ws.entry.onnx_path(), CleanOptions(profile=profile))
+    path = ws.path("clean.onnx")
+    write_bytes_atomic(path, result.model.SerializeToString())
+    return Cleaning(result, load_onnx(path))
+
+
+def summary_clean(cleaning: Cleaning, run: QuickstartRun) -> str:
+    result = cleaning.result
+    accepted = [p.name for p in result.passes if p.changed]
+    return (
+        f"{result.nodes_before} ONNX nodes (raw graph) -> {result.nodes_after} (cleaned graph), {len(accepted)} "
+        f"pass(es) changed the graph, {len(result.rolled_back)} rolled back"
+    )
+
+
+# --- builds: one VariantBuild per variant, nowhere else ---------------------------------------------------------
+
+
+def _engine(ws: Workspace, variant: Variant, model: OnnxModel) -> EngineArtifact:
+    return engine_from_onnx(model, ws.path(f"{variant}.engine"), ws.build_options(VARIANTS[variant].precision))
+
+
+def summary_build(build: VariantBuild, run: QuickstartRun) -> str:
+    engine = build.engine
+    by_precision = ", ".join(f"{k} {v}" for k, v in sorted(engine.summary()["by_precision"].items()))
+    return (
+        f"{VARIANTS[build.variant].label}: {engine.onnx_node_count} ONNX nodes of {Path(engine.onnx_path).name} -> "
+        f"{engine.layer_count} engine layers ({by_precision}) in {engine.build_seconds:.1f} s "
+        f"({engine.backend} {engine.backend_version})" + (f"; {build.source}" if build.source else "")
+    )
+
+
+def stage_build_fp32(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    model = ws.source_model(run)
+    return VariantBuild(Variant.FP32, model.path, _engine(ws, Variant.FP32, model))
+
+
+def stage_fusion(run: QuickstartRun, ws: Workspace) -> FusionStats:
+    return require(run.fp32_build, "build_fp32").engine.layer_map.stats()
+
+
+def summary_fusion(stats: FusionStats, run: QuickstartRun) -> str:
+    fused = sum(count for size, count in stats.group_sizes.items() if size > 1)
+    return (
+        f"{stats.engine_layers} engine layers; {fused} of them fuse 2+ ONNX nodes; {stats.folded_nodes} of "
+        f"{stats.onnx_nodes} ONNX nodes map to no layer (folded or metadata-less)"
+    )
+
+
+def stage_build_fp16(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    """The FP16 engine; its metric is measured on the AutoCast FP16 model (the same rules the builder applies)."""
+    try:
+        onnx_path = ws.fp16_onnx(run)
+    except WorkbenchError as error:
+        raise StageNotApplicable(f"no FP16 model of this graph: {error}") from error
+    return VariantBuild(Variant.FP16, onnx_path, _engine(ws, Variant.FP16, ws.source_model(run)))
+
+
+# --- INT8: calibrate, build all-INT8, diff, search, build the search's pick ----------------------------------
+
+
+def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
+    cfg = run.config
+    source = ws.source_model(run).proto.graph
+    if not any(node.op_type in QUANTIZABLE_OPS for node in source.node):
+        ops = sorted({node.op_type for node in source.node})
+        raise StageNotApplicable(
+            f"nothing to quantize: INT8 applies to {', '.join(QUANTIZABLE_OPS)} nodes and this model has none "
+            f"(its ops: {', '.join(ops[:12])}); the FP32 and FP16 engines are compared instead"
+        )
+    try:
+        session = ws.calibration_session(run)
+    except Float16Model as error:
+        raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
+    ranges = session.ranges(cfg.calibration_method)
+    statistics = session.statistics()
+    cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
+    ranges.save(cache)
+    quantized = session.quantize(ranges)
+    quantized.save(onnx_path)
+    return Calibration(
+        method=cfg.calibration_method,
+        ranges=ranges,
+        samples=statistics.num_samples,
+        statistics_seconds=statistics.seconds,
+        cache_path=cache,
+        onnx_path=onnx_path,
+        qdq_pairs=quantized.counts().get("QuantizeLinear", 0),
+        quantized=quantized,
+    )
+
+
+def summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
+    text = (
+        f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
+        f"{calibration.qdq_pairs} Q/DQ pairs inserted"
+    )
+    notes = calibration.ranges.range_notes
+    if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
+        first, note = next(iter(notes.items()))
+        text += f"; {len(notes)} range(s) not the method's own choice, e.g. {first!r}: {note}"
+    return text
+
+
+def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    calibration = require(run.calibration, "calibrate")
+    return VariantBuild(
+        Variant.INT8_ALL,
+        calibration.onnx_path,
+        _engine(ws, Variant.INT8_ALL, load_onnx(calibration.onnx_path)),
+        calibration_cache=calibration.cache_path,
+        source=f"every quantizable node INT8 ({calibration.method} ranges)",
+    )
+
+
+def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
+    calibration = require(run.calibration, "calibrate")
+    session = ws.calibration_session(run)
+    diff = session.diff(calibration.quantized, max_batches=calibration_batches(run.config.diff_samples))
+    path = ws.path("layer-diff.json")
+    diff.save(path)
+    return LayerDiffStage(diff, tuple(session.rank_int8_nodes(diff)), path)
+
+
+def summary_layer_diff(stage: LayerDiffStage, run: QuickstartRun) -> str:
+    diff = stage.diff
+    text = f"{len(diff.tensors)} tensors compared on {diff.num_samples} samples"
+    worst = diff.ranking(1)
+    if worst:
+        text += (
+            f"; most INT8 noise added at {worst[0].node} (accumulated SQNR {worst[0].sqnr_db_accumulated:.1f} dB, "
+            f"{worst[0].drop_db:.1f} dB drop)"
+        )
+    if stage.int8_nodes_worst_first:
+        text += f"; INT8 nodes worst first: {', '.join(stage.int8_nodes_worst_first[:3])}"
+    return text
+
+
+def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
+    """The accuracy-target search (most INT8 whose metric is within ``max_metric_drop`` of FP32) from this run's
+    calibration ranges, every plan's engine built for its structure; the JSON goes to ``<model>.mixed.json``. Its
+    pick is what the build_mixed stage builds: the journey's one mixed-precision mechanism."""
+    cfg = run.config
+    if cfg.search_budget == 0:
+        raise StageOff(
+            "the mixed-precision search is off (search_budget=0), so there is no mixed engine",
+            expected="search_budget 1..64 to run it",
+        )
+    calibration = require(run.calibration, "calibrate")
+    result = search_mixed_precision(
+        ws.calibration_session(run),
+        ranges=calibration.ranges,
+        target_drop=cfg.max_metric_drop,
+        budget=cfg.search_budget,
+        limit=cfg.evaluation_samples,
+    )
+    path = ws.path("mixed.json")
+    result.save(path)
+    return mixed_search(result, path)
+
+
+def summary_search(search: MixedSearch, run: QuickstartRun) -> str:
+    result = search.result
+    chosen = search.intervals[result.chosen.index]
+    return (
+        f"pick: plan {result.chosen.index}, {result.metric_name} {chosen.text()} with INT8 {result.int8_math_nodes}/"
+        f"{result.math_nodes} math nodes (target {result.target:.4f}: {'met' if result.met else 'NOT met'}); "
+        f"{result.evaluations_used} plan(s) evaluated, {len(search.front)} on the Pareto front; stopped: "
+        f"{result.stop_reason}"
+    )
+
+
+def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    """The engine of the search's pick, with its plan and calibration cache."""
+    search = require(run.mixed_search, "search")
+    calibration = require(run.calibration, "calibrate")
+    result = search.result
+    pick = result.chosen
+    if run.search_pick is not Variant.INT8_MIXED:
+        raise StageNotApplicable(
+            f"the search's pick is the all-INT8 plan ({result.metric_name} {pick.metric:.4f}; stopped: "
+            f"{result.stop_reason}): the all-INT8 engine is the mixed-precision answer, no node needs to stay wider"
+        )
+    if pick.int8_math_nodes == 0:
+        raise StageNotApplicable(
+            f"the search's pick (plan {pick.index}) keeps no math node INT8: it is the {result.fallback} model, whose "
+            "engine the other build stages make"
+        )
+    plan = result.plan_of(pick.index)
+    quantized = ws.calibration_session(run).quantize(calibration.ranges, plan)
+    onnx_path, plan_path = ws.path(f"{Variant.INT8_MIXED}.onnx"), ws.path(f"{Variant.INT8_MIXED}.plan.json")
+    quantized.save(onnx_path)
+    write_json_atomic(plan_path, plan.to_json())
+    return VariantBuild(
+        Variant.INT8_MIXED,
+        onnx_path,
+        _engine(ws, Variant.INT8_MIXED, load_onnx(onnx_path)),
+        plan=plan,
+        plan_path=plan_path,
+        calibration_cache=calibration.cache_path,
+        source=(
+            f"the mixed-precision search's pick, plan {pick.index}: {len(pick.fallback_nodes)} node(s) to "
+            f"{result.fallback}, INT8 {pick.int8_math_nodes}/{pick.math_nodes} math nodes"
+        ),
+    )
+
+
+# --- measure, choose, time, export ---------------------------------------------------------------------------
+
+BUILD_STAGE = {
+    Variant.FP32: "build_fp32",
+    Variant.FP16: "build_fp16",
+    Variant.INT8_ALL: "build_int8_all",
+    Variant.INT8_MIXED: "build_mixed",
+}
+
+
+def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
+    """The task metric of FP32 (the reference: the source model) and of every other built variant's ONNX."""
+    builds = run.builds
+    variants: list[tuple[Variant, Path]] = [(Variant.FP32, ws.source_model(run).path)] + [
+        (variant, builds[variant].onnx_path) for variant in Variant if variant in builds and variant is not Variant.FP32
+    ]
+    not_measured: dict[Variant, str] = {
+        variant: f"not built: {run.stage(BUILD_STAGE[variant]).text}"
+        for variant in Variant
+        if variant not in builds and variant is not Variant.FP32 and variant in BUILD_STAGE
+    }
+    measured = []
+    for variant, path in variants:
+        try:
+            measured.append((variant, path, ws.entry.evaluate_onnx(path, limit=run.config.evaluation_samples)))
+        except WorkbenchError as error:
+            not_measured[variant] = str(error)
+    reference = next((result.value for variant, _, result in measured if variant is Variant.FP32), None)
+    rows = tuple(
+        MetricRow(
+            variant,
+            str(path),
+            result.name,
+            float(result.value),
+            result.n_samples,
+            result.higher_is_better,
+            float(result.value) - reference if reference is not None else math.nan,
+            tuple(float(score) for score in result.scores),
+        )
+        for variant, path, result in measured
+    )
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    if isinstance(ws.entry, OnnxFileEntry):
+        notes = "".join(f"; {note}" for note in ws.entry.notes)
+        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {ws.entry.inputs_note}{notes}")
+    return Metrics(rows, not_measured)
+
+
+def summary_metrics(metrics: Metrics, run: QuickstartRun) -> str:
+    text = "; ".join(f"{row.variant} {row.value:.4f}" for row in metrics.rows)
+    return f"{metrics.metric} (ONNX Runtime CPU): {text}"
+
+
+def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
+    """The built variant of the requested precision ("auto": the rule's pick), with the verdict on its metric.
+    Builds nothing: a variant no build stage built cannot be chosen."""
+    cfg = run.config
+    builds = run.builds
+    if not set(variants_for(cfg.precision)) & set(builds):
+        raise WorkbenchError(
+            f"no {cfg.precision} engine was built (see the build stages above).",
+            expected="another precision, or auto",
+        )
+    rows = run.metrics.rows if run.metrics else ()
+    choice = choose(rows, cfg.precision, cfg.max_metric_drop, available=tuple(builds))
+    if choice.variant not in builds:
+        raise WorkbenchError(
+            f"the rule picks {choice.variant}, which was not built: {run.stage(BUILD_STAGE[choice.variant]).text}",
+            expected="every build stage done",
+        )
+    return Selection(cfg.precision, builds[choice.variant], choice)
+
+
+def summary_select(selection: Selection, run: QuickstartRun) -> str:
+    engine = selection.engine
+    asked = f" (asked: {selection.precision})" if selection.precision != selection.variant else ""
+    text = (
+        f"{selection.variant} engine{asked} {engine.engine_path} ({engine.layer_count} layers, "
+        f"{engine.engine_bytes / 1e6:.2f} MB)"
+    )
+    metric = run.chosen_metric
+    if metric is not None:
+        text += f"; {metric.metric} {metric.estimate.text()} ({metric.delta_vs_fp32:+.4f} vs FP32)"
+    choice = selection.choice
+    return text + ("" if choice.ok else f". WARNING ({choice.level}): {choice.reason}")
+
+
+def _executor_for(selection: Selection, ws: Workspace) -> tuple[TrtExecutor | OrtCpuExecutor, str]:
+    """A GPU executor for the chosen engine when this machine can run it, else ONNX Runtime CPU, and why."""
+    gpu = detect_gpu()
+    if gpu.present:
+        can_run, why = engine_runnable(get_backend(selection.engine.backend), gpu)
+        if can_run:
+            return TrtExecutor(selection.engine.engine_path), f"TensorRT GPU executor on {gpu.name}"
+        reason = f"GPU {gpu.name} present but the engine cannot run on it ({why}); timing the ONNX model on CPU instead"
+    else:
+        reason = "no NVIDIA GPU here: timing the chosen ONNX variant with ONNX Runtime CPU (not TensorRT numbers)"
+    # the zoo's optimization-profile shapes pin dims the ONNX leaves symbolic (e.g. OCR's image height and width)
+    shapes = {name: tuple(opt) for name, (_low, opt, _high) in ws.entry.input_profiles().items()}
+    return OrtCpuExecutor(selection.onnx_path, shapes=shapes), reason
+
+
+def stage_timing(run: QuickstartRun, ws: Workspace) -> Timing:
+    cfg = run.config
+    executor, reason = _executor_for(require(run.selection, "select"), ws)
+    batch = min(cfg.batch, ws.entry.max_batch or cfg.batch)
+    if batch != cfg.batch:  # a graph that hard-codes batch 1: the streams carry the concurrency
+        reason += (
+            f"; batch {batch}, not {cfg.batch}: the model's graph hard-codes its batch, so streams do the batching"
+        )
+    try:
+        sweep = run_sweep(
+            executor,
+            sweep_plan(cfg.streams, batch, include_baselines=cfg.sweep),
+            interactive_config(cfg.timing_window_s),
+            model=cfg.model,
+        )
+    finally:
+        executor.close()
+    return Timing(sweep.results, reason, fixed_batch=ws.entry.max_batch)
+
+
+def summary_timing(timing: Timing, run: QuickstartRun) -> str:
+    chosen = timing.chosen
+    return (
+        f"{chosen.executor} executor, {chosen.streams} stream(s) x batch {chosen.batch}: "
+        f"{chosen.throughput_per_s:.0f} samples/s, p50 {chosen.latency_ms.get('p50', math.nan):.2f} ms. {timing.reason}"
+    )
+
+
+def new_export_dir(run: QuickstartRun, root: Path, label: str | None = None) -> Path:
+    """A folder no export has used: ``<root>/<model>-<label>-<UTC time>`` (``-2``, ``-3`` ... within one second);
+    ``label`` defaults to the chosen engine's variant."""
+    label = label or str(require(run.selection, "select").variant)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    name = Path(run.config.model).stem if run.config.model.endswith(".onnx") else run.config.model
+    base = root / f"{name.replace(os.sep, '_')}-{label}-{stamp}"
+    path, suffix = base, 2
+    while path.exists():
+        path, suffix = base.with_name(f"{base.name}-{suffix}"), suffix + 1
+    return path
+
+
+def export_command(build: VariantBuild, output_dir: Path) -> str:
+    """The ``workbench export`` command that ships ``build`` as it is (engine, plan and calibration cache)."""
+    words = ["workbench", "export", str(build.engine.engine_path), "-o", str(output_dir)]
+    if build.plan_path is not None:
+        words += ["--plan", str(build.plan_path)]
+    if build.calibration_cache is not None:
+        words += ["--calibration-cache", str(build.calibration_cache)]
+    return shlex.join(words)
+
+
+def export_selection(run: QuickstartRun, output_dir: str | Path | None = None, *, overwrite: bool = False) -> Bundle:
+    """Export the chosen build (its engine, plan and calibration cache) with its accuracy and timing: into
+    ``output_dir``, or a new folder under the run's ``<out_dir>/export`` (so exports never replace each other); an
+    existing ``output_dir`` needs ``overwrite``."""
+    selection = require(run.selection, "select")
+    build = selection.build
+    metric = run.chosen_metric
+    timing = run.timing
+    target = Path(output_dir) if output_dir else new_export_dir(run, Path(run.config.out_dir) / "export")
+    accuracy = None
+    if metric is not None:
+        estimate = metric.estimate
+        accuracy = metric.to_json() | {
+            "how": "ONNX Runtime CPU, optimizations off",
+            "interval_95": [estimate.low, estimate.high] if estimate.has_interval else None,
+            "interval_method": estimate.method,
+            "choice": selection.choice.reason,
+            "choice_level": selection.choice.level,
+            "source": build.source,
+        }
+        accuracy.pop("scores", None)
+    return export_bundle(
+        build.engine,
+        target,
+        overwrite=overwrite,
+        plan=build.plan,
+        calibration_cache=build.calibration_cache,
+        accuracy=accuracy,
+        timing=timing.chosen.to_json() | {"how": timing.reason} if timing else None,
+    )
+
+
+def stage_export(run: QuickstartRun, ws: Workspace) -> Bundle:
+    cfg = run.config
+    if not cfg.export:
+        raise StageOff("export is off for this session (export=False): export from the panel's button")
+    selection = require(run.selection, "select")
+    if selection.choice.level == "bad" and not cfg.export_bad:
+        command = export_command(selection.build, new_export_dir(run, Path(cfg.out_dir) / "export"))
+        raise StageBlocked(
+            f"the {selection.variant} engine's verdict is bad ({selection.choice.reason}), so it is not exported. "
+            f"To export it anyway: run again with export_bad=True (workbench demo --export-anyway), or export this "
+            f"engine as built: {command}"
+        )
+    return export_selection(run)
+
+
+def summary_export(bundle: Bundle, run: QuickstartRun) -> str:
+    files = sorted(str(p.relative_to(bundle.path)) for p in bundle.path.rglob("*") if p.is_file())
+    variant = run.chosen_variant
+    return f"{variant} engine bundle in {bundle.path}: {', '.join(files)}"
+
+
+# --- the journey ---------------------------------------------------------------------------------------------------
+
+STAGES: tuple[Stage[Any], ...] = (
+    Stage("clean", "Clean the ONNX graph", ("model",), (), "cleaning", stage_clean, summary_clean),
+    Stage("build_fp32", "Build the FP32 engine", (), (), "fp32_build", stage_build_fp32, summary_build),
+    Stage("fusion", "Fusion view", (), ("build_fp32",), "fusion", stage_fusion, summary_fusion),
+    Stage("build_fp16", "Build the FP16 engine", (), (), "fp16_build", stage_build_fp16, summary_build),
+    Stage(
+        "calibrate",
+        "Calibrate INT8 ranges",
+        ("calibration_method", "calibration_samples"),
+        (),
+        "calibration",
+        stage_calibrate,
+        summary_calibrate,
+    ),
+    Stage(
+        "build_int8_all",
+        "Build the all-INT8 engine",
+        (),
+        ("calibrate",),
+        "int8_all_build",
+        stage_build_int8_all,
+        summary_build,
+    ),
+    Stage(
+        "layer_diff",
+        "Per-layer INT8 diff",
+        ("diff_samples",),
+        ("calibrate",),
+        "layer_diff",
+        stage_layer_diff,
+        summary_layer_diff,
+    ),
+    Stage(
+        "search",
+        "Mixed-precision search (accuracy target)",
+        ("search_budget", "max_metric_drop", "evaluation_samples"),
+        ("calibrate",),
+        "mixed_search",
+        stage_search,
+        summary_search,
+    ),
+    Stage(
+        "build_mixed",
+        "Build the search's mixed engine",
+        (),
+        ("search",),
+        "mixed_build",
+        stage_build_mixed,
+        summary_build,
+    ),
+    Stage("metrics", "Task metric per variant", ("evaluation_samples",), (), "metrics", stage_metrics, summary_metrics),
+    Stage(
+        "select",
+        "Choose the engine",
+        ("precision", "max_metric_drop"),
+        ("build_fp32",),
+        "selection",
+        stage_select,
+        summary_select,
+    ),
+    Stage(
+        "timing",
+        "Time the pipeline",
+        ("streams", "batch", "timing_window_s", "sweep"),
+        ("select",),
+        "timing",
+        stage_timing,
+        summary_timing,
+    ),
+    Stage(
+        "export",
+        "Export the chosen engine",
+        ("export", "export_bad"),
+        ("select",),
+        "bundle",
+        stage_export,
+        summary_export,
+    ),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
+
+_RAISED_STATUS: tuple[tuple[type[WorkbenchError], StageStatus], ...] = (
+    (StageOff, StageStatus.OFF),
+    (StageNotApplicable, StageStatus.NOT_APPLICABLE),
+    (StageBlocked, StageStatus.BLOCKED),
+)
+
+
+def _not_run(stage: Stage[Any], missing: list[StageResult]) -> StageResult:
+    """The result of a stage whose requirements did not complete: as they are when all are off / not applicable
+    (a stage built on one that does not apply does not apply either), else blocked."""
+    names = ", ".join(result.name for result in missing)
+    statuses = {result.status for result in missing}
+    if statuses == {StageStatus.NOT_APPLICABLE}:
+        return StageResult(
+            stage.name, stage.title, StageStatus.NOT_APPLICABLE, reason=f"needs stage {names}, which does not apply"
+        )
+    if statuses <= {StageStatus.OFF, StageStatus.NOT_APPLICABLE}:
+        return StageResult(stage.name, stage.title, StageStatus.OFF, reason=f"needs stage {names}, which is off")
+    return StageResult(
+        stage.name, stage.title, StageStatus.BLOCKED, reason=f"needs stage {names}, which did not complete"
+    )
+
+
+def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
+    """Run one stage and return the new record: its artifact set (or cleared when not done) and its StageResult."""
+    stage = STAGE_BY_NAME[name]
+    missing = [run.stage(dep) for dep in stage.requires if not run.stage(dep).ok]
+    artifact = None
+    if missing:
+        result = _not_run(stage, missing)
+    else:
+        started = time.perf_counter()
+        try:
+            artifact = stage.run(run, ws)
+        except WorkbenchError as error:
+            status = next((s for kind, s in _RAISED_STATUS if isinstance(error, kind)), StageStatus.FAILED)
+            seconds = time.perf_counter() - started if status is StageStatus.FAILED else 0.0
+            result = StageResult(name, stage.title, status, seconds, reason=str(error))
+        else:
+            seconds = time.perf_counter() - started
+            text = stage.summary(artifact, replace(run, **{stage.field: artifact}))
+            result = StageResult(name, stage.title, StageStatus.DONE, seconds, text)
+    return replace(run, **{stage.field: artifact, "stages": {**run.stages, name: result}})
+
+
+def cancel_stages(run: QuickstartRun, names: Iterable[str]) -> QuickstartRun:
+    """Mark ``names`` cancelled and clear their artifacts: a cancelled run shows no stale result."""
+    fields: dict[str, None] = {}
+    stages = dict(run.stages)
+    for name in names:
+        stage = STAGE_BY_NAME[name]
+        fields[stage.field] = None
+        stages[name] = StageResult(name, stage.title, StageStatus.CANCELLED, reason="cancelled before this stage ran")
+    return replace(run, stages=stages, **fields)
