@@ -420,9 +420,10 @@ def test_guard_changes_only_ranges_that_clip_most_of_the_data() -> None:
 
 
 def test_demo_calibrate_summary_names_the_changed_ranges(tmp_path: Path) -> None:
-    from workbench.flow.quickstart import Calibration, _summary_calibrate
+    from workbench.flow.artifacts import Calibration
+    from workbench.flow.stages import summary_calibrate
 
     ranges = _statistics({"x": np.random.default_rng(2).uniform(0.1, 1.0, 5_000).astype(np.float32)}).ranges()
     calibration = Calibration("entropy", ranges, 1000, 0.0, tmp_path / "c.json", tmp_path / "q.onnx", 2)
-    summary = _summary_calibrate(calibration, None)  # type: ignore[arg-type]
+    summary = summary_calibrate(calibration, None)  # type: ignore[arg-type]
     assert "1 range(s) not the method's own choice" in summary and "entropy chose amax" in summary
