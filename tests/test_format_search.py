@@ -86,3 +86,32 @@ def test_cli_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert "mixed precision: top1_accuracy" in run.stdout
     no_search = run_cli_forked(["calibrate", "digits-cnn", "--formats", "int8,fp8", "-o", str(out)], cwd=tmp_path)
     assert no_search.returncode == 2 and "--target-drop" in no_search.stderr
+
+
+def test_prefix_cache_gives_the_metric_of_a_full_evaluation(digits) -> None:  # type: ignore[no-untyped-def]
+    """Plans evaluated from cached activations score every sample exactly as a full ONNX Runtime run does, also
+    after the cache adopts a changed plan as its base; the search gives the same result with and without it."""
+    from workbench.calib.prefix import PrefixCache
+
+    session = digits
+    ranges = session.ranges("mse")
+    nodes = session.quantized_nodes()
+    base = session.quantize(ranges)
+    cache = PrefixCache(session, base, limit=120, cut_nodes=nodes)
+    assert list(cache.base_result.scores) == list(session.evaluate(base, limit=120).scores)
+    late = session.default_plan().with_overrides({nodes[-1]: "fp8"})
+    late_model = session.quantize(ranges, late)
+    cached = cache.evaluate(late_model, nodes[-1])
+    assert cache.last_cut > 0  # it ran only the suffix
+    full = session.evaluate(late_model, limit=120)
+    assert cached.value == full.value and list(cached.scores) == list(full.scores)
+    cache.adopt()  # the late plan becomes the base; a plan changing an earlier node on top of it
+    both = late.with_overrides({nodes[2]: "fp16"})
+    both_model = session.quantize(ranges, both)
+    again = cache.evaluate(both_model, nodes[2])
+    assert 0 < cache.last_cut
+    assert list(again.scores) == list(session.evaluate(both_model, limit=120).scores)
+    kwargs = {"target": 1.01, "budget": 3, "limit": 120, "formats": ("int8", "fp8", "fp16"), "build_costs": False}
+    with_cache = search_mixed_precision(session, **kwargs)
+    without = search_mixed_precision(session, prefix_cache=False, **kwargs)
+    assert [p.scores for p in with_cache.evaluated] == [p.scores for p in without.evaluated]

@@ -35,7 +35,7 @@ def test_the_worst_output_judges_int8_not_the_outputs_joined(two_outputs: Path) 
     int8 = session.evaluate(session.quantize(session.ranges("max")), limit=128)
     outputs = int8.details["outputs"]
     assert outputs["features"]["kind"] == "cosine" and outputs["features"]["value"] > 0.999
-    assert outputs["logits"]["value"] < 0.85  # measured 0.72: the small channels the logits read are coarsened
+    assert outputs["logits"]["value"] < 0.85  # measured 0.75: the small channels the logits read are coarsened
     assert int8.details["worst_output"] == "logits" and int8.value == outputs["logits"]["value"]
     assert np.mean(int8.scores) == pytest.approx(int8.value) and int8.n_samples == 128
     # what the old metric (every output joined per sample, one cosine) made of the same model: it hid the damage

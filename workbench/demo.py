@@ -141,7 +141,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--model",
         help="zoo model name (default: ocr-cls, ~25 s on 2 cores) or a path to your own .onnx file: it runs on "
-        "seeded random inputs and its metric is the output cosine vs its own FP32 outputs (not task accuracy)",
+        "seeded random inputs (or --data) and its metric is agreement with its own FP32 outputs judged on the worst "
+        "output (not task accuracy), or top-1 accuracy when the --data batches carry 'labels'",
     )
     parser.add_argument("--out", default="out", help="output folder (default: ./out)")
     parser.add_argument(

@@ -167,11 +167,13 @@ def refuse_oversized_constants(model: ModelSource, what: str) -> None:
         )
 
 
-def _with_outputs(model: onnx.ModelProto | bytes, names: list[str]) -> onnx.ModelProto:
+def _with_outputs(model: onnx.ModelProto | bytes | str, names: list[str]) -> onnx.ModelProto:
     import onnx
 
     if isinstance(model, bytes):
         model = onnx.load_from_string(model)
+    elif isinstance(model, str):
+        model = onnx.load(model)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     existing = {output.name for output in copy.graph.output}

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -464,7 +464,7 @@ def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
     node_index = {n.name: i for i, n in enumerate(quant_proto.graph.node)}
     rows = []
     for name, (values, weight_scale, axis) in tensors.weights.items():
-        fmt = "fp8" if tensors.formats.get(name) == "fp8" else "int8"
+        fmt: Literal["int8", "fp8"] = "fp8" if tensors.formats.get(name) == "fp8" else "int8"
         quantized_values = fake_quantize_as(values, weight_scale, fmt, axis)
         err = (values - quantized_values).astype(np.float64).ravel()
         signal = float(values.astype(np.float64).ravel() @ values.astype(np.float64).ravel())

@@ -208,6 +208,7 @@ def search_mixed_precision(
     base_plan: PrecisionPlan | None = None,
     log: Callable[[str], None] | None = None,
     formats: Sequence[str] | None = None,
+    prefix_cache: bool = True,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -215,7 +216,8 @@ def search_mixed_precision(
     ``limit`` caps the evaluation samples; ``budget`` caps task evaluations of quantized plans; ``granularity``
     is "fusion" (groups from the all-INT8 engine's layer map) or "block" (fusion groups merged by name scope).
     ``formats``: the ladder a group climbs when it hurts, e.g. ``("int8", "fp8", "fp16")`` (default: INT8 then
-    ``fallback``); the first is where every group starts.
+    ``fallback``); the first is where every group starts. ``prefix_cache``: evaluate each plan from the activations
+    of the current plan up to the first group it changes (:class:`~workbench.calib.prefix.PrefixCache`; same metric).
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -282,10 +284,25 @@ def search_mixed_precision(
 
     evaluated: list[EvaluatedPlan] = []
     evaluations = 0
+    cache = None
+    if prefix_cache:
+        from workbench.calib.prefix import PrefixCache
+
+        cache = PrefixCache(session, full, limit=limit, cut_nodes=[group.nodes[0] for group in groups])
+    cached_plan = base
+
+    def first_change(plan: PrecisionPlan) -> str | None:
+        changed = [n for n in candidates if plan.precision_of(n) != cached_plan.precision_of(n)]
+        return min(changed, key=lambda n: topo.get(n, 0)) if changed else None
 
     def record(plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None) -> float:
         nonlocal evaluations
-        measured = session.evaluate(model, limit=limit)
+        if cache is None:
+            measured = session.evaluate(model, limit=limit)
+        elif not evaluated:
+            measured = cache.base_result
+        else:
+            measured = cache.evaluate(model, first_change(plan))
         value = float(measured.value)
         evaluations += 1
         if build_costs and cost is None:
@@ -376,6 +393,9 @@ def search_mixed_precision(
                 if kept:
                     plan, fallen, current = trial, trial_fallen, value
                     current_index = len(evaluated) - 1
+                    if cache is not None:  # later plans start from this one's activations
+                        cache.adopt()
+                        cached_plan = trial
                     moved = True
                     if meets(current):
                         stop = "target met"

@@ -21,10 +21,13 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from workbench.errors import WorkbenchError
 from workbench.model.graph import onnx_node_list, qdq_edges
+
+if TYPE_CHECKING:
+    import onnx
 
 # Separators TensorRT has used between the ONNX nodes fused into one layer: \x1f (10/11), \x1e (8.6).
 _ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]*)\]")
@@ -384,8 +387,9 @@ def layers_document(engine_layers: EngineLayers, onnx_graph_nodes: Iterable[tupl
     """
     edges: list[list[Any]] = []
     if hasattr(onnx_graph_nodes, "graph"):
-        edges = [list(edge) for edge in qdq_edges(onnx_graph_nodes)]
-        onnx_graph_nodes = onnx_node_list(onnx_graph_nodes)
+        proto = cast("onnx.ModelProto", onnx_graph_nodes)
+        edges = [list(edge) for edge in qdq_edges(proto)]
+        onnx_graph_nodes = onnx_node_list(proto)
     by_node: dict[str, list[str]] = {}
     for layer in engine_layers.layers:
         for node in layer.onnx_nodes:

@@ -20,7 +20,7 @@ from workbench.zoo import ZooEntry, get_entry
 def quickstart_entry(model: str, data: str = "") -> ZooEntry:
     """The entry the quickstart runs on: a zoo model by name, or an ONNX file (a path) as an
     :class:`~workbench.zoo.onnx_file.OnnxFileEntry`: seeded random inputs, or the ``.npz`` batches in ``data``;
-    metric = output cosine vs its FP32."""
+    metric = agreement with its FP32 outputs on the worst output (top-1 accuracy with labels)."""
     if model.endswith(".onnx") or "/" in model or os.sep in model or Path(model).is_file():
         from workbench.zoo.onnx_file import OnnxFileEntry
 

@@ -85,7 +85,7 @@ def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
 
 
 def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
-    graph = getattr(proto_or_graph, "graph", proto_or_graph)
+    graph = proto_or_graph.graph if hasattr(proto_or_graph, "graph") else proto_or_graph
     return any(node.op_type in QDQ_OPS for node in graph.node)
 
 

@@ -192,8 +192,7 @@ class OrtCpuExecutor:
         session = self._sessions.get(lane)
         if session is None:
             session = self._sessions[lane] = self._new_session()
-        feeds = {size: random_feed(self.inputs, size, seed=self._seed + lane) for size in batch_sizes}
-        return _OrtLane(session, feeds)
+        return _OrtLane(session, self.inputs, seed=self._seed + lane)
 
     def graph_status(self) -> dict[str, Any]:
         return {"requested": False, "active": False, "fallback_reason": "CUDA graphs do not apply to the CPU executor"}
@@ -203,20 +202,30 @@ class OrtCpuExecutor:
 
 
 class _OrtLane:
-    def __init__(self, session: Any, feeds: dict[int, dict[str, np.ndarray]]) -> None:
+    """One lane's ONNX Runtime session. The pipeline's CPU lanes run it on their slots' own inputs (``run``); the
+    lane's seeded feed per batch size (``enqueue``) is made only when asked for, so no lane holds an unused copy."""
+
+    def __init__(self, session: Any, inputs: Sequence[TensorSlot], seed: int) -> None:
         self._session = session
-        self._feeds = feeds
+        self._inputs = list(inputs)
+        self._seed = seed
+        self._feeds: dict[int, dict[str, np.ndarray]] = {}
         self.last_outputs: list[np.ndarray] = []
 
+    def _feed(self, size: int) -> dict[str, np.ndarray]:
+        if size not in self._feeds:
+            self._feeds[size] = random_feed(self._inputs, size, seed=self._seed)
+        return self._feeds[size]
+
     def input_pointers(self, size: int) -> list[int]:
-        return [int(a.ctypes.data) for a in self._feeds[size].values()]
+        return [int(a.ctypes.data) for a in self._feed(size).values()]
 
     def output_pointers(self, size: int) -> list[int]:
         return []
 
     def enqueue(self, size: int, stream: Any = None) -> None:
         # Synchronous: returns when the outputs exist.
-        self.last_outputs = self._session.run(None, self._feeds[size])
+        self.last_outputs = self._session.run(None, self._feed(size))
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run the lane's session on caller-owned inputs (the serving layer's per-slot buffers); synchronous."""

@@ -12,6 +12,7 @@ an H200, bench/green_probe.py). Device memory is shared with the primary context
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
@@ -101,27 +102,27 @@ class _SmPool:
         )
         self.group: driver.CUdevResource | None = None
         self.remainder: driver.CUdevResource | None = None
-        # part ("group" / "rest") -> [owner, holders]: the versions of one model (hot reload) share its part
-        self.taken: dict[str, list[str | int | None]] = {}
+        # part ("group" / "rest") -> its holder: the versions of one model (hot reload) share its part
+        self.taken: dict[str, _Holder] = {}
 
     def take(self, sm_count: int, owner: str | None = None) -> tuple[str, driver.CUdevResource]:
         from cuda.bindings import driver
 
         for part, holder in self.taken.items():
-            if owner is not None and holder[0] == owner:
-                holder[1] += 1
-                return part, self.group if part == "group" else self.remainder
+            if owner is not None and holder.owner == owner:
+                holder.count += 1
+                return part, self._part(part)
         if not self.taken:
             groups, _count, remainder = _check(
                 driver.cuDevSmResourceSplitByCount(1, self.whole, self.flags, int(sm_count)),
                 "cuDevSmResourceSplitByCount",
             )
             self.group, self.remainder = groups[0], remainder
-            self.taken["group"] = [owner, 1]
-            return "group", self.group
-        if "group" in self.taken and "rest" not in self.taken and sm_count <= int(self.remainder.sm.smCount):
-            self.taken["rest"] = [owner, 1]
-            return "rest", self.remainder
+            self.taken["group"] = _Holder(owner)
+            return "group", self._part("group")
+        if "group" in self.taken and "rest" not in self.taken and sm_count <= int(self._part("rest").sm.smCount):
+            self.taken["rest"] = _Holder(owner)
+            return "rest", self._part("rest")
         raise WorkbenchError(
             f"sm_count={sm_count} does not fit: this GPU ({self.device_sm_count} SMs) is split into one partition "
             f"and the rest of the GPU, and the part asked for is taken or smaller.",
@@ -132,9 +133,23 @@ class _SmPool:
     def give_back(self, part: str) -> None:
         holder = self.taken.get(part)
         if holder is not None:
-            holder[1] -= 1
-            if holder[1] <= 0:
+            holder.count -= 1
+            if holder.count <= 0:
                 del self.taken[part]
+
+    def _part(self, part: str) -> driver.CUdevResource:
+        resource = self.group if part == "group" else self.remainder
+        if resource is None:
+            raise WorkbenchError(f"the SM partition's {part!r} part was not split off yet.")
+        return resource
+
+
+@dataclass
+class _Holder:
+    """Who holds a part of the SM pool (a model name, or None) and how many lane sets of it do."""
+
+    owner: str | None
+    count: int = 1
 
 
 _POOLS: dict[int, _SmPool] = {}

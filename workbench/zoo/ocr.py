@@ -13,7 +13,7 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -124,7 +124,7 @@ def render_line(rng: np.random.Generator, max_ratio: float = REC_WIDTH / REC_HEI
             text = text[:-1]
         left, top, right, bottom = font.getbbox(text)
         width, height = right - left + 2 * pad_x, bottom - top + 2 * pad_y
-    image = Image.new("RGB", (width, height), background)
+    image = Image.new("RGB", (int(width), int(height)), background)
     ImageDraw.Draw(image).text((pad_x - left, pad_y - top), text, font=font, fill=foreground)
     return np.ascontiguousarray(np.asarray(image)[:, :, ::-1]), text
 
@@ -306,9 +306,10 @@ class OcrRecEntry(_OcrEntry):
         return self.decode(self._output(outputs, self.metric_output))
 
     def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
-        exact = [pred.strip() == truth for pred, truth in zip(predictions, labels)]
-        edits = sum(levenshtein(pred.strip(), truth) for pred, truth in zip(predictions, labels))
-        characters = sum(len(truth) for truth in labels)
+        texts, truths = cast("list[str]", predictions), cast("list[str]", labels)  # decoded lines and their labels
+        exact = [pred.strip() == truth for pred, truth in zip(texts, truths)]
+        edits = sum(levenshtein(pred.strip(), truth) for pred, truth in zip(texts, truths))
+        characters = sum(len(truth) for truth in truths)
         mistakes = [[int(indices[i]), labels[i], predictions[i]] for i, ok in enumerate(exact) if not ok]
         return MetricResult(
             name=self.metric_name,
@@ -433,7 +434,8 @@ class OcrDetEntry(_OcrEntry):
     def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         matched = total_truth = total_predicted = 0
         ious: list[float] = []
-        for predicted, truth in zip(predictions, labels):
+        boxes = cast("list[np.ndarray]", predictions), cast("list[np.ndarray]", labels)  # per page: [K, 4, 2] boxes
+        for predicted, truth in zip(*boxes):
             total_truth += len(truth)
             total_predicted += len(predicted)
             if not len(truth) or not len(predicted):
