@@ -658,17 +658,22 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
             result = StageResult(name, stage.title, status, seconds, reason=str(error))
         else:
             seconds = time.perf_counter() - started
-            text = stage.summary(artifact, replace(run, **{stage.field: artifact}))
+            text = stage.summary(artifact, _with_fields(run, {stage.field: artifact}))
             result = StageResult(name, stage.title, StageStatus.DONE, seconds, text)
-    return replace(run, **{stage.field: artifact, "stages": {**run.stages, name: result}})
+    return _with_fields(run, {stage.field: artifact, "stages": {**run.stages, name: result}})
+
+
+def _with_fields(run: QuickstartRun, fields: dict[str, Any]) -> QuickstartRun:
+    """``run`` with the named fields replaced (a stage's artifact goes to the field its Stage names)."""
+    return replace(run, **fields)
 
 
 def cancel_stages(run: QuickstartRun, names: Iterable[str]) -> QuickstartRun:
     """Mark ``names`` cancelled and clear their artifacts: a cancelled run shows no stale result."""
-    fields: dict[str, None] = {}
+    fields: dict[str, Any] = {}
     stages = dict(run.stages)
     for name in names:
         stage = STAGE_BY_NAME[name]
         fields[stage.field] = None
         stages[name] = StageResult(name, stage.title, StageStatus.CANCELLED, reason="cancelled before this stage ran")
-    return replace(run, stages=stages, **fields)
+    return _with_fields(run, fields | {"stages": stages})
