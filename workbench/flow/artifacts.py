@@ -214,6 +214,7 @@ class QuickstartRun(Artifact):
     fp16_build: VariantBuild | None = None
     calibration: Calibration | None = None
     int8_all_build: VariantBuild | None = None
+    fp8_all_build: VariantBuild | None = None
     layer_diff: LayerDiffStage | None = None
     mixed_search: MixedSearch | None = None
     mixed_build: VariantBuild | None = None
@@ -230,7 +231,7 @@ class QuickstartRun(Artifact):
     @property
     def builds(self) -> dict[Variant, VariantBuild]:
         """Every variant a build stage built, keyed by variant."""
-        found = (self.fp32_build, self.fp16_build, self.int8_all_build, self.mixed_build)
+        found = (self.fp32_build, self.fp16_build, self.int8_all_build, self.fp8_all_build, self.mixed_build)
         return {build.variant: build for build in found if build is not None}
 
     @property

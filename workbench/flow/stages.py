@@ -206,6 +206,25 @@ def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
     )
 
 
+def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    """FP8 (E4M3) Q/DQ on every quantizable node, from the same statistics, built for FP8-capable targets. Only
+    when FP8 is asked for: FP8 engines run on compute capability 8.9+ only."""
+    if run.config.precision != "fp8":
+        raise StageOff("FP8 was not asked for (precision fp8 builds it; it runs on GPUs of compute capability 8.9+)")
+    calibration = require(run.calibration, "calibrate")
+    session = ws.calibration_session(run)
+    quantized = session.quantize(calibration.ranges, session.default_plan("fp8"))
+    onnx_path = ws.path(f"{Variant.FP8_ALL}.onnx")
+    quantized.save(onnx_path)
+    return VariantBuild(
+        Variant.FP8_ALL,
+        onnx_path,
+        _engine(ws, Variant.FP8_ALL, load_onnx(onnx_path, check=False)),
+        calibration_cache=calibration.cache_path,
+        source=f"every quantizable node FP8 ({session.fp8_ranges(calibration.ranges).method} ranges)",
+    )
+
+
 def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
     calibration = require(run.calibration, "calibrate")
     session = ws.calibration_session(run)
@@ -305,6 +324,7 @@ BUILD_STAGE = {
     Variant.FP16: "build_fp16",
     Variant.INT8_ALL: "build_int8_all",
     Variant.INT8_MIXED: "build_mixed",
+    Variant.FP8_ALL: "build_fp8_all",
 }
 
 
@@ -557,6 +577,15 @@ STAGES: tuple[Stage[Any], ...] = (
         stage_build_mixed,
         summary_build,
     ),
+    Stage(
+        "build_fp8_all",
+        "Build the all-FP8 engine (precision fp8)",
+        ("precision",),
+        ("calibrate",),
+        "fp8_all_build",
+        stage_build_fp8_all,
+        summary_build,
+    ),
     Stage("metrics", "Task metric per variant", ("evaluation_samples",), (), "metrics", stage_metrics, summary_metrics),
     Stage(
         "select",
@@ -629,17 +658,22 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
             result = StageResult(name, stage.title, status, seconds, reason=str(error))
         else:
             seconds = time.perf_counter() - started
-            text = stage.summary(artifact, replace(run, **{stage.field: artifact}))
+            text = stage.summary(artifact, _with_fields(run, {stage.field: artifact}))
             result = StageResult(name, stage.title, StageStatus.DONE, seconds, text)
-    return replace(run, **{stage.field: artifact, "stages": {**run.stages, name: result}})
+    return _with_fields(run, {stage.field: artifact, "stages": {**run.stages, name: result}})
+
+
+def _with_fields(run: QuickstartRun, fields: dict[str, Any]) -> QuickstartRun:
+    """``run`` with the named fields replaced (a stage's artifact goes to the field its Stage names)."""
+    return replace(run, **fields)
 
 
 def cancel_stages(run: QuickstartRun, names: Iterable[str]) -> QuickstartRun:
     """Mark ``names`` cancelled and clear their artifacts: a cancelled run shows no stale result."""
-    fields: dict[str, None] = {}
+    fields: dict[str, Any] = {}
     stages = dict(run.stages)
     for name in names:
         stage = STAGE_BY_NAME[name]
         fields[stage.field] = None
         stages[name] = StageResult(name, stage.title, StageStatus.CANCELLED, reason="cancelled before this stage ran")
-    return replace(run, stages=stages, **fields)
+    return _with_fields(run, fields | {"stages": stages})
