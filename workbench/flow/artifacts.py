@@ -214,6 +214,7 @@ class QuickstartRun(Artifact):
     fp16_build: VariantBuild | None = None
     calibration: Calibration | None = None
     int8_all_build: VariantBuild | None = None
+    fp8_all_build: VariantBuild | None = None
     layer_diff: LayerDiffStage | None = None
     mixed_search: MixedSearch | None = None
     mixed_build: VariantBuild | None = None

@@ -207,6 +207,25 @@ def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
     )
 
 
+def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
+    """FP8 (E4M3) Q/DQ on every quantizable node, from the same statistics, built for FP8-capable targets. Only
+    when FP8 is asked for: FP8 engines run on compute capability 8.9+ only."""
+    if run.config.precision != "fp8":
+        raise StageOff("FP8 was not asked for (precision fp8 builds it; it runs on GPUs of compute capability 8.9+)")
+    calibration = require(run.calibration, "calibrate")
+    session = ws.calibration_session(run)
+    quantized = session.quantize(calibration.ranges, session.default_plan("fp8"))
+    onnx_path = ws.path(f"{Variant.FP8_ALL}.onnx")
+    quantized.save(onnx_path)
+    return VariantBuild(
+        Variant.FP8_ALL,
+        onnx_path,
+        _engine(ws, Variant.FP8_ALL, load_onnx(onnx_path, check=False)),
+        calibration_cache=calibration.cache_path,
+        source=f"every quantizable node FP8 ({session.fp8_ranges(calibration.ranges).method} ranges)",
+    )
+
+
 def stage_layer_diff(run: QuickstartRun, ws: Workspace) -> LayerDiffStage:
     calibration = require(run.calibration, "calibrate")
     session = ws.calibration_session(run)
@@ -557,6 +576,16 @@ STAGES: tuple[Stage[Any], ...] = (
         stage_build_mixed,
         summary_build,
         Variant.INT8_MIXED,
+    ),
+    Stage(
+        "build_fp8_all",
+        "Build the all-FP8 engine (precision fp8)",
+        ("precision",),
+        ("calibrate",),
+        "fp8_all_build",
+        stage_build_fp8_all,
+        summary_build,
+        Variant.FP8_ALL,
     ),
     Stage("metrics", "Task metric per variant", ("evaluation_samples",), (), "metrics", stage_metrics, summary_metrics),
     Stage(
