@@ -212,6 +212,18 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _user_files_unchanged(request: pytest.FixtureRequest) -> Any:
+    """Every test given the workspace leaves its files as they were (outputs go to tmp_path)."""
+    if "ws" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("ws")
+    before = _snapshot(root)
+    yield
+    assert _snapshot(root) == before, "a file of the workspace changed"
+
+
 def _c(id_: str, argv: str, match: str, env: dict[str, str] | None = None) -> Any:
     return pytest.param(argv.split(), match, env, id=id_)
 
