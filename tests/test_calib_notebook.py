@@ -81,6 +81,8 @@ def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() 
     assert panel.status.kind == "ok", panel.status.text
     int8 = panel.session.int8_nodes()
     assert len(int8) >= 2
+    reference, quantized = panel.metric_rows  # intervals and paired differences come from flow.uncertainty
+    assert reference["vs_fp32"] == "reference" and quantized["n"] == 16 and quantized["interval"].startswith("[")
     panel.worst_n.value = len(int8)  # every INT8 layer: refused, the field goes back
     assert (
         panel.status.text

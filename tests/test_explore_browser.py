@@ -58,7 +58,6 @@ def _select_in_engine_pane_and_read_onnx_pane(page, layer_map):
     return layer, page.evaluate("() => document.querySelectorAll('info-panel')[0].innerText")
 
 
-@pytest.mark.slow
 def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
@@ -115,7 +114,6 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
     assert first_canvas_s < 60
 
 
-@pytest.mark.slow
 def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
     """Run All on notebook 02 (digits-cnn) in JupyterLab: the explorer IFrames in the cell outputs load Model Explorer
     from the kernel's server and draw both panes with the overlays."""

@@ -372,7 +372,7 @@ def test_sweep_runs_the_grid_and_skips_what_would_not_fit() -> None:
         grid_plan((1, 2, 4), (1, 2)),
         RunConfig(**FAST),
         free_bytes=lambda: 2 * 2**30,
-        progress=lambda _stage, index, total, message: steps.append(f"{index}/{total} {message}"),
+        progress=lambda event: steps.append(f"{event.index}/{event.total} {event.message}"),
     )  # 2 GiB free: 0.9 * 2 GiB fits 6 lane-batches
     assert [(r.streams, r.batch) for r in sweep.results] == [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)]
     assert [(s.streams, s.batch) for s in sweep.skipped] == [(4, 2)]
@@ -390,9 +390,7 @@ def test_sweep_plans_put_the_chosen_configuration_first_and_stop_when_asked(cls_
     config = interactive_config(0.05, load="closed")
     assert (config.warmup_s, config.window_s, config.min_windows, config.max_windows) == (0.05, 0.05, 3, 4)
     assert interactive_config(1.0).warmup_s == 0.2
-    stopped = run_sweep(
-        cls_executor, sweep_plan(2, 1, True), config, progress=lambda _s, index, _t, _m: index < 1 or False
-    )
+    stopped = run_sweep(cls_executor, sweep_plan(2, 1, True), config, progress=lambda event: event.index < 1)
     assert stopped.stopped and [(r.streams, r.batch) for r in stopped.results] == [(2, 1)]
 
 

@@ -10,7 +10,6 @@ from notebook_runner import execute_notebook
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipeline.ipynb"
 
 
-@pytest.mark.slow
 def test_notebook_04_runs_headless_and_says_which_executor() -> None:
     text = execute_notebook(NOTEBOOK.name).text
     from workbench.engine.backend import detect_gpu
@@ -53,3 +52,8 @@ def test_panel_widgets_drive_the_figures_in_place() -> None:
     assert n_hist == len(panel.last.latencies_ms)
     panel.sla_ms.value = 2.5
     assert any(shape.y0 == 2.5 for shape in sweep.layout.shapes)
+
+    # the sweep button runs the one sweep (workbench.timing.run_sweep) at the panel's settings, step by step
+    swept = panel.sweep((1, 2))
+    assert [(r.streams, r.load) for r in swept] == [(1, "open"), (2, "open")]
+    assert panel.progress.message == "swept 2 of 2 configurations" and panel.last is swept[-1]

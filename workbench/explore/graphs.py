@@ -487,15 +487,11 @@ def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:
 
 
 def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
-    """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`."""
-    from workbench.engine.records import read_layers_document
-
-    document = read_layers_document(artifact.layers_path)
-    proto = built_onnx(document)
+    """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`: its own layer map, and the ONNX it
+    was built from when that can be had (for the graph's edges)."""
+    proto = artifact.built_onnx()
     layer_map = artifact.layer_map
-    if proto is not None and len(proto.graph.node) == len(layer_map.nodes):
-        layer_map = LayerMap.from_engine_layers(artifact.engine_layers, onnx_proto=proto, label=label or artifact.label)
-    else:
+    if proto is not None and len(proto.graph.node) != len(layer_map.nodes):
         proto = None
     return BuildView(
         label=label or artifact.label,

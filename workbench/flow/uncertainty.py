@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from workbench.artifact import Artifact
 
@@ -39,7 +41,7 @@ def _bootstrap_means(values: np.ndarray) -> np.ndarray:
     return values[picks].mean(axis=1)
 
 
-def bootstrap_interval(values: Sequence[float]) -> tuple[float, float]:
+def bootstrap_interval(values: Sequence[float] | npt.NDArray[np.float64]) -> tuple[float, float]:
     """Percentile-bootstrap 95 % interval of the mean of ``values``."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
@@ -121,3 +123,42 @@ def paired_difference(
     differences = np.asarray(b_scores, dtype=np.float64) - np.asarray(a_scores, dtype=np.float64)
     low, high = bootstrap_interval(differences)
     return Difference(delta, low, high, len(differences), "paired bootstrap 95%")
+
+
+class Scored(Protocol):
+    """A measured metric: its value, sample count and per-sample scores (a zoo MetricResult, a metric row)."""
+
+    @property
+    def value(self) -> float: ...
+    @property
+    def n_samples(self) -> int: ...
+    @property
+    def scores(self) -> Sequence[float]: ...
+
+
+@dataclass(frozen=True)
+class VersusReference(Artifact):
+    """A measured metric with its 95 % interval and, unless it is the reference, its paired difference to it."""
+
+    estimate: Estimate
+    difference: Difference | None = None  # None: this is the reference
+
+    def difference_text(self) -> str:
+        """``-0.0312 [-0.0625, +0.0000] within noise``, or ``reference``."""
+        if self.difference is None:
+            return "reference"
+        return self.difference.text() + (" within noise" if self.difference.within_noise else "")
+
+
+def versus_reference(results: Sequence[Scored]) -> tuple[VersusReference, ...]:
+    """Each result's estimate, and its paired difference to the first (the reference, e.g. FP32)."""
+    if not results:
+        return ()
+    reference = results[0]
+    return tuple(
+        VersusReference(
+            estimate(result.value, result.n_samples, result.scores),
+            None if index == 0 else paired_difference(reference.value, reference.scores, result.value, result.scores),
+        )
+        for index, result in enumerate(results)
+    )

@@ -12,13 +12,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from workbench.artifact import Artifact
+from workbench.progress import ProgressEvent, ProgressFn, report
 from workbench.timing.executors import Executor
 from workbench.timing.limits import INTERACTIVE_MAX_WINDOWS, INTERACTIVE_MIN_WINDOWS, MAX_INTERACTIVE_WARMUP_S
 from workbench.timing.pipeline import RunConfig, run_pipeline
 from workbench.timing.result import TimingResult
-
-# (stage, index, total, message) before each configuration, the flow's stage-hook shape; False stops the sweep
-SweepProgress = Callable[[str, int, int, str], object]
 
 
 def sweep_plan(streams: int, batch: int, include_baselines: bool) -> list[tuple[int, int]]:
@@ -78,14 +76,15 @@ def run_sweep(
     base: RunConfig,
     *,
     model: str = "",
-    progress: SweepProgress | None = None,
+    progress: ProgressFn | None = None,
     on_result: Callable[[TimingResult], object] | None = None,
     memory_fraction: float = 0.9,
     free_bytes: Callable[[], int] | None = None,
 ) -> Sweep:
     """Time every (streams, batch) of ``plan`` with the other settings of ``base``; a failing run raises.
 
-    ``progress`` hears of each configuration before it runs (returning False stops the sweep there), ``on_result``
+    ``progress`` hears of each configuration before it runs (a :class:`~workbench.progress.ProgressEvent`; returning
+    False stops the sweep there), ``on_result``
     gets each result as soon as it is measured (the CLI prints it).
 
     An executor that can estimate its per-lane memory (``estimate_new_lane_bytes``) is checked against the free
@@ -96,7 +95,8 @@ def run_sweep(
     skipped: list[SkippedRun] = []
     for index, (streams, batch) in enumerate(plan):
         config = replace(base, streams=int(streams), batch=int(batch))
-        if progress is not None and progress("timing", index, len(plan), _label(streams, batch)) is False:
+        step = ProgressEvent("timing", _label(streams, batch), index, len(plan), name=f"{streams}x{batch}")
+        if not report(progress, step):
             return Sweep(tuple(results), tuple(skipped), stopped=True)
         fits, why = _fits_in_memory(executor, config, memory_fraction, free_bytes)
         if not fits:

@@ -13,7 +13,7 @@ from typing import Any
 
 from workbench.calib.methods import check_percentile
 from workbench.errors import WorkbenchError
-from workbench.flow.uncertainty import estimate, paired_difference
+from workbench.flow.uncertainty import versus_reference
 from workbench.precision import PrecisionPlan
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
@@ -273,17 +273,12 @@ class CalibrationPanel:
 
     @staticmethod
     def _add_intervals(rows: list[dict[str, Any]], results: list[Any]) -> None:
-        """Each row's sample count, 95 % interval and paired difference to FP32 (and whether it is within noise)."""
-        reference = results[0]
-        for row, result in zip(rows, results):
-            interval = estimate(result.value, result.n_samples, result.scores)
-            row["n"] = result.n_samples
+        """Each row's sample count, 95 % interval and paired difference to FP32 (:func:`versus_reference`)."""
+        for row, compared in zip(rows, versus_reference(results)):
+            interval = compared.estimate
+            row["n"] = interval.n
             row["interval"] = f"[{interval.low:.4f}, {interval.high:.4f}]" if interval.has_interval else "-"
-            if result is reference:
-                row["vs_fp32"] = "reference"
-                continue
-            difference = paired_difference(reference.value, reference.scores, result.value, result.scores)
-            row["vs_fp32"] = difference.text() + (" within noise" if difference.within_noise else "")
+            row["vs_fp32"] = compared.difference_text()
 
     def _draw_histogram(self) -> None:
         if self._quiet or self.statistics is None or not self.tensor.value:

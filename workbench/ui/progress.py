@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.log import split_warnings
+from workbench.progress import ProgressEvent
 
 _STYLE = {"description_width": "110px"}
 TICK_S = 0.5
@@ -97,7 +98,12 @@ class ProgressAdapter:
 
     # --- as a callback ------------------------------------------------------------------------------------------
     def __call__(self, *event: Any) -> bool:
-        if len(event) == 4:  # flow stage: (stage, index, total, message)
+        if len(event) == 1 and isinstance(event[0], ProgressEvent):  # the one progress type (workbench.progress)
+            if self.cancel_requested:
+                return False
+            step = event[0]
+            self.step(step.message, step.index, step.total)
+        elif len(event) == 4:  # flow stage: (stage, index, total, message)
             _stage, index, total, message = event
             if self.cancel_requested:
                 return False
