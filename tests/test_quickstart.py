@@ -167,7 +167,6 @@ def _execute(notebook: str, workdir: Path) -> list[str]:
     return [execute_notebook(notebook, workdir=workdir).text]
 
 
-@pytest.mark.slow
 def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("00_quickstart.ipynb", tmp_path))
     stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
@@ -179,7 +178,6 @@ def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
     assert any((p / "manifest.json").is_file() for p in (tmp_path / "out" / "quickstart" / "export").iterdir())
 
 
-@pytest.mark.slow
 def test_export_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("05_export.ipynb", tmp_path))
     assert "'precision': 'fp32'" in text and "'precision': 'fp16'" in text and "'precision': 'int8'" in text
