@@ -91,7 +91,7 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     return "fp32"
 
 
-def reduced_input_nodes(onnx_proto: onnx.ModelProto | None) -> dict[str, bool]:
+def reduced_input_nodes(onnx_proto: onnx.ModelProto) -> dict[str, bool]:
     """ONNX node -> whether the built graph feeds it reduced-precision data: an input from a DequantizeLinear (INT8
     Q/DQ) or a Cast to FLOAT16/BFLOAT16 (AutoCast), or FP16 weights."""
     from workbench.model.graph import onnx_node_name

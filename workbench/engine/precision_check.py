@@ -124,7 +124,7 @@ def _rank(precision: str) -> int:
 
 def check_precision(
     layer_map: LayerMap,
-    built_proto: onnx.ModelProto | None,
+    built_proto: onnx.ModelProto,
     plan: PrecisionPlan,
     *,
     backend: str = "TensorRT",
