@@ -244,7 +244,9 @@ class LayerMap:
         return cls(tuple(layers), tuple(nodes), engine_layers.source_format, label, unknown, qdq_edges, inferred)
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any], *, onnx_proto: onnx.ModelProto | None = None, label: str = "") -> LayerMap:
+    def from_document(
+        cls, document: Mapping[str, Any], *, onnx_proto: onnx.ModelProto | None = None, label: str = ""
+    ) -> LayerMap:
         """From a ``.layers.json`` document (its ``onnx_nodes`` list gives the graph order)."""
         engine_layers = engine_layers_from_document(document)
         if onnx_proto is None and "qdq_edges" not in document:

@@ -204,7 +204,9 @@ def page_url(
 ) -> str:
     """Model Explorer's ``?data=`` URL (the format its web app decodes: models, nodeData, nodeDataTargets, uiState,
     sync) for graphs JSON files given by absolute path, with the session token our gate wants."""
-    data: dict[str, object] = {"models": [{"url": str(Path(m).resolve()), "converterId": "builtin_json"} for m in models]}
+    data: dict[str, object] = {
+        "models": [{"url": str(Path(m).resolve()), "converterId": "builtin_json"} for m in models]
+    }
     if node_data:
         data["nodeData"] = [str(Path(p).resolve()) for p in node_data]
         data["nodeDataTargets"] = list(node_data_targets) or [""] * len(node_data)

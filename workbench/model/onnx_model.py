@@ -89,7 +89,9 @@ class OnnxModel(Artifact):
         return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def tensor_specs(value_infos: Iterable[onnx.ValueInfoProto], initializer_names: set[str] | None = None) -> tuple[TensorSpec, ...]:
+def tensor_specs(
+    value_infos: Iterable[onnx.ValueInfoProto], initializer_names: set[str] | None = None
+) -> tuple[TensorSpec, ...]:
     specs = []
     skip = initializer_names or set()
     for info in value_infos:

@@ -140,7 +140,9 @@ def refuse_string_inputs(inputs: Iterable[object], *, what: str) -> None:
             )
 
 
-def per_sample_activation_bytes(onnx_path: str | os.PathLike[str], sample_shapes: Mapping[str, Sequence[int]] | None = None) -> int:
+def per_sample_activation_bytes(
+    onnx_path: str | os.PathLike[str], sample_shapes: Mapping[str, Sequence[int]] | None = None
+) -> int:
     """Bytes of every tensor one sample produces through the model (inputs, intermediates, outputs), from ONNX
     shape inference with the batch dimension set to 1. An upper-side estimate: runtimes reuse some buffers.
 

@@ -172,7 +172,9 @@ def _conv_behind(tensor: gs.Tensor, int8_nodes: set[str], depth: int = 4) -> gs.
     return None
 
 
-def plan_placement(graph: gs.Graph, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False) -> QdqPlacement:
+def plan_placement(
+    graph: gs.Graph, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False
+) -> QdqPlacement:
     """Decide Q/DQ placement on a graphsurgeon graph (already prepared and topologically sorted)."""
     plan = plan or PrecisionPlan(default="int8")
     placement = QdqPlacement()

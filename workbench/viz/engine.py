@@ -327,7 +327,9 @@ def side_by_side_figure(
     return fit_to_container(fig)
 
 
-def layer_table_rows(layer_map: LayerMap, sort_by: str = "index", descending: bool = False) -> list[dict[str, int | str]]:
+def layer_table_rows(
+    layer_map: LayerMap, sort_by: str = "index", descending: bool = False
+) -> list[dict[str, int | str]]:
     """One row per engine layer, sorted by a column of :data:`SORT_COLUMNS`."""
     if sort_by not in SORT_COLUMNS:
         from workbench.errors import WorkbenchError

@@ -278,7 +278,9 @@ class ZooEntry(ABC):
         for feed, _, _ in self._batches("calibration", limit, batch_size):
             yield feed
 
-    def evaluation_batches(self, limit: int | None = None, batch_size: int = 8) -> Iterator[tuple[Feed, np.ndarray | list[Label] | None]]:
+    def evaluation_batches(
+        self, limit: int | None = None, batch_size: int = 8
+    ) -> Iterator[tuple[Feed, np.ndarray | list[Label] | None]]:
         """(feed, labels) pairs of the evaluation set; labels is None for entries scored against the FP32 model.
 
         ``limit`` caps the number of samples (not batches).
@@ -419,7 +421,7 @@ def _flat_rows(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
 
 
-def cosine_scores(predicted: ArrayLike, reference: ArrayLike) -> np.ndarray:
+def cosine_scores(predicted: ArrayLike | Sequence[Prediction], reference: ArrayLike) -> np.ndarray:
     """Per-sample cosine similarity of ``predicted`` rows to ``reference`` rows ([N, ...], flattened per sample); two
     all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
     predicted = _flat_rows(np.asarray(predicted, dtype=np.float64))
@@ -442,7 +444,9 @@ def agreement_kind(per_sample_shape: tuple[int, ...]) -> str:
     return "top1_agreement" if len(per_sample_shape) == 1 and per_sample_shape[0] > 1 else "cosine"
 
 
-def cosine_metric(name: str, predicted: ArrayLike, reference: ArrayLike, **details: object) -> MetricResult:
+def cosine_metric(
+    name: str, predicted: ArrayLike | Sequence[Prediction], reference: ArrayLike, **details: object
+) -> MetricResult:
     """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32)."""
     cosine = cosine_scores(predicted, reference)
     empty = not len(cosine)
