@@ -212,6 +212,18 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _user_files_unchanged(request: pytest.FixtureRequest) -> Any:
+    """Every test given the workspace leaves its files as they were (outputs go to tmp_path)."""
+    if "ws" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("ws")
+    before = _snapshot(root)
+    yield
+    assert _snapshot(root) == before, "a file of the workspace changed"
+
+
 def _c(id_: str, argv: str, match: str, env: dict[str, str] | None = None) -> Any:
     return pytest.param(argv.split(), match, env, id=id_)
 
@@ -375,3 +387,66 @@ def test_duplicate_and_newline_node_names_stay_apart_in_fusions(ws: Path, tmp_pa
     assert fusions.returncode == 0, fusions.stderr
     assert "folded away: 0 nodes" in fusions.stdout, fusions.stdout
     assert "\n" not in "".join(names)
+
+
+# --- the range guard on histograms (no model) ---------------------------------------------------------------------
+
+
+def _statistics(values: dict[str, np.ndarray]) -> Any:
+    from workbench.calib.histogram import TensorHistogram
+    from workbench.calib.stats import CalibrationStatistics
+
+    histograms = {}
+    for name, array in values.items():
+        histograms[name] = TensorHistogram(name)
+        histograms[name].add(array)
+    return CalibrationStatistics(histograms, "sha", "digest", "data", 1, 1000, 0.0)
+
+
+def test_guard_changes_only_ranges_that_clip_most_of_the_data() -> None:
+    from workbench.calib.methods import clipped_fraction, compute_amax
+
+    rng = np.random.default_rng(1)
+    statistics = _statistics(
+        {
+            "one_sided": rng.uniform(0.5, 1.0, 20_000).astype(np.float32),
+            "negative_band": -rng.uniform(0.7, 1.7, 20_000).astype(np.float32),
+            "gaussian": rng.standard_normal(20_000).astype(np.float32),
+            "relu": np.maximum(rng.standard_normal(20_000), 0).astype(np.float32),
+            "dead": np.zeros(20_000, np.float32),
+        }
+    )
+    raw = {name: compute_amax(hist, "entropy") for name, hist in statistics.histograms.items()}
+    assert clipped_fraction(statistics.histograms["one_sided"], raw["one_sided"]) > 0.9  # what entropy did
+    ranges = statistics.ranges("entropy")
+    assert set(ranges.range_notes) == {"one_sided", "negative_band", "dead"}
+    assert ranges.amax["one_sided"] > 0.99 and ranges.amax["negative_band"] > 1.69
+    assert ranges.amax["gaussian"] == raw["gaussian"] and ranges.amax["relu"] == raw["relu"]
+    assert ranges.amax["dead"] == 1.0 and "dead tensor" in ranges.range_notes["dead"]
+    assert max(ranges.clipped.values()) < 0.01
+    assert any("one_sided" in warning for warning in ranges.warnings)
+    for method in ("max", "percentile", "mse"):  # they never clip most of the data: nothing but the dead tensor
+        assert set(statistics.ranges(method).range_notes) == {"dead"}
+    reloaded = type(ranges).from_json(json.loads(json.dumps(ranges.to_json())))
+    assert reloaded.range_notes == ranges.range_notes and reloaded.amax == ranges.amax
+
+
+def test_demo_calibrate_summary_names_the_changed_ranges(tmp_path: Path) -> None:
+    from workbench.flow.artifacts import Calibration
+    from workbench.flow.stages import summary_calibrate
+
+    ranges = _statistics({"x": np.random.default_rng(2).uniform(0.1, 1.0, 5_000).astype(np.float32)}).ranges()
+    calibration = Calibration("entropy", ranges, 1000, 0.0, tmp_path / "c.json", tmp_path / "q.onnx", 2)
+    summary = summary_calibrate(calibration, None)  # type: ignore[arg-type]
+    assert "1 range(s) not the method's own choice" in summary and "entropy chose amax" in summary
+
+
+def test_diff_reads_big_endian_batches_as_numbers(ws: Path, tmp_path: Path) -> None:
+    sqnr = {}
+    for folder in ("little", "big"):
+        out = tmp_path / f"{folder}.json"
+        run = run_cli_forked(["diff", "tiny.onnx", "q0.onnx", "--data", folder, "-o", str(out), "--no-progress"], ws)
+        assert run.returncode == 0, run.stderr
+        sqnr[folder] = {t["name"]: t["sqnr_db_local"] for t in json.loads(out.read_text())["tensors"]}
+    assert sqnr["big"] == sqnr["little"]
+    assert 20.0 < sqnr["big"]["x"] < 80.0  # int8 noise on standard normal data, not 0 dB from misread bytes

@@ -1304,17 +1304,18 @@ def fuse_affine_into_next_conv(graph: gs.Graph, context: PassContext) -> None:
     before it to fold into); only where exact: no padding, or no shift."""
     import onnx_graphsurgeon as gs
 
-    candidates = [
-        node
+    affines = [
+        found
         for node in graph.nodes
         if node.op in _FORWARD_AFFINE_OPS
         and node.outputs
         and node.outputs[0].outputs
         and all(reader.op == "Conv" for reader in node.outputs[0].outputs)
+        and (found := _input_affine(node, graph)) is not None
     ]
-    if not candidates:
+    if not affines:
         return
-    if any(tensor_shape(node.inputs[0 if is_constant(node.inputs[-1]) else -1]) is None for node in candidates):
+    if any(tensor_shape(x) is None for x, *_ in affines):
         refresh_shapes(graph, context)  # the affine's input must be [N, C, ...] already
     names = set(graph.tensors())
     changed = True

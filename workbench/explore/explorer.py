@@ -183,7 +183,7 @@ def build_explorer(
             second = g.load_view(second, label=second.label + " (2)")
         views = [first, second]
     diff_obj, profile_obj = _load_diff(diff), _load_profile(profile)
-    reports = tuple(lint(view.layer_map, view.engine_layers, view.onnx_proto) for view in views)
+    reports = tuple(lint(view.layer_map, view.engine_layers, view.onnx_proto, view.precision_check) for view in views)
     graph_files: list[Path] = []
     node_data: list[Path] = []
     all_overlays: list[ov.Overlay] = []

@@ -33,6 +33,7 @@ from model_explorer import graph_builder as gb
 
 from workbench.engine.built_onnx import built_onnx
 from workbench.engine.layermap import BOOKKEEPING_OPS, LayerEntry, LayerMap
+from workbench.engine.precision_check import PrecisionCheck
 from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
 from workbench.errors import WorkbenchError
 from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
@@ -71,6 +72,7 @@ class BuildView:
     engine_layers: EngineLayers
     onnx_proto: onnx.ModelProto | None = field(default=None, repr=False)
     precision: str = ""
+    precision_check: PrecisionCheck | None = None  # the build's requested vs actual precision (lint lists mismatches)
 
     @property
     def has_onnx_edges(self) -> bool:
@@ -507,6 +509,7 @@ def view_from_artifact(artifact: EngineArtifact, *, label: str = "") -> BuildVie
         engine_layers=artifact.engine_layers,
         onnx_proto=proto,
         precision=artifact.precision,
+        precision_check=artifact.precision_check,
     )
 
 
@@ -534,7 +537,15 @@ def load_view(source: BuildView | EngineArtifact | str | Path, *, label: str = "
             proto = None
             layer_map = LayerMap.from_document(document, label=name)
         precision = str((document.get("build") or {}).get("precision", ""))
-        return BuildView(name, layer_map, engine_layers, proto, precision)
+        check = document.get("precision_check")
+        return BuildView(
+            name,
+            layer_map,
+            engine_layers,
+            proto,
+            precision,
+            PrecisionCheck.from_json(check) if isinstance(check, dict) else None,
+        )
     raise WorkbenchError(
         f"cannot explore {source!r}: not an engine build.",
         expected="an EngineArtifact, an .engine written by `workbench build` (with its .layers.json), or a .layers.json",

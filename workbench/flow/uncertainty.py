@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from workbench.artifact import Artifact
 
@@ -40,7 +41,7 @@ def _bootstrap_means(values: np.ndarray) -> np.ndarray:
     return values[picks].mean(axis=1)
 
 
-def bootstrap_interval(values: Sequence[float]) -> tuple[float, float]:
+def bootstrap_interval(values: Sequence[float] | npt.NDArray[np.float64]) -> tuple[float, float]:
     """Percentile-bootstrap 95 % interval of the mean of ``values``."""
     data = np.asarray(values, dtype=np.float64)
     if data.size == 0:
