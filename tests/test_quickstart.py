@@ -29,7 +29,7 @@ FAST = dict(model="digits-cnn", timing_window_s=0.1, calibration_samples=64, dif
 
 
 def test_config_rejects_bad_settings_with_readable_errors() -> None:
-    with pytest.raises(WorkbenchError, match="precision 'int4' is not offered.*auto / fp32 / fp16 / int8"):
+    with pytest.raises(WorkbenchError, match="precision 'int4' is not offered.*auto / fp32 / fp16 / int8 / fp8"):
         QuickstartConfig(precision="int4")
     with pytest.raises(WorkbenchError, match="streams=0 is out of range.*1..64"):
         QuickstartConfig(streams=0)
@@ -64,8 +64,11 @@ def test_stage_dependencies_and_failures(tmp_path: Path) -> None:
 def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **FAST))
     run = session.run_all()
-    # every stage done; only the mixed build may not apply (when the search's pick is the all-INT8 plan)
+    # every stage done; only the mixed build may not apply (when the search's pick is the all-INT8 plan), and the
+    # FP8 build is off unless precision fp8 asks for it
     not_done = {n: run.stage(n) for n in STAGE_NAMES if not run.stage(n).ok}
+    assert run.stage("build_fp8_all").status is StageStatus.OFF
+    not_done.pop("build_fp8_all")
     assert set(not_done) <= {"build_mixed"}, not_done
     assert (run.mixed_build is not None) == (run.search_pick is Variant.INT8_MIXED), run.stage("build_mixed")
     if not_done:
@@ -76,7 +79,9 @@ def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     assert run.selection.build is run.builds[run.selection.variant]
     # the whole-run rule and the first stage a setting affects, in one place
     assert session.plan_update({"streams": 3}).stages[0] == "timing"
-    assert session.plan_update({"precision": "fp16"}).stages[0] == "select"
+    # precision reaches the FP8 build (built only for precision fp8), then the metrics and the choice; never the search
+    assert session.plan_update({"precision": "fp16"}).stages[0] == "build_fp8_all"
+    assert "search" not in session.plan_update({"precision": "fp16"}).stages
     assert session.plan_update({"calibration_method": "max", "batch": 4}).stages[0] == "calibrate"
     assert session.plan_update({"data": ""}).stages == ()  # unchanged
     for whole in ({"model": "ocr-cls"}, {"out_dir": str(tmp_path / "other")}):
@@ -162,19 +167,17 @@ def _execute(notebook: str, workdir: Path) -> list[str]:
     return [execute_notebook(notebook, workdir=workdir).text]
 
 
-@pytest.mark.slow
 def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("00_quickstart.ipynb", tmp_path))
     stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
-    for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed
+    for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed (FP8: only when asked)
         title = STAGE_BY_NAME[name].title
-        assert stage_lines[title].startswith("done"), stage_lines[title]
+        assert stage_lines[title].startswith("off" if name == "build_fp8_all" else "done"), stage_lines[title]
     report = tmp_path / "out" / "quickstart" / "report.html"
     assert report.is_file() and report.stat().st_size > 1_000_000
     assert any((p / "manifest.json").is_file() for p in (tmp_path / "out" / "quickstart" / "export").iterdir())
 
 
-@pytest.mark.slow
 def test_export_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("05_export.ipynb", tmp_path))
     assert "'precision': 'fp32'" in text and "'precision': 'fp16'" in text and "'precision': 'int8'" in text

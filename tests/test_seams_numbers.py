@@ -212,6 +212,18 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _user_files_unchanged(request: pytest.FixtureRequest) -> Any:
+    """Every test given the workspace leaves its files as they were (outputs go to tmp_path)."""
+    if "ws" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("ws")
+    before = _snapshot(root)
+    yield
+    assert _snapshot(root) == before, "a file of the workspace changed"
+
+
 def _c(id_: str, argv: str, match: str, env: dict[str, str] | None = None) -> Any:
     return pytest.param(argv.split(), match, env, id=id_)
 
@@ -427,3 +439,14 @@ def test_demo_calibrate_summary_names_the_changed_ranges(tmp_path: Path) -> None
     calibration = Calibration("entropy", ranges, 1000, 0.0, tmp_path / "c.json", tmp_path / "q.onnx", 2)
     summary = summary_calibrate(calibration, None)  # type: ignore[arg-type]
     assert "1 range(s) not the method's own choice" in summary and "entropy chose amax" in summary
+
+
+def test_diff_reads_big_endian_batches_as_numbers(ws: Path, tmp_path: Path) -> None:
+    sqnr = {}
+    for folder in ("little", "big"):
+        out = tmp_path / f"{folder}.json"
+        run = run_cli_forked(["diff", "tiny.onnx", "q0.onnx", "--data", folder, "-o", str(out), "--no-progress"], ws)
+        assert run.returncode == 0, run.stderr
+        sqnr[folder] = {t["name"]: t["sqnr_db_local"] for t in json.loads(out.read_text())["tensors"]}
+    assert sqnr["big"] == sqnr["little"]
+    assert 20.0 < sqnr["big"]["x"] < 80.0  # int8 noise on standard normal data, not 0 dB from misread bytes

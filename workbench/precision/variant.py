@@ -71,14 +71,15 @@ COST_ORDER: tuple[Variant, ...] = tuple(sorted(VARIANTS, key=lambda v: VARIANTS[
 # --- what a user asks for -------------------------------------------------------------------------------------------
 
 PrecisionChoice = Literal["auto", "fp32", "fp16", "int8", "fp8"]
-# "fp8" is a choice of the CLI (`calibrate --format fp8`, `build --precision fp8`); the quickstart journey does not
-# offer it until its flow has an FP8 calibrate/measure/build stage (choosing it there would select no FP8 engine)
-PRECISION_CHOICES: tuple[PrecisionChoice, ...] = ("auto", "fp32", "fp16", "int8")
+# "fp8" builds the FP8 engine only when asked for (its own stage): FP8 runs on compute capability 8.9+ only, so the
+# rule ("auto") never picks it for a GPU that may not run it
+PRECISION_CHOICES: tuple[PrecisionChoice, ...] = ("auto", "fp32", "fp16", "int8", "fp8")
 PRECISION_CHOICE_LABELS: dict[PrecisionChoice, str] = {
     "auto": "auto (the rule picks)",
     "fp32": "FP32",
     "fp16": "FP16",
     "int8": "INT8",
+    "fp8": "FP8 (GPUs of compute capability 8.9+)",
 }
 
 CalibrationMethod = Literal["entropy", "percentile", "mse", "max"]

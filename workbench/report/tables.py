@@ -6,9 +6,9 @@ import html
 import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 from workbench.flow.artifacts import MetricRow, QuickstartRun
+from workbench.flow.choose import EngineCandidate
 from workbench.flow.mixed import MixedSearch
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
@@ -18,11 +18,11 @@ from workbench.timing import TimingResult
 from workbench.viz.palette import STATUS_COLORS
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape(str(value))
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], raw_columns: tuple[int, ...] = ()) -> str:
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw_columns: tuple[int, ...] = ()) -> str:
     """A plain table; cells are escaped except in ``raw_columns`` (already HTML)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
@@ -133,6 +133,35 @@ def verdicts_html(verdicts: Sequence[Verdict]) -> str:
         return f"<li{style}><b>{esc(verdict.topic)}</b>: {esc(verdict.text)}</li>"
 
     return "<ul>" + "".join(item(v) for v in verdicts) + "</ul>"
+
+
+def candidates_table_html(candidates: Sequence[EngineCandidate], chosen: str | None = None) -> str:
+    """One row per built engine (the export panel's comparison): its metric with 95 % interval and samples, speed,
+    size, and the rule's verdict (the reason in the cell's tooltip); ``chosen`` marks the precision picked."""
+
+    def number(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    rows = [
+        [
+            ("&#9654; " if c.precision == chosen else "") + esc(c.precision),
+            c.variant,
+            number(c.metric, ".4f"),
+            "-" if not c.interval_method else f"[{c.metric_low:.4f}, {c.metric_high:.4f}]",
+            c.n_samples,
+            number(c.delta_vs_fp32, "+.4f"),
+            number(c.throughput_per_s, ".0f"),
+            number(c.p50_ms, ".2f"),
+            f"{c.engine_mb:.2f}",
+            c.layers,
+            f"<span title='{esc(c.verdict_reason)}'>{esc(c.verdict or '-')}</span>",
+            c.how,
+        ]
+        for c in candidates
+    ]
+    metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
+    headers = ["precision", "engine", metric, "95% interval", "samples", "vs FP32", "samples/s", "p50 ms", "engine MB"]
+    return html_table([*headers, "layers", "rule", "how measured"], rows, raw_columns=(0, 10))
 
 
 def front_table_html(search: MixedSearch, picked: int | None = None) -> str:

@@ -26,38 +26,13 @@ from workbench.flow import (
     front_candidates,
     recommend,
 )
-from workbench.report.tables import front_table_html
+from workbench.report.tables import candidates_table_html, front_table_html
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz.calib import pareto_figure
 from workbench.viz.metrics import candidates_figure
-
-
-def _interval(c: EngineCandidate) -> str:
-    return "-" if not c.interval_method else f"[{c.metric_low:.4f}, {c.metric_high:.4f}]"
-
-
-def candidates_table_html(candidates: list[EngineCandidate], chosen: str | None = None) -> str:
-    """One row per built engine: its metric with 95 % interval and samples, speed, size, and the rule's verdict."""
-    rows = "".join(
-        f"<tr><td>{'&#9654; ' if c.precision == chosen else ''}{html.escape(c.precision)}</td>"
-        f"<td>{html.escape(c.variant)}</td>"
-        f"<td>{'-' if c.metric is None else f'{c.metric:.4f}'}</td><td>{_interval(c)}</td><td>{c.n_samples}</td>"
-        f"<td>{'-' if c.delta_vs_fp32 is None else f'{c.delta_vs_fp32:+.4f}'}</td>"
-        f"<td>{'-' if c.throughput_per_s is None else f'{c.throughput_per_s:.0f}'}</td>"
-        f"<td>{'-' if c.p50_ms is None else f'{c.p50_ms:.2f}'}</td><td>{c.engine_mb:.2f}</td><td>{c.layers}</td>"
-        f"<td title='{html.escape(c.verdict_reason)}'>{html.escape(c.verdict or '-')}</td>"
-        f"<td>{html.escape(c.how)}</td></tr>"
-        for c in candidates
-    )
-    metric = next((c.metric_name for c in candidates if c.metric_name), "metric")
-    return (
-        "<table><tr><th>precision</th><th>engine</th><th>" + html.escape(metric) + "</th><th>95% interval</th>"
-        "<th>samples</th><th>vs FP32</th><th>samples/s</th><th>p50 ms</th><th>engine MB</th><th>layers</th>"
-        "<th>rule</th><th>how measured</th></tr>" + rows + "</table>"
-    )
 
 
 class ExportPanel:
