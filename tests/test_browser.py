@@ -50,9 +50,6 @@ def _browser(playwright, tmp_path: Path, viewport: dict | None = None, **options
     )
 
 
-pytestmark = pytest.mark.slow
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -57,7 +57,7 @@ def test_per_tensor_choice_is_never_worse_than_the_best_single_method(model, req
     assert session.evaluate(session.quantize(choice.ranges), limit=64).value > 0.9
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # 537 s on 2 busy cores (bias correction of EfficientNet on 4 batches): bench/calibrate.py --mixed
 def test_bias_correction_reduces_mean_output_error_on_efficientnet(efficientnet) -> None:
     from workbench.calib.bias import bias_correct
 
@@ -276,7 +276,6 @@ def test_first_divergence_names_the_first_tensor_below_the_threshold(ocr_cls) ->
     assert first_divergence(diff, -1000.0, layer_map) is None
 
 
-@pytest.mark.slow
 def test_quantize_attention_puts_qdq_on_both_attention_inputs() -> None:
     from workbench.zoo import get_entry
 

@@ -50,7 +50,11 @@ def test_max_calibration_all_int8_beats_mixed_so_mixed_is_not_chosen() -> None:
     rows = [_row("fp32", 400, 400), _row("fp16", 400, 400), _row("int8-all", 398, 400), _row("int8-mixed", 397, 400)]
     for precision in ("int8", "auto"):
         choice = choose(rows, precision, 0.01)
-        assert choice.variant == "int8-all" and choice.ok, choice
+        assert choice.variant == "int8-all", choice
+        # within the allowed drop, but 400 samples cannot rule out a loss past it: amber, not green (issue 24)
+        judged = next(j for j in choice.judgements if j.variant == "int8-all")
+        assert judged.acceptable and not judged.resolved and judged.loss_high > 0.01
+        assert choice.level == "warning" and not choice.ok and "cannot rule out" in choice.reason
     # with a tighter tolerance the samples cannot say whether all-INT8 loses too much: amber, not red, not green
     tight = choose(rows, "int8", 0.001)
     assert tight.level == "warning" and "not resolved" in tight.reason and tight.rule_variant == "fp16"

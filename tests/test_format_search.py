@@ -112,6 +112,34 @@ def test_prefix_cache_gives_the_metric_of_a_full_evaluation(digits) -> None:  # 
     assert 0 < cache.last_cut
     assert list(again.scores) == list(session.evaluate(both_model, limit=120).scores)
     kwargs = {"target": 1.01, "budget": 3, "limit": 120, "formats": ("int8", "fp8", "fp16"), "build_costs": False}
-    with_cache = search_mixed_precision(session, **kwargs)
+    with_cache = search_mixed_precision(session, early_stop=False, **kwargs)
     without = search_mixed_precision(session, prefix_cache=False, **kwargs)
     assert [p.scores for p in with_cache.evaluated] == [p.scores for p in without.evaluated]
+
+
+def test_early_stop_ends_an_evaluation_the_paired_interval_decides(digits) -> None:  # type: ignore[no-untyped-def]
+    """A plan whose input ranges clip nearly everything is stopped once the paired 99 % interval of its per-sample
+    difference to the base lies below zero; the samples it did run score exactly as in a full evaluation."""
+    import numpy as np
+
+    from workbench.calib.prefix import MIN_SAMPLES, PrefixCache
+
+    session = digits
+    ranges = session.ranges("mse")
+    base = session.quantize(ranges)
+    cache = PrefixCache(session, base, limit=200, cut_nodes=session.quantized_nodes())
+    reference = np.asarray(cache.base_result.scores)
+    clipped = {name: value / 1000.0 for name, value in ranges.amax.items()}  # a real model, ruinous ranges
+    from workbench.calib.qdq import insert_qdq
+
+    bad = insert_qdq(session.prepared, clipped, session.default_plan(), prepared=True)
+
+    def decides(partial) -> bool:  # type: ignore[no-untyped-def]
+        gain = np.asarray(partial.scores) - reference[: len(partial.scores)]
+        return bool(gain.mean() + 2.576 * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
+
+    stopped = cache.evaluate(bad, None, decides)
+    assert stopped.details.get("stopped_early") and MIN_SAMPLES <= stopped.n_samples < 200
+    full = session.evaluate(bad, limit=200)
+    assert list(stopped.scores) == list(full.scores)[: stopped.n_samples]
+    assert full.value < cache.base_result.value - 0.2

@@ -73,6 +73,12 @@ def test_fp8_convtranspose_is_a_mismatch_and_fails_strict_precision(tmp_path: Pa
     engine = EngineArtifact.load(tmp_path / "d.engine")
     report = lint(engine.layer_map, engine.engine_layers, None, engine.precision_check)
     assert [f.onnx_nodes for f in report.of_kind("precision-mismatch")] == [("target",)]
+    # and the explorer's view of the build carries the check to its lint (from the artifact and from the file)
+    from workbench.explore.graphs import load_view
+
+    for source in (engine, tmp_path / "d.layers.json"):
+        view = load_view(source)
+        assert view.precision_check is not None and len(view.precision_check.mismatches) == 1
 
 
 def test_fp8_conv_and_fp16_builds_run_as_requested(tmp_path: Path) -> None:

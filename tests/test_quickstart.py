@@ -167,19 +167,17 @@ def _execute(notebook: str, workdir: Path) -> list[str]:
     return [execute_notebook(notebook, workdir=workdir).text]
 
 
-@pytest.mark.slow
 def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("00_quickstart.ipynb", tmp_path))
     stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
-    for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed
+    for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed (FP8: only when asked)
         title = STAGE_BY_NAME[name].title
-        assert stage_lines[title].startswith("done"), stage_lines[title]
+        assert stage_lines[title].startswith("off" if name == "build_fp8_all" else "done"), stage_lines[title]
     report = tmp_path / "out" / "quickstart" / "report.html"
     assert report.is_file() and report.stat().st_size > 1_000_000
     assert any((p / "manifest.json").is_file() for p in (tmp_path / "out" / "quickstart" / "export").iterdir())
 
 
-@pytest.mark.slow
 def test_export_notebook_executes_headless(tmp_path: Path) -> None:
     text = "\n".join(_execute("05_export.ipynb", tmp_path))
     assert "'precision': 'fp32'" in text and "'precision': 'fp16'" in text and "'precision': 'int8'" in text

@@ -52,6 +52,7 @@ def test_demo_writes_a_self_contained_report(demo: DemoResult) -> None:
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
     run = demo.run  # the typed run, not its JSON
     not_done = {name: stage for name, stage in run.stages.items() if not stage.ok}
+    assert not_done.pop("build_fp8_all").status is StageStatus.OFF  # FP8 is built only when asked for
     assert set(not_done) <= {"build_mixed"}, not_done  # no mixed engine when the search's pick is all-INT8
     assert all(stage.status is StageStatus.NOT_APPLICABLE for stage in not_done.values()), not_done
     assert not demo.failed

@@ -155,7 +155,6 @@ def test_cli_print_url_serves_until_ctrl_c_and_removes_its_session_folder(tmp_pa
         urllib.request.urlopen(f"http://127.0.0.1:{port}/static_files/favicon.svg", timeout=3)
 
 
-@pytest.mark.slow
 def test_the_viewer_still_renders_behind_the_gate_in_chromium(tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium")

@@ -10,7 +10,6 @@ from notebook_runner import execute_notebook
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "04_async_pipeline.ipynb"
 
 
-@pytest.mark.slow
 def test_notebook_04_runs_headless_and_says_which_executor() -> None:
     text = execute_notebook(NOTEBOOK.name).text
     from workbench.engine.backend import detect_gpu

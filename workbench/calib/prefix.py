@@ -16,7 +16,7 @@ the per-sample outputs are the same (``tests/test_format_search.py`` checks the 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,9 @@ from workbench.errors import WorkbenchError
 
 DEFAULT_BUDGET_BYTES = 1 << 30
 MAX_CUTS = 12
+EVAL_BATCH = 8  # the zoo's evaluation batch (ZooEntry.evaluate's default), so batches match the base run's
+MIN_SAMPLES = 64  # a stop rule is asked from this many samples on
+StopRule = Callable[[Any], bool]
 
 
 def _fingerprint(feed: Mapping[str, np.ndarray]) -> str:
@@ -121,9 +124,12 @@ class PrefixCache:
         self.stored = self._pending
         return result
 
-    def _run(self, proto: Any, cut: _Cut | None, *, record_batches: bool = False) -> Any:
+    def _run(self, proto: Any, cut: _Cut | None, *, record_batches: bool = False, stop: StopRule | None = None) -> Any:
         """The task metric of ``proto`` run from ``cut`` (None: from the graph inputs); the tensors of the later
-        cuts are kept in ``_pending`` (they become the cache when the model is adopted as the new base)."""
+        cuts are kept in ``_pending`` (they become the cache when the model is adopted as the new base).
+
+        ``stop(partial)`` sees the metric of the samples run so far after every batch from :data:`MIN_SAMPLES` on;
+        True ends the run there (the result then covers those samples only, ``details["stopped_early"]``)."""
         from workbench.ort import cpu_session
 
         start = cut.position if cut is not None else 0
@@ -150,13 +156,29 @@ class PrefixCache:
                 pending[name].append(values[name])
             return {name: values[name] for name in outputs}
 
-        result = self.session.entry.evaluate(predict, limit=self.limit)
-        self._pending = pending
+        entry = self.session.entry
+        predictions: list[Any] = []
+        labels: list[Any] = []
+        indices: list[int] = []
+        stopped = False
+        for feed, batch_labels, batch_indices in entry._batches("evaluation", self.limit, EVAL_BATCH):
+            predictions.extend(entry._reduce(predict(feed), feed))
+            labels.extend(batch_labels)
+            indices.extend(batch_indices)
+            if stop is not None and len(indices) >= MIN_SAMPLES and stop(entry._metric(predictions, labels, indices)):
+                stopped = True
+                break
+        result = entry._metric(predictions, labels, indices)
+        if stopped:
+            result.details["stopped_early"] = True
+        self._pending = pending if not stopped else {}
         self._pending_proto = proto
         return result
 
     def adopt(self) -> None:
         """Make the model evaluated last the new base (a search kept it): later plans reuse its activations."""
+        if not self._pending and any(c.position > self.last_cut for c in self.cuts):
+            raise WorkbenchError("the last evaluation stopped early: it cannot become the base.")
         self.stored = {**self.stored, **self._pending}
         self.base_proto = self._pending_proto
 
@@ -217,9 +239,9 @@ class PrefixCache:
 
         return helper.np_dtype_to_tensor_dtype(self.stored[tensor][0].dtype)
 
-    def evaluate(self, model: Any, first_change: str | None = None) -> Any:
+    def evaluate(self, model: Any, first_change: str | None = None, stop: StopRule | None = None) -> Any:
         """The task metric of ``model`` (a Q/DQ model of this session), from the latest usable cut before
-        ``first_change`` (an FP32-graph node name; None: try every cut, latest first)."""
+        ``first_change`` (an FP32-graph node name; None: try every cut, latest first); ``stop`` as in :meth:`_run`."""
         proto = getattr(model, "proto", model)
         limit_position = self.order.get(first_change, len(self.order)) if first_change else len(self.order)
         for cut in reversed(self.cuts):
@@ -230,9 +252,9 @@ class PrefixCache:
             except KeyError:  # it reads a tensor this cut did not keep
                 continue
             self.last_cut = cut.position
-            return self._run(proto, cut)
+            return self._run(proto, cut, stop=stop)
         self.last_cut = 0
-        return self._run(proto, None)
+        return self._run(proto, None, stop=stop)
 
 
 def _outer_reads(graph: Any) -> set[str]:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+import numpy as np
+
 from workbench.artifact import Artifact
 from workbench.calib.cost import EngineCost, build_plan_engine
 from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
@@ -34,6 +36,7 @@ from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
 DEFAULT_BUDGET = 30
+EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class EvaluatedPlan(Artifact):
     overrides: dict[str, str] = field(default_factory=dict)
     format_counts: dict[str, int] = field(default_factory=dict)
     eight_bit_share: float = 0.0  # math nodes in INT8 or FP8
+    stopped_early: bool = False  # its evaluation ended early: the paired interval showed it cannot improve
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,7 @@ def search_mixed_precision(
     log: Callable[[str], None] | None = None,
     formats: Sequence[str] | None = None,
     prefix_cache: bool = True,
+    early_stop: bool = True,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -218,6 +223,8 @@ def search_mixed_precision(
     ``formats``: the ladder a group climbs when it hurts, e.g. ``("int8", "fp8", "fp16")`` (default: INT8 then
     ``fallback``); the first is where every group starts. ``prefix_cache``: evaluate each plan from the activations
     of the current plan up to the first group it changes (:class:`~workbench.calib.prefix.PrefixCache`; same metric).
+    ``early_stop`` (with the prefix cache): a trial's evaluation ends once the paired 99 % interval of its per-sample
+    difference to the current plan lies below zero (it cannot improve the metric, so it would be stepped back).
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -295,6 +302,15 @@ def search_mixed_precision(
         changed = [n for n in candidates if plan.precision_of(n) != cached_plan.precision_of(n)]
         return min(changed, key=lambda n: topo.get(n, 0)) if changed else None
 
+    def worse_than_current(partial: Any) -> bool:
+        """The paired interval decides: this trial cannot beat the current plan (so it would be stepped back)."""
+        scores = np.asarray(partial.scores, dtype=np.float64)
+        reference = np.asarray(evaluated[current_index].scores[: scores.size], dtype=np.float64)
+        if scores.size < 2 or reference.size != scores.size:
+            return False
+        gain = scores - reference if higher else reference - scores
+        return bool(gain.mean() + EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
+
     def record(plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None) -> float:
         nonlocal evaluations
         if cache is None:
@@ -302,7 +318,7 @@ def search_mixed_precision(
         elif not evaluated:
             measured = cache.base_result
         else:
-            measured = cache.evaluate(model, first_change(plan))
+            measured = cache.evaluate(model, first_change(plan), worse_than_current if early_stop else None)
         value = float(measured.value)
         evaluations += 1
         if build_costs and cost is None:
@@ -328,6 +344,7 @@ def search_mixed_precision(
                 math_nodes=len(math_ops),
                 int8_share=len(int8) / max(len(math_ops), 1),
                 cost=cost,
+                stopped_early=bool(measured.details.get("stopped_early", False)),
                 n_samples=int(measured.n_samples),
                 scores=tuple(float(x) for x in getattr(measured, "scores", ()) or ()),
                 overrides=dict(plan.overrides) if formats else {},
@@ -370,7 +387,8 @@ def search_mixed_precision(
                 trial = plan.with_overrides({n: cast(Precision, fmt) for n in group.nodes})
                 trial_fallen = fallen + tuple(n for n in group.nodes if n not in fallen)
                 value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
-                kept = better(value, current)
+                early = evaluated[-1].stopped_early
+                kept = better(value, current) and not early
                 reverts.append(
                     Revert(
                         step=len(reverts) + 1,
@@ -387,7 +405,9 @@ def search_mixed_precision(
                 )
                 say(
                     f"{group.name} ({len(group.nodes)} node(s)) to {fmt}: {current:.4f} -> {value:.4f} "
-                    f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+                    f"{'kept' if kept else 'stepped back'}"
+                    + (f" (stopped after {evaluated[-1].n_samples} samples: cannot improve)" if early else "")
+                    + f" [{evaluations}/{budget} evaluations, "
                     f"{time.perf_counter() - start:.0f} s]"
                 )
                 if kept:

@@ -7,7 +7,7 @@ build stage; :class:`Selection` points at one of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar
@@ -231,8 +231,8 @@ class QuickstartRun(Artifact):
     @property
     def builds(self) -> dict[Variant, VariantBuild]:
         """Every variant a build stage built, keyed by variant."""
-        found = (self.fp32_build, self.fp16_build, self.int8_all_build, self.fp8_all_build, self.mixed_build)
-        return {build.variant: build for build in found if build is not None}
+        found = (getattr(self, item.name) for item in fields(self))
+        return {build.variant: build for build in found if isinstance(build, VariantBuild)}
 
     @property
     def search_pick(self) -> Variant | None:

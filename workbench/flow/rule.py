@@ -187,9 +187,11 @@ def choose(
         level = "ok"
         reason = f"FP32 is the reference ({metric} {chosen.estimate.text()})"
     elif chosen.acceptable:
-        level = "ok"
+        # amber, not green, for a loss the data cannot rule out: the interval reaches past the allowed drop
+        unresolved = not chosen.resolved and chosen.vs_fp32.has_interval
+        level = "warning" if unresolved else "ok"
         reason = f"{variant} {_loss_text(chosen.loss, metric)} vs FP32 (allowed loss {max_drop:g}) on {n} samples"
-        if not chosen.resolved and chosen.vs_fp32.has_interval:
+        if unresolved:
             reason += f"; but {n} samples cannot rule out a loss up to {chosen.loss_high:.4f}"
     else:
         level = "bad" if chosen.resolved else "warning"

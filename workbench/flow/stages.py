@@ -84,6 +84,7 @@ class Stage(Generic[T]):
     field: str  # the QuickstartRun field its artifact goes to
     run: Callable[[QuickstartRun, Workspace], T]
     summary: Callable[[T, QuickstartRun], str]  # (its artifact, the run including it) -> one line
+    builds: Variant | None = None  # the variant a build stage makes (its artifact is that VariantBuild)
 
 
 # --- clean ------------------------------------------------------------------------------------------------------
@@ -319,13 +320,10 @@ def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> VariantBuild:
 
 # --- measure, choose, time, export ---------------------------------------------------------------------------
 
-BUILD_STAGE = {
-    Variant.FP32: "build_fp32",
-    Variant.FP16: "build_fp16",
-    Variant.INT8_ALL: "build_int8_all",
-    Variant.INT8_MIXED: "build_mixed",
-    Variant.FP8_ALL: "build_fp8_all",
-}
+
+def _why_not_built(run: QuickstartRun, variant: Variant) -> str:
+    stage = BUILD_STAGE.get(variant)
+    return run.stage(stage).text if stage else "the journey has no build stage for it"
 
 
 def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
@@ -335,9 +333,9 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
         (variant, builds[variant].onnx_path) for variant in Variant if variant in builds and variant is not Variant.FP32
     ]
     not_measured: dict[Variant, str] = {
-        variant: f"not built: {run.stage(BUILD_STAGE[variant]).text}"
-        for variant in Variant
-        if variant not in builds and variant is not Variant.FP32 and variant in BUILD_STAGE
+        variant: f"not built: {_why_not_built(run, variant)}"
+        for variant in BUILD_STAGE
+        if variant not in builds and variant is not Variant.FP32
     }
     measured = []
     for variant, path in variants:
@@ -386,7 +384,7 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
     choice = choose(rows, cfg.precision, cfg.max_metric_drop, available=tuple(builds))
     if choice.variant not in builds:
         raise WorkbenchError(
-            f"the rule picks {choice.variant}, which was not built: {run.stage(BUILD_STAGE[choice.variant]).text}",
+            f"the rule picks {choice.variant}, which was not built: {_why_not_built(run, choice.variant)}",
             expected="every build stage done",
         )
     return Selection(cfg.precision, builds[choice.variant], choice)
@@ -529,9 +527,9 @@ def summary_export(bundle: Bundle, run: QuickstartRun) -> str:
 
 STAGES: tuple[Stage[Any], ...] = (
     Stage("clean", "Clean the ONNX graph", ("model",), (), "cleaning", stage_clean, summary_clean),
-    Stage("build_fp32", "Build the FP32 engine", (), (), "fp32_build", stage_build_fp32, summary_build),
+    Stage("build_fp32", "Build the FP32 engine", (), (), "fp32_build", stage_build_fp32, summary_build, Variant.FP32),
     Stage("fusion", "Fusion view", (), ("build_fp32",), "fusion", stage_fusion, summary_fusion),
-    Stage("build_fp16", "Build the FP16 engine", (), (), "fp16_build", stage_build_fp16, summary_build),
+    Stage("build_fp16", "Build the FP16 engine", (), (), "fp16_build", stage_build_fp16, summary_build, Variant.FP16),
     Stage(
         "calibrate",
         "Calibrate INT8 ranges",
@@ -549,6 +547,7 @@ STAGES: tuple[Stage[Any], ...] = (
         "int8_all_build",
         stage_build_int8_all,
         summary_build,
+        Variant.INT8_ALL,
     ),
     Stage(
         "layer_diff",
@@ -576,6 +575,7 @@ STAGES: tuple[Stage[Any], ...] = (
         "mixed_build",
         stage_build_mixed,
         summary_build,
+        Variant.INT8_MIXED,
     ),
     Stage(
         "build_fp8_all",
@@ -585,6 +585,7 @@ STAGES: tuple[Stage[Any], ...] = (
         "fp8_all_build",
         stage_build_fp8_all,
         summary_build,
+        Variant.FP8_ALL,
     ),
     Stage("metrics", "Task metric per variant", ("evaluation_samples",), (), "metrics", stage_metrics, summary_metrics),
     Stage(
@@ -617,6 +618,7 @@ STAGES: tuple[Stage[Any], ...] = (
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
+BUILD_STAGE = {stage.builds: stage.name for stage in STAGES if stage.builds is not None}  # variant -> its build stage
 
 _RAISED_STATUS: tuple[tuple[type[WorkbenchError], StageStatus], ...] = (
     (StageOff, StageStatus.OFF),
