@@ -14,7 +14,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
@@ -134,7 +133,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
     return DemoResult(run, report)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="the main job: the quickstart flow on built-in defaults, writes out/report.html"
     )

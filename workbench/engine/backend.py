@@ -163,7 +163,7 @@ def _sigint_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _raise_if_interrupted(*callbacks: Any) -> None:
+def _raise_if_interrupted(*callbacks: object) -> None:
     """Re-raise a Ctrl-C that a TensorRT callback caught (TensorRT would otherwise finish or fail the build with a
     misleading message such as "logged no per-layer records")."""
     if any(getattr(callback, "interrupted", False) for callback in callbacks):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench._io import sha256_bytes, sha256_file, write_bytes_atomic, write_json_atomic, write_text_atomic
-from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.artifact import NOT_SERIALIZED, Artifact, JsonObject
 from workbench.engine.backend import (
     RTX_RUNTIME_COMPUTE_CAPABILITIES,
     Backend,
@@ -172,11 +172,11 @@ class EngineArtifact(Artifact):
     def summary(self) -> dict[str, Any]:
         return summarize(self.engine_layers)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return super().to_json() | {"engine_layer_count": self.layer_count}
 
     @classmethod
-    def from_json(cls, data: Any) -> EngineArtifact:
+    def from_json(cls, data: object) -> EngineArtifact:
         """An artifact's JSON names its files; the artifact is read back from them (and checked) by :meth:`load`."""
         if not isinstance(data, Mapping) or not isinstance(data.get("engine_path"), str):
             raise WorkbenchError("engine artifact JSON has no 'engine_path'.", expected="the JSON of an EngineArtifact")
