@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,7 @@ from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.qdq_rules import qdq_formats
+from workbench.progress import ProgressEvent, ProgressFn
 
 if TYPE_CHECKING:
     import onnx
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
 # (kind: start|step|finish, phase, parent phase or "", step, total) -> False cancels the build
-ProgressCallback = Callable[[str, str, str, int, int], bool]
+ProgressCallback = ProgressFn  # the one progress type: builder phases arrive as ProgressEvent(task='build')
 
 
 @dataclass(frozen=True)
@@ -339,14 +340,15 @@ class _TqdmProgress:
         self._tqdm = tqdm
         self._bars: dict[str, Any] = {}
 
-    def __call__(self, kind: str, phase: str, parent: str, step: int, total: int) -> bool:
-        if kind == "start" and total > 0 and not parent:
-            self._bars[phase] = self._tqdm(total=total, desc=phase[:40], leave=False, unit="step")
-        elif kind == "step" and phase in self._bars:
+    def __call__(self, event: ProgressEvent) -> bool:
+        phase = event.message
+        if event.kind == "start" and event.total and not event.parent:
+            self._bars[phase] = self._tqdm(total=event.total, desc=phase[:40], leave=False, unit="step")
+        elif event.kind == "step" and phase in self._bars:
             bar = self._bars[phase]
-            bar.n = step + 1
+            bar.n = event.index + 1
             bar.refresh()
-        elif kind == "finish" and phase in self._bars:
+        elif event.kind == "finish" and phase in self._bars:
             self._bars.pop(phase).close()
         return True
 
