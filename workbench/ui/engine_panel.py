@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
 from workbench.precision.variant import VARIANTS
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
 
@@ -214,6 +215,8 @@ class FusionExplorer:
             ]
         )
         self.container = widgets.VBox([self._controls])
+        fit_panel(self._controls)  # the fit widget rides with the controls (the panel below is replaced per build)
+        self.container.add_class("workbench-panel")
         self.build_button.on_click(lambda _button: self.build())
 
     def layer_map(self, model: str, precision: str) -> LayerMap:
