@@ -43,6 +43,7 @@ from workbench.engine.records import (
 )
 from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
+from workbench.log import get_logger
 from workbench.model import OnnxModel, load_onnx
 from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
 # (kind: start|step|finish, phase, parent phase or "", step, total) -> False cancels the build
+LOG = get_logger(__name__)
 ProgressCallback = ProgressFn  # the one progress type: builder phases arrive as ProgressEvent(task='build')
 
 
@@ -454,6 +456,16 @@ def engine_from_onnx(
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
     if options.timing_cache_path and output.timing_cache:
         write_bytes_atomic(options.timing_cache_path, output.timing_cache)
+    LOG.info(
+        "built %s: %d bytes, %d layers in %.1f s (%s %s, %s)",
+        engine_path,
+        len(output.serialized_engine),
+        len(engine_layers.layers),
+        seconds,
+        backend.name,
+        backend.version,
+        options.effective_plan.label,
+    )
 
     return EngineArtifact(
         engine_path=engine_path,
