@@ -226,7 +226,7 @@ class FusionExplorer:
             from workbench.engine.build import engine_for_model
 
             self.progress.start(f"building {model} {precision}")
-            artifact = engine_for_model(model, precision, self.out_dir, progress_callback=self.progress)  # type: ignore[arg-type]
+            artifact = engine_for_model(model, precision, self.out_dir, progress_callback=self.progress)
             self.progress.done(f"built {model} {precision}")
             self.build_seconds[key] = artifact.build_seconds
             self.maps[key] = artifact.layer_map
