@@ -27,11 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 MAX_JSON_BYTES = 512 * 1024 * 1024
 MAX_JSON_DEPTH = 64
@@ -62,7 +65,7 @@ def cleanup_temps() -> None:
         _remove_path(path)
 
 
-def _on_signal(signum: int, frame: Any) -> None:
+def _on_signal(signum: int, frame: FrameType | None) -> None:
     if signum == signal.SIGINT:
         # unwinds through every atomic_path/staging_directory `finally` (which remove their temp files); what is
         # still registered at exit is removed by the atexit hook. Not removed here: a caller may catch it.
@@ -506,7 +509,7 @@ def validate_outputs(
     inputs: Iterable[str | os.PathLike[str] | None] = (),
     directories: Iterable[str] = (),
     overwrite: bool = False,
-    is_ours: Any = None,
+    is_ours: Callable[[Path], bool] | None = None,
     ours: str = "a bundle written by `workbench export`",
 ) -> None:
     """Check every output path of a command before it does any work; raise :class:`WorkbenchError` otherwise.
@@ -593,7 +596,7 @@ def validate_outputs(
 # --- JSON ---------------------------------------------------------------------------------------------------
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> object:
     """``value`` with NaN/±Infinity replaced by ``None`` and numpy scalars/arrays and paths made plain."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -621,7 +624,7 @@ def json_safe(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
+def dumps_json(obj: object, *, indent: int | None = 2) -> str:
     """Strict JSON text (no NaN/Infinity tokens: non-finite numbers become null)."""
     return json.dumps(json_safe(obj), indent=indent, sort_keys=False, allow_nan=False)
 
@@ -638,12 +641,12 @@ def write_text_atomic(target: str | os.PathLike[str], text: str) -> Path:
     return Path(target)
 
 
-def write_json_atomic(target: str | os.PathLike[str], obj: Any) -> Path:
+def write_json_atomic(target: str | os.PathLike[str], obj: object) -> Path:
     return write_text_atomic(target, dumps_json(obj) + "\n")
 
 
-def _json_depth_ok(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
+def _json_depth_ok(value: object, limit: int) -> bool:
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
@@ -657,13 +660,13 @@ def _json_depth_ok(value: Any, limit: int) -> bool:
     return True
 
 
-def _reject_constant(token: str) -> Any:
+def _reject_constant(token: str) -> NoReturn:
     raise ValueError(f"{token} is not valid JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """An object with a key given twice is ambiguous (json keeps the last silently): refuse it."""
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     for key, value in pairs:
         if key in result:
             raise ValueError(f"the key {key!r} appears twice in one object")
@@ -678,10 +681,8 @@ def loads_json(
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        kwargs: dict[str, Any] = {"object_pairs_hook": _unique_keys}
-        if not allow_nan:
-            kwargs["parse_constant"] = _reject_constant
-        data = json.loads(text, **kwargs)
+        # parse_constant=None is json's default (NaN/Infinity accepted)
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=None if allow_nan else _reject_constant)
     except UnicodeDecodeError as error:
         raise WorkbenchError(f"{where}: not UTF-8 text ({error.reason}).", expected=what) from None
     except RecursionError:

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench._args import bounded_int
 from workbench._io import validate_outputs
@@ -24,6 +24,9 @@ from workbench.engine.records import EngineLayers, engine_layers_from_document, 
 from workbench.errors import WorkbenchError
 from workbench.model import load_onnx
 from workbench.precision import PrecisionPlan
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -104,7 +107,7 @@ def _cli_fusions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _built_onnx_of(layers: str, onnx_path: str | None) -> Any:
+def _built_onnx_of(layers: str, onnx_path: str | None) -> onnx.ModelProto | None:
     """The ONNX that was built: --onnx, or the one a .layers.json names (checked by hash); None if unknown."""
     if onnx_path:
         return load_onnx(onnx_path, check=False).proto
@@ -122,7 +125,7 @@ def _engine_layers_of(path: str) -> EngineLayers:
     return read_layers(path)
 
 
-def _register_build(subparsers: Any) -> None:
+def _register_build(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
         help="build a TensorRT engine from ONNX (works without a GPU via TensorRT-RTX)",
@@ -242,7 +245,7 @@ def format_summary(artifact: EngineArtifact) -> str:
     return "\n".join(lines)
 
 
-def _register_doctor(subparsers: Any) -> None:
+def _register_doctor(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("doctor", help="show the TensorRT backend, GPU and whether engines can run here")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=_cli_doctor)

@@ -6,7 +6,10 @@ import importlib.metadata
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.artifact import JsonObject
 
 PACKAGES = (
     "tensorrt",
@@ -47,7 +50,7 @@ class DoctorReport:
     onnxruntime_providers: list[str]
     packages: dict[str, str | None] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 

@@ -17,12 +17,17 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.engine.records import EngineLayers, LayerRecord, engine_layers_from_document, read_layers
 from workbench.errors import WorkbenchError
 from workbench.model.graph import onnx_node_list
 from workbench.model.graph import qdq_edges as qdq_edges_of
+
+if TYPE_CHECKING:
+    import onnx
+
+    from workbench.artifact import JsonObject
 
 # Ops that only move, name or describe data; counted apart from compute nodes in the fusion statistics.
 BOOKKEEPING_OPS = frozenset(
@@ -119,7 +124,7 @@ class LayerEntry:
         """A convolution / matrix-multiply kernel that reads 8-bit (INT8 or FP8) data or weights."""
         return self.is_int8_kernel or self.is_fp8_kernel
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = asdict(self)
         data["inserted"] = self.inserted
         return data
@@ -144,7 +149,7 @@ class NodeEntry:
         """The ONNX name scope (``/encoder/layer.3/attention/MatMul`` -> ``/encoder/layer.3/attention``)."""
         return self.name.rsplit("/", 1)[0] if "/" in self.name.strip("/") else ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = asdict(self)
         data["folded"] = self.folded
         return data
@@ -161,7 +166,7 @@ class QdqPair:
     status: str  # "int8-kernel" | "fp8-kernel" | "standalone" | "folded"
     layers: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -185,7 +190,7 @@ class FusionStats:
     def compute_nodes_per_layer(self) -> float:
         return self.onnx_compute_nodes / self.layers_from_onnx if self.layers_from_onnx else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = asdict(self)
         data["group_sizes"] = {str(k): v for k, v in sorted(self.group_sizes.items())}
         data["compute_nodes_per_layer"] = round(self.compute_nodes_per_layer, 3)
@@ -213,7 +218,7 @@ class LayerMap:
         engine_layers: EngineLayers,
         onnx_nodes: Iterable[tuple[str, str]] | None = None,
         *,
-        onnx_proto: Any = None,
+        onnx_proto: onnx.ModelProto | None = None,
         label: str = "",
     ) -> LayerMap:
         """Link ``engine_layers`` to ONNX nodes given as (name, op_type) in graph order, or as an ONNX ModelProto."""
@@ -239,7 +244,9 @@ class LayerMap:
         return cls(tuple(layers), tuple(nodes), engine_layers.source_format, label, unknown, qdq_edges, inferred)
 
     @classmethod
-    def from_document(cls, document: Mapping[str, Any], *, onnx_proto: Any = None, label: str = "") -> LayerMap:
+    def from_document(
+        cls, document: Mapping[str, Any], *, onnx_proto: onnx.ModelProto | None = None, label: str = ""
+    ) -> LayerMap:
         """From a ``.layers.json`` document (its ``onnx_nodes`` list gives the graph order)."""
         engine_layers = engine_layers_from_document(document)
         if onnx_proto is None and "qdq_edges" not in document:
@@ -379,7 +386,7 @@ class LayerMap:
         return pairs
 
     # --- output ----------------------------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "label": self.label,
             "source_format": self.source_format,
@@ -394,7 +401,7 @@ class LayerMap:
         }
 
 
-def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> Any:
+def _built_onnx_if_unchanged(document: Mapping[str, Any]) -> onnx.ModelProto | None:
     """The ONNX a document was built from (:func:`workbench.engine.build.built_onnx`), for documents that lack node
     names / Q/DQ pairs (older builds); None when it cannot be had or does not match the document's node count."""
     from workbench.engine.built_onnx import built_onnx
@@ -437,7 +444,7 @@ class FusionGroup:
     layer_type: str
     precision: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"nodes": sorted(self.nodes), "layer": self.layer, "type": self.layer_type, "precision": self.precision}
 
 
@@ -467,7 +474,7 @@ class FusionDiff:
             "inserted_after": self.inserted_after,
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "before": self.before_label,
             "after": self.after_label,

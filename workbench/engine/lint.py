@@ -14,9 +14,12 @@ Each finding names the engine layer, the ONNX nodes it executes, and a fix to tr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.artifact import Artifact
+
+if TYPE_CHECKING:
+    import onnx
 from workbench.engine.layermap import MATH_LAYER_TYPES, LayerMap
 from workbench.engine.precision_check import PrecisionCheck
 from workbench.engine.records import EngineLayers
@@ -59,7 +62,7 @@ class LintReport(Artifact):
             out.setdefault(finding.layer, []).append(finding)
         return out
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[dict[str, str]]:
         return [
             {
                 "kind": f.kind,
@@ -88,7 +91,7 @@ def _dominant_precision(layer_map: LayerMap) -> str:
     return "fp32"
 
 
-def reduced_input_nodes(onnx_proto: Any) -> dict[str, bool]:
+def reduced_input_nodes(onnx_proto: onnx.ModelProto) -> dict[str, bool]:
     """ONNX node -> whether the built graph feeds it reduced-precision data: an input from a DequantizeLinear (INT8
     Q/DQ) or a Cast to FLOAT16/BFLOAT16 (AutoCast), or FP16 weights."""
     from workbench.model.graph import onnx_node_name
@@ -129,7 +132,7 @@ def _why_fp32(nodes: tuple[str, ...], reduced: dict[str, bool] | None) -> tuple[
 def lint(
     layer_map: LayerMap,
     engine_layers: EngineLayers | None = None,
-    onnx_proto: Any = None,
+    onnx_proto: onnx.ModelProto | None = None,
     precision_check: PrecisionCheck | None = None,
 ) -> LintReport:
     """Findings on one build (``engine_layers`` adds the tensor-level checks: type-converting reformats, chains;

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.artifact import Artifact
+
+if TYPE_CHECKING:
+    import onnx
 from workbench.engine.layermap import BOOKKEEPING_OPS, MATH_LAYER_TYPES, LayerEntry, LayerMap
 from workbench.precision import PrecisionPlan
 
@@ -80,7 +83,7 @@ class PrecisionCheck(Artifact):
         )
 
 
-def _graph_formats(proto: Any) -> dict[str, str]:
+def _graph_formats(proto: onnx.ModelProto) -> dict[str, str]:
     """ONNX node -> the reduced format its inputs arrive in: a DequantizeLinear's format, or fp16 from a Cast."""
     types = {init.name: init.data_type for init in proto.graph.initializer}
     produced: dict[str, str] = {}
@@ -121,7 +124,7 @@ def _rank(precision: str) -> int:
 
 def check_precision(
     layer_map: LayerMap,
-    built_proto: Any,
+    built_proto: onnx.ModelProto,
     plan: PrecisionPlan,
     *,
     backend: str = "TensorRT",

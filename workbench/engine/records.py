@@ -29,6 +29,8 @@ from workbench.model.graph import onnx_node_list, qdq_edges
 if TYPE_CHECKING:
     import onnx
 
+    from workbench.artifact import JsonObject
+
 # Separators TensorRT has used between the ONNX nodes fused into one layer: \x1f (10/11), \x1e (8.6).
 _ONNX_LAYER = re.compile(r"\[ONNX Layer: ([^\]\x1e\x1f]*)\]")
 
@@ -96,7 +98,7 @@ class LayerRecord:
                 return precision
         return "none" if not found else sorted(found)[0]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data = asdict(self)
         data.pop("explicit_onnx_nodes")
         data["onnx_nodes"] = list(self.onnx_nodes)
@@ -121,7 +123,7 @@ class EngineLayers:
     io_tensors: list[IOTensorRecord]
     source_format: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "source_format": self.source_format,
             "layers": [layer.to_json() for layer in self.layers],
@@ -563,28 +565,28 @@ def read_layers_document(path: str | os.PathLike[str]) -> dict[str, Any]:
 # --- schema of the .layers.json document ---------------------------------------------------------------------
 
 
-def _schema_error(where: str, field: str, value: Any, expected: str) -> WorkbenchError:
+def _schema_error(where: str, field: str, value: object, expected: str) -> WorkbenchError:
     text = repr(value)
     if len(text) > 80:
         text = text[:77] + "..."
     return WorkbenchError(f"{where}: field {field} is {text}.", expected=expected)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_str_list(where: str, field: str, value: Any) -> None:
+def _check_str_list(where: str, field: str, value: object) -> None:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _schema_error(where, field, value, "a list of strings")
 
 
-def _check_dims(where: str, field: str, value: Any) -> None:
+def _check_dims(where: str, field: str, value: object) -> None:
     if not isinstance(value, list) or not all(_is_int(d) and -1 <= d <= 2**63 - 1 for d in value):
         raise _schema_error(where, field, value, "a list of integers (-1 for dynamic)")
 
 
-def _check_tensor_list(where: str, field: str, value: Any) -> None:
+def _check_tensor_list(where: str, field: str, value: object) -> None:
     if value is None:
         return
     if not isinstance(value, list):
@@ -600,7 +602,7 @@ def _check_tensor_list(where: str, field: str, value: Any) -> None:
 
 
 def _named_objects(
-    where: str, name: str, items: list[Any], string_keys: tuple[str, ...]
+    where: str, name: str, items: list[object], string_keys: tuple[str, ...]
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(field path, item) for a list of objects that each have a string 'name' and optional string ``string_keys``."""
     for index, item in enumerate(items):
@@ -672,7 +674,7 @@ def validate_layers_document(document: Any, where: str = ".layers.json") -> dict
     return document
 
 
-def _validate_build_section(build: Any, where: str) -> None:
+def _validate_build_section(build: object, where: str) -> None:
     if not isinstance(build, dict):
         raise _schema_error(where, "build", build, "an object")
     for key in ("backend", "backend_version", "onnx", "onnx_sha256", "built_onnx_sha256", "precision"):

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.engine.lint import Finding, LintReport, lint
+
+if TYPE_CHECKING:
+    from workbench.explore.explorer import Explorer
 
 __all__ = ["Explorer", "Finding", "LintReport", "build_explorer", "explore", "lint"]
 
 
-def explore(*args: Any, **kwargs: Any) -> Any:
+def explore(*args: Any, **kwargs: Any) -> Explorer:
     """See :func:`workbench.explore.explorer.explore`."""
     from workbench.explore.explorer import explore as _explore
 
@@ -35,7 +38,7 @@ def __getattr__(name: str) -> Any:
 class _CallableModule(types.ModuleType):
     """``workbench.explore(...)`` calls :func:`explore` although ``workbench.explore`` is this package."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Explorer:
         return explore(*args, **kwargs)
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.calib.diff import LayerDiff
+    from workbench.timing.layer_profile import LayerProfile
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "explore",
         help="open the engine explorer (Model Explorer) on a build; --export writes shareable graph/node-data JSON",
@@ -76,7 +80,7 @@ def _cli_explore(args: argparse.Namespace) -> int:
         remove_session_folder()
 
 
-def _build_and_serve(args: argparse.Namespace, diff: Any, profile: Any) -> int:
+def _build_and_serve(args: argparse.Namespace, diff: LayerDiff | None, profile: LayerProfile | None) -> int:
     from workbench.explore.explorer import build_explorer
 
     explorer = build_explorer(args.build, compare=args.compare, diff=diff, profile=profile, precision=args.precision)

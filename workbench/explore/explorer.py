@@ -13,7 +13,7 @@ import html
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.engine.layermap import FusionDiff
 from workbench.engine.lint import LintReport, lint
@@ -21,6 +21,15 @@ from workbench.explore import graphs as g
 from workbench.explore import overlays as ov
 from workbench.explore.embed import EMBED_HEIGHT_PX
 from workbench.viz.engine_view import fusion_diff_of
+
+if TYPE_CHECKING:
+    from workbench.artifact import JsonObject
+    from workbench.calib.diff import LayerDiff
+    from workbench.engine.build import EngineArtifact
+    from workbench.timing.layer_profile import LayerProfile
+
+    # a build to show: built (an EngineArtifact, a view, an .engine or .layers.json path) or to build (zoo name, .onnx)
+    BuildSource = EngineArtifact | g.BuildView | str | Path
 
 SYNC_MODE = "match_node_id"
 _COUNTER = itertools.count(1)
@@ -34,7 +43,7 @@ class Explorer:
     directory: Path
     graph_files: tuple[Path, ...]
     node_data_files: tuple[Path, ...]
-    ui_state: dict[str, Any]
+    ui_state: JsonObject
     lint_reports: tuple[LintReport, ...]
     fusion_diff: FusionDiff | None = None
     overlays: tuple[ov.Overlay, ...] = ()
@@ -109,7 +118,7 @@ class Explorer:
         return out
 
 
-def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView:
+def _view(source: BuildSource, label: str, precision: str, workdir: Path) -> g.BuildView:
     """A build from an engine/artifact/.layers.json, or (for a zoo name or .onnx path) a fresh build."""
     text = str(source)
     if not isinstance(source, str | Path) or text.endswith((".engine", ".json", ".log")):
@@ -119,21 +128,25 @@ def _view(source: Any, label: str, precision: str, workdir: Path) -> g.BuildView
     return g.view_from_artifact(engine_for_model(text, precision, workdir), label=label)  # type: ignore[arg-type]
 
 
-def _load(obj: Any, kind: str) -> Any:
+def _load_diff(obj: LayerDiff | str | Path | None) -> LayerDiff | None:
     if obj is None or not isinstance(obj, str | Path):
         return obj
     from workbench._io import read_json
+    from workbench.calib.diff import LayerDiff
 
-    if kind == "diff":
-        from workbench.calib.diff import LayerDiff
+    return LayerDiff.from_json(read_json(obj, what="DIFF.json written by `workbench diff`"))
 
-        return LayerDiff.from_json(read_json(obj, what="DIFF.json written by `workbench diff`"))
+
+def _load_profile(obj: LayerProfile | str | Path | None) -> LayerProfile | None:
+    if obj is None or not isinstance(obj, str | Path):
+        return obj
+    from workbench._io import read_json
     from workbench.timing.layer_profile import LayerProfile
 
     return LayerProfile.from_json(read_json(obj, what="a LayerProfile JSON"))
 
 
-def _pane(graph_id: str, label: str, fraction: float) -> dict[str, Any]:
+def _pane(graph_id: str, label: str, fraction: float) -> JsonObject:
     return {
         "deepestExpandedGroupNodeIds": [],
         "selectedNodeId": "",
@@ -144,11 +157,11 @@ def _pane(graph_id: str, label: str, fraction: float) -> dict[str, Any]:
 
 
 def build_explorer(
-    model_or_engine: Any,
+    model_or_engine: BuildSource,
     *,
-    compare: Any = None,
-    diff: Any = None,
-    profile: Any = None,
+    compare: BuildSource | None = None,
+    diff: LayerDiff | str | Path | None = None,
+    profile: LayerProfile | str | Path | None = None,
     precision: str = "fp32",
     compare_precision: str = "fp16",
     directory: str | Path | None = None,
@@ -169,7 +182,7 @@ def build_explorer(
         if second.label == first.label:
             second = g.load_view(second, label=second.label + " (2)")
         views = [first, second]
-    diff_obj, profile_obj = _load(diff, "diff"), _load(profile, "profile")
+    diff_obj, profile_obj = _load_diff(diff), _load_profile(profile)
     reports = tuple(lint(view.layer_map, view.engine_layers, view.onnx_proto, view.precision_check) for view in views)
     graph_files: list[Path] = []
     node_data: list[Path] = []
@@ -201,6 +214,7 @@ def build_explorer(
             path = overlay.save(out, prefix=f"{stem}.")
             node_data.append(path)
         all_overlays += overlays
+    ui_state: JsonObject
     if len(views) == 1:
         ui_state = {
             "paneStates": [
@@ -238,10 +252,10 @@ def _file_stem(label: str, index: int) -> str:
 
 
 def explore(
-    model_or_engine: Any,
-    compare: Any = None,
-    diff: Any = None,
-    profile: Any = None,
+    model_or_engine: BuildSource,
+    compare: BuildSource | None = None,
+    diff: LayerDiff | str | Path | None = None,
+    profile: LayerProfile | str | Path | None = None,
     *,
     precision: str = "fp32",
     compare_precision: str = "fp16",

@@ -26,9 +26,12 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.explore.embed import EMBED_SCRIPT
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
 
 TOKEN_PARAM = "workbench_token"
 TOKEN_HEADER = "X-Workbench-Token"
@@ -135,7 +138,7 @@ class ExplorerGate:
         )
         return [body]
 
-    def _refuse(self, environ: dict[str, Any], start_response: StartResponse, status: str, why: str) -> list[bytes]:
+    def _refuse(self, environ: WSGIEnvironment, start_response: StartResponse, status: str, why: str) -> list[bytes]:
         # the server log shows what was refused (method and path only: a query may hold the token)
         print(
             f"workbench gate refused {status} {environ.get('REQUEST_METHOD')} {environ.get('PATH_INFO')!r}: {why}",
@@ -143,7 +146,7 @@ class ExplorerGate:
         )
         return self._respond(start_response, status, f"refused by the workbench explorer gate: {why}\n".encode())
 
-    def _token_ok(self, environ: dict[str, Any], query: dict[str, list[str]]) -> bool:
+    def _token_ok(self, environ: WSGIEnvironment, query: dict[str, list[str]]) -> bool:
         given = environ.get("HTTP_" + TOKEN_HEADER.upper().replace("-", "_")) or (query.get(TOKEN_PARAM) or [""])[0]
         return hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode("ascii"))
 
@@ -173,7 +176,7 @@ class ExplorerGate:
 
     # --- WSGI ----------------------------------------------------------------------------------------------------
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         from urllib.parse import parse_qs
 
         method = environ.get("REQUEST_METHOD", "")

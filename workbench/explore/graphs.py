@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from model_explorer import graph_builder as gb
 
@@ -38,6 +38,14 @@ from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
 from workbench.errors import WorkbenchError
 from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
 from workbench.viz.palette import precision_color
+
+if TYPE_CHECKING:
+    import types
+
+    import onnx
+
+    from workbench.artifact import JsonObject
+    from workbench.engine.build import EngineArtifact
 
 ONNX_GRAPH_ID = "onnx"
 ENGINE_GRAPH_ID = "engine"
@@ -62,7 +70,7 @@ class BuildView:
     label: str
     layer_map: LayerMap
     engine_layers: EngineLayers
-    onnx_proto: Any = field(default=None, repr=False)
+    onnx_proto: onnx.ModelProto | None = field(default=None, repr=False)
     precision: str = ""
     precision_check: PrecisionCheck | None = None  # the build's requested vs actual precision (lint lists mismatches)
 
@@ -102,8 +110,8 @@ def scope_of(node_name: str, depth: int = 2) -> str:
 
 
 def _incoming_edges(
-    gb: Any, inputs: list[str], producers: dict[str, tuple[str, int]], skip_source: str | None = None
-) -> list[Any]:
+    gb: types.ModuleType, inputs: list[str], producers: dict[str, tuple[str, int]], skip_source: str | None = None
+) -> list[gb.IncomingEdge]:
     """One Model Explorer edge per input tensor that a node of the graph produces (``skip_source``: no self-loop)."""
     edges = []
     for target_index, tensor in enumerate(inputs):
@@ -117,7 +125,7 @@ def _incoming_edges(
     return edges
 
 
-def _kv(key: str, value: Any) -> gb.KeyValue:
+def _kv(key: str, value: object) -> gb.KeyValue:
     return gb.KeyValue(key=key, value=str(value))
 
 
@@ -340,7 +348,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
         graph.nodes.append(node)
 
     producers: dict[str, tuple[str, int]] = {}
-    proto_nodes: dict[str, Any] = {}
+    proto_nodes: dict[str, onnx.NodeProto] = {}
     if view.onnx_proto is not None:
         from workbench.model.graph import onnx_node_name
 
@@ -471,7 +479,7 @@ def graph_collection(label: str, graphs: Iterable[gb.Graph]) -> gb.GraphCollecti
     return gb.GraphCollection(label=label, graphs=list(graphs))
 
 
-def graphs_json(collection: gb.GraphCollection) -> dict[str, Any]:
+def graphs_json(collection: gb.GraphCollection) -> JsonObject:
     """The graphs JSON Model Explorer's JSON loader reads: one collection ``{"label": ..., "graphs": [...]}``, with
     None fields dropped."""
     from model_explorer.utils import remove_none
@@ -488,7 +496,7 @@ def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:
 # --- building a view from what the user has ---------------------------------------------------------------------
 
 
-def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
+def view_from_artifact(artifact: EngineArtifact, *, label: str = "") -> BuildView:
     """A :class:`BuildView` of an :class:`~workbench.engine.build.EngineArtifact`: its own layer map, and the ONNX it
     was built from when that can be had (for the graph's edges)."""
     proto = artifact.built_onnx()
@@ -505,12 +513,12 @@ def view_from_artifact(artifact: Any, *, label: str = "") -> BuildView:
     )
 
 
-def load_view(source: Any, *, label: str = "") -> BuildView:
+def load_view(source: BuildView | EngineArtifact | str | Path, *, label: str = "") -> BuildView:
     """A view from an EngineArtifact, a BuildView, an ``.engine`` path or a ``.layers.json`` path."""
     if isinstance(source, BuildView):
         return dataclasses.replace(source, label=label) if label else source
     if hasattr(source, "layer_map") and hasattr(source, "engine_layers") and hasattr(source, "layers_path"):
-        return view_from_artifact(source, label=label)
+        return view_from_artifact(cast("EngineArtifact", source), label=label)
     path = Path(str(source))
     if path.suffix == ".engine" and path.is_file():
         from workbench.engine.build import EngineArtifact

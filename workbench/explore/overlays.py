@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from model_explorer import node_data_builder as ndb
 
@@ -30,6 +30,11 @@ from workbench.explore.graphs import (
     onnx_node_id,
 )
 from workbench.viz import palette
+
+if TYPE_CHECKING:
+    from workbench.calib.diff import LayerDiff
+    from workbench.engine.layermap import FusionDiff
+    from workbench.timing.layer_profile import LayerProfile
 
 GraphIds = tuple[str, str]  # (ONNX graph id, engine graph id)
 DEFAULT_IDS: GraphIds = (ONNX_GRAPH_ID, ENGINE_GRAPH_ID)
@@ -46,7 +51,7 @@ class Overlay:
     data: ndb.ModelNodeData
     legend: tuple[tuple[str, str], ...]  # (label, colour) for our own documentation / tests
 
-    def values(self, graph_id: str) -> dict[str, Any]:
+    def values(self, graph_id: str) -> dict[str, object]:
         return {node: result.value for node, result in self.data.graphsData[graph_id].results.items()}
 
     def save(self, directory: str | Path, prefix: str = "") -> Path:
@@ -56,7 +61,7 @@ class Overlay:
         return write_text_atomic(path, self.data.to_json_string(indent=None))
 
 
-def _graph_data(name: str, results: Mapping[str, float | str], **scale: Any) -> ndb.GraphNodeData:
+def _graph_data(name: str, results: Mapping[str, float | str], **scale: list[ndb.GradientItem]) -> ndb.GraphNodeData:
     typed = {node: ndb.NodeDataResult(value=value) for node, value in results.items()}
     return ndb.GraphNodeData(name=name, results=typed, **scale)
 
@@ -149,7 +154,7 @@ def fusion_size_overlay(view: BuildView, ids: GraphIds = DEFAULT_IDS) -> Overlay
     return _numeric_overlay("fusion_size", "ONNX nodes fused per layer", view, sizes, ids=ids)
 
 
-def int8_damage_overlays(view: BuildView, diff: Any, ids: GraphIds = DEFAULT_IDS) -> list[Overlay]:
+def int8_damage_overlays(view: BuildView, diff: LayerDiff, ids: GraphIds = DEFAULT_IDS) -> list[Overlay]:
     """Accumulated SQNR drop (dB, relative to the best tensor of the model) and noise added, from a ``LayerDiff``
     of this build's FP32 and quantized ONNX; a layer shows the worst value of the nodes it executes."""
     drop: dict[str, float] = {}
@@ -195,7 +200,7 @@ def lint_overlay(view: BuildView, report: LintReport, ids: GraphIds = DEFAULT_ID
     )
 
 
-def profile_overlay(view: BuildView, profile: Any, ids: GraphIds = DEFAULT_IDS) -> Overlay:
+def profile_overlay(view: BuildView, profile: LayerProfile, ids: GraphIds = DEFAULT_IDS) -> Overlay:
     """Per-layer time (ms) from a ``LayerProfile``: by engine layer name when the profile is TensorRT's, else spread
     from ONNX node names (torch.profiler) onto the layers that execute them."""
     by_name = {layer.name: layer.time_ms for layer in profile.layers}
@@ -215,7 +220,7 @@ def profile_overlay(view: BuildView, profile: Any, ids: GraphIds = DEFAULT_IDS) 
     )
 
 
-def fusion_diff_overlay(view: BuildView, fusion_diff: Any, side: str, ids: GraphIds = DEFAULT_IDS) -> Overlay:
+def fusion_diff_overlay(view: BuildView, fusion_diff: FusionDiff, side: str, ids: GraphIds = DEFAULT_IDS) -> Overlay:
     """Two builds compared (``workbench.engine.layermap.diff_layer_maps``): on the 'before' side the layers whose
     fusion the 'after' build lost, on the 'after' side the fusions it gained; precision changes and unchanged too."""
     changed_layers = {pair[0 if side == "before" else 1].layer for pair in fusion_diff.precision_changes}
@@ -276,8 +281,8 @@ def active_last(overlays: Sequence[Overlay]) -> list[Overlay]:
 def build_overlays(
     view: BuildView,
     *,
-    diff: Any = None,
-    profile: Any = None,
+    diff: LayerDiff | None = None,
+    profile: LayerProfile | None = None,
     lint_report: LintReport | None = None,
     ids: GraphIds = DEFAULT_IDS,
 ) -> list[Overlay]:

@@ -154,7 +154,7 @@ class ExplorerServer:
         *,
         node_data: Sequence[str | Path] = (),
         node_data_targets: Sequence[str] = (),
-        ui_state: Mapping[str, Any] | None = None,
+        ui_state: Mapping[str, object] | None = None,
         sync_mode: str | None = None,
     ) -> str:
         """The page URL (with this session's token) that opens ``models`` (graphs JSON) with node-data files applied.
@@ -198,13 +198,15 @@ def page_url(
     *,
     node_data: Sequence[str | Path] = (),
     node_data_targets: Sequence[str] = (),
-    ui_state: Mapping[str, Any] | None = None,
+    ui_state: Mapping[str, object] | None = None,
     sync_mode: str | None = None,
     token: str = "",
 ) -> str:
     """Model Explorer's ``?data=`` URL (the format its web app decodes: models, nodeData, nodeDataTargets, uiState,
     sync) for graphs JSON files given by absolute path, with the session token our gate wants."""
-    data: dict[str, Any] = {"models": [{"url": str(Path(m).resolve()), "converterId": "builtin_json"} for m in models]}
+    data: dict[str, object] = {
+        "models": [{"url": str(Path(m).resolve()), "converterId": "builtin_json"} for m in models]
+    }
     if node_data:
         data["nodeData"] = [str(Path(p).resolve()) for p in node_data]
         data["nodeDataTargets"] = list(node_data_targets) or [""] * len(node_data)
@@ -299,7 +301,7 @@ def _watch_parent(parent: int, session: Path) -> None:
             os._exit(0)
 
 
-def _gated_flask_module(token: str, root: Path, state: Path) -> Any:
+def _gated_flask_module(token: str, root: Path, state: Path) -> object:
     """A stand-in for the ``flask`` module inside ``model_explorer.server`` whose ``Flask`` app, when run, serves
     through our gate on a port it binds itself and reports in ``state/server.port``."""
     import flask
@@ -309,7 +311,7 @@ def _gated_flask_module(token: str, root: Path, state: Path) -> Any:
     from workbench.explore.gate import ExplorerGate
 
     class GatedFlask(flask.Flask):
-        def run(self, host: str | None = None, port: int | None = None, **options: Any) -> None:  # type: ignore[override]
+        def run(self, host: str | None = None, port: int | None = None, **options: object) -> None:  # type: ignore[override]
             import model_explorer.server as stock
 
             self.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES

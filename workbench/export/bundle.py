@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench._io import (
     dumps_json,
@@ -32,12 +32,15 @@ from workbench._io import (
     validate_outputs,
     write_text_atomic,
 )
-from workbench.artifact import Artifact
+from workbench.artifact import Artifact, JsonObject
 from workbench.engine import EngineArtifact, LayerMap
 from workbench.engine.records import read_layers_document
 from workbench.errors import EngineCannotRun, WorkbenchError
 from workbench.export.triton import TritonOptions, triton_config
 from workbench.precision import PrecisionPlan
+
+if TYPE_CHECKING:
+    from workbench.engine.backend import Backend, EngineRunner, GpuInfo
 
 BUNDLE_FORMAT = "trt-workbench-bundle"
 BUNDLE_VERSION = 2
@@ -56,7 +59,7 @@ class Bundle(Artifact):
     engine_path: Path
 
     @classmethod
-    def from_json(cls, data: Any) -> Bundle:
+    def from_json(cls, data: object) -> Bundle:
         """A bundle's JSON names its folder; the bundle is read back from it and checked (:func:`read_bundle`)."""
         if not isinstance(data, Mapping) or not isinstance(data.get("path"), str):
             raise WorkbenchError("bundle JSON has no 'path'.", expected="the JSON of a Bundle")
@@ -107,7 +110,7 @@ def target_compute_capabilities(backend_name: str, requested: Sequence[str]) -> 
     )
 
 
-def _fp8_requirement(engine: EngineArtifact) -> dict[str, Any] | None:
+def _fp8_requirement(engine: EngineArtifact) -> JsonObject | None:
     """For an engine with FP8 layers: how many, and which GPUs can run it (compute capability 8.9+); else None."""
     from workbench.engine.targets import FP8_GPUS, FP8_MIN_COMPUTE_CAPABILITY
 
@@ -228,7 +231,7 @@ def _read_regular(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
-def _file_entry(path: Path) -> dict[str, Any]:
+def _file_entry(path: Path) -> JsonObject:
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
@@ -262,8 +265,8 @@ def export_bundle(
     *,
     plan: PrecisionPlan | None = None,
     calibration_cache: str | os.PathLike[str] | None = None,
-    accuracy: Mapping[str, Any] | None = None,
-    timing: Mapping[str, Any] | None = None,
+    accuracy: Mapping[str, object] | None = None,
+    timing: Mapping[str, object] | None = None,
     triton: TritonOptions | None = None,
     overwrite: bool = False,
 ) -> Bundle:
@@ -442,7 +445,7 @@ class BundleCheck:
         return not self.problems
 
 
-def _confined(root: Path, relative: Any, what: str) -> tuple[Path | None, str | None]:
+def _confined(root: Path, relative: object, what: str) -> tuple[Path | None, str | None]:
     """The file a manifest path names, if it is relative, stays inside ``root`` and crosses no symlink."""
     if not isinstance(relative, str) or not relative or "\x00" in relative:
         return None, f"{what}: path {relative!r} is not a non-empty relative path"
@@ -472,7 +475,7 @@ _MANIFEST_SCHEMA: dict[str, tuple[type, ...]] = {
 }
 
 
-def _manifest_problems(manifest: Any, where: Path) -> list[str]:
+def _manifest_problems(manifest: object, where: Path) -> list[str]:
     if not isinstance(manifest, dict):
         return [f"{where}: the manifest is a {type(manifest).__name__}, not an object"]
     if manifest.get("format") != BUNDLE_FORMAT:
@@ -519,7 +522,7 @@ def _manifest_problems(manifest: Any, where: Path) -> list[str]:
     return problems
 
 
-def _is_sha256(value: Any) -> bool:
+def _is_sha256(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
@@ -664,7 +667,7 @@ def verify_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False,
     return BundleCheck(root, tuple(problems), checked, signed, tuple(notes), manifest["format_version"], listed_names)
 
 
-def _int_or_zero(value: Any) -> int:
+def _int_or_zero(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
@@ -723,10 +726,10 @@ def read_bundle(path: str | os.PathLike[str], *, allow_unsealed: bool = False) -
 @dataclass
 class LoadedEngine:
     bundle: Bundle
-    runner: Any = field(repr=False)
+    runner: EngineRunner = field(repr=False)
 
 
-def check_engine_compatible(bundle: Bundle, *, gpu: Any = None, backend: Any = None) -> None:
+def check_engine_compatible(bundle: Bundle, *, gpu: GpuInfo | None = None, backend: Backend | None = None) -> None:
     """Raise if this machine's TensorRT version or GPU compute capability differs from what the engine needs."""
     from workbench.engine.backend import detect_gpu, get_backend
 
@@ -757,7 +760,7 @@ def check_engine_compatible(bundle: Bundle, *, gpu: Any = None, backend: Any = N
 
 
 def load_engine(
-    bundle: str | os.PathLike[str] | Bundle, *, gpu: Any = None, allow_unsealed: bool = False
+    bundle: str | os.PathLike[str] | Bundle, *, gpu: GpuInfo | None = None, allow_unsealed: bool = False
 ) -> LoadedEngine:
     """Deserialize a bundle's engine after checking backend version and compute capability (refuses mismatches)."""
     from workbench.engine.backend import EngineRunner, get_backend

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.timing.serving.config import ServeConfig
 
 _TRITON_TYPES = {
     "float": "TYPE_FP32",
@@ -59,7 +62,7 @@ class TritonOptions:
             raise WorkbenchError(f"Triton instance count {self.instance_count} is out of range.", expected="1..4096")
 
     @classmethod
-    def from_serving(cls, config: Any, model_name: str = "model", versions: int = 1) -> TritonOptions:
+    def from_serving(cls, config: ServeConfig, model_name: str = "model", versions: int = 1) -> TritonOptions:
         """Triton settings for a :class:`workbench.timing.serving.ServeConfig` (e.g. an SLA search's choice).
 
         lanes -> instance_group count; max_batch -> max_batch_size; max_queue_delay_ms -> max_queue_delay_microseconds;

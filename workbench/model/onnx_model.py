@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench._io import sha256_file
 from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import onnx
 
 # Protobuf refuses to serialize a single message over 2 GiB; larger models must keep weights as external data.
 PROTOBUF_LIMIT_BYTES = 2 * 1024**3
@@ -61,7 +66,7 @@ class OnnxModel(Artifact):
     producer: str = ""
 
     @classmethod
-    def from_json(cls, data: Any) -> OnnxModel:
+    def from_json(cls, data: object) -> OnnxModel:
         if not isinstance(data, dict) or not isinstance(data.get("path"), str):
             raise WorkbenchError("ONNX model JSON has no 'path'.", expected="the JSON of an OnnxModel")
         model = load_onnx(data["path"])
@@ -84,7 +89,9 @@ class OnnxModel(Artifact):
         return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def tensor_specs(value_infos: Any, initializer_names: set[str] | None = None) -> tuple[TensorSpec, ...]:
+def tensor_specs(
+    value_infos: Iterable[onnx.ValueInfoProto], initializer_names: set[str] | None = None
+) -> tuple[TensorSpec, ...]:
     specs = []
     skip = initializer_names or set()
     for info in value_infos:
@@ -167,7 +174,7 @@ def load_onnx(path: str | os.PathLike[str], *, check: bool = True) -> OnnxModel:
     )
 
 
-def _check_interface(proto: Any, path: Path) -> None:
+def _check_interface(proto: onnx.ModelProto, path: Path) -> None:
     """What the ONNX checker lets through but no stage can use: an opset newer than ONNX defines, no outputs,
     graph inputs of undefined element type or with a fixed dimension of 0 (negative ones mean dynamic, as in
     :attr:`TensorSpec.is_dynamic`)."""
@@ -202,7 +209,7 @@ def _check_interface(proto: Any, path: Path) -> None:
                 )
 
 
-def _check(proto: Any, path: Path) -> None:
+def _check(proto: onnx.ModelProto, path: Path) -> None:
     import onnx
 
     try:

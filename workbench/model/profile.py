@@ -7,16 +7,19 @@ A Q/DQ model written by calibration records the (min, opt, max) shapes of its in
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
 
 PROFILE_METADATA_KEY = "workbench.optimization_profile"
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
 
 
-def write_profile_metadata(proto: Any, profiles: dict[str, ShapeRange], source: str) -> None:
+def write_profile_metadata(proto: onnx.ModelProto, profiles: dict[str, ShapeRange], source: str) -> None:
     """Record ``profiles`` ({input: (min, opt, max)}) in ``proto.metadata_props`` (replacing an earlier record)."""
     text = json.dumps(
         {"source": source, "inputs": {name: [list(shape) for shape in ranges] for name, ranges in profiles.items()}}
@@ -28,7 +31,7 @@ def write_profile_metadata(proto: Any, profiles: dict[str, ShapeRange], source: 
     entry.key, entry.value = PROFILE_METADATA_KEY, text
 
 
-def read_profile_metadata(proto: Any, what: str = "the model") -> tuple[dict[str, ShapeRange], str]:
+def read_profile_metadata(proto: onnx.ModelProto, what: str = "the model") -> tuple[dict[str, ShapeRange], str]:
     """The recorded profiles and where they came from; ({}, "") when the model carries none."""
     text = next((prop.value for prop in proto.metadata_props if prop.key == PROFILE_METADATA_KEY), None)
     if text is None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, SupportsInt
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from workbench.model.onnx_model import OnnxModel
 
 INT64_MAX = 2**63 - 1
 # a single dimension above this is not a real tensor on any machine this tool targets
@@ -44,7 +49,7 @@ def available_memory_bytes() -> int:
     return int(available)
 
 
-def check_shape(shape: Sequence[Any], *, what: str) -> tuple[int, ...]:
+def check_shape(shape: Sequence[SupportsInt], *, what: str) -> tuple[int, ...]:
     """A concrete shape of non-negative dims each below ``MAX_DIM``; anything else is a WorkbenchError."""
     dims = []
     for dim in shape:
@@ -59,7 +64,7 @@ def check_shape(shape: Sequence[Any], *, what: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def tensor_bytes(shape: Sequence[Any], dtype: Any, *, what: str = "tensor") -> int:
+def tensor_bytes(shape: Sequence[SupportsInt], dtype: DTypeLike, *, what: str = "tensor") -> int:
     """Exact byte size of a dense tensor (Python integers: no int64 overflow)."""
     dims = check_shape(shape, what=what)
     count = 1
@@ -97,7 +102,7 @@ def ensure_fits(nbytes: int, *, what: str, fraction: float = DEFAULT_FRACTION, h
         )
 
 
-def feed_bytes(shapes: Mapping[str, Sequence[Any]], dtypes: Mapping[str, Any], *, what: str) -> int:
+def feed_bytes(shapes: Mapping[str, Sequence[SupportsInt]], dtypes: Mapping[str, DTypeLike], *, what: str) -> int:
     """Bytes of a feed (one array per input name)."""
     return sum(
         tensor_bytes(shape, dtypes.get(name, np.float32), what=f"{what} {name!r}") for name, shape in shapes.items()
@@ -105,8 +110,8 @@ def feed_bytes(shapes: Mapping[str, Sequence[Any]], dtypes: Mapping[str, Any], *
 
 
 def ensure_feed_fits(
-    shapes: Mapping[str, Sequence[Any]],
-    dtypes: Mapping[str, Any],
+    shapes: Mapping[str, Sequence[SupportsInt]],
+    dtypes: Mapping[str, DTypeLike],
     *,
     what: str,
     copies: int = 1,
@@ -119,7 +124,7 @@ def ensure_feed_fits(
     return nbytes
 
 
-def refuse_string_inputs(inputs: Iterable[Any], *, what: str) -> None:
+def refuse_string_inputs(inputs: Iterable[object], *, what: str) -> None:
     """Refuse models with string-typed inputs (we cannot make or feed such data); ``inputs`` have .name/.dtype."""
     for spec in inputs:
         dtype = getattr(spec, "dtype", None)
@@ -135,7 +140,9 @@ def refuse_string_inputs(inputs: Iterable[Any], *, what: str) -> None:
             )
 
 
-def per_sample_activation_bytes(onnx_path: Any, sample_shapes: Mapping[str, Sequence[int]] | None = None) -> int:
+def per_sample_activation_bytes(
+    onnx_path: str | os.PathLike[str], sample_shapes: Mapping[str, Sequence[int]] | None = None
+) -> int:
     """Bytes of every tensor one sample produces through the model (inputs, intermediates, outputs), from ONNX
     shape inference with the batch dimension set to 1. An upper-side estimate: runtimes reuse some buffers.
 
@@ -185,7 +192,7 @@ def per_sample_activation_bytes(onnx_path: Any, sample_shapes: Mapping[str, Sequ
     return total
 
 
-def guard_model_inputs(model: Any, *, what: str, batch: int = 1, copies: int = 1) -> int:
+def guard_model_inputs(model: OnnxModel, *, what: str, batch: int = 1, copies: int = 1) -> int:
     """Refuse a model whose inputs cannot be fed here: string-typed inputs, or static dimensions so large that one
     batch (symbolic dims taken as 1, the batch dim as ``batch``) would not fit in memory. Returns the feed's bytes."""
     refuse_string_inputs(model.inputs, what=what)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
@@ -66,7 +66,7 @@ class PrecisionPlan(Artifact):
         return f"{self.default}+" + "+".join(others) if others else self.default
 
     @classmethod
-    def from_json(cls, data: Any) -> PrecisionPlan:
+    def from_json(cls, data: object) -> PrecisionPlan:
         if not isinstance(data, Mapping) or "default" not in data:
             raise WorkbenchError(
                 "precision plan JSON lacks a 'default' key.",

@@ -23,13 +23,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.artifact import JsonObject
 from workbench.errors import WorkbenchError
 from workbench.model.graph import is_constant, name_unnamed_nodes, producer
 from workbench.precision.plan import PrecisionPlan
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
 
 QUANTIZABLE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 # Ops TensorRT fuses after a Conv (so a residual Add behind them still joins the Conv's epilogue).
@@ -81,7 +86,7 @@ class QdqPlacement:
     def uses_fp8(self) -> bool:
         return "fp8" in self.formats.values()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "activations": {k: list(v) for k, v in self.activations.items()},
             "weights": {
@@ -98,7 +103,7 @@ class QdqPlacement:
         }
 
 
-def _constants_to_initializers(graph: Any) -> None:
+def _constants_to_initializers(graph: onnx.GraphProto) -> None:
     constant_nodes = [
         n for n in graph.node if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value"
     ]
@@ -109,11 +114,11 @@ def _constants_to_initializers(graph: Any) -> None:
         graph.node.remove(node)
 
 
-def model_opset(proto: Any) -> int:
+def model_opset(proto: onnx.ModelProto) -> int:
     return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
 
 
-def prepare_model(proto: Any, min_opset: int = MIN_OPSET) -> Any:
+def prepare_model(proto: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.ModelProto:
     """A copy ready for Q/DQ: Constant-node weights become initializers, opset >= ``min_opset``, every node named.
 
     PaddleOCR exports keep weights in Constant nodes and use opset 11/12; per-channel Q/DQ needs both fixed (FP8
@@ -143,7 +148,7 @@ def prepare_model(proto: Any, min_opset: int = MIN_OPSET) -> Any:
     return model
 
 
-def _weight_axis(node: Any, weight_index: int, weight: Any) -> int:
+def _weight_axis(node: gs.Node, weight_index: int, weight: gs.Tensor) -> int:
     if node.op == "ConvTranspose":
         return 1
     if node.op == "Conv":
@@ -154,7 +159,7 @@ def _weight_axis(node: Any, weight_index: int, weight: Any) -> int:
     return len(weight.shape) - 1  # MatMul B [.., K, N]: per output column
 
 
-def _conv_behind(tensor: Any, int8_nodes: set[str], depth: int = 4) -> Any | None:
+def _conv_behind(tensor: gs.Tensor, int8_nodes: set[str], depth: int = 4) -> gs.Node | None:
     """The quantized Conv that produces ``tensor`` directly or through a short pointwise epilogue, if any."""
     node = producer(tensor)
     while node is not None and depth > 0:
@@ -167,7 +172,9 @@ def _conv_behind(tensor: Any, int8_nodes: set[str], depth: int = 4) -> Any | Non
     return None
 
 
-def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False) -> QdqPlacement:
+def plan_placement(
+    graph: gs.Graph, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False
+) -> QdqPlacement:
     """Decide Q/DQ placement on a graphsurgeon graph (already prepared and topologically sorted)."""
     plan = plan or PrecisionPlan(default="int8")
     placement = QdqPlacement()
@@ -275,7 +282,7 @@ def plan_placement(graph: Any, plan: PrecisionPlan | None = None, *, quantize_at
 
 
 def placement_for_model(
-    proto: Any, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False
+    proto: onnx.ModelProto, plan: PrecisionPlan | None = None, *, quantize_attention: bool = False
 ) -> QdqPlacement:
     """Where Q/DQ pairs go in an ONNX ModelProto under ``plan`` (all quantizable nodes INT8 by default)."""
     import onnx_graphsurgeon as gs
@@ -285,7 +292,7 @@ def placement_for_model(
     return plan_placement(graph, plan, quantize_attention=quantize_attention)
 
 
-def activation_tensors(proto: Any, plan: PrecisionPlan | None = None) -> list[str]:
+def activation_tensors(proto: onnx.ModelProto, plan: PrecisionPlan | None = None) -> list[str]:
     """Names of the activation tensors that need a scale under ``plan`` (all quantizable nodes INT8 by default)."""
     import onnx_graphsurgeon as gs
 
@@ -316,7 +323,7 @@ def shared_amax(placement: QdqPlacement, amax: Mapping[str, float]) -> dict[str,
     return result
 
 
-def qdq_formats(proto: Any) -> set[str]:
+def qdq_formats(proto: onnx.ModelProto) -> set[str]:
     """The quantized formats of a model's QuantizeLinear nodes ("int8", "uint8", "fp8", ...), from their zero points.
 
     A QuantizeLinear without a zero point quantizes to uint8 (the ONNX default)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from plotly.offline import get_plotlyjs
 
@@ -34,6 +34,9 @@ from workbench.viz import clean as clean_figures
 from workbench.viz import engine_view, palette
 from workbench.viz import metrics as metric_figures
 from workbench.viz import timing as timing_figures
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 SECTION_IDS = (
     "summary",
@@ -61,7 +64,7 @@ code{background:#f3f3f3;padding:0 .25rem;border-radius:3px;overflow-wrap:anywher
 )
 
 
-def _figure_html(figure: Any, div_id: str) -> str:
+def _figure_html(figure: go.Figure, div_id: str) -> str:
     return str(figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False}))
 
 

@@ -6,7 +6,6 @@ import html
 import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 from workbench.flow.artifacts import MetricRow, QuickstartRun
 from workbench.flow.choose import EngineCandidate
@@ -19,11 +18,11 @@ from workbench.timing import TimingResult
 from workbench.viz.palette import STATUS_COLORS
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape(str(value))
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], raw_columns: tuple[int, ...] = ()) -> str:
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw_columns: tuple[int, ...] = ()) -> str:
     """A plain table; cells are escaped except in ``raw_columns`` (already HTML)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(

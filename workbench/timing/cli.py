@@ -12,7 +12,7 @@ from workbench.timing.factory import EXECUTORS, make_executor
 from workbench.timing.limits import MAX_REQUEST_BATCH, MAX_STREAMS, MIN_STREAMS, STREAMS_EXPECTED
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "time",
         help="time the async pipeline (streams, batching, CUDA graphs) with a synchronous baseline",

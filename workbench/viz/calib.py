@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,10 +14,15 @@ from workbench.calib.histogram import TensorHistogram
 from workbench.viz import palette
 from workbench.viz.layout import fit_to_container
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from workbench.flow.uncertainty import Estimate
+
 
 def sqnr_figure(
     diff: LayerDiff, *, highlight: Sequence[str] = (), title: str = "Per-layer SQNR (topological order)"
-) -> Any:
+) -> go.Figure:
     """Accumulated SQNR of every compared tensor (line) and local SQNR of each quantized tensor (markers).
 
     The culprit layers are where the accumulated line steps down; ``highlight`` marks tensors (e.g. the worst N).
@@ -87,7 +92,7 @@ def sqnr_figure(
     return fit_to_container(figure)
 
 
-def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, max_bars: int = 512) -> Any:
+def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, max_bars: int = 512) -> go.Figure:
     """|x| histogram of one tensor (log counts) with a vertical line at each method's amax."""
     import plotly.graph_objects as go
 
@@ -129,7 +134,7 @@ def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, 
     return fit_to_container(figure)
 
 
-def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
+def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its metric and INT8 node count."""
     import plotly.graph_objects as go
 
@@ -179,9 +184,9 @@ def pareto_figure(
     result: Any,
     *,
     title: str | None = None,
-    intervals: Sequence[Any] | None = None,
+    intervals: Sequence[Estimate] | None = None,
     front: Sequence[int] | None = None,
-) -> Any:
+) -> go.Figure:
     """Task metric against INT8 share (left) and against engine cost (right) for every evaluated plan.
 
     Engine cost is the layer count plus reformat layers of a TensorRT-RTX CPU build: structure, not speed. The target

@@ -6,7 +6,10 @@ Each function takes results and returns a plotly Figure; none shows anything.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -101,11 +104,11 @@ def op_delta_table_figure(result: CleanResult, pass_name: str | None = None) -> 
     return fit_to_container(figure)
 
 
-def _node_key(node: Any) -> str:
+def _node_key(node: onnx.NodeProto) -> str:
     return node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
 
 
-def _neighbourhood(graph: Any, centre: set[str], radius: int) -> list[Any]:
+def _neighbourhood(graph: onnx.GraphProto, centre: set[str], radius: int) -> list[onnx.NodeProto]:
     """Nodes of ``graph`` within ``radius`` tensor hops of the nodes whose keys are in ``centre``, in graph order."""
     producers: dict[str, str] = {}
     consumers: dict[str, list[str]] = defaultdict(list)
@@ -130,7 +133,7 @@ def _neighbourhood(graph: Any, centre: set[str], radius: int) -> list[Any]:
     return [node for node in graph.node if _node_key(node) in chosen]
 
 
-def _layered_positions(nodes: list[Any]) -> dict[str, tuple[float, float]]:
+def _layered_positions(nodes: list[onnx.NodeProto]) -> dict[str, tuple[float, float]]:
     """x = longest path depth within the shown nodes (they come topologically sorted), y = slot in that layer."""
     produced_by: dict[str, str] = {}
     depth: dict[str, int] = {}
@@ -152,12 +155,12 @@ def _elide(text: str, limit: int = 12) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _rows_needed(nodes: list[Any]) -> int:
+def _rows_needed(nodes: list[onnx.NodeProto]) -> int:
     """The most nodes stacked in one depth column (the figure's height follows it)."""
     return max((-int(y) + 1 for _, y in _layered_positions(nodes).values()), default=1)
 
 
-def _graph_traces(nodes: list[Any], highlight: set[str], color: str) -> list[go.Scatter]:
+def _graph_traces(nodes: list[onnx.NodeProto], highlight: set[str], color: str) -> list[go.Scatter]:
     positions = _layered_positions(nodes)
     produced_by = {name: _node_key(node) for node in nodes for name in node.output}
     edge_x: list[float | None] = []

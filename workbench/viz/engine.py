@@ -12,12 +12,17 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.engine.layermap import FusionDiff, LayerEntry, LayerMap, NodeEntry
 from workbench.viz import palette
 from workbench.viz.layout import fit_to_container
 from workbench.viz.palette import precision_color
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import plotly.graph_objects as go
 
 INSERTED_SYMBOL = "diamond"
 # Trace names the panel looks traces up by.
@@ -68,11 +73,11 @@ def _scope_key(name: str, depth: int) -> str:
     return "/".join(parts[: min(depth, len(parts) - 1)])
 
 
-def _runs(nodes: Sequence[NodeEntry], key: Any) -> list[list[NodeEntry]]:
+def _runs(nodes: Sequence[NodeEntry], key: Callable[[NodeEntry], str]) -> list[list[NodeEntry]]:
     """Consecutive nodes with the same key form a run; nodes without a key (unscoped names such as an exporter's
     ``Constant_163``) join the run before them instead of breaking it."""
     runs: list[list[NodeEntry]] = []
-    last: Any = None
+    last: str | None = None
     for node in nodes:
         k = key(node)
         if runs and (k == "" or k == last):
@@ -186,7 +191,7 @@ def side_by_side_figure(
     hide_folded: bool = False,
     layout: SideBySide | None = None,
     title: str | None = None,
-) -> Any:
+) -> go.Figure:
     """ONNX nodes (left, topological order) linked to the engine layers that execute them (right).
 
     Markers are coloured by precision; folded nodes are light grey, layers TensorRT inserted are diamonds. Over
@@ -322,7 +327,9 @@ def side_by_side_figure(
     return fit_to_container(fig)
 
 
-def layer_table_rows(layer_map: LayerMap, sort_by: str = "index", descending: bool = False) -> list[dict[str, Any]]:
+def layer_table_rows(
+    layer_map: LayerMap, sort_by: str = "index", descending: bool = False
+) -> list[dict[str, int | str]]:
     """One row per engine layer, sorted by a column of :data:`SORT_COLUMNS`."""
     if sort_by not in SORT_COLUMNS:
         from workbench.errors import WorkbenchError
@@ -345,7 +352,7 @@ def layer_table_rows(layer_map: LayerMap, sort_by: str = "index", descending: bo
     return sorted(rows, key=lambda row: (row[sort_by], row["index"]), reverse=descending)
 
 
-def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: bool = False) -> Any:
+def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: bool = False) -> go.Figure:
     """The engine layers as a table (sorted by ``sort_by``), precision cells coloured like the side-by-side view."""
     import plotly.graph_objects as go
 
@@ -380,7 +387,7 @@ def layer_table_figure(layer_map: LayerMap, sort_by: str = "index", descending: 
     return fit_to_container(fig)
 
 
-def fusion_stats_figure(layer_map: LayerMap) -> Any:
+def fusion_stats_figure(layer_map: LayerMap) -> go.Figure:
     """Group sizes (ONNX nodes per engine layer), layers per precision, and the Q/DQ audit counts."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -432,7 +439,7 @@ def fusion_stats_figure(layer_map: LayerMap) -> Any:
     return fit_to_container(fig)
 
 
-def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> Any:
+def fusion_diff_figure(diff: FusionDiff, max_rows: int = 200) -> go.Figure:
     """Counts of fusions kept, gained and lost between two builds, and a table of the changed node groups."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
 from workbench.viz import palette
 from workbench.viz.layout import fit_to_container
+
+if TYPE_CHECKING:
+    from workbench.flow.artifacts import MetricRow
+    from workbench.flow.choose import EngineCandidate
 
 
 def _value_range(values: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> list[float] | None:
@@ -27,7 +31,7 @@ def _value_range(values: Sequence[float], lows: Sequence[float], highs: Sequence
     return [max(0.0, low - room), min(1.02, high + room)]  # 1.02: a marker at 1.0 is drawn whole
 
 
-def metrics_figure(rows: Sequence[Any], highlight: str | None = None) -> go.Figure:
+def metrics_figure(rows: Sequence[MetricRow], highlight: str | None = None) -> go.Figure:
     """The task metric of each precision variant (ONNX Runtime CPU) with its 95 % interval (Wilson or bootstrap,
     from the per-sample scores), coloured by precision, the chosen one outlined.
 
@@ -99,7 +103,7 @@ def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
 
 
 def candidates_figure(
-    candidates: Sequence[Any], chosen: str | None = None, *, exported: Sequence[str] = ()
+    candidates: Sequence[EngineCandidate], chosen: str | None = None, *, exported: Sequence[str] = ()
 ) -> go.Figure:
     """Accuracy (with its 95 % interval) against throughput, one marker per built engine coloured by its precision;
     ``chosen`` (the rule's pick) larger and outlined, ``exported`` precisions ringed."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from workbench.timing.serving.result import SlaSearchResult
+from workbench.timing.serving.result import ServeConfig, SlaSearchResult
 from workbench.viz.layout import fit_to_container
 
 BUDGET_COLOR = "#d62728"
@@ -20,7 +20,7 @@ GRID_COLOR = "#c7c7c7"
 VERSION_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
 
 
-def _config_label(config: Any) -> str:
+def _config_label(config: ServeConfig) -> str:
     return f"{config.lanes} lanes, batch {config.max_batch}, delay {config.max_queue_delay_ms:g} ms"
 
 

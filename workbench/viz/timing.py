@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from workbench.viz import palette
 from workbench.viz.layout import fit_to_container
+
+if TYPE_CHECKING:
+    from workbench.timing.result import TimingResult
 
 HOST_LANE = "host enqueue"
 QUEUE_LANE = "host queue"
@@ -137,7 +140,7 @@ def latency_histogram(
     return fit_to_container(figure)
 
 
-def chosen_title(chosen: Any) -> str:
+def chosen_title(chosen: TimingResult) -> str:
     """The title of a timing figure whose first result is the configuration the user chose."""
     return f"Pipeline timing, chosen {chosen.streams} stream(s) x batch {chosen.batch}: {chosen.executor_label}"
 
@@ -148,7 +151,7 @@ def _field(point: Any, key: str, default: Any = None) -> Any:
     return getattr(point, key, default)
 
 
-def sweep_point(result: Any) -> dict[str, Any]:
+def sweep_point(result: TimingResult) -> dict[str, object]:
     """A TimingResult as a point of :func:`latency_throughput_figure`, its series named by executor, batch, load,
     batching and whether a requested CUDA graph fell back (so runs of different settings draw separate curves)."""
     series = f"{result.executor} b{result.batch} {result.load}"

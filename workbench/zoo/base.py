@@ -30,6 +30,11 @@ from workbench._io import atomic_path, make_folder, sha256_file, write_bytes_ato
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import onnx
+    import torch
+    from numpy.typing import ArrayLike
+
+    from workbench.artifact import JsonObject
     from workbench.model import OnnxModel
 
 Feed = dict[str, np.ndarray]
@@ -73,7 +78,7 @@ class MetricResult:
     # confidence intervals and paired comparisons; empty where the metric is not a mean over samples
     scores: list[float] = field(default_factory=list, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "value": float(self.value),
@@ -86,7 +91,7 @@ class MetricResult:
         return f"{self.name} = {self.value:.4f} on {self.n_samples} samples"
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -103,14 +108,14 @@ def torch_available() -> bool:
 
 
 def export_to_onnx(
-    module: Any,
-    args: tuple[Any, ...],
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
     *,
     input_names: Sequence[str],
     output_names: Sequence[str],
     dynamic_axes: dict[str, dict[int, str]],
     producer: str,
-) -> Any:
+) -> onnx.ModelProto:
     """Export a PyTorch module with the legacy (TorchScript) exporter at opset 17, weights inside the file.
 
     The legacy exporter is the one that keeps a dynamic batch for these models (see research notes); the result is
@@ -225,13 +230,13 @@ class ZooEntry(ABC):
         write_json_atomic(self._manifest_path, manifest)
         return self._cached_onnx
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> JsonObject:
         """The record written at materialization (source, sha256, seconds taken, fixes applied)."""
         self.onnx_path()
         return json.loads(self._manifest_path.read_text(encoding="utf-8"))
 
     @abstractmethod
-    def _materialize(self, target: Path) -> dict[str, Any] | None:
+    def _materialize(self, target: Path) -> JsonObject | None:
         """Write the ready-to-build ONNX file to ``target`` (a temp path renamed on success); return notes."""
 
     def load(self) -> OnnxModel:
@@ -249,10 +254,10 @@ class ZooEntry(ABC):
         return self.split_sizes[split]
 
     @abstractmethod
-    def _sample(self, split: str, index: int) -> tuple[Feed, Any]:
+    def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         """One preprocessed sample (arrays without the batch axis) and its label (None when self-referenced)."""
 
-    def _batches(self, split: str, limit: int | None, batch_size: int) -> Iterator[tuple[Feed, list[Any], list[int]]]:
+    def _batches(self, split: str, limit: int | None, batch_size: int) -> Iterator[tuple[Feed, list[Label], list[int]]]:
         _check_split(split)
         if batch_size < 1:
             raise WorkbenchError(f"batch_size={batch_size} is not a positive number.", expected="batch_size >= 1")
@@ -273,7 +278,9 @@ class ZooEntry(ABC):
         for feed, _, _ in self._batches("calibration", limit, batch_size):
             yield feed
 
-    def evaluation_batches(self, limit: int | None = None, batch_size: int = 8) -> Iterator[tuple[Feed, Any]]:
+    def evaluation_batches(
+        self, limit: int | None = None, batch_size: int = 8
+    ) -> Iterator[tuple[Feed, np.ndarray | list[Label] | None]]:
         """(feed, labels) pairs of the evaluation set; labels is None for entries scored against the FP32 model.
 
         ``limit`` caps the number of samples (not batches).
@@ -307,7 +314,7 @@ class ZooEntry(ABC):
             written.append(write_bytes_atomic(folder / f"{self.name}_{index:05d}.png", encoded.tobytes()))
         return written
 
-    def _collate_labels(self, labels: list[Any]) -> Any:
+    def _collate_labels(self, labels: list[Label]) -> np.ndarray | list[Label] | None:
         if all(label is None for label in labels):
             return None
         if all(isinstance(label, (int, np.integer)) for label in labels):
@@ -317,8 +324,8 @@ class ZooEntry(ABC):
     # ---------------------------------------------------------------------------------------- metric
     def evaluate(self, predict: PredictFn, limit: int | None = None, batch_size: int = 8) -> MetricResult:
         """Score ``predict`` on the first ``limit`` evaluation samples (all when None) with the task metric."""
-        predictions: list[Any] = []
-        labels: list[Any] = []
+        predictions: list[Prediction] = []
+        labels: list[Label] = []
         indices: list[int] = []
         for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size):
             outputs = predict(feed)
@@ -356,15 +363,15 @@ class ZooEntry(ABC):
         )
 
     @abstractmethod
-    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Any]:
+    def _reduce(self, outputs: Outputs, feed: Feed) -> Sequence[Prediction]:
         """Per-sample prediction (class id, decoded text, boxes, embedding) from one batch of raw outputs."""
 
     @abstractmethod
-    def _metric(self, predictions: list[Any], labels: list[Any], indices: list[int]) -> MetricResult:
+    def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
         """Combine per-sample predictions with labels into the task metric."""
 
     # ------------------------------------------------------------------------------------- reference
-    def _reference(self) -> list[Any]:
+    def _reference(self) -> list[Prediction]:
         """Per-sample predictions of the FP32 model (ORT, optimizations off) on the whole evaluation set, cached."""
         model_path = self.onnx_path()
         digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
@@ -376,7 +383,7 @@ class ZooEntry(ABC):
             if "predictions" in stored:
                 return list(stored["predictions"])
         predict = make_ort_predict(model_path, disable_optimizations=True)
-        predictions: list[Any] = []
+        predictions: list[Prediction] = []
         for feed, _, _ in self._batches("evaluation", None, 8):
             predictions.extend(self._reduce(predict(feed), feed))
         with atomic_path(cache) as tmp:
@@ -414,7 +421,7 @@ def _flat_rows(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
 
 
-def cosine_scores(predicted: Any, reference: Any) -> np.ndarray:
+def cosine_scores(predicted: ArrayLike | Sequence[Prediction], reference: ArrayLike) -> np.ndarray:
     """Per-sample cosine similarity of ``predicted`` rows to ``reference`` rows ([N, ...], flattened per sample); two
     all-zero rows agree (cosine 1), one all-zero row against a non-zero one scores 0."""
     predicted = _flat_rows(np.asarray(predicted, dtype=np.float64))
@@ -424,7 +431,7 @@ def cosine_scores(predicted: Any, reference: Any) -> np.ndarray:
     return np.where(both_zero, 1.0, (predicted * reference).sum(axis=1) / np.maximum(norms, 1e-12))
 
 
-def top1_agreement_scores(predicted: Any, reference: Any) -> np.ndarray:
+def top1_agreement_scores(predicted: ArrayLike, reference: ArrayLike) -> np.ndarray:
     """Per-sample 1/0: does the class with the largest score ([N, C] rows) match the reference's?"""
     predicted = _flat_rows(np.asarray(predicted))
     reference = _flat_rows(np.asarray(reference))
@@ -437,7 +444,9 @@ def agreement_kind(per_sample_shape: tuple[int, ...]) -> str:
     return "top1_agreement" if len(per_sample_shape) == 1 and per_sample_shape[0] > 1 else "cosine"
 
 
-def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> MetricResult:
+def cosine_metric(
+    name: str, predicted: ArrayLike | Sequence[Prediction], reference: ArrayLike, **details: object
+) -> MetricResult:
     """Mean per-sample cosine similarity of ``predicted`` rows to ``reference`` rows (metrics scored against FP32)."""
     cosine = cosine_scores(predicted, reference)
     empty = not len(cosine)
@@ -456,7 +465,7 @@ def cosine_metric(name: str, predicted: Any, reference: Any, **details: Any) -> 
 
 
 def worst_output_metric(
-    name: str, predicted: dict[str, np.ndarray], reference: dict[str, np.ndarray], **details: Any
+    name: str, predicted: dict[str, np.ndarray], reference: dict[str, np.ndarray], **details: object
 ) -> MetricResult:
     """Agreement with the FP32 reference judged per output and reported for the WORST output: each output ([N, ...]
     arrays keyed by output name, same keys in both) scores per sample by :func:`agreement_kind`; the value and the

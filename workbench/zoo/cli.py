@@ -7,13 +7,12 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from workbench._args import bounded_int, positive_int
 from workbench.errors import WorkbenchError
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     zoo = subparsers.add_parser(
         "zoo",
         help="built-in models with data and task metrics (list, fetch, eval, calib-data)",
