@@ -47,6 +47,27 @@ def test_the_worst_output_judges_int8_not_the_outputs_joined(two_outputs: Path) 
     assert cosine_scores(np.concatenate(joined_quantized), np.concatenate(joined_reference)).mean() > 0.99
 
 
+def test_the_journey_on_your_file_judges_int8_by_the_worst_output(two_outputs: Path, tmp_path: Path) -> None:
+    """`demo --model FILE` before: int8-all at 0.9999 (outputs joined). Now the logits' damage shows, the search
+    reverts it, and the engine chosen is the search's pick."""
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    settings = dict(calibration_samples=64, evaluation_samples=64, diff_samples=8, search_budget=3)
+    config = QuickstartConfig(
+        model=str(two_outputs),
+        out_dir=str(tmp_path),
+        calibration_method="max",
+        timing_window_s=0.05,
+        sweep=False,
+        export=False,
+        **settings,
+    )
+    run = run_quickstart(config)
+    values = {str(row.variant.value): row.value for row in run.metrics.rows}
+    assert values["fp32"] == 1.0 and values["int8-all"] < 0.9  # measured 0.73
+    assert values["int8-mixed"] >= 0.99 and run.selection.variant.value == "int8-mixed"
+
+
 def test_the_prefix_cache_passes_through_a_graph_output_made_before_its_cut(two_outputs: Path) -> None:
     """'features' is a graph output that a later node also reads: a plan run from a cut after it gets it from the
     cache (the suffix model listed it as an output it did not make, which ONNX Runtime refused)."""
