@@ -226,3 +226,15 @@ def test_tensorrt_fp8_conv_rules_name_the_small_and_wide_convs(digits_session) -
     quantized = session.quantize(session.ranges("mse"), plan)
     assert not set(excluded) & set(quantized.placement.quantized_nodes)
     assert {"/6/Conv", "/9/Conv", "/12/Conv", "/17/Gemm"} == set(quantized.placement.fp8_nodes)
+
+
+def test_engine_cost_counts_fp8_layers(digits_session) -> None:  # type: ignore[no-untyped-def]
+    from workbench.calib.cost import build_plan_engine
+
+    session = digits_session
+    cost, layer_map = build_plan_engine(session.quantize(session.ranges("mse"), session.default_plan("fp8")))
+    assert cost.fp8_math_layers == cost.math_layers == 6 and cost.int8_math_layers == 0
+    assert cost.fp8_layers == sum(layer.precision == "fp8" for layer in layer_map.layers) >= 6
+    assert cost.fp8_layers + cost.int8_layers + cost.fp16_layers + cost.fp32_layers + cost.other_layers == len(
+        layer_map.layers
+    )
