@@ -886,6 +886,56 @@ def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
     return report
 
 
+def fp8_rules_main(args: argparse.Namespace) -> int:
+    """Our FP8 with every Conv in FP8 against our FP8 with TensorRT's FP8 conv rules (ModelOpt's: convolutions of at
+    most 16 channels or more than 32 taps kept FP32), same statistics and ranges (MSE on the FP8 grid)."""
+    from workbench._io import write_json_atomic, write_text_atomic
+    from workbench.calib.session import CalibrationSession
+    from workbench.precision.qdq_rules import fp8_conv_exclusions
+    from workbench.zoo import get_entry
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+        ranges = session.ranges("mse")
+        excluded = fp8_conv_exclusions(session.prepared)
+        row: dict[str, Any] = {"model": name, "fp32": float(session.evaluate(limit=args.eval_limit).value)}
+        for label, plan in (
+            ("fp8_all", session.default_plan("fp8")),
+            ("fp8_trt_conv_rules", session.default_plan("fp8").with_overrides(dict.fromkeys(excluded, "fp32"))),
+        ):
+            quantized = session.quantize(ranges, plan)
+            result = session.evaluate(quantized, limit=args.eval_limit)
+            row[label] = {
+                "metric": float(result.value),
+                "n": int(result.n_samples),
+                "fp8_nodes": len(quantized.placement.fp8_nodes),
+                "math_nodes": len(session.quantizable_nodes()),
+            }
+            print(f"[{name}] {label}: {result.value:.4f} ({row[label]['fp8_nodes']} FP8 nodes)", flush=True)
+        row["excluded_convs"] = len(excluded)
+        rows.append(row)
+    output = RESULTS / "calibrate_fp8_conv_rules.json"
+    write_json_atomic(output, {"versions": _versions(), "samples": args.samples, "models": rows})
+    lines = [
+        "# FP8: every Conv vs TensorRT's FP8 conv rules (bench/calibrate.py --fp8-conv-rules)",
+        "",
+        "| model | FP32 | FP8 all (FP8 nodes) | FP8, TensorRT conv rules (FP8 nodes) | convs kept FP32 |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        a, b = row["fp8_all"], row["fp8_trt_conv_rules"]
+        lines.append(
+            f"| {row['model']} | {row['fp32']:.4f} | {a['metric']:.4f} ({a['fp8_nodes']}/{a['math_nodes']}) | "
+            f"{b['metric']:.4f} ({b['fp8_nodes']}/{b['math_nodes']}) | {row['excluded_convs']} |"
+        )
+    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def formats_main(args: argparse.Namespace) -> int:
     from workbench._io import write_json_atomic, write_text_atomic
 
@@ -987,6 +1037,11 @@ def main() -> int:
         "these formats, e.g. int8,fp8,fp16",
     )
     parser.add_argument("--formats-output", default=str(RESULTS / "calibrate_formats.json"))
+    parser.add_argument(
+        "--fp8-conv-rules",
+        action="store_true",
+        help="issue 25: our FP8 with every Conv vs with TensorRT's FP8 conv rules",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -998,6 +1053,8 @@ def main() -> int:
         return mixed_main(args)
     if args.formats:
         return formats_main(args)
+    if args.fp8_conv_rules:
+        return fp8_rules_main(args)
     args.modelopt_reason = _modelopt_reason()
     reports = []
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as folder:
