@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -317,10 +317,10 @@ def _pair_protos(
 ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     from workbench.precision.qdq_rules import prepare_model
 
-    fp32_proto = getattr(fp32, "proto", fp32)
+    fp32_proto = cast("onnx.ModelProto", getattr(fp32, "proto", fp32))
     if not prepared:  # the Q/DQ model was made from the prepared model; compare like with like
         fp32_proto = prepare_model(fp32_proto)
-    quant_proto = getattr(quantized, "proto", quantized)
+    quant_proto = cast("onnx.ModelProto", getattr(quantized, "proto", quantized))
     if not any(n.op_type == "QuantizeLinear" for n in quant_proto.graph.node):
         raise WorkbenchError(
             "the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model"

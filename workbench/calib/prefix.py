@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -252,7 +252,7 @@ class PrefixCache:
     ) -> MetricResult:
         """The task metric of ``model`` (a Q/DQ model of this session), from the latest usable cut before
         ``first_change`` (an FP32-graph node name; None: try every cut, latest first); ``stop`` as in :meth:`_run`."""
-        proto = getattr(model, "proto", model)
+        proto = cast("onnx.ModelProto", getattr(model, "proto", model))
         limit_position = self.order.get(first_change, len(self.order)) if first_change else len(self.order)
         for cut in reversed(self.cuts):
             if cut.position > limit_position or not self._same_prefix(proto, cut.position):

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -301,7 +301,7 @@ class CalibrationSession:
                 "no task metric: the session was not made from a zoo model.",
                 expected="CalibrationSession(..., entry=get_entry(name))",
             )
-        proto: onnx.ModelProto = self.model.proto if model is None else getattr(model, "proto", model)
+        proto = cast("onnx.ModelProto", self.model.proto if model is None else getattr(model, "proto", model))
         key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
         if key not in self._metric_cache:
             self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)
