@@ -461,3 +461,71 @@ def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None
             raise
         finally:
             context.close()
+
+
+# Elements wider than their output area: their right edge past the area's, unless a box that scrolls sideways
+# (overflow-x auto/scroll) holds them and that box itself fits. Figures: each plotly figure's drawing as wide as the
+# box it sits in (not plotly's 700 px default, not wider).
+_FIT_PROBLEMS = """() => {
+  const visible = (e) => e.offsetParent !== null && e.getBoundingClientRect().width > 0;
+  const scrolls = (e) => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  const out = {wide: [], figures: []};
+  for (const area of document.querySelectorAll('.jp-OutputArea-output')) {
+    if (!visible(area)) continue;
+    const right = area.getBoundingClientRect().right + 1;
+    for (const e of area.querySelectorAll('*')) {
+      if (!visible(e) || e.getBoundingClientRect().right <= right) continue;
+      let box = e.parentElement, held = false;
+      while (box && box !== area) {
+        if (scrolls(box) && box.getBoundingClientRect().right <= right) { held = true; break; }
+        box = box.parentElement;
+      }
+      if (!held) out.wide.push((e.className && e.className.baseVal === undefined ? e.className : e.tagName) + ' ' +
+        Math.round(e.getBoundingClientRect().right - right + 1) + 'px');
+    }
+    for (const plot of area.querySelectorAll('.js-plotly-plot')) {
+      if (!visible(plot)) continue;
+      const svg = plot.querySelector('.main-svg');
+      const box = plot.parentElement.getBoundingClientRect().width;
+      const drawn = svg ? svg.getBoundingClientRect().width : 0;
+      if (Math.abs(drawn - box) > Math.max(4, 0.02 * box)) out.figures.push([Math.round(drawn), Math.round(box)]);
+    }
+  }
+  out.wide = out.wide.slice(0, 12);
+  return out;
+}"""
+
+
+def test_panels_follow_their_container_at_900_1280_and_1920_px(jupyter_lab, tmp_path: Path) -> None:
+    """Issue 24: the quickstart panel after Run All, at 900, 1280 and 1920 px windows (resized in place) and in every
+    tab: nothing wider than the output area (wide tables scroll in their own box, controls wrap) and every figure as
+    wide as its container (a figure drawn in a hidden tab takes the tab's width when shown)."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
+    base, token = jupyter_lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path, viewport={"width": 1280, "height": 900})
+        page = None
+        try:
+            page = _open_notebook(context, base, token, "00_quickstart_digits.ipynb")
+            _run_all(page, sync_api)
+            _wait_status(page, "done", 240_000)
+            found = {}
+            for width in (900, 1280, 1920):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.wait_for_timeout(800)
+                for tab in ("Stages", "Task metric", "Timing", "Cleaning"):
+                    _open_tab(page, tab)
+                    page.wait_for_timeout(900)  # the figure re-layout waits for the box to settle
+                    found[(width, tab)] = page.evaluate(_FIT_PROBLEMS)
+                page.screenshot(path=str(ARTIFACTS / f"notebook-00-{width}px.png"), full_page=False)
+        except Exception:
+            if page is not None:
+                page.screenshot(path=str(ARTIFACTS / "fit-failure.png"), full_page=True)
+            raise
+        finally:
+            context.close()
+    problems = {key: value for key, value in found.items() if value["wide"] or value["figures"]}
+    assert not problems, problems

@@ -12,6 +12,7 @@ import pytest
 from workbench.engine.build import BuildOptions, engine_from_onnx, layers_path_for, parse_shapes_arg, profiles_for
 from workbench.errors import WorkbenchError
 from workbench.model import load_onnx
+from workbench.progress import ProgressEvent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,8 +61,9 @@ def test_timing_cache_saved_where_supported_and_said_otherwise(rapidocr_models: 
 def test_progress_callback_sees_builder_phases(rapidocr_models: Path, tmp_path: Path) -> None:
     events: list[tuple[str, str, str]] = []
 
-    def on_progress(kind: str, phase: str, parent: str, step: int, total: int) -> bool:
-        events.append((kind, phase, parent))
+    def on_progress(event: ProgressEvent) -> bool:
+        assert event.task == "build"
+        events.append((event.kind, event.message, event.parent))
         return True
 
     engine_from_onnx(

@@ -150,3 +150,32 @@ def test_wrap_title_keeps_markup_and_breaks_long_lines() -> None:
         len(re.sub(r"<[^>]+>", "", line)) <= layout.TITLE_WRAP_CHARS * 5 // 4 for line in lines
     )
     assert sum(line.startswith("<sup>") and line.endswith("</sup>") for line in lines) >= 2
+
+
+def test_export_panel_marks_the_rules_pick_not_the_last_export(tmp_path) -> None:
+    """05's table and figure mark what the rule picks among the compared engines; exporting another precision
+    (the notebook exports fp32 last) rings that one but does not move the marker."""
+    from workbench.flow import QuickstartConfig, recommend
+    from workbench.ui.export_panel import ExportPanel
+
+    def candidate(precision: str, variant: str, right: int, speed: float) -> EngineCandidate:
+        metric = right / 400
+        return EngineCandidate(
+            precision, variant, "", 1.0, 10, "accuracy", metric, metric - 0.99, True, speed, 1.0, "ORT", 400,
+            metric - 0.01, min(1.0, metric + 0.005), "Wilson 95%",
+        )  # fmt: skip
+
+    panel = ExportPanel(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path)), background=False)
+    panel.candidates = [
+        candidate("fp32", "fp32", 396, 100.0),
+        candidate("fp16", "fp16", 396, 180.0),
+        candidate("int8", "int8-mixed", 395, 300.0),
+    ]
+    pick = recommend(panel.candidates, panel.session.config.max_metric_drop)
+    assert pick is not None
+    for selected in ("fp32", pick.precision):
+        panel.precision.value = selected  # what an export selects
+        panel._render()
+        assert f"&#9654; {pick.precision}" in panel.table.value and panel.table.value.count("&#9654;") == 1
+        sizes = dict(zip(panel.figure.data[0].text, panel.figure.data[0].marker.size, strict=True))
+        assert sizes[f"{pick.precision} (rule's pick)"] == 18 and sorted(sizes.values()) == [12, 12, 18]

@@ -43,3 +43,37 @@ def test_progress_event_text_and_cancel() -> None:
     assert report(lambda e: None, event) is True
     with pytest.raises(ValueError):
         ProgressEvent("x", "y", index=-1)
+
+
+def test_cli_verbose_logs_each_cleaning_pass_to_stderr(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    # a real model with one removable Identity: the cleaner's passes run and are logged under -v
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t"], name="copy"), helper.make_node("Relu", ["t"], ["y"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), source)
+    quiet = subprocess.run(
+        [sys.executable, "-m", "workbench", "clean", str(source), "-o", str(tmp_path / "a.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    loud = subprocess.run(
+        [sys.executable, "-m", "workbench", "-v", "clean", str(source), "-o", str(tmp_path / "b.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
+    assert "workbench.clean.pipeline: pass " not in quiet.stderr
+    logged = [line for line in loud.stderr.splitlines() if line.startswith("workbench.clean.pipeline: pass ")]
+    assert any("remove_noops" in line or "identity" in line.lower() for line in logged), loud.stderr

@@ -47,6 +47,46 @@ def test_the_worst_output_judges_int8_not_the_outputs_joined(two_outputs: Path) 
     assert cosine_scores(np.concatenate(joined_quantized), np.concatenate(joined_reference)).mean() > 0.99
 
 
+def test_the_journey_on_your_file_judges_int8_by_the_worst_output(two_outputs: Path, tmp_path: Path) -> None:
+    """`demo --model FILE` before: int8-all at 0.9999 (outputs joined). Now the logits' damage shows, the search
+    reverts it, and the engine chosen is the search's pick."""
+    from workbench.flow import QuickstartConfig, run_quickstart
+
+    settings = dict(calibration_samples=64, evaluation_samples=64, diff_samples=8, search_budget=3)
+    config = QuickstartConfig(
+        model=str(two_outputs),
+        out_dir=str(tmp_path),
+        calibration_method="max",
+        timing_window_s=0.05,
+        sweep=False,
+        export=False,
+        **settings,
+    )
+    run = run_quickstart(config)
+    values = {str(row.variant.value): row.value for row in run.metrics.rows}
+    assert values["fp32"] == 1.0 and values["int8-all"] < 0.9  # measured 0.73
+    assert values["int8-mixed"] >= 0.99 and run.selection.variant.value == "int8-mixed"
+
+
+def test_the_prefix_cache_passes_through_a_graph_output_made_before_its_cut(two_outputs: Path) -> None:
+    """'features' is a graph output that a later node also reads: a plan run from a cut after it gets it from the
+    cache (the suffix model listed it as an output it did not make, which ONNX Runtime refused)."""
+    from workbench.calib.prefix import PrefixCache
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    entry = OnnxFileEntry(two_outputs)
+    session = CalibrationSession(entry.load(), data="zoo", entry=entry, progress=False)
+    ranges = session.ranges("max")
+    cache = PrefixCache(session, session.quantize(ranges), limit=64, cut_nodes=["fc"])
+    assert [set(cut.tensors) for cut in cache.cuts] == [{"features", "f"}]
+    trial = session.quantize(ranges, session.default_plan().with_overrides({"fc": "fp16"}))
+    from_cut = cache.evaluate(trial, first_change="fc")
+    assert cache.last_cut == cache.cuts[0].position  # it ran the suffix only
+    full = session.evaluate(trial, limit=64)
+    assert from_cut.value == full.value and from_cut.scores == full.scores
+
+
 def test_calibrate_target_drop_on_your_file_without_labels(two_outputs: Path, tmp_path: Path, capsys) -> None:
     data = npz_folder(tmp_path / "data", _inputs(12))
     out = tmp_path / "q.onnx"
@@ -106,6 +146,17 @@ def test_calibrate_target_drop_on_your_file_with_labels(two_outputs: Path, tmp_p
     assert report["metric_name"] == "top1_accuracy"
     assert report["fp32_metric"] == pytest.approx(expected) and report["fp32_metric"] < 0.95
     assert report["met"] and report["metric"] >= report["fp32_metric"] - 0.05
+
+
+def test_calibrate_target_drop_on_your_file_with_random_inputs(two_outputs: Path, tmp_path: Path, capsys) -> None:
+    """--data random: calibrated on the entry's seeded inputs, the same kind the search is scored on, and warned."""
+    out = tmp_path / "q.onnx"
+    argv = ["calibrate", str(two_outputs), "--data", "random", "--target-drop", "0.05", "--budget", "3"]
+    assert cli_main([*argv, "--method", "max", "--eval-limit", "64", "-o", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "RANDOM" in printed
+    report = json.loads(out.with_suffix(".mixed.json").read_text())
+    assert report["int8_metric"] < 0.9 and report["met"] and report["evaluation_samples"] == 64
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from workbench.flow import (
 )
 from workbench.flow.workspace import Workspace
 from workbench.precision import Variant
+from workbench.progress import ProgressEvent
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = dict(model="digits-cnn", timing_window_s=0.1, calibration_samples=64, diff_samples=16)
@@ -206,9 +207,12 @@ def test_shared_controls() -> None:
         status.error(error)
     assert status.text.startswith("Unexpected error KeyError: 'missing' (at test_quickstart.py:")
     progress = ProgressAdapter()
-    progress("calibrate", 3, 11, "Calibrate INT8 ranges")  # a flow stage
+    progress(ProgressEvent("stage", "Calibrate INT8 ranges", 3, 11, name="calibrate"))  # a flow stage
     assert (progress.bar.value, progress.bar.max, progress.message) == (3, 11, "Calibrate INT8 ranges")
     assert progress.label.value.startswith("Calibrate INT8 ranges (")  # and the seconds since it started
-    assert progress("start", "Building engine", "", 0, 4) is True  # a TensorRT builder phase
-    progress("step", "Building engine", "", 1, 0)
+    # a TensorRT builder phase, the same event type
+    assert progress(ProgressEvent("build", "Building engine", 0, 4, kind="start")) is True
+    progress(ProgressEvent("build", "Building engine", 1))
     assert (progress.bar.value, progress.bar.max) == (2, 4)
+    progress.cancel()
+    assert progress(ProgressEvent("build", "Building engine", 2)) is False  # Cancel stops the work at its next step

@@ -10,6 +10,7 @@ decodes lazily) before any pixel is decoded. Every failure is a :class:`Workbenc
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import struct
@@ -125,6 +126,12 @@ def _array_from_stream(
             expected=expected,
         )
     check_allocation(nbytes, f"{where}: array {shape} {dtype}", expected=expected, budget=budget)
+    if isinstance(handle, io.BufferedReader):  # a file on disk: one read into an uninitialised array
+        flat = np.fromfile(handle, dtype=dtype, count=math.prod(shape))
+        if flat.nbytes != nbytes:
+            raise WorkbenchError(f"{where}: the data end after {flat.nbytes} of {nbytes} bytes.", expected=expected)
+        array = flat.reshape(shape, order="F" if fortran else "C")
+        return (array if dtype.isnative or dtype.byteorder == "|" else to_native(array)), nbytes
     buffer = bytearray(nbytes)
     view = memoryview(buffer)
     filled = 0

@@ -44,6 +44,13 @@ def make_parser() -> argparse.ArgumentParser:
         description="TensorRT optimization workbench: clean ONNX, build engines, calibrate INT8, time pipelines, export.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log what each step does to stderr (-v: steps, -vv: details); the workbench's loggers are named per package",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
@@ -61,6 +68,23 @@ def _tolerant_output() -> None:
                 reconfigure(errors="backslashreplace")
             except (ValueError, OSError):  # a stream already closed or detached: leave it
                 pass
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Warnings of the workbench's loggers always reach stderr; ``-v`` adds its steps, ``-vv`` their details.
+    Other libraries' warnings go through the ``workbench.library_warnings`` logger (shown from ``-v`` on)."""
+    import logging
+
+    from workbench.log import LIBRARY_WARNINGS, ROOT
+
+    root = logging.getLogger(ROOT)
+    if not any(getattr(handler, "workbench_cli", False) for handler in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        handler.workbench_cli = True  # type: ignore[attr-defined]  # marks our own handler (one per process)
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG)
+    logging.getLogger(LIBRARY_WARNINGS).setLevel(logging.WARNING if verbosity > 0 else logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,6 +105,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    _configure_logging(int(getattr(args, "verbose", 0)))
     try:
         result = args.func(args)
     except WorkbenchError as error:

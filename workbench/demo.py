@@ -19,6 +19,7 @@ from workbench._io import record_outputs, refuse_foreign_outputs, validate_outpu
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.flow.config import SEARCH_BUDGET_RANGE, SettingValue
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
+from workbench.progress import ProgressEvent
 from workbench.report import diagnose, write_report
 from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
@@ -93,11 +94,11 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
 
     heartbeat = StillRunning()
 
-    def started(name: str, index: int, total: int, title: str) -> None:
-        if name == "done":
+    def started(event: ProgressEvent) -> None:
+        if event.kind == "finish":
             heartbeat.stop()
         else:
-            heartbeat.start(title, index, total)
+            heartbeat.start(event.message, event.index, event.total or 0)
 
     def show(result: StageResult, index: int, total: int) -> None:
         heartbeat.stop()

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+KINDS = ("start", "step", "finish")
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
@@ -20,8 +22,12 @@ class ProgressEvent:
     index: int = 0
     total: int | None = None  # None: the number of steps is not known
     name: str = ""  # a machine-readable name of the step (a stage name, a build phase)
+    kind: str = "step"  # "start" of a (sub)task with ``total`` steps, a "step" done, or its "finish"
+    parent: str = ""  # the enclosing phase of a nested one (TensorRT's builder phases nest); "" at the top level
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"progress kind {self.kind!r} is not one of {KINDS}")
         if self.index < 0 or (self.total is not None and self.total < 0):
             raise ValueError(f"progress index {self.index} / total {self.total} must not be negative")
 

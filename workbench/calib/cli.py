@@ -297,8 +297,12 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         )
     guard_model_inputs(model, what=str(model.path), batch=8, copies=2)
     data = args.data if args.data is not None else ("zoo" if entry is not None else None)
-    if data_dir is not None and _is_own_file(entry):
-        data = "zoo"  # the entry's calibration half of --data (its other half scores the search)
+    if _is_own_file(entry):
+        from workbench.calib.data import ZooSource
+
+        # the entry's calibration half of --data (its other half scores the search), or its seeded random inputs:
+        # calibrated on the same kind of inputs the search is scored on (still warned about when random)
+        data = ZooSource(entry, is_random=args.data == "random")
     cache_path = Path(args.cache) if args.cache else None
     session = (
         CalibrationSession(

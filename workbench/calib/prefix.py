@@ -86,6 +86,9 @@ class PrefixCache:
             for name in node.input:
                 if name in produced_at:
                     last_read[name] = max(last_read.get(name, -1), self.order[node.name])
+        for output in fp32.graph.output:  # the result reads every graph output: a later cut keeps one made before it
+            if output.name in produced_at:
+                last_read[output.name] = len(fp32.graph.node)
         positions = sorted({self.order[n] for n in cut_nodes if n in self.order and self.order[n] > 0})
         cuts = [
             _Cut(p, tuple(t for t, made in produced_at.items() if made < p and last_read.get(t, -1) >= p))
@@ -228,6 +231,7 @@ class PrefixCache:
         read = {name for node in nodes for name in node.input if name}
         read |= {name for node in nodes for a in node.attribute if a.type == a.GRAPH for name in _outer_reads(a.g)}
         made = {out for node in nodes for out in node.output}
+        read |= {output.name for output in proto.graph.output} - made  # made in the prefix: passed through
         inits = [i for i in proto.graph.initializer if i.name in read]
         init_names = {i.name for i in inits}
         inputs = [i for i in proto.graph.input if i.name in read and i.name not in init_names]

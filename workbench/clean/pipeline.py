@@ -51,6 +51,7 @@ from workbench.clean.passes import (
 )
 from workbench.clean.report import CleanResult, PassReport
 from workbench.errors import WorkbenchError
+from workbench.log import get_logger
 from workbench.model import PROTOBUF_LIMIT_BYTES, TensorSpec
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 
     from workbench.model import OnnxModel
     from workbench.zoo.base import ZooEntry
+
+LOG = get_logger(__name__)
 
 # the last accepted model: the original, a checked (light model, arrays) pair, or None (only the gs graph has it)
 Accepted: TypeAlias = "onnx.ModelProto | Prepared | None"
@@ -702,6 +705,8 @@ def clean_model(
             runner.run(clean_pass)
     runner.finish()
     final = runner.final_model()
+    for report in runner.reports:
+        LOG.info("pass %s: %s", report.name, report.status)
     return CleanResult(
         source=source,
         passes=tuple(runner.reports),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import BackendUnavailable, EngineCannotRun, WorkbenchError
+from workbench.progress import ProgressEvent, ProgressFn, report
 
 if TYPE_CHECKING:
     # mypy checks every call below against the TensorRT 10.13 stubs; at run time ``trt`` is whichever
@@ -170,14 +171,9 @@ def _raise_if_interrupted(*callbacks: object) -> None:
         raise KeyboardInterrupt
 
 
-ProgressEvent = Callable[[str, str, str, int, int], bool]
-
-
-def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> trt.IProgressMonitor:
-    """Wrap ``on_event(kind, phase, parent, step, total)`` as a monitor.
-
-    kind is start/step/finish; parent is "" for top-level phases; returning False from a step cancels the build.
-    """
+def make_progress_monitor(backend: Backend, on_event: ProgressFn) -> trt.IProgressMonitor:
+    """Report TensorRT's builder phases to ``on_event`` as :class:`ProgressEvent` s (task ``build``, kind
+    start/step/finish, ``parent`` "" for top-level phases); returning False from a step cancels the build."""
     _bind(backend)
 
     class _Monitor(trt.IProgressMonitor):
@@ -186,7 +182,7 @@ def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> trt.IPro
 
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
             try:
-                on_event("start", phase_name, parent_phase or "", 0, int(num_steps))
+                on_event(_build_event("start", phase_name, parent_phase or "", 0, int(num_steps)))
             except KeyboardInterrupt:
                 self.interrupted = True
 
@@ -196,18 +192,22 @@ def make_progress_monitor(backend: Backend, on_event: ProgressEvent) -> trt.IPro
             if _INTERRUPT_REQUESTED.is_set():  # Ctrl-C held by _sigint_deferred: cancel the build
                 return False
             try:
-                return bool(on_event("step", phase_name, "", int(step), 0))
+                return report(on_event, _build_event("step", phase_name, "", int(step), None))
             except KeyboardInterrupt:  # cancel the build; build_serialized re-raises it afterwards
                 self.interrupted = True
                 return False
 
         def phase_finish(self, phase_name: str) -> None:
             try:
-                on_event("finish", phase_name, "", 0, 0)
+                on_event(_build_event("finish", phase_name, "", 0, None))
             except KeyboardInterrupt:
                 self.interrupted = True
 
     return _Monitor()
+
+
+def _build_event(kind: str, phase: str, parent: str, step: int, total: int | None) -> ProgressEvent:
+    return ProgressEvent("build", phase, index=step, total=total, name=phase, kind=kind, parent=parent)
 
 
 # --- building ----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,11 +43,13 @@ from workbench.engine.records import (
 )
 from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
+from workbench.log import get_logger
 from workbench.model import OnnxModel, load_onnx
 from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.qdq_rules import qdq_formats
+from workbench.progress import ProgressEvent, ProgressFn
 
 if TYPE_CHECKING:
     import onnx
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
 Shape = tuple[int, ...]
 ShapeRange = tuple[Shape, Shape, Shape]
 # (kind: start|step|finish, phase, parent phase or "", step, total) -> False cancels the build
-ProgressCallback = Callable[[str, str, str, int, int], bool]
+LOG = get_logger(__name__)
+ProgressCallback = ProgressFn  # the one progress type: builder phases arrive as ProgressEvent(task='build')
 
 
 @dataclass(frozen=True)
@@ -339,14 +342,15 @@ class _TqdmProgress:
         self._tqdm = tqdm
         self._bars: dict[str, Any] = {}
 
-    def __call__(self, kind: str, phase: str, parent: str, step: int, total: int) -> bool:
-        if kind == "start" and total > 0 and not parent:
-            self._bars[phase] = self._tqdm(total=total, desc=phase[:40], leave=False, unit="step")
-        elif kind == "step" and phase in self._bars:
+    def __call__(self, event: ProgressEvent) -> bool:
+        phase = event.message
+        if event.kind == "start" and event.total and not event.parent:
+            self._bars[phase] = self._tqdm(total=event.total, desc=phase[:40], leave=False, unit="step")
+        elif event.kind == "step" and phase in self._bars:
             bar = self._bars[phase]
-            bar.n = step + 1
+            bar.n = event.index + 1
             bar.refresh()
-        elif kind == "finish" and phase in self._bars:
+        elif event.kind == "finish" and phase in self._bars:
             self._bars.pop(phase).close()
         return True
 
@@ -452,6 +456,16 @@ def engine_from_onnx(
     write_text_atomic(log_path, "\n".join(f"[{_severity(sev)}] {msg}" for sev, msg in messages) + "\n")
     if options.timing_cache_path and output.timing_cache:
         write_bytes_atomic(options.timing_cache_path, output.timing_cache)
+    LOG.info(
+        "built %s: %d bytes, %d layers in %.1f s (%s %s, %s)",
+        engine_path,
+        len(output.serialized_engine),
+        len(engine_layers.layers),
+        seconds,
+        backend.name,
+        backend.version,
+        options.effective_plan.label,
+    )
 
     return EngineArtifact(
         engine_path=engine_path,

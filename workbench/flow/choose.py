@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from workbench.flow.rule import DEFAULT_MAX_DROP, loss_of, within_drop
 from workbench.flow.session import QuickstartSession
 from workbench.flow.stages import new_export_dir, run_stage
 from workbench.precision.variant import VARIANTS, PrecisionChoice, Variant
+from workbench.progress import ProgressEvent, ProgressFn, report
 
 COMPARED_PRECISIONS: tuple[PrecisionChoice, ...] = ("fp32", "fp16", "int8")
 
@@ -47,7 +48,7 @@ class EngineCandidate(Artifact):
 def compare_precisions(
     session: QuickstartSession,
     precisions: Iterable[PrecisionChoice] = COMPARED_PRECISIONS,
-    progress: Callable[[str, int, int, str], object] | None = None,
+    progress: ProgressFn | None = None,
 ) -> list[EngineCandidate]:
     """Build (if needed) and time the engine of every precision; metrics come from the metrics stage.
 
@@ -60,10 +61,7 @@ def compare_precisions(
     candidates: list[EngineCandidate] = []
     precisions = tuple(precisions)
     for index, precision in enumerate(precisions):
-        if (
-            progress is not None
-            and progress(precision, index, len(precisions), f"{precision}: build and time") is False
-        ):
+        if not report(progress, ProgressEvent("precision", f"{precision}: build and time", index, len(precisions))):
             break
         trial = replace(base, config=replace(base.config, precision=precision))
         for name in ("select", "timing"):

@@ -16,9 +16,10 @@ from workbench.flow.artifacts import Environment, QuickstartRun, StageResult
 from workbench.flow.config import QuickstartConfig, SettingValue
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES, STAGES, cancel_stages, run_stage
 from workbench.flow.workspace import Workspace
+from workbench.progress import ProgressEvent, ProgressFn, report
 
-# (stage, index, total, message) before each stage; returning False cancels the stages not yet run
-ProgressFn = Callable[[str, int, int, str], object]
+# progress: a ProgressEvent(task="stage", name=stage) before each stage (and a "finish" after the last); a callback
+# returning False cancels the stages not yet run
 ResultFn = Callable[[StageResult, int, int], None]  # (result, index, total) after each stage
 
 # settings every stage depends on (a new workspace): no stage lists them among what it reads
@@ -78,14 +79,14 @@ class QuickstartSession:
         ws = self.prepare()
         names = STAGE_NAMES[STAGE_NAMES.index(first) :]
         for index, name in enumerate(names):
-            if self.progress and self.progress(name, index, len(names), STAGE_BY_NAME[name].title) is False:
+            event = ProgressEvent("stage", STAGE_BY_NAME[name].title, index, len(names), name=name)
+            if not report(self.progress, event):
                 self.run = cancel_stages(self.run, names[index:])  # nothing from the old settings stays
                 return self.run
             self.run = run_stage(self.run, name, ws)
             if self.on_result:
                 self.on_result(self.run.stages[name], index, len(names))
-        if self.progress:
-            self.progress("done", len(names), len(names), "finished")
+        report(self.progress, ProgressEvent("stage", "finished", len(names), len(names), name="done", kind="finish"))
         return self.run
 
     def run_stages(self, names: Iterable[str]) -> QuickstartRun:

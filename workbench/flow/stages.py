@@ -49,12 +49,15 @@ from workbench.flow.config import calibration_batches
 from workbench.flow.mixed import MixedSearch, mixed_search
 from workbench.flow.rule import choose
 from workbench.flow.workspace import Workspace
+from workbench.log import get_logger
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 from workbench.precision.variant import VARIANTS, Variant, variants_for
 from workbench.timing import interactive_config, run_sweep, sweep_plan
 from workbench.timing.executors import OrtCpuExecutor
 from workbench.timing.trt_executor import TrtExecutor
+
+LOG = get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -662,6 +665,7 @@ def run_stage(run: QuickstartRun, name: str, ws: Workspace) -> QuickstartRun:
             seconds = time.perf_counter() - started
             text = stage.summary(artifact, _with_fields(run, {stage.field: artifact}))
             result = StageResult(name, stage.title, StageStatus.DONE, seconds, text)
+    LOG.info("stage %s: %s in %.1f s (%s)", name, result.status.value, result.seconds, result.text)
     return _with_fields(run, {stage.field: artifact, "stages": {**run.stages, name: result}})
 
 

@@ -17,6 +17,7 @@ from workbench.flow.uncertainty import versus_reference
 from workbench.precision import PrecisionPlan
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz.calib import histogram_figure, sqnr_figure
 from workbench.viz.metrics import metric_table_figure
@@ -99,6 +100,7 @@ class CalibrationPanel:
                 self.histogram,
             ]
         )
+        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
 
     # ------------------------------------------------------------------ actions
     def run(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from workbench.clean import DEFAULT_PASSES, CleanOptions, CleanResult, clean_model
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import clean as figures
 
@@ -59,6 +60,7 @@ class CleanPanel:
                 self.neighbourhood,
             ]
         )
+        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
 
     @property
     def selected_passes(self) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
 from workbench.precision.variant import VARIANTS
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
 
@@ -214,6 +215,8 @@ class FusionExplorer:
             ]
         )
         self.container = widgets.VBox([self._controls])
+        fit_panel(self._controls)  # the fit widget rides with the controls (the panel below is replaced per build)
+        self.container.add_class("workbench-panel")
         self.build_button.on_click(lambda _button: self.build())
 
     def layer_map(self, model: str, precision: str) -> LayerMap:
@@ -223,7 +226,7 @@ class FusionExplorer:
             from workbench.engine.build import engine_for_model
 
             self.progress.start(f"building {model} {precision}")
-            artifact = engine_for_model(model, precision, self.out_dir, progress_callback=self.progress)  # type: ignore[arg-type]
+            artifact = engine_for_model(model, precision, self.out_dir, progress_callback=self.progress)
             self.progress.done(f"built {model} {precision}")
             self.build_seconds[key] = artifact.build_seconds
             self.maps[key] = artifact.layer_map

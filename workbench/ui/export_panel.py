@@ -30,6 +30,7 @@ from workbench.report.tables import candidates_table_html, front_table_html
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz.calib import pareto_figure
 from workbench.viz.metrics import candidates_figure
@@ -93,6 +94,7 @@ class ExportPanel:
             ],
             layout=widgets.Layout(width="100%"),
         )
+        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
         self.widget.add_class("workbench-export-panel")
 
     def _guarded(self, action: Any) -> Any:
@@ -227,5 +229,10 @@ class ExportPanel:
         )
 
     def _render(self) -> None:
-        self.table.value = candidates_table_html(self.candidates, self.precision.value)
-        replace_figure(self.figure, candidates_figure(self.candidates, self.precision.value))
+        # the marker follows the rule's pick (not the last export); the precision selected for export is ringed
+        pick = self.recommend() if self.candidates else None
+        rule_pick = pick.precision if pick is not None else None
+        self.table.value = candidates_table_html(self.candidates, rule_pick)
+        replace_figure(
+            self.figure, candidates_figure(self.candidates, rule_pick, exported=(str(self.precision.value),))
+        )

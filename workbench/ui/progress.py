@@ -1,9 +1,9 @@
 """The one progress adapter every panel shows, and the worker that keeps long actions off the kernel's main thread.
 
 :class:`ProgressAdapter`: a bar, the current step, the seconds since the action started (ticking while it runs) and a
-Cancel button. Callable as the flow's stage hook ``(stage, index, total, message)`` (it returns False once Cancel was
-pressed, which stops the flow before its next stage) and as a TensorRT build callback ``(kind, phase, parent, step,
-total) -> bool``. Panels whose stage reports no steps call :meth:`start` / :meth:`step` themselves.
+Cancel button. Callable with the one progress type, :class:`workbench.progress.ProgressEvent`, from the flow's stages, the
+sweep and TensorRT's builder phases alike (it returns False once Cancel was pressed, which stops the work at its
+next step). Panels whose stage reports no steps call :meth:`start` / :meth:`step` themselves.
 
 :class:`Worker`: runs one panel action at a time on a background thread so widgets stay responsive; a new request
 while one runs cancels it and runs after it (the latest settings win). ``Worker(background=False)`` runs inline
@@ -16,7 +16,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import ipywidgets as widgets
 
@@ -97,25 +96,19 @@ class ProgressAdapter:
         return 0.0 if self.started is None else time.monotonic() - self.started
 
     # --- as a callback ------------------------------------------------------------------------------------------
-    def __call__(self, *event: Any) -> bool:
-        if len(event) == 1 and isinstance(event[0], ProgressEvent):  # the one progress type (workbench.progress)
-            if self.cancel_requested:
-                return False
-            step = event[0]
-            self.step(step.message, step.index, step.total)
-        elif len(event) == 4:  # flow stage: (stage, index, total, message)
-            _stage, index, total, message = event
-            if self.cancel_requested:
-                return False
-            self.step(str(message), int(index), int(total))
-        elif len(event) == 5:  # builder: (kind, phase, parent, step, total)
-            kind, phase, parent, step, total = event
-            if kind == "start" and not parent and total:
-                self.bar.max, self.bar.value = int(total), 0
-                self._show(str(phase))
-            elif kind == "step" and phase == self.message:
-                self.bar.value = min(int(step) + 1, self.bar.max)
-                self._show(str(phase))
+    def __call__(self, event: ProgressEvent) -> bool:
+        """Show one :class:`~workbench.progress.ProgressEvent`; False once Cancel was pressed (the work stops)."""
+        if self.cancel_requested:
+            return False
+        if event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
+            if event.kind == "start" and not event.parent and event.total:
+                self.bar.max, self.bar.value = int(event.total), 0
+                self._show(event.message)
+            elif event.kind == "step" and event.message == self.message:
+                self.bar.value = min(event.index + 1, self.bar.max)
+                self._show(event.message)
+        elif event.kind == "step":  # a stage of the journey, a configuration of a sweep ...
+            self.step(event.message, event.index, event.total)
         return not self.cancel_requested
 
     # --- internals ----------------------------------------------------------------------------------------------

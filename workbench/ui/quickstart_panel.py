@@ -26,6 +26,7 @@ from workbench.report import (
 )
 from workbench.ui import controls
 from workbench.ui.figures import note_figure, replace_figure, show_note
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz import calib as calib_figures
 from workbench.viz import clean as clean_figures
@@ -113,6 +114,7 @@ class QuickstartPanel:
             ],
             layout=widgets.Layout(width="100%"),
         )
+        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
         self.widget.add_class("workbench-quickstart-panel")
 
     # --- actions ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from workbench.timing.limits import BATCH_CHOICES, check_streams
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
+from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import timing as timing_figures
 
@@ -109,6 +110,7 @@ class TimingPanel:
                 self.sweep_figure,
             ]
         )
+        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
 
     # --- actions -------------------------------------------------------------------------------------------
     def _changed(self, _change: Any) -> None:
