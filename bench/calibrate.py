@@ -7,6 +7,10 @@ worker that only imports and loads the data shows the floor every worker shares.
 once per model and saved as ``.npz`` so data generation is never timed. Task metrics use the zoo's labelled
 evaluation sets with ORT CPU, graph optimizations off (simulated Q/DQ, the project's reference).
 
+``--formats int8,fp8,fp16`` (issue 25): our INT8 and FP8 against ModelOpt's ONNX INT8 and FP8 on the same data, the
+share of Conv/GEMM layers an RTX FP8 build runs in FP8, and the accuracy-target search over those formats; writes
+``calibrate_formats.json`` / ``.md`` with the package versions.
+
 Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--growth]`` (writes
 ``bench/results/calibrate.json`` and ``calibrate.md``), ``... --fallback`` (the automatic fallback search per
 model; writes ``calibrate_fallback.json`` / ``.md``) and ``... --mixed`` (the accuracy-target search per model; writes
@@ -720,6 +724,285 @@ def mixed_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------- formats (issue 25)
+def worker_modelopt_format(args: dict[str, Any]) -> dict[str, Any]:
+    """ModelOpt ONNX PTQ in ``args['mode']`` (int8 / fp8), FP32 kept for the rest (high_precision_dtype fp32)."""
+    sys.path.insert(0, str(MODELOPT_PATH))
+    sys.modules["tensorrt"] = None  # type: ignore[assignment]
+    from modelopt.onnx.quantization import quantize  # type: ignore[import-not-found]
+
+    batches = _load_batches(Path(args["data"]))
+    data = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+    start = time.perf_counter()
+    quantize(
+        args["model"],
+        quantize_mode=args["mode"],
+        calibration_method=args["method"],
+        calibration_data=data,
+        calibration_eps=["cpu"],
+        output_path=args["output"],
+        # ModelOpt's fp8 mode refuses ConvTranspose ("Unsupported op types in fp8 mode")
+        op_types_to_quantize=[op for op in OPS if args["mode"] != "fp8" or op != "ConvTranspose"],
+        high_precision_dtype="fp32",
+    )
+    return {"seconds": time.perf_counter() - start}
+
+
+WORKERS["modelopt_format"] = worker_modelopt_format
+
+FORMAT_TARGETS = {"efficientnet-lite0": 0.05, "minilm": 0.01, "ocr-rec": 0.01}  # allowed drop (issue 25's numbers)
+
+
+def _versions() -> dict[str, str | None]:
+    import importlib.metadata
+
+    found: dict[str, str | None] = {}
+    for package in ("onnx", "onnxruntime", "tensorrt-rtx-cu13", "numpy", "ml_dtypes", "onnx-graphsurgeon"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    try:
+        found["nvidia-modelopt"] = next(p.name.split("-")[1] for p in MODELOPT_PATH.glob("nvidia_modelopt-*.dist-info"))
+    except StopIteration:
+        found["nvidia-modelopt"] = None
+    return found
+
+
+def _fp8_build_share(proto: Any, shapes: Any) -> dict[str, Any]:
+    """Build ``proto`` with TensorRT-RTX (FP8 targets are chosen for FP8 Q/DQ) and count FP8 Conv/GEMM layers."""
+    from workbench.calib.cost import build_plan_engine
+    from workbench.engine.layermap import MATH_LAYER_TYPES
+
+    start = time.perf_counter()
+    cost, layer_map = build_plan_engine(proto, name="fp8", shapes=shapes)
+    math = [layer for layer in layer_map.layers if layer.layer_type.lower() in MATH_LAYER_TYPES]
+    fp8 = sum(layer.is_fp8_kernel for layer in math)
+    return {
+        "math_layers": len(math),
+        "fp8_math_layers": fp8,
+        "fp8_share": fp8 / max(len(math), 1),
+        "engine_layers": cost.engine_layers,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    import onnx
+
+    from workbench.calib.search import search_mixed_precision
+    from workbench.calib.session import CalibrationSession
+    from workbench.model import load_onnx
+    from workbench.precision.qdq_rules import prepare_model
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    model = entry.load()
+    feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+    data = workdir / f"{name}_data"
+    data.mkdir(exist_ok=True)
+    for index, feed in enumerate(feeds):
+        np.savez(data / f"batch_{index:05d}.npz", **feed)
+    model_path = workdir / f"{name}.onnx"
+    onnx.save(prepare_model(model.proto), str(model_path))
+    limit = args.eval_limit
+    session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
+    report: dict[str, Any] = {"model": name, "metric": entry.metric_name, "calibration_samples": args.samples}
+    fp32 = session.evaluate(limit=limit)
+    report["evaluation_samples"] = int(fp32.n_samples)
+    report["fp32"] = float(fp32.value)
+    print(f"[{name}] FP32 {fp32.value:.4f} on {fp32.n_samples} samples", flush=True)
+    start = time.perf_counter()
+    session.statistics()
+    report["statistics_seconds"] = time.perf_counter() - start
+    ours: dict[str, Any] = {}
+    for fmt, method in (("int8", "entropy"), ("int8", "mse"), ("fp8", "max"), ("fp8", "mse")):
+        start = time.perf_counter()
+        quantized = session.quantize(session.ranges(method), session.default_plan(fmt))
+        value = float(session.evaluate(quantized, limit=limit).value)
+        ours[f"{fmt}_{method}"] = {"metric": value, "seconds": time.perf_counter() - start}
+        print(f"[{name}] ours {fmt} {method}: {value:.4f}", flush=True)
+        if (fmt, method) == ("fp8", "mse"):
+            try:
+                ours["fp8_build"] = _fp8_build_share(quantized, dict(entry.input_profiles()))
+                print(f"[{name}] FP8 build: {ours['fp8_build']}", flush=True)
+            except Exception as error:  # a failed build is a result to record, not a crash
+                ours["fp8_build"] = {"error": str(error)[:300]}
+    report["ours"] = ours
+    peers: dict[str, Any] = {}
+    if args.modelopt_reason:
+        peers["skipped"] = args.modelopt_reason
+    else:
+        for mode in ("int8", "fp8"):
+            output = workdir / f"{name}.modelopt.{mode}.onnx"
+            run = run_worker(
+                "modelopt_format",
+                {"model": str(model_path), "data": str(data), "mode": mode, "method": "max", "output": str(output)},
+                timeout=args.peer_timeout,
+            )
+            if output.is_file() and "error" not in run:
+                try:
+                    run["metric"] = metric_of(entry, load_onnx(output, check=False).proto, limit)
+                except Exception as error:  # ORT may refuse a peer's graph: record why
+                    run["metric_error"] = str(error)[:300]
+            peers[mode] = run
+            print(
+                f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True
+            )
+    report["modelopt"] = peers
+    drop = FORMAT_TARGETS.get(name, 0.01)
+    start = time.perf_counter()
+    result = search_mixed_precision(
+        session,
+        target_drop=drop,
+        budget=args.budget,
+        ranges=session.ranges("mse"),
+        limit=limit,
+        formats=[f.strip() for f in args.formats.split(",")],
+        build_costs=False,
+        log=lambda text: print(f"[{name}] {text}", flush=True),
+    )
+    interval = None
+    chosen = result.chosen
+    if chosen.scores:
+        scores = np.asarray(chosen.scores, dtype=np.float64)
+        half = 1.96 * scores.std(ddof=1) / np.sqrt(scores.size) if scores.size > 1 else 0.0
+        interval = [float(scores.mean() - half), float(scores.mean() + half)]
+    report["search"] = {
+        "target_drop": drop,
+        "target": result.target,
+        "met": result.met,
+        "metric": result.metric,
+        "interval_95_normal": interval,
+        "formats": list(result.formats),
+        "format_counts": chosen.format_counts,
+        "ops_8bit": result.ops_by_type,
+        "evaluations": result.evaluations_used,
+        "seconds": time.perf_counter() - start,
+        "stop_reason": result.stop_reason,
+        "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
+    }
+    print(f"[{name}] search: {result.summary()}", flush=True)
+    return report
+
+
+def fp8_rules_main(args: argparse.Namespace) -> int:
+    """Our FP8 with every Conv in FP8 against our FP8 with TensorRT's FP8 conv rules (ModelOpt's: convolutions of at
+    most 16 channels or more than 32 taps kept FP32), same statistics and ranges (MSE on the FP8 grid)."""
+    from workbench._io import write_json_atomic, write_text_atomic
+    from workbench.calib.session import CalibrationSession
+    from workbench.precision.qdq_rules import fp8_conv_exclusions
+    from workbench.zoo import get_entry
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+        ranges = session.ranges("mse")
+        excluded = fp8_conv_exclusions(session.prepared)
+        row: dict[str, Any] = {"model": name, "fp32": float(session.evaluate(limit=args.eval_limit).value)}
+        for label, plan in (
+            ("fp8_all", session.default_plan("fp8")),
+            ("fp8_trt_conv_rules", session.default_plan("fp8").with_overrides(dict.fromkeys(excluded, "fp32"))),
+        ):
+            quantized = session.quantize(ranges, plan)
+            result = session.evaluate(quantized, limit=args.eval_limit)
+            row[label] = {
+                "metric": float(result.value),
+                "n": int(result.n_samples),
+                "fp8_nodes": len(quantized.placement.fp8_nodes),
+                "math_nodes": len(session.quantizable_nodes()),
+            }
+            print(f"[{name}] {label}: {result.value:.4f} ({row[label]['fp8_nodes']} FP8 nodes)", flush=True)
+        row["excluded_convs"] = len(excluded)
+        rows.append(row)
+    output = RESULTS / "calibrate_fp8_conv_rules.json"
+    write_json_atomic(output, {"versions": _versions(), "samples": args.samples, "models": rows})
+    lines = [
+        "# FP8: every Conv vs TensorRT's FP8 conv rules (bench/calibrate.py --fp8-conv-rules)",
+        "",
+        "| model | FP32 | FP8 all (FP8 nodes) | FP8, TensorRT conv rules (FP8 nodes) | convs kept FP32 |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        a, b = row["fp8_all"], row["fp8_trt_conv_rules"]
+        lines.append(
+            f"| {row['model']} | {row['fp32']:.4f} | {a['metric']:.4f} ({a['fp8_nodes']}/{a['math_nodes']}) | "
+            f"{b['metric']:.4f} ({b['fp8_nodes']}/{b['math_nodes']}) | {row['excluded_convs']} |"
+        )
+    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def formats_main(args: argparse.Namespace) -> int:
+    from workbench._io import write_json_atomic, write_text_atomic
+
+    args.modelopt_reason = _modelopt_reason()
+    reports: list[dict[str, Any]] = []
+    output = Path(args.formats_output)
+    with tempfile.TemporaryDirectory(prefix="calib-formats-") as folder:
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            reports.append(formats_model(name, args, Path(folder)))
+            document = {
+                "machine": {
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                },
+                "versions": _versions(),
+                "settings": {
+                    "calibration_samples": args.samples,
+                    "eval_limit": args.eval_limit,
+                    "formats": args.formats,
+                    "budget": args.budget,
+                    "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
+                    "modelopt": "quantize(quantize_mode=int8|fp8, calibration_method=max, op_types Conv/ConvTranspose/"
+                    "MatMul/Gemm, high_precision_dtype=fp32), calibration data identical to ours",
+                },
+                "models": reports,
+            }
+            write_json_atomic(output, document)
+            write_text_atomic(output.with_suffix(".md"), formats_table(reports, document))
+    print(formats_table(reports, document))
+    return 0
+
+
+def formats_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> str:
+    def cell(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else "-" if value is None else str(value)
+
+    lines = [
+        "# INT8 / FP8 and the search over formats (bench/calibrate.py --formats)",
+        "",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in document['versions'].items())}. "
+        f"Machine: {document['machine']['cpus']} CPUs. Metrics: ORT CPU, optimizations off.",
+        "",
+        "| model | n | FP32 | ours INT8 entropy | ours INT8 mse | ours FP8 max | ours FP8 mse | ModelOpt INT8 | "
+        "ModelOpt FP8 | FP8 build: FP8 Conv/GEMM layers | search (formats) | search s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        ours, mo, search = r["ours"], r["modelopt"], r["search"]
+        build = ours.get("fp8_build", {})
+        share = (
+            f"{build['fp8_math_layers']}/{build['math_layers']} ({100 * build['fp8_share']:.0f} %)"
+            if "math_layers" in build
+            else build.get("error", "-")
+        )
+        counts = ", ".join(f"{k} {v}" for k, v in search["format_counts"].items())
+        lines.append(
+            f"| {r['model']} | {r['evaluation_samples']} | {cell(r['fp32'])} | {cell(ours['int8_entropy']['metric'])} | "
+            f"{cell(ours['int8_mse']['metric'])} | {cell(ours['fp8_max']['metric'])} | {cell(ours['fp8_mse']['metric'])} | "
+            f"{cell(mo.get('int8', {}).get('metric', mo.get('skipped', '-')))} | "
+            f"{cell(mo.get('fp8', {}).get('metric', '-'))} | {share} | "
+            f"{cell(search['metric'])} target {search['target']:.4f} {'met' if search['met'] else 'NOT met'} ({counts}) | "
+            f"{search['seconds']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -747,6 +1030,18 @@ def main() -> int:
     )
     parser.add_argument("--append", action="store_true", help="--mixed: keep other models' rows of --mixed-output")
     parser.add_argument("--mixed-output", default=str(RESULTS / "calibrate_mixed.json"))
+    parser.add_argument(
+        "--formats",
+        default=None,
+        help="issue 25: INT8 vs FP8 (ours and ModelOpt's), the FP8 build's FP8 layer share and the search over "
+        "these formats, e.g. int8,fp8,fp16",
+    )
+    parser.add_argument("--formats-output", default=str(RESULTS / "calibrate_formats.json"))
+    parser.add_argument(
+        "--fp8-conv-rules",
+        action="store_true",
+        help="issue 25: our FP8 with every Conv vs with TensorRT's FP8 conv rules",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -756,6 +1051,10 @@ def main() -> int:
         return fallback_main(args)
     if args.mixed:
         return mixed_main(args)
+    if args.formats:
+        return formats_main(args)
+    if args.fp8_conv_rules:
+        return fp8_rules_main(args)
     args.modelopt_reason = _modelopt_reason()
     reports = []
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as folder:

@@ -211,3 +211,30 @@ def test_fp8_variant_is_one_row_with_its_colour() -> None:
     assert parse_variant("fp8-all") is Variant.FP8_ALL and variants_for("fp8") == (Variant.FP8_ALL,)
     assert COST_ORDER.index(Variant.FP8_ALL) < COST_ORDER.index(Variant.FP16)
     assert palette.precision_color(Variant.FP8_ALL) == palette.precision_color("fp8") == palette.FP8
+
+
+def test_tensorrt_fp8_conv_rules_name_the_small_and_wide_convs(digits_session) -> None:  # type: ignore[no-untyped-def]
+    """The convolutions TensorRT's FP8 kernels do not serve (ModelOpt's FP8 rules: <= 16 channels, > 32 taps) are
+    named with their reason, and a plan that keeps them FP32 gives a model where only the others read FP8."""
+    from workbench.precision.qdq_rules import fp8_conv_exclusions
+
+    session = digits_session
+    excluded = fp8_conv_exclusions(session.prepared)
+    assert set(excluded) == {"/0/Conv", "/3/Conv"}  # 1 -> 16 and 16 -> 32 channels
+    assert "1 input / 16 output channels" in excluded["/0/Conv"]
+    plan = session.default_plan("fp8").with_overrides(dict.fromkeys(excluded, "fp32"))
+    quantized = session.quantize(session.ranges("mse"), plan)
+    assert not set(excluded) & set(quantized.placement.quantized_nodes)
+    assert {"/6/Conv", "/9/Conv", "/12/Conv", "/17/Gemm"} == set(quantized.placement.fp8_nodes)
+
+
+def test_engine_cost_counts_fp8_layers(digits_session) -> None:  # type: ignore[no-untyped-def]
+    from workbench.calib.cost import build_plan_engine
+
+    session = digits_session
+    cost, layer_map = build_plan_engine(session.quantize(session.ranges("mse"), session.default_plan("fp8")))
+    assert cost.fp8_math_layers == cost.math_layers == 6 and cost.int8_math_layers == 0
+    assert cost.fp8_layers == sum(layer.precision == "fp8" for layer in layer_map.layers) >= 6
+    assert cost.fp8_layers + cost.int8_layers + cost.fp16_layers + cost.fp32_layers + cost.other_layers == len(
+        layer_map.layers
+    )

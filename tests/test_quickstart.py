@@ -80,9 +80,11 @@ def test_session_reruns_only_affected_stages(tmp_path: Path) -> None:
     assert run.selection.build is run.builds[run.selection.variant]
     # the whole-run rule and the first stage a setting affects, in one place
     assert session.plan_update({"streams": 3}).stages[0] == "timing"
-    # precision reaches the FP8 build (built only for precision fp8), then the metrics and the choice; never the search
-    assert session.plan_update({"precision": "fp16"}).stages[0] == "build_fp8_all"
-    assert "search" not in session.plan_update({"precision": "fp16"}).stages
+    # another precision among the built ones is only a new choice: select, timing, export (an answer at once) ...
+    assert session.plan_update({"precision": "fp16"}).stages == ("select", "timing", "export")
+    # ... while asking for FP8 builds it first, then measures it; never the search
+    assert session.plan_update({"precision": "fp8"}).stages[0] == "build_fp8_all"
+    assert "search" not in session.plan_update({"precision": "fp8"}).stages
     assert session.plan_update({"calibration_method": "max", "batch": 4}).stages[0] == "calibrate"
     assert session.plan_update({"data": ""}).stages == ()  # unchanged
     for whole in ({"model": "ocr-cls"}, {"out_dir": str(tmp_path / "other")}):

@@ -35,7 +35,7 @@ class EngineCost(Artifact):
     int8_layers: int
     fp16_layers: int
     fp32_layers: int
-    other_layers: int  # layers whose precision is none of the three (shape calls, int32 bookkeeping)
+    other_layers: int  # layers in none of INT8, FP8, FP16, FP32 (shape calls, int32 bookkeeping)
     qdq_kernels: int  # layers made only of Q/DQ nodes, or quantize kernels (Round+Cast) with no math
     reformat_layers: int
     math_layers: int
@@ -44,6 +44,8 @@ class EngineCost(Artifact):
     build_seconds: float
     backend: str
     label: str = COST_LABEL
+    fp8_layers: int = 0
+    fp8_math_layers: int = 0
 
     @property
     def score(self) -> float:
@@ -73,7 +75,7 @@ def cost_of_layer_map(layer_map: LayerMap, engine_bytes: int, build_seconds: flo
         int8_layers=sum(p == "int8" for p in precisions),
         fp16_layers=sum(p in ("half", "fp16") for p in precisions),
         fp32_layers=sum(p in ("float", "fp32") for p in precisions),
-        other_layers=sum(p not in ("int8", "half", "fp16", "float", "fp32") for p in precisions),
+        other_layers=sum(p not in ("int8", "fp8", "half", "fp16", "float", "fp32") for p in precisions),
         qdq_kernels=sum(_is_qdq_kernel(layer, ops) for layer in layer_map.layers),
         reformat_layers=sum("reformat" in layer.layer_type.lower() for layer in layer_map.layers),
         math_layers=len(math),
@@ -81,6 +83,8 @@ def cost_of_layer_map(layer_map: LayerMap, engine_bytes: int, build_seconds: flo
         engine_bytes=int(engine_bytes),
         build_seconds=float(build_seconds),
         backend=backend,
+        fp8_layers=sum(p == "fp8" for p in precisions),
+        fp8_math_layers=sum(layer.is_fp8_kernel for layer in math),
     )
 
 

@@ -112,7 +112,7 @@ class QuickstartSession:
             return UpdatePlan(config, changed, STAGE_NAMES, True, f"{listed} changed: every stage re-runs")
         if not self.run.stages:
             return UpdatePlan(config, changed, STAGE_NAMES, True, f"{listed} set: every stage runs")
-        first = next((stage.name for stage in STAGES if changed & set(stage.reads)), None)
+        first = next((stage.name for stage in STAGES if stage.is_affected(self.config, config)), None)
         if first is None:
             return UpdatePlan(config, changed, (), False, f"{listed} changed: no stage reads it")
         return UpdatePlan(config, changed, STAGE_NAMES[STAGE_NAMES.index(first) :], False, f"{listed} changed")

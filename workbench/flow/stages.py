@@ -45,7 +45,7 @@ from workbench.flow.artifacts import (
     VariantBuild,
     require,
 )
-from workbench.flow.config import calibration_batches
+from workbench.flow.config import QuickstartConfig, calibration_batches
 from workbench.flow.mixed import MixedSearch, mixed_search
 from workbench.flow.rule import choose
 from workbench.flow.workspace import Workspace
@@ -88,6 +88,14 @@ class Stage(Generic[T]):
     run: Callable[[QuickstartRun, Workspace], T]
     summary: Callable[[T, QuickstartRun], str]  # (its artifact, the run including it) -> one line
     builds: Variant | None = None  # the variant a build stage makes (its artifact is that VariantBuild)
+    # whether a change from one config to another changes what this stage does; None: any setting it reads changed
+    affected_by: Callable[[QuickstartConfig, QuickstartConfig], bool] | None = None
+
+    def is_affected(self, old: QuickstartConfig, new: QuickstartConfig) -> bool:
+        """Whether going from ``old`` to ``new`` settings makes this stage's result stale."""
+        if not any(getattr(old, name) != getattr(new, name) for name in self.reads):
+            return False
+        return self.affected_by is None or self.affected_by(old, new)
 
 
 # --- clean ------------------------------------------------------------------------------------------------------
@@ -589,6 +597,8 @@ STAGES: tuple[Stage[Any], ...] = (
         stage_build_fp8_all,
         summary_build,
         Variant.FP8_ALL,
+        # it reads the precision only to know whether FP8 is asked for: fp32 -> fp16 leaves it (and the metrics) be
+        affected_by=lambda old, new: (old.precision == "fp8") != (new.precision == "fp8"),
     ),
     Stage("metrics", "Task metric per variant", ("evaluation_samples",), (), "metrics", stage_metrics, summary_metrics),
     Stage(

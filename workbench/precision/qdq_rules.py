@@ -352,3 +352,39 @@ def qdq_formats(proto: onnx.ModelProto) -> set[str]:
             continue
         found.add(names.get(types.get(node.input[2], -1), "unknown"))
     return found
+
+
+FP8_CONV_MIN_CHANNELS = 16  # TensorRT's FP8 convolution kernels want more than this many channels in and out
+FP8_CONV_MAX_FILTER = 32  # and at most this many filter taps (ModelOpt's FP8 mode applies both rules)
+
+
+def fp8_conv_exclusions(proto: onnx.ModelProto) -> dict[str, str]:
+    """Conv nodes TensorRT's FP8 kernels do not serve well, with the reason: at most 16 input or output channels per
+    group (the stem, depthwise convolutions) or a filter of more than 32 taps. ModelOpt's ONNX FP8 mode leaves these
+    in higher precision; TensorRT-RTX 1.7 still builds them in FP8 (measured), so the workbench's FP8 plan keeps them
+    unless a plan asks otherwise, e.g. ``plan.with_overrides(dict.fromkeys(fp8_conv_exclusions(m), "fp32"))``."""
+    from onnx import numpy_helper
+
+    shapes = {init.name: tuple(init.dims) for init in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    shapes[node.output[0]] = tuple(numpy_helper.to_array(attribute.t).shape)
+    excluded: dict[str, str] = {}
+    for node in proto.graph.node:
+        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in shapes:
+            continue
+        weight = shapes[node.input[1]]
+        if len(weight) < 3:
+            continue
+        out_channels, in_channels = int(weight[0]), int(weight[1])
+        taps = int(np.prod(weight[2:]))
+        if out_channels <= FP8_CONV_MIN_CHANNELS or in_channels <= FP8_CONV_MIN_CHANNELS:
+            excluded[node.name] = (
+                f"{in_channels} input / {out_channels} output channels per group "
+                f"(FP8 kernels want more than {FP8_CONV_MIN_CHANNELS})"
+            )
+        elif taps > FP8_CONV_MAX_FILTER:
+            excluded[node.name] = f"a {taps}-tap filter (FP8 kernels take at most {FP8_CONV_MAX_FILTER})"
+    return excluded

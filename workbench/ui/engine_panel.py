@@ -215,8 +215,8 @@ class FusionExplorer:
             ]
         )
         self.container = widgets.VBox([self._controls])
-        fit_panel(self._controls)  # the fit widget rides with the controls (the panel below is replaced per build)
-        self.container.add_class("workbench-panel")
+        # the fit widget rides with the controls (the panel below them is replaced per build)
+        fit_panel(self.container, holder=self._controls)
         self.build_button.on_click(lambda _button: self.build())
 
     def layer_map(self, model: str, precision: str) -> LayerMap:

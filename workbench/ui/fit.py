@@ -2,9 +2,10 @@
 
 It brings the page-wide rules the panels need at any width (controls wrap below ~1,000 px instead of forcing
 scrollbars, wide tables scroll inside their own box, tab titles are not cut) and one observer: when a figure's box
-changes width (its tab is shown, the window or the side bar is resized), the page gets a ``resize`` event, on which
-plotly's widgets re-lay out to their container. A figure drawn while its tab was hidden (plotly's 700 px default)
-thus takes the tab's width when the tab opens. Nothing here computes anything.
+changes width (its tab is shown, the window or the side bar is resized), the widget tells the kernel, and the panel
+asks each of its figures to size itself to its container again (plotly's ``relayout`` with ``autosize``; plotly's
+widget does not follow its box by itself, seen in JupyterLab 4 / ipywidgets 8: a figure drawn in a hidden tab stayed
+at plotly's 700 px default). Nothing here computes anything.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ PANEL_CSS = """
 _ESM = """
 function install(css) {
   if (window.__workbenchFit) { return; }
-  window.__workbenchFit = true;
+  window.__workbenchFit = new Set();  // the models of every fit widget on the page
   const style = document.createElement("style");
   style.dataset.workbench = "fit";
   style.textContent = css;
@@ -48,11 +49,18 @@ function install(css) {
       if (width > 0 && widths.get(entry.target) !== width) { widths.set(entry.target, width); changed = true; }
     }
     if (changed && pending === null) {
-      pending = setTimeout(() => { pending = null; window.dispatchEvent(new Event("resize")); }, 120);
+      pending = setTimeout(() => {
+        pending = null;
+        for (const model of window.__workbenchFit) {
+          model.set("resized", model.get("resized") + 1);
+          model.save_changes();
+        }
+      }, 150);
     }
   });
   const watch = (root) => root.querySelectorAll(".workbench-panel .js-plotly-plot").forEach((el) => {
-    if (!el.__workbenchFit) { el.__workbenchFit = true; observer.observe(el.parentElement || el); }
+    // the figure's own box (shown/hidden as a tab page) and the box around it (resized with the window)
+    if (!el.__workbenchFit) { el.__workbenchFit = true; observer.observe(el); if (el.parentElement) { observer.observe(el.parentElement); } }
   });
   watch(document);
   let queued = false;  // at most one scan per frame, however many nodes the page changes
@@ -62,7 +70,9 @@ function install(css) {
 }
 function render({ model, el }) {
   install(model.get("css"));
+  window.__workbenchFit.add(model);
   el.style.display = "none";
+  return () => window.__workbenchFit.delete(model);
 }
 export default { render };
 """
@@ -73,14 +83,30 @@ class FitToContainer(anywidget.AnyWidget):  # type: ignore[misc]
 
     _esm = _ESM
     css = traitlets.Unicode(PANEL_CSS).tag(sync=True)
+    resized = traitlets.Int(0).tag(sync=True)  # the page counts a figure box's width changes here
 
 
-def fit_widget() -> FitToContainer:
-    return FitToContainer()
+def figures_in(widget: Any) -> list[Any]:
+    """The plotly FigureWidgets inside ``widget`` (boxes and tabs walked), as the panel holds them now."""
+    import plotly.graph_objects as go
+
+    if isinstance(widget, go.FigureWidget):
+        return [widget]
+    return [figure for child in getattr(widget, "children", ()) for figure in figures_in(child)]
 
 
-def fit_panel(box: Any) -> Any:
-    """``box`` (a panel's top-level VBox) marked as a workbench panel and carrying the fit widget; returns it."""
+def autosize(figure: Any) -> None:
+    """Ask the page to size ``figure`` to its container again (two relayouts: plotly recomputes only on a change)."""
+    figure.layout.autosize = False
+    figure.layout.autosize = True
+
+
+def fit_panel(box: Any, holder: Any = None) -> Any:
+    """``box`` (a panel's top-level VBox) marked as a workbench panel, its figures re-laid out on the fit widget's
+    width changes; the fit widget goes into ``holder`` (default ``box``: a box whose children stay). Returns ``box``."""
+    fit = FitToContainer()
+    fit.observe(lambda _change: [autosize(figure) for figure in figures_in(box)], names="resized")
     box.add_class("workbench-panel")
-    box.children = (*box.children, fit_widget())
+    holder = box if holder is None else holder
+    holder.children = (*holder.children, fit)
     return box
