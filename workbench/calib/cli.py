@@ -133,6 +133,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     diff.add_argument("--max-batches", type=positive_int, default=8)
     diff.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="print this many worst layers")
     diff.add_argument(
+        "--eval-limit",
+        type=positive_int,
+        default=None,
+        help="zoo models: evaluation samples of the task metric printed at the end (default: the whole set)",
+    )
+    diff.add_argument(
         "--threshold",
         type=finite_float,
         default=None,
@@ -458,7 +464,9 @@ def _cli_diff(args: argparse.Namespace) -> int:
     if data is None:
         raise WorkbenchError("no data for the diff.", expected="--data DIR (or 'zoo' with a zoo model)")
     session = CalibrationSession(model, data=data, entry=entry, progress=not args.no_progress)
-    diff = session.diff(quantized.proto, max_batches=args.max_batches, with_metric=entry is not None)
+    diff = session.diff(
+        quantized.proto, max_batches=args.max_batches, with_metric=entry is not None, metric_limit=args.eval_limit
+    )
     diff.save(args.output)
     _say(f"wrote {args.output}: {len(diff.tensors)} tensors, {diff.num_samples} samples in {diff.seconds:.2f} s")
     for row in diff.ranking(args.top):

@@ -279,8 +279,10 @@ class CalibrationSession:
         *,
         max_batches: int | None = 4,
         with_metric: bool = False,
+        metric_limit: int | None = None,
     ) -> LayerDiff:
-        """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches)."""
+        """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches); with
+        ``with_metric``, the task metric on the first ``metric_limit`` evaluation samples (all when None)."""
         source = self.source if data is None else resolve_source(data, model=self.model, entry=self.entry)
         result = diff_models(
             self.prepared,
@@ -291,7 +293,7 @@ class CalibrationSession:
             prepared=True,
         )
         if with_metric and self.entry is not None:
-            result = replace(result, task_metric=self.evaluate(quantized).to_json())
+            result = replace(result, task_metric=self.evaluate(quantized, limit=metric_limit).to_json())
         return result
 
     def evaluate(self, model: QdqModel | onnx.ModelProto | None = None, *, limit: int | None = None) -> MetricResult:
