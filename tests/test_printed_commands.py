@@ -171,7 +171,7 @@ NOTEBOOK_SPEED = {
         ["--max-batches", "1", "--eval-limit", "32"],
         "one calibration batch instead of 32 and the printed task metric on 32 samples: the same kind of Q/DQ file",
     ),
-    "diff ocr-rec": (["--max-batches", "1"], "one diff batch instead of 8"),
+    "diff ocr-rec": (["--max-batches", "1", "--eval-limit", "32"], "one diff batch instead of 8, the metric on 32"),
 }
 NOTEBOOK_SKIP = {
     "calibrate efficientnet-lite0": "a 30-evaluation accuracy-target search on EfficientNet-Lite0 takes ~25 min on 2 "
