@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -24,8 +24,15 @@ from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
+if TYPE_CHECKING:
+    import onnx
 
-def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    from workbench.model import OnnxModel
+    from workbench.precision.qdq_rules import QdqPlacement
+    from workbench.zoo.base import MetricResult, ZooEntry
+
+
+def ort_predict(proto: onnx.ModelProto) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """``predict(feed)`` for an in-memory model with ORT CPU, optimizations off (simulated Q/DQ, the reference)."""
     from workbench.ort import cpu_predict
 
@@ -36,7 +43,7 @@ class Float16Model(WorkbenchError):
     """The model computes in float16: there is no FP32 graph to insert Q/DQ into."""
 
 
-def _refuse_float16(model: Any) -> None:
+def _refuse_float16(model: OnnxModel) -> None:
     """INT8 calibration starts from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX."""
     from onnx import TensorProto
 
@@ -89,10 +96,10 @@ class CalibrationSession:
 
     def __init__(
         self,
-        model: Any,
+        model: OnnxModel | str | Path,
         *,
         data: Any = None,
-        entry: Any = None,
+        entry: ZooEntry | None = None,
         max_batches: int | None = None,
         progress: bool = True,
         optimized_statistics: bool = False,
@@ -125,15 +132,15 @@ class CalibrationSession:
         # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
         self.quantize_attention = quantize_attention
         self._statistics: dict[int | None, CalibrationStatistics] = {}
-        self._metric_cache: dict[str, Any] = {}
-        self._prepared_proto: Any = None
-        self._prepared_fp8_proto: Any = None
+        self._metric_cache: dict[str, MetricResult] = {}
+        self._prepared_proto: onnx.ModelProto | None = None
+        self._prepared_fp8_proto: onnx.ModelProto | None = None
         self._fp8_ranges: dict[tuple[str, float | None, int], CalibrationRanges] = {}
-        self._int8_nodes: dict[str, Any] = {}
+        self._int8_nodes: dict[str, QdqPlacement] = {}
         self.last_sensitivity: dict[str, float] = {}
 
     @property
-    def prepared(self) -> Any:
+    def prepared(self) -> onnx.ModelProto:
         """The model after :func:`prepare_model` (weights as initializers, opset >= 13, named nodes), made once."""
         if self._prepared_proto is None:
             from workbench.precision.qdq_rules import prepare_model
@@ -142,7 +149,7 @@ class CalibrationSession:
         return self._prepared_proto
 
     @property
-    def prepared_fp8(self) -> Any:
+    def prepared_fp8(self) -> onnx.ModelProto:
         """The prepared model at opset >= 19 (FP8 Q/DQ), same nodes and names as :attr:`prepared`, made once."""
         from workbench.precision.qdq_rules import FP8_MIN_OPSET, model_opset, prepare_model
 
@@ -236,7 +243,7 @@ class CalibrationSession:
             write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
         return quantized
 
-    def placement(self, plan: PrecisionPlan | None = None) -> Any:
+    def placement(self, plan: PrecisionPlan | None = None) -> QdqPlacement:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
         import json
 
@@ -267,7 +274,7 @@ class CalibrationSession:
     # ------------------------------------------------------------------ diff and metric
     def diff(
         self,
-        quantized: QdqModel | Any,
+        quantized: QdqModel | onnx.ModelProto,
         data: Any = None,
         *,
         max_batches: int | None = 4,
@@ -289,14 +296,14 @@ class CalibrationSession:
             result = replace(result, task_metric=self.evaluate(quantized, limit=metric_limit).to_json())
         return result
 
-    def evaluate(self, model: QdqModel | Any | None = None, *, limit: int | None = None) -> Any:
+    def evaluate(self, model: QdqModel | onnx.ModelProto | None = None, *, limit: int | None = None) -> MetricResult:
         """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
         if self.entry is None:
             raise WorkbenchError(
                 "no task metric: the session was not made from a zoo model.",
                 expected="CalibrationSession(..., entry=get_entry(name))",
             )
-        proto: Any = self.model.proto if model is None else getattr(model, "proto", model)
+        proto = cast("onnx.ModelProto", self.model.proto if model is None else getattr(model, "proto", model))
         key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
         if key not in self._metric_cache:
             self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)
@@ -370,7 +377,7 @@ class CalibrationSession:
         reference_predict = ort_predict(self.prepared)
         references = [reference_predict(feed) for feed in feeds]
 
-        def output_noise(proto: Any) -> float:
+        def output_noise(proto: onnx.ModelProto) -> float:
             predict = ort_predict(proto)
             signal = noise = 0.0
             for feed, reference in zip(feeds, references):

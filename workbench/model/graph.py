@@ -68,7 +68,7 @@ def _unique_printable(names: list[str]) -> list[str]:
     """Names with control characters escaped and repeats suffixed ``~2``, ``~3``, ... (empty names stay empty)."""
     taken = {name for name in names if name}
     used: set[str] = set()
-    result = []
+    result: list[str] = []
     for name in names:
         if not name:
             result.append(name)

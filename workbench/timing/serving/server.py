@@ -495,7 +495,7 @@ class ModelServer:
     def __enter__(self) -> ModelServer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- dispatcher thread -------------------------------------------------------------------------------------
