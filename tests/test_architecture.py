@@ -149,3 +149,43 @@ def test_ruff_is_clean(command: list[str]) -> None:
         [sys.executable, "-m", "ruff", *command, *paths], capture_output=True, text=True, cwd=REPO, timeout=300
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+
+
+# Measured when the workbench was typed (issue 22 item 7): 184 of 5,788 annotations = 3.2 % (474 of 5,739 = 8.3 %
+# before; the target is <= 5 %); the limit leaves a few annotations of room above that. New code keeps below it:
+# a value only passed through is ``object``, JSON is ``workbench.artifact.JsonObject``, ONNX / graphsurgeon / ORT /
+# torch objects carry their own types.
+MAX_ANY_SHARE = 0.033
+
+
+def _annotations(tree: ast.AST) -> list[ast.expr]:
+    """Every function-argument, return and annotated-assignment annotation of a module."""
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            found += [arg.annotation for arg in every if arg is not None and arg.annotation is not None]
+            if node.returns is not None:
+                found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+    return found
+
+
+def test_any_stays_in_few_annotations() -> None:
+    """At most 3.3 % of the annotations in ``workbench/`` contain ``Any`` (184 of 5,788 = 3.2 % when this was
+    written; issue 22 asks for <= 5 %). The message lists the modules with the most."""
+    total = 0
+    with_any: dict[str, int] = defaultdict(int)
+    for name, path in _modules().items():
+        for annotation in _annotations(ast.parse(path.read_text(encoding="utf-8"))):
+            total += 1
+            if "Any" in ast.unparse(annotation):
+                with_any[name] += 1
+    share = sum(with_any.values()) / total
+    worst = sorted(with_any.items(), key=lambda item: -item[1])[:8]
+    assert share <= MAX_ANY_SHARE, (
+        f"{sum(with_any.values())} of {total} annotations ({share:.1%}) contain Any, above {MAX_ANY_SHARE:.1%}; "
+        f"most in {worst}"
+    )

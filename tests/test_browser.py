@@ -506,9 +506,10 @@ _FIT_PROBLEMS = """() => {
 
 
 def test_panels_follow_their_container_at_900_1280_and_1920_px(jupyter_lab, tmp_path: Path) -> None:
-    """Issue 24: the quickstart panel after Run All, at 900, 1280 and 1920 px windows (resized in place) and in every
-    tab: nothing wider than the output area (wide tables scroll in their own box, controls wrap) and every figure as
-    wide as its container (a figure drawn in a hidden tab takes the tab's width when shown)."""
+    """Issue 24: the quickstart panel (00) after Run All, at 900, 1280 and 1920 px windows (resized in place) and in
+    every tab, then notebook 05: nothing wider than the output area (wide tables scroll in their own box, controls
+    wrap), every figure as wide as its container (a figure drawn in a hidden tab takes the tab's width when shown), no
+    blank table cell."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
@@ -521,6 +522,10 @@ def test_panels_follow_their_container_at_900_1280_and_1920_px(jupyter_lab, tmp_
             page = _open_notebook(context, base, token, "00_quickstart_digits.ipynb")
             _run_all(page, sync_api)
             _wait_status(page, "done", 240_000)
+            page.wait_for_function(  # the cells below the panel have run too (the report is the last)
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('report: '))",
+                timeout=120_000,
+            )
             found = {}
             for width in (900, 1280, 1920):
                 page.set_viewport_size({"width": width, "height": 900})
@@ -528,13 +533,31 @@ def test_panels_follow_their_container_at_900_1280_and_1920_px(jupyter_lab, tmp_
                 for tab in ("Stages", "Task metric", "Timing", "Cleaning"):
                     _open_tab(page, tab)
                     page.wait_for_timeout(1500)  # the re-layout: box settles, the kernel answers
-                    found[(width, tab)] = page.evaluate(_FIT_PROBLEMS)
+                    found[(width, tab)] = {
+                        **page.evaluate(_FIT_PROBLEMS),
+                        "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"],
+                    }
                 page.screenshot(path=str(ARTIFACTS / f"notebook-00-{width}px.png"), full_page=False)
+            # notebook 05 (its export panel: comparison table, figure, Pareto front) at the same widths
+            page = _open_notebook(context, base, token, "05_export_digits.ipynb")
+            _run_all(page, sync_api)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('-plan'))",
+                timeout=300_000,
+            )
+            for width in (900, 1280, 1920):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.wait_for_timeout(1500)
+                found[(width, "05")] = {
+                    **page.evaluate(_FIT_PROBLEMS),
+                    "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"],
+                }
+                page.screenshot(path=str(ARTIFACTS / f"notebook-05-{width}px.png"), full_page=False)
         except Exception:
             if page is not None:
                 page.screenshot(path=str(ARTIFACTS / "fit-failure.png"), full_page=True)
             raise
         finally:
             context.close()
-    problems = {key: value for key, value in found.items() if value["wide"] or value["figures"]}
+    problems = {key: value for key, value in found.items() if value["wide"] or value["figures"] or value["empty"]}
     assert not problems, json.dumps({str(k): v for k, v in problems.items()}, indent=0)[:6000]

@@ -171,7 +171,7 @@ NOTEBOOK_SPEED = {
         ["--max-batches", "1", "--eval-limit", "32"],
         "one calibration batch instead of 32 and the printed task metric on 32 samples: the same kind of Q/DQ file",
     ),
-    "diff ocr-rec": (["--max-batches", "1"], "one diff batch instead of 8"),
+    "diff ocr-rec": (["--max-batches", "1", "--eval-limit", "32"], "one diff batch instead of 8, the metric on 32"),
 }
 NOTEBOOK_SKIP = {
     "calibrate efficientnet-lite0": "a 30-evaluation accuracy-target search on EfficientNet-Lite0 takes ~25 min on 2 "
@@ -218,6 +218,7 @@ README_INSTANCES = [
     ["zoo"],
     ["clean", MODEL, "-o", "c.onnx", "--report", "c.json"],
     ["build", MODEL, "-o", "e.engine", "--precision", "fp16"],
+    ["build", MODEL, "--plan", "plan.json", "--strict-precision", "-o", "strict.engine"],
     ["fusions", "e.layers.json", "--html", "f.html"],
     ["explore", "e.engine", "--export", "x"],
     ["calibrate", MODEL, "--data", "zoo", "--method", "entropy", "-o", "q.onnx", "--cache", "cache.json"],
@@ -235,6 +236,9 @@ README_INSTANCES = [
         "-o",
         "m.onnx",
     ],
+    ["calibrate", MODEL, "--format", "fp8", "-o", "q8.onnx"],
+    ["build", "q8.onnx", "--precision", "fp8", "-o", "q8.engine"],
+    ["calibrate", MODEL, "--target-drop", "0.01", "--formats", "int8,fp8,fp16", "-o", "m8.onnx"],
     ["diff", MODEL, "q.onnx", "--data", "zoo", "-o", "d.json", "--threshold", "20"],
     ["time", MODEL, "--executor", "cpu", "--streams", "1,2", "--batch", "1", "-o", "t.json"],
     ["export", "e.engine", "-o", "bundle"],
@@ -252,7 +256,7 @@ def _flags(words: list[str]) -> set[str]:
 
 
 def _is_template(text: str) -> bool:
-    return bool(re.search(r"\b[A-Z][A-Z_]{2,}\b|[|\[]", text))
+    return bool(re.search(r"\b[A-Z][A-Z_]{2,}\b|\b[A-Z]\.|[|\[]", text))  # MODEL, M.fp8.onnx, a|b, [opt]
 
 
 def test_every_readme_template_has_a_concrete_instance() -> None:
@@ -270,6 +274,7 @@ def test_every_readme_template_has_a_concrete_instance() -> None:
 
 
 def test_readme_templates_run_on_a_zoo_model_and_export_prints_a_verify_that_runs(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text(json.dumps({"default": "fp16", "overrides": {}, "note": "README instance"}))
     for argv in README_INSTANCES:
         run = run_cli_forked(argv, tmp_path, timeout=300)
         _ok(run, "workbench " + " ".join(argv))

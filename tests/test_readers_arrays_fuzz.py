@@ -118,7 +118,7 @@ def _png(width: int, height: int, rows: int) -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
 
-    pixels = zlib.compress((b"\x00" + b"\x7f" * width) * rows)
+    pixels = zlib.compress((b"\x00" + b"\x7f" * width) * rows if rows else b"")  # rows=0: header only
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
 

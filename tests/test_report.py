@@ -48,6 +48,10 @@ def test_demo_writes_a_self_contained_report(demo: DemoResult) -> None:
         assert f"<h2>{heading}</h2>" in html
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"):
         assert f'id="{figure}"' in html, figure
+    # timing rows carry their spread: throughput's range over the windows, p99's bootstrap 95% interval
+    assert "samples/s [window range]" in html and "p99 ms [95% CI]" in html
+    for result in demo.run.timing.results:
+        assert f"{result.throughput_per_s:.0f} [" in html or "(one window)" in html
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
     run = demo.run  # the typed run, not its JSON

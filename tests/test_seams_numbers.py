@@ -386,6 +386,9 @@ def test_duplicate_and_newline_node_names_stay_apart_in_fusions(ws: Path, tmp_pa
     fusions = run_cli_forked(["fusions", str(tmp_path / "names.layers.json")], ws)
     assert fusions.returncode == 0, fusions.stderr
     assert "folded away: 0 nodes" in fusions.stdout, fusions.stdout
+    # the user's own ONNX (names unfixed) maps the same way: the names are fixed as the build fixed them
+    given = run_cli_forked(["fusions", str(tmp_path / "names.layers.json"), "--onnx", "names.onnx"], ws)
+    assert given.returncode == 0 and "folded away: 0 nodes" in given.stdout, given.stdout + given.stderr
     assert "\n" not in "".join(names)
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
 
 CORRECTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -34,15 +37,20 @@ class BiasCorrection(Artifact):
     proto: Any = field(default=None, repr=False, compare=False, metadata={"json": False})
 
 
-def _consumers(proto: Any) -> dict[str, list[Any]]:
-    result: dict[str, list[Any]] = {}
+def _consumers(proto: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    result: dict[str, list[onnx.NodeProto]] = {}
     for node in proto.graph.node:
         for name in node.input:
             result.setdefault(name, []).append(node)
     return result
 
 
-def _bias_target(node: Any, proto: Any, inits: Mapping[str, Any], consumers: Mapping[str, list[Any]]) -> tuple:
+def _bias_target(
+    node: onnx.NodeProto,
+    proto: onnx.ModelProto,
+    inits: Mapping[str, onnx.TensorProto],
+    consumers: Mapping[str, list[onnx.NodeProto]],
+) -> tuple:
     """(kind, initializer name or None, channel axis of the output) for one node, or (None, reason, 0)."""
     from onnx import numpy_helper
 
@@ -65,7 +73,7 @@ def _bias_target(node: Any, proto: Any, inits: Mapping[str, Any], consumers: Map
     return None, "no constant bias to fold into", 0
 
 
-def _run(proto: Any, outputs: list[str], feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+def _run(proto: onnx.ModelProto, outputs: list[str], feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     from workbench.ort import cpu_session
 
     session = cpu_session(proto, extra_outputs=outputs, what="a model for bias correction")

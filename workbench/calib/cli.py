@@ -7,14 +7,25 @@ import functools
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from workbench._args import bounded_float, bounded_int, finite_float, positive_int
 from workbench._io import validate_outputs
 from workbench.errors import WorkbenchError
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def register(subparsers: Any) -> None:
+    import onnx
+
+    from workbench.calib.diff import LayerDiff
+    from workbench.calib.session import CalibrationSession
+    from workbench.model import OnnxModel
+    from workbench.zoo.base import ZooEntry
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate = subparsers.add_parser(
         "calibrate",
         help="INT8 calibration: write a Q/DQ ONNX (TensorRT explicit quantization) and a calibration cache",
@@ -122,6 +133,12 @@ def register(subparsers: Any) -> None:
     diff.add_argument("--max-batches", type=positive_int, default=8)
     diff.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="print this many worst layers")
     diff.add_argument(
+        "--eval-limit",
+        type=positive_int,
+        default=None,
+        help="zoo models: evaluation samples of the task metric printed at the end (default: the whole set)",
+    )
+    diff.add_argument(
         "--threshold",
         type=finite_float,
         default=None,
@@ -134,7 +151,7 @@ def register(subparsers: Any) -> None:
     diff.set_defaults(func=_warnings_once(_cli_diff))
 
 
-def resolve_model(value: str) -> tuple[Any, Any]:
+def resolve_model(value: str) -> tuple[OnnxModel, ZooEntry | None]:
     """(OnnxModel, zoo entry or None) for a path or a zoo name."""
     from workbench.model import load_onnx
     from workbench.zoo import resolve_model as resolve_path_or_zoo_name
@@ -152,7 +169,7 @@ def _say(text: str) -> None:
     print(text, file=sys.stdout, flush=True)
 
 
-def _warnings_once(command: Any) -> Any:
+def _warnings_once(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Stage functions warn (for notebook users) and also return the same text as notes, which the CLI prints as
     ``warning: ...`` lines; show each text once, as it happens, in the CLI's own format."""
 
@@ -161,7 +178,14 @@ def _warnings_once(command: Any) -> Any:
         _SHOWN_WARNINGS.clear()
         original = warnings.showwarning
 
-        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
             text = str(message)
             if text not in _SHOWN_WARNINGS:
                 _SHOWN_WARNINGS.add(text)
@@ -389,13 +413,13 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_own_file(entry: Any) -> bool:
+def _is_own_file(entry: ZooEntry | None) -> bool:
     from workbench.zoo.onnx_file import OnnxFileEntry
 
     return isinstance(entry, OnnxFileEntry)
 
 
-def _own_file_entry(model: Any, data: str | None) -> tuple[Any, Any]:
+def _own_file_entry(model: OnnxModel, data: str | None) -> tuple[OnnxModel, OnnxFileEntry]:
     """Your own ONNX file as an entry with a task metric (labels in the .npz batches, else agreement with its FP32
     outputs), so --target-drop works on it; the model calibrated is the one the entry runs (a proven batch copy of a
     fixed-batch-1 file)."""
@@ -414,12 +438,12 @@ def _own_file_entry(model: Any, data: str | None) -> tuple[Any, Any]:
     return (model if entry.onnx_path() == model.path else load_onnx(entry.onnx_path())), entry
 
 
-def _cacheless_session(model: Any, entry: Any) -> Any:
+def _cacheless_session(model: OnnxModel, entry: ZooEntry | None) -> CalibrationSession:
     """A session for a cache-only run: no data is read, so a placeholder source that refuses to be used."""
     from workbench.calib.data import IterableSource
     from workbench.calib.session import CalibrationSession
 
-    def no_data() -> Any:
+    def no_data() -> NoReturn:
         raise WorkbenchError("this step needs data but only a cache was given.", expected="--data DIR")
 
     return CalibrationSession(model, data=IterableSource(no_data, name="cache only"), entry=entry, progress=False)
@@ -440,7 +464,9 @@ def _cli_diff(args: argparse.Namespace) -> int:
     if data is None:
         raise WorkbenchError("no data for the diff.", expected="--data DIR (or 'zoo' with a zoo model)")
     session = CalibrationSession(model, data=data, entry=entry, progress=not args.no_progress)
-    diff = session.diff(quantized.proto, max_batches=args.max_batches, with_metric=entry is not None)
+    diff = session.diff(
+        quantized.proto, max_batches=args.max_batches, with_metric=entry is not None, metric_limit=args.eval_limit
+    )
     diff.save(args.output)
     _say(f"wrote {args.output}: {len(diff.tensors)} tensors, {diff.num_samples} samples in {diff.seconds:.2f} s")
     for row in diff.ranking(args.top):
@@ -464,7 +490,7 @@ def _cli_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_divergence(diff: Any, threshold: float, quantized_proto: Any, *, build: bool) -> None:
+def _report_divergence(diff: LayerDiff, threshold: float, quantized_proto: onnx.ModelProto, *, build: bool) -> None:
     from workbench.calib.diff import first_divergence
 
     layer_map = None

@@ -12,10 +12,16 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from workbench.engine.layermap import LayerEntry, LayerMap
+    from workbench.model.profile import ShapeRange
 
 COST_LABEL = "engine structure from a TensorRT-RTX CPU build (not speed)"
 QDQ_NODE_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
@@ -47,7 +53,7 @@ class EngineCost(Artifact):
         return float(self.engine_layers + self.reformat_layers)
 
 
-def _is_qdq_kernel(layer: Any, ops: dict[str, str]) -> bool:
+def _is_qdq_kernel(layer: LayerEntry, ops: dict[str, str]) -> bool:
     """A standalone quantize/dequantize kernel: only Q/DQ nodes, or a Myelin kernel that only rounds and casts."""
     if layer.onnx_nodes and all(ops.get(n) in QDQ_NODE_OPS for n in layer.onnx_nodes):
         return True
@@ -57,7 +63,7 @@ def _is_qdq_kernel(layer: Any, ops: dict[str, str]) -> bool:
     )
 
 
-def cost_of_layer_map(layer_map: Any, engine_bytes: int, build_seconds: float, backend: str) -> EngineCost:
+def cost_of_layer_map(layer_map: LayerMap, engine_bytes: int, build_seconds: float, backend: str) -> EngineCost:
     """Count the structure of a built engine from its layer map."""
     from workbench.engine.layermap import MATH_LAYER_TYPES
 
@@ -83,8 +89,12 @@ def cost_of_layer_map(layer_map: Any, engine_bytes: int, build_seconds: float, b
 
 
 def build_plan_engine(
-    proto: Any, workdir: str | Path | None = None, *, name: str = "plan", shapes: Any = None
-) -> tuple[EngineCost, Any]:
+    proto: Any,
+    workdir: str | Path | None = None,
+    *,
+    name: str = "plan",
+    shapes: Mapping[str, ShapeRange] | None = None,
+) -> tuple[EngineCost, LayerMap]:
     """Build ``proto`` (a Q/DQ and/or FP16-cast model) with the installed TensorRT backend; return (cost, layer map).
 
     ``shapes``: (min, opt, max) per dynamic input, e.g. a zoo entry's ``input_profiles()``."""

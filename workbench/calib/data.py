@@ -9,12 +9,16 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from workbench._arrays import to_native
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.model import OnnxModel, TensorSpec
+    from workbench.zoo.base import ZooEntry
 
 Feed = dict[str, np.ndarray]
 RANDOM_DATA_WARNING = (
@@ -153,7 +157,7 @@ class FolderSource:
 class ZooSource:
     """The zoo entry's own calibration split (disjoint from its evaluation split)."""
 
-    entry: Any  # workbench.zoo ZooEntry
+    entry: ZooEntry
     name: str = ""
     is_random: bool = False
 
@@ -176,7 +180,7 @@ class ZooSource:
 class RandomSource:
     """Uniform random feeds shaped like the model inputs (dynamic dims -> ``dynamic_dim``). Only when asked for."""
 
-    input_specs: Sequence[Any]  # workbench.model.TensorSpec
+    input_specs: Sequence[TensorSpec]
     num_batches: int = 4
     batch_size: int = 4
     dynamic_dim: int = 32
@@ -210,7 +214,9 @@ def read_npz_batch(path: Path) -> Feed:
     return read_npz(path, expected="numpy .npz keyed by input name")
 
 
-def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_size: int = 8) -> CalibrationSource:
+def resolve_source(
+    data: Any, *, model: OnnxModel | None = None, entry: ZooEntry | None = None, batch_size: int = 8
+) -> CalibrationSource:
     """Turn a ``--data`` value or Python object into a source.
 
     ``"zoo"`` -> the zoo entry's calibration split; ``"random"`` -> random data (warned about everywhere);
@@ -241,7 +247,7 @@ def resolve_source(data: Any, *, model: Any = None, entry: Any = None, batch_siz
     )
 
 
-def _image_loader(entry: Any) -> Callable[[list[Path]], Feed] | None:
+def _image_loader(entry: ZooEntry) -> Callable[[list[Path]], Feed] | None:
     """The zoo entry's own preprocessing over a group of image files (paths are handed over as they are)."""
     preprocess = getattr(entry, "preprocess_images", None)
     if preprocess is None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -26,6 +26,15 @@ from workbench._io import write_json_atomic
 from workbench.artifact import Artifact, to_jsonable
 from workbench.calib.data import RANDOM_DATA_WARNING, CalibrationSource
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+    from workbench.artifact import JsonObject
+    from workbench.calib.qdq import QdqModel
+    from workbench.engine.layermap import LayerMap
+    from workbench.model import OnnxModel
 
 SQNR_CAP_DB = 100.0  # identical tensors have infinite SQNR; cap so drops stay finite and JSON stays valid
 CLIPPING_FRACTION = 1e-3
@@ -130,7 +139,7 @@ class LayerDiff(Artifact):
                 return row
         raise WorkbenchError(f"tensor {name!r} is not in the diff.", expected="a tensor name from diff.tensors")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         # the ten worst rows, for a reader of the JSON alone; from_json ignores the key
         ranking = [
             {
@@ -212,7 +221,7 @@ class _Running:
 
 
 def _float_tensor_names(
-    proto: Any, all_tensors: bool = False, always: set[str] | None = None
+    proto: onnx.ModelProto, all_tensors: bool = False, always: set[str] | None = None
 ) -> tuple[list[str], dict[str, tuple[str, str, int]]]:
     """Float node outputs in topological order with (node name, op, index); ``always`` ones even after data movement."""
     always = always or set()
@@ -241,7 +250,7 @@ def _float_tensor_names(
 
 
 def _quantized_inputs(
-    quant_proto: Any,
+    quant_proto: onnx.ModelProto,
 ) -> tuple[dict[str, float], dict[str, tuple[np.ndarray, np.ndarray, int]], dict[str, str], dict[str, str]]:
     """Activation scales and weight (values, scales, axis) from the Q nodes, each one's first quantized consumer and
     its format ("int8" or "fp8", from the zero point's type; a tensor quantized in both formats keeps the first)."""
@@ -252,7 +261,7 @@ def _quantized_inputs(
     weights: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
     consumer: dict[str, str] = {}
     formats: dict[str, str] = {}
-    by_input: dict[str, list[Any]] = {}
+    by_input: dict[str, list[onnx.NodeProto]] = {}
     cast_input = {n.output[0]: n.input[0] for n in quant_proto.graph.node if n.op_type == "Cast" and n.input}
     for node in quant_proto.graph.node:
         for name in node.input:
@@ -279,7 +288,7 @@ def _quantized_inputs(
     return activation_scales, weights, consumer, formats
 
 
-def _session(proto: Any, outputs: list[str]) -> Any:
+def _session(proto: onnx.ModelProto, outputs: list[str]) -> onnxruntime.InferenceSession:
     from workbench.ort import cpu_session
 
     # optimizations off: Q/DQ runs as simulated quantization, the reference
@@ -303,13 +312,15 @@ class _Compared:
         return self.compared + self.local_only
 
 
-def _pair_protos(fp32: Any, quantized: Any, prepared: bool) -> tuple[Any, Any]:
+def _pair_protos(
+    fp32: OnnxModel | onnx.ModelProto, quantized: QdqModel | onnx.ModelProto, prepared: bool
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     from workbench.precision.qdq_rules import prepare_model
 
-    fp32_proto = getattr(fp32, "proto", fp32)
+    fp32_proto = cast("onnx.ModelProto", getattr(fp32, "proto", fp32))
     if not prepared:  # the Q/DQ model was made from the prepared model; compare like with like
         fp32_proto = prepare_model(fp32_proto)
-    quant_proto = getattr(quantized, "proto", quantized)
+    quant_proto = cast("onnx.ModelProto", getattr(quantized, "proto", quantized))
     if not any(n.op_type == "QuantizeLinear" for n in quant_proto.graph.node):
         raise WorkbenchError(
             "the second model has no QuantizeLinear nodes.", expected="a Q/DQ model made from the FP32 model"
@@ -317,7 +328,7 @@ def _pair_protos(fp32: Any, quantized: Any, prepared: bool) -> tuple[Any, Any]:
     return fp32_proto, quant_proto
 
 
-def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) -> _Compared:
+def _tensors_to_compare(fp32_proto: onnx.ModelProto, quant_proto: onnx.ModelProto, all_tensors: bool) -> _Compared:
     activation_scales, weights, consumer, formats = _quantized_inputs(quant_proto)
     names, owners = _float_tensor_names(fp32_proto, all_tensors, always=set(activation_scales))
     quant_outputs = {o for n in quant_proto.graph.node for o in n.output}
@@ -332,8 +343,8 @@ def _tensors_to_compare(fp32_proto: Any, quant_proto: Any, all_tensors: bool) ->
 
 
 def _accumulate(
-    ref_session: Any,
-    quant_session: Any,
+    ref_session: onnxruntime.InferenceSession,
+    quant_session: onnxruntime.InferenceSession,
     tensors: _Compared,
     source: CalibrationSource,
     limit: int | None,
@@ -426,7 +437,7 @@ def _tensor_row(
     return TensorDiff(name, node, op, index, kind, scale is not None, **values)
 
 
-def _with_drops(rows: list[TensorDiff], fp32_proto: Any) -> list[TensorDiff]:
+def _with_drops(rows: list[TensorDiff], fp32_proto: onnx.ModelProto) -> list[TensorDiff]:
     """Each activation's accumulated SQNR drop: its inputs' worst accumulated SQNR minus its own, and the relative
     noise power that adds. Inputs made by skipped data-movement nodes (Reshape, Transpose, ...) stand for the
     tensor they rearrange."""
@@ -457,7 +468,7 @@ def _with_drops(rows: list[TensorDiff], fp32_proto: Any) -> list[TensorDiff]:
     return result
 
 
-def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
+def _weight_rows(tensors: _Compared, quant_proto: onnx.ModelProto) -> list[TensorDiff]:
     """Each quantized weight's own per-channel rounding error (no data needed)."""
     from workbench.calib.fp8 import fake_quantize_as
 
@@ -487,8 +498,8 @@ def _weight_rows(tensors: _Compared, quant_proto: Any) -> list[TensorDiff]:
 
 
 def diff_models(
-    fp32: Any,
-    quantized: Any,
+    fp32: OnnxModel | onnx.ModelProto,
+    quantized: QdqModel | onnx.ModelProto,
     source: CalibrationSource | Iterable[dict[str, np.ndarray]],
     *,
     limit: int | None = None,
@@ -585,7 +596,7 @@ class Divergence(Artifact):
     engine_layer_precisions: tuple[str, ...] = ()
 
 
-def first_divergence(diff: LayerDiff, threshold_db: float, layer_map: Any = None) -> Divergence | None:
+def first_divergence(diff: LayerDiff, threshold_db: float, layer_map: LayerMap | None = None) -> Divergence | None:
     """The first activation in topological order whose accumulated SQNR is below ``threshold_db`` (None if none)."""
     if not math.isfinite(threshold_db):
         raise WorkbenchError(f"threshold {threshold_db} dB is not a finite number.", expected="e.g. --threshold 20")

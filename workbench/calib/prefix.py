@@ -18,11 +18,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from workbench.calib.qdq import QdqModel
+    from workbench.zoo.base import Label, MetricResult, Prediction
 
 DEFAULT_BUDGET_BYTES = 1 << 30
 MAX_CUTS = 12
@@ -47,7 +53,7 @@ class _Cut:
     tensors: tuple[str, ...]  # FP32-graph tensors made before it and read at or after it
 
 
-def _node_signature(node: Any, initializers: Mapping[str, Any]) -> bytes:
+def _node_signature(node: onnx.NodeProto, initializers: Mapping[str, onnx.TensorProto]) -> bytes:
     """A node's definition with the values of the initializers it reads (two models' nodes compare by this)."""
     parts = [node.SerializeToString(deterministic=True)]
     parts += [initializers[name].SerializeToString(deterministic=True) for name in node.input if name in initializers]
@@ -121,13 +127,15 @@ class PrefixCache:
             tensors.update(extra)
         return sorted(chosen, key=lambda c: c.position)
 
-    def _run_base(self) -> Any:
+    def _run_base(self) -> MetricResult:
         """Run the base model once over the evaluation set, keeping every cut's tensors per batch."""
         result = self._run(self.base_proto, None, record_batches=True)
         self.stored = self._pending
         return result
 
-    def _run(self, proto: Any, cut: _Cut | None, *, record_batches: bool = False, stop: StopRule | None = None) -> Any:
+    def _run(
+        self, proto: onnx.ModelProto, cut: _Cut | None, *, record_batches: bool = False, stop: StopRule | None = None
+    ) -> MetricResult:
         """The task metric of ``proto`` run from ``cut`` (None: from the graph inputs); the tensors of the later
         cuts are kept in ``_pending`` (they become the cache when the model is adopted as the new base).
 
@@ -160,8 +168,8 @@ class PrefixCache:
             return {name: values[name] for name in outputs}
 
         entry = self.session.entry
-        predictions: list[Any] = []
-        labels: list[Any] = []
+        predictions: list[Prediction] = []
+        labels: list[Label] = []
         indices: list[int] = []
         stopped = False
         for feed, batch_labels, batch_indices in entry._batches("evaluation", self.limit, EVAL_BATCH):
@@ -186,7 +194,7 @@ class PrefixCache:
         self.base_proto = self._pending_proto
 
     # ------------------------------------------------------------------------------------------------ a plan's run
-    def _prefix(self, proto: Any, position: int) -> set[str]:
+    def _prefix(self, proto: onnx.ModelProto, position: int) -> set[str]:
         """Names of the nodes of ``proto`` that belong before the cut at ``position``."""
         consumers: dict[str, list[str]] = {}
         for node in proto.graph.node:
@@ -201,7 +209,7 @@ class PrefixCache:
                 prefix.add(node.name)
         return prefix
 
-    def _same_prefix(self, proto: Any, position: int) -> bool:
+    def _same_prefix(self, proto: onnx.ModelProto, position: int) -> bool:
         mine, base = self._prefix(proto, position), self._prefix(self.base_proto, position)
         if mine != base:
             return False
@@ -214,7 +222,7 @@ class PrefixCache:
             if node.name in mine
         )
 
-    def _suffix_model(self, proto: Any, cut: _Cut) -> Any:
+    def _suffix_model(self, proto: onnx.ModelProto, cut: _Cut) -> onnx.ModelProto:
         import onnx
         from onnx import helper
 
@@ -243,10 +251,12 @@ class PrefixCache:
 
         return helper.np_dtype_to_tensor_dtype(self.stored[tensor][0].dtype)
 
-    def evaluate(self, model: Any, first_change: str | None = None, stop: StopRule | None = None) -> Any:
+    def evaluate(
+        self, model: QdqModel | onnx.ModelProto, first_change: str | None = None, stop: StopRule | None = None
+    ) -> MetricResult:
         """The task metric of ``model`` (a Q/DQ model of this session), from the latest usable cut before
         ``first_change`` (an FP32-graph node name; None: try every cut, latest first); ``stop`` as in :meth:`_run`."""
-        proto = getattr(model, "proto", model)
+        proto = cast("onnx.ModelProto", getattr(model, "proto", model))
         limit_position = self.order.get(first_change, len(self.order)) if first_change else len(self.order)
         for cut in reversed(self.cuts):
             if cut.position > limit_position or not self._same_prefix(proto, cut.position):
@@ -261,7 +271,7 @@ class PrefixCache:
         return self._run(proto, None, stop=stop)
 
 
-def _outer_reads(graph: Any) -> set[str]:
+def _outer_reads(graph: onnx.GraphProto) -> set[str]:
     """Tensor names a subgraph body reads (a superset of what it takes from the outer scope)."""
     names = {name for node in graph.node for name in node.input if name}
     for node in graph.node:

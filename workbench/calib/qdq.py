@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,8 +25,12 @@ from workbench.precision.qdq_rules import (
     shared_amax,
 )
 
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
 
-def _zero_point(name: str, shape: tuple[int, ...], fmt: QuantFormat) -> Any:
+
+def _zero_point(name: str, shape: tuple[int, ...], fmt: QuantFormat) -> gs.Constant:
     """The zero point constant: its element type is what makes a QuantizeLinear INT8 or FP8."""
     import onnx_graphsurgeon as gs
     from onnx import TensorProto, helper
@@ -40,8 +44,8 @@ def _zero_point(name: str, shape: tuple[int, ...], fmt: QuantFormat) -> Any:
 
 
 def _qdq_pair(
-    graph: Any, source: Any, scale: np.ndarray, axis: int | None, base: str, fmt: QuantFormat = "int8"
-) -> Any:
+    graph: gs.Graph, source: gs.Tensor, scale: np.ndarray, axis: int | None, base: str, fmt: QuantFormat = "int8"
+) -> gs.Variable:
     import onnx_graphsurgeon as gs
     from onnx import TensorProto
 
@@ -90,7 +94,7 @@ class QdqModel(Artifact):
 
 
 def insert_qdq(
-    proto: Any,
+    proto: onnx.ModelProto,
     amax: Mapping[str, float],
     plan: PrecisionPlan | None = None,
     *,

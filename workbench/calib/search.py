@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -34,6 +34,14 @@ from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
+
+if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+
+    from workbench.calib.session import CalibrationSession
+    from workbench.calib.stats import CalibrationRanges
+    from workbench.zoo.base import MetricResult
 
 DEFAULT_BUDGET = 30
 EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
@@ -161,7 +169,7 @@ class MixedPrecisionResult(Artifact):
             f"evaluations (+1 FP32) in {self.seconds:.1f} s; stopped: {self.stop_reason}"
         )
 
-    def save(self, path: Any) -> Any:
+    def save(self, path: str | os.PathLike[str]) -> Path:
         from workbench._io import write_json_atomic
 
         return write_json_atomic(path, self.to_json())
@@ -192,7 +200,7 @@ def pareto_front(plans: Any, higher_is_better: bool = True) -> tuple[int, ...]:
     return tuple(front)
 
 
-def _math_ops(session: Any) -> dict[str, str]:
+def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
 
 
@@ -203,7 +211,7 @@ def search_mixed_precision(
     target: float | None = None,
     fallback: Precision = "fp16",
     budget: int = DEFAULT_BUDGET,
-    ranges: Any = None,
+    ranges: CalibrationRanges | None = None,
     limit: int | None = None,
     granularity: str = "fusion",
     build_costs: bool = True,
@@ -302,7 +310,7 @@ def search_mixed_precision(
         changed = [n for n in candidates if plan.precision_of(n) != cached_plan.precision_of(n)]
         return min(changed, key=lambda n: topo.get(n, 0)) if changed else None
 
-    def worse_than_current(partial: Any) -> bool:
+    def worse_than_current(partial: MetricResult) -> bool:
         """The paired interval decides: this trial cannot beat the current plan (so it would be stepped back)."""
         scores = np.asarray(partial.scores, dtype=np.float64)
         reference = np.asarray(evaluated[current_index].scores[: scores.size], dtype=np.float64)

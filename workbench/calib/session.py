@@ -6,15 +6,13 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from workbench.artifact import Artifact
 from workbench.calib.data import CalibrationSource, resolve_source
 from workbench.calib.diff import LayerDiff, diff_models
 from workbench.calib.methods import DEFAULT_PERCENTILE, Method
@@ -24,8 +22,15 @@ from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
+if TYPE_CHECKING:
+    import onnx
 
-def ort_predict(proto: Any) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    from workbench.model import OnnxModel
+    from workbench.precision.qdq_rules import QdqPlacement
+    from workbench.zoo.base import MetricResult, ZooEntry
+
+
+def ort_predict(proto: onnx.ModelProto) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """``predict(feed)`` for an in-memory model with ORT CPU, optimizations off (simulated Q/DQ, the reference)."""
     from workbench.ort import cpu_predict
 
@@ -36,7 +41,7 @@ class Float16Model(WorkbenchError):
     """The model computes in float16: there is no FP32 graph to insert Q/DQ into."""
 
 
-def _refuse_float16(model: Any) -> None:
+def _refuse_float16(model: OnnxModel) -> None:
     """INT8 calibration starts from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX."""
     from onnx import TensorProto
 
@@ -57,42 +62,15 @@ def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
 
 
-@dataclass(frozen=True)
-class FallbackStep(Artifact):
-    """One evaluated point of a fallback search: how many ranked nodes left INT8 and the metric it gave."""
-
-    fallback_count: int
-    nodes: tuple[str, ...]
-    metric: float
-    meets_target: bool
-
-
-@dataclass(frozen=True)
-class FallbackSearchResult(Artifact):
-    """The smallest fallback set found for a target metric, with every evaluation made on the way."""
-
-    target: float
-    metric_name: str
-    precision: str
-    nodes: tuple[str, ...]
-    metric: float | None
-    met: bool
-    int8_nodes_total: int
-    int8_nodes_kept: int
-    steps: tuple[FallbackStep, ...] = ()
-    seconds: float = 0.0
-    plan: PrecisionPlan | None = None
-
-
 class CalibrationSession:
     """Calibrate one FP32 model. ``entry`` (a zoo entry) adds its data and its task metric."""
 
     def __init__(
         self,
-        model: Any,
+        model: OnnxModel | str | Path,
         *,
         data: Any = None,
-        entry: Any = None,
+        entry: ZooEntry | None = None,
         max_batches: int | None = None,
         progress: bool = True,
         optimized_statistics: bool = False,
@@ -125,15 +103,15 @@ class CalibrationSession:
         # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
         self.quantize_attention = quantize_attention
         self._statistics: dict[int | None, CalibrationStatistics] = {}
-        self._metric_cache: dict[str, Any] = {}
-        self._prepared_proto: Any = None
-        self._prepared_fp8_proto: Any = None
+        self._metric_cache: dict[str, MetricResult] = {}
+        self._prepared_proto: onnx.ModelProto | None = None
+        self._prepared_fp8_proto: onnx.ModelProto | None = None
         self._fp8_ranges: dict[tuple[str, float | None, int], CalibrationRanges] = {}
-        self._int8_nodes: dict[str, Any] = {}
+        self._int8_nodes: dict[str, QdqPlacement] = {}
         self.last_sensitivity: dict[str, float] = {}
 
     @property
-    def prepared(self) -> Any:
+    def prepared(self) -> onnx.ModelProto:
         """The model after :func:`prepare_model` (weights as initializers, opset >= 13, named nodes), made once."""
         if self._prepared_proto is None:
             from workbench.precision.qdq_rules import prepare_model
@@ -142,7 +120,7 @@ class CalibrationSession:
         return self._prepared_proto
 
     @property
-    def prepared_fp8(self) -> Any:
+    def prepared_fp8(self) -> onnx.ModelProto:
         """The prepared model at opset >= 19 (FP8 Q/DQ), same nodes and names as :attr:`prepared`, made once."""
         from workbench.precision.qdq_rules import FP8_MIN_OPSET, model_opset, prepare_model
 
@@ -236,7 +214,7 @@ class CalibrationSession:
             write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
         return quantized
 
-    def placement(self, plan: PrecisionPlan | None = None) -> Any:
+    def placement(self, plan: PrecisionPlan | None = None) -> QdqPlacement:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
         import json
 
@@ -266,9 +244,16 @@ class CalibrationSession:
 
     # ------------------------------------------------------------------ diff and metric
     def diff(
-        self, quantized: QdqModel | Any, data: Any = None, *, max_batches: int | None = 4, with_metric: bool = False
+        self,
+        quantized: QdqModel | onnx.ModelProto,
+        data: Any = None,
+        *,
+        max_batches: int | None = 4,
+        with_metric: bool = False,
+        metric_limit: int | None = None,
     ) -> LayerDiff:
-        """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches)."""
+        """Per-layer diff on ``data`` (default: the calibration source's first ``max_batches`` batches); with
+        ``with_metric``, the task metric on the first ``metric_limit`` evaluation samples (all when None)."""
         source = self.source if data is None else resolve_source(data, model=self.model, entry=self.entry)
         result = diff_models(
             self.prepared,
@@ -279,17 +264,17 @@ class CalibrationSession:
             prepared=True,
         )
         if with_metric and self.entry is not None:
-            result = replace(result, task_metric=self.evaluate(quantized).to_json())
+            result = replace(result, task_metric=self.evaluate(quantized, limit=metric_limit).to_json())
         return result
 
-    def evaluate(self, model: QdqModel | Any | None = None, *, limit: int | None = None) -> Any:
+    def evaluate(self, model: QdqModel | onnx.ModelProto | None = None, *, limit: int | None = None) -> MetricResult:
         """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
         if self.entry is None:
             raise WorkbenchError(
                 "no task metric: the session was not made from a zoo model.",
                 expected="CalibrationSession(..., entry=get_entry(name))",
             )
-        proto: Any = self.model.proto if model is None else getattr(model, "proto", model)
+        proto = cast("onnx.ModelProto", self.model.proto if model is None else getattr(model, "proto", model))
         key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
         if key not in self._metric_cache:
             self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)
@@ -363,7 +348,7 @@ class CalibrationSession:
         reference_predict = ort_predict(self.prepared)
         references = [reference_predict(feed) for feed in feeds]
 
-        def output_noise(proto: Any) -> float:
+        def output_noise(proto: onnx.ModelProto) -> float:
             predict = ort_predict(proto)
             signal = noise = 0.0
             for feed, reference in zip(feeds, references):
@@ -460,83 +445,3 @@ class CalibrationSession:
     def input_tensors(self, node: str) -> list[str]:
         """The input tensors of ``node``."""
         return next((list(n.input) for n in self.prepared.graph.node if n.name == node), [])
-
-    def search_fallback(
-        self,
-        target: float,
-        *,
-        ranges: CalibrationRanges | None = None,
-        precision: Precision = "fp32",
-        limit: int | None = None,
-        diff: LayerDiff | None = None,
-        ranking: str = "sensitivity",
-    ) -> FallbackSearchResult:
-        """Smallest prefix of the worst-first ranking whose fallback meets ``target`` on the task metric.
-
-        ``ranking``: "sensitivity" (leave-one-out on the model outputs, :meth:`rank_by_sensitivity`) or "diff" (the
-        per-layer diff, :meth:`rank_int8_nodes`; cheaper). Exponential then binary search over the prefix length
-        (the metric is close to monotone in it), so the search costs O(log n) task evaluations; statistics are
-        reused throughout.
-        """
-        if ranking not in ("sensitivity", "diff"):
-            raise WorkbenchError(f"unknown fallback ranking {ranking!r}.", expected="sensitivity or diff")
-        if self.entry is None:
-            raise WorkbenchError("the fallback search needs a task metric.", expected="a session made from a zoo model")
-        start = time.perf_counter()
-        ranges = ranges or self.ranges()
-        full = self.quantize(ranges)
-        ranked: list[str] = []
-        higher = bool(self.entry.higher_is_better)
-        steps: dict[int, FallbackStep] = {}
-
-        def meets(value: float) -> bool:
-            return value >= target if higher else value <= target
-
-        def evaluate(k: int) -> FallbackStep:
-            if k not in steps:
-                model = full if k == 0 else self.quantize(ranges, self.fallback_plan(ranked[:k], precision))
-                value = float(self.evaluate(model, limit=limit).value)
-                steps[k] = FallbackStep(k, tuple(ranked[:k]), value, meets(value))
-            return steps[k]
-
-        found: int | None = 0 if evaluate(0).meets_target else None
-        low, high = 0, None
-        if found is None:  # rank only when some fallback is needed
-            ranked = (
-                self.rank_by_sensitivity(full)
-                if ranking == "sensitivity"
-                else self.rank_int8_nodes(diff or self.diff(full))
-            )
-            k = 1
-            while k < len(ranked):
-                if evaluate(k).meets_target:
-                    high = k
-                    break
-                low = k
-                k *= 2
-            if high is None and evaluate(len(ranked)).meets_target:
-                high = len(ranked)
-            if high is not None:
-                while high - low > 1:
-                    middle = (low + high) // 2
-                    if evaluate(middle).meets_target:
-                        high = middle
-                    else:
-                        low = middle
-                found = high
-        best = (
-            steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
-        )
-        return FallbackSearchResult(
-            target=target,
-            metric_name=self.entry.metric_name,
-            precision=precision,
-            nodes=best.nodes,
-            metric=best.metric,
-            met=found is not None,
-            int8_nodes_total=len(self.int8_nodes()),
-            int8_nodes_kept=len(self.int8_nodes(self.fallback_plan(best.nodes, precision))),
-            steps=tuple(sorted(steps.values(), key=lambda s: s.fallback_count)),
-            seconds=time.perf_counter() - start,
-            plan=self.fallback_plan(best.nodes, precision),
-        )

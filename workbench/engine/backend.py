@@ -247,7 +247,7 @@ def build_serialized(
     backend: Backend,
     request: NetworkBuildRequest,
     log_sink: Callable[[int, str], None],
-    progress: ProgressEvent | None = None,
+    progress: ProgressFn | None = None,
 ) -> NetworkBuildOutput:
     """Parse the ONNX file into a strongly typed network and build a serialized engine with DETAILED verbosity."""
     _bind(backend)

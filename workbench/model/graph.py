@@ -25,8 +25,11 @@ def onnx_node_name(node: onnx.NodeProto) -> str:
 
 
 def onnx_node_list(proto: onnx.ModelProto) -> list[tuple[str, str]]:
-    """(name, op_type) of every top-level node of an ONNX ModelProto, in graph order, named as TensorRT names them."""
-    return [(onnx_node_name(node), str(node.op_type)) for node in proto.graph.node]
+    """(name, op_type) of every top-level node of an ONNX ModelProto, in graph order, named as TensorRT names them
+    in our builds (duplicate and non-printable names as :func:`fix_node_names` rewrites them for the builder)."""
+    nodes = list(proto.graph.node)
+    names = _unique_printable([node.name for node in nodes])
+    return [(name if node.name else onnx_node_name(node), str(node.op_type)) for name, node in zip(names, nodes)]
 
 
 def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
@@ -61,23 +64,33 @@ def node_names_to_fix(proto: onnx.ModelProto) -> list[str]:
     return bad
 
 
+def _unique_printable(names: list[str]) -> list[str]:
+    """Names with control characters escaped and repeats suffixed ``~2``, ``~3``, ... (empty names stay empty)."""
+    taken = {name for name in names if name}
+    used: set[str] = set()
+    result: list[str] = []
+    for name in names:
+        if not name:
+            result.append(name)
+            continue
+        fixed = escape_name(name)
+        if fixed in used:
+            index = 2
+            while f"{fixed}~{index}" in used or f"{fixed}~{index}" in taken:
+                index += 1
+            fixed = f"{fixed}~{index}"
+        used.add(fixed)
+        result.append(fixed)
+    return result
+
+
 def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     """Make every top-level node name (in place) printable and unique, as the engine's layer map needs: TensorRT
     keeps duplicate names (two nodes then read as one) and writes newlines into its line-based build log. Returns
     (old, new) for every renamed node; unnamed nodes keep the names TensorRT gives them."""
     renamed: list[tuple[str, str]] = []
-    used: set[str] = set()
-    taken = {node.name for node in proto.graph.node if node.name}
-    for node in proto.graph.node:
-        if not node.name:
-            continue
-        name = escape_name(node.name)
-        if name in used:
-            index = 2
-            while f"{name}~{index}" in used or f"{name}~{index}" in taken:
-                index += 1
-            name = f"{name}~{index}"
-        used.add(name)
+    nodes = list(proto.graph.node)
+    for node, name in zip(nodes, _unique_printable([node.name for node in nodes])):
         if name != node.name:
             renamed.append((node.name, name))
             node.name = name

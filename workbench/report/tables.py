@@ -106,21 +106,39 @@ def choice_html(choice: Choice) -> str:
     )
 
 
+def _throughput_text(result: TimingResult) -> str:
+    """Throughput with its spread: the lowest and highest of the run's measurement windows."""
+    windows = [w for w in result.window_throughputs if math.isfinite(w)]
+    text = f"{result.throughput_per_s:.0f}"
+    return text + (f" [{min(windows):.0f}, {max(windows):.0f}]" if len(windows) > 1 else " (one window)")
+
+
+def _percentile_text(result: TimingResult, name: str) -> str:
+    """A latency percentile with its bootstrap 95% interval (where the run measured one)."""
+    value = result.latency_ms.get(name, math.nan)
+    low, high = result.latency_ci_ms.get(name, (math.nan, math.nan))
+    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else " (no interval)"
+    return f"{value:.2f}{interval}"
+
+
 def timing_table_html(results: Sequence[TimingResult]) -> str:
+    """One row per timed configuration: throughput with the range over its measurement windows, p50, p99 with its
+    bootstrap 95% interval, busy fraction, requests and whether the windows agreed (stable)."""
     body = [
         [
             r.streams,
             r.batch,
-            f"{r.throughput_per_s:.0f}",
+            _throughput_text(r),
             f"{r.latency_ms.get('p50', math.nan):.2f}",
-            f"{r.latency_ms.get('p99', math.nan):.2f}",
+            _percentile_text(r, "p99"),
             f"{r.busy_fraction:.0%}",
             r.n_requests,
             "yes" if r.stable else "no",
         ]
         for r in results
     ]
-    return html_table(["streams", "batch", "samples/s", "p50 ms", "p99 ms", "busy", "requests", "stable"], body)
+    header = ["streams", "batch", "samples/s [window range]", "p50 ms", "p99 ms [95% CI]", "busy", "requests", "stable"]
+    return html_table(header, body)
 
 
 def verdicts_html(verdicts: Sequence[Verdict]) -> str:

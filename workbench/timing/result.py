@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.artifact import NOT_SERIALIZED, Artifact, JsonObject
 from workbench.timing import stats
 
 STAGES = ("queue", "enqueue", "wait", "h2d", "compute", "d2h")
@@ -90,7 +90,7 @@ class TimingResult(Artifact):
     records: tuple[BatchRecord, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
     latencies_ms: tuple[float, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
 
-    def to_json(self, include_records: bool = False) -> dict[str, Any]:
+    def to_json(self, include_records: bool = False) -> JsonObject:
         out = super().to_json()
         if include_records:
             out["records"] = [record.to_json() for record in self.records]

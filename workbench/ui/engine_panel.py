@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
 from workbench.precision.variant import VARIANTS
 from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from plotly.basedatatypes import BaseTraceType
+    from plotly.callbacks import InputDeviceState, Points
 
 
 class FusionPanel:
@@ -56,7 +61,7 @@ class FusionPanel:
         self.hide_folded.observe(lambda change: self._relayout(), names="value")
 
     # --- selection -------------------------------------------------------------------------------------------
-    def _trace(self, name: str) -> Any:
+    def _trace(self, name: str) -> BaseTraceType:
         return next(trace for trace in self.figure.data if trace.name == name)
 
     def select_layer(self, name: str) -> list[int]:
@@ -110,11 +115,11 @@ class FusionPanel:
             self._trace(figures.LAYERS_TRACE).selectedpoints = list(layers)
             self._trace(figures.HIGHLIGHT_TRACE).update(x=xs, y=ys)
 
-    def _on_layer_click(self, trace: Any, points: Any, state: Any) -> None:
+    def _on_layer_click(self, trace: BaseTraceType, points: Points, state: InputDeviceState) -> None:
         if points.point_inds:
             self.select_layer(self.view.layers[points.point_inds[0]].name)
 
-    def _on_node_click(self, trace: Any, points: Any, state: Any) -> None:
+    def _on_node_click(self, trace: BaseTraceType, points: Points, state: InputDeviceState) -> None:
         if points.point_inds:
             item = self.view.items[points.point_inds[0]]
             self.select_node(item.members[0].name)
@@ -154,10 +159,10 @@ class FusionPanel:
 
     # --- layout ----------------------------------------------------------------------------------------------
     @property
-    def widget(self) -> Any:
+    def widget(self) -> ipywidgets.VBox:
         import ipywidgets as widgets
 
-        children: list[Any] = [
+        children: list[ipywidgets.Widget] = [
             widgets.HBox([self.layer_picker, self.hide_folded]),
             self.details,
             self.figure,
@@ -257,5 +262,5 @@ class FusionExplorer:
         return self.panel
 
     @property
-    def widget(self) -> Any:
+    def widget(self) -> ipywidgets.VBox:
         return self.container

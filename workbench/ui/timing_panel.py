@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ipywidgets as widgets
@@ -77,7 +77,7 @@ class TimingPanel:
         self.histogram_figure = figure_widget()
         self.sweep_figure = figure_widget()
         self.results: list[TimingResult] = []
-        self.sweep_points: list[dict[str, Any]] = []
+        self.sweep_points: list[dict[str, object]] = []
         self.last: TimingResult | None = None
         self.run_button.on_click(lambda _b: self.run())
         self.sweep_button.on_click(lambda _b: self.sweep())
@@ -113,7 +113,7 @@ class TimingPanel:
         fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
 
     # --- actions -------------------------------------------------------------------------------------------
-    def _changed(self, _change: Any) -> None:
+    def _changed(self, _change: Mapping[str, object]) -> None:
         if self._quiet:
             return
         try:  # refused with the CLI's message, not clamped
@@ -125,7 +125,7 @@ class TimingPanel:
         if self.auto_run:
             self.run()
 
-    def _set_quietly(self, widget: Any, value: Any) -> None:
+    def _set_quietly(self, widget: widgets.ValueWidget, value: object) -> None:
         self._quiet = True
         try:
             widget.value = value

@@ -35,8 +35,9 @@ def _pack(text: str, width: int) -> list[str]:
             lines[-1] += " " + clause
         elif len(clause) <= width:
             lines.append(clause)
-        else:
-            lines += textwrap.wrap(clause, width=width, break_long_words=False, break_on_hyphens=False)
+        else:  # a clause longer than a line continues the current line, broken between words
+            head = lines.pop() + " " + clause if lines else clause
+            lines += textwrap.wrap(head, width=width, break_long_words=False, break_on_hyphens=False)
     return lines
 
 

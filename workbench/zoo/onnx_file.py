@@ -200,7 +200,7 @@ class OnnxFileEntry(ZooEntry):
                         f"{path}: input {name!r} has shape {array.shape}, the model takes {dims}.",
                         expected="the model's shape with the batch first",
                     )
-            batch = next(iter(sizes.values()))
+            batch = int(next(iter(sizes.values())) or 0)  # one shared, non-None first axis (checked above)
             labelled.add(LABELS_KEY in reserved and LABELS_KEY in feed)
             if len(labelled) > 1:
                 raise WorkbenchError(
@@ -449,7 +449,7 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
     samples = [_random_feed(feeds_spec, rng) for _ in range(3)]
     try:  # the batch of 3 first: a graph that hard-codes its batch fails here, before the slower one-by-one runs
         probe = cpu_session(rewritten.SerializeToString(), optimized=False, what=str(path), quiet=True)
-        batched = session_predict(probe, what=str(path))(
+        at_batch_3 = session_predict(probe, what=str(path))(
             {name: np.concatenate([feed[name] for feed in samples]) for name in feeds_spec}
         )
     except WorkbenchError as error:
@@ -458,7 +458,7 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
         reason = _ort_reason(error)
         raise HardCodedBatch(f"{what_fixed}: ONNX Runtime could not run it with a batch of 3 ({reason})") from None
     for name in batch_outputs:
-        shape = np.shape(batched[name])
+        shape = np.shape(at_batch_3[name])
         if not shape or shape[0] != len(samples):
             raise HardCodedBatch(f"{what_fixed}: at a batch of 3 output {name!r} has shape {shape}")
     single = cpu_predict(path, optimized=False, what=str(path))
@@ -466,7 +466,7 @@ def _symbolic_batch_copy(path: Path, proto: Any, notes: list[str]) -> Path | Non
     worst = 0.0
     for name in batch_outputs:
         expected = np.concatenate([np.asarray(outputs[name]) for outputs in one_by_one])
-        got = np.asarray(batched[name])
+        got = np.asarray(at_batch_3[name])
         if got.shape != expected.shape:
             raise HardCodedBatch(
                 f"{what_fixed}: at a batch of 3 output {name!r} has shape {got.shape}, not {expected.shape}"

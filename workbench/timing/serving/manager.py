@@ -115,5 +115,5 @@ class EngineManager:
     def __enter__(self) -> EngineManager:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
