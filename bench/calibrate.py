@@ -12,9 +12,8 @@ share of Conv/GEMM layers an RTX FP8 build runs in FP8, and the accuracy-target 
 ``calibrate_formats.json`` / ``.md`` with the package versions.
 
 Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--growth]`` (writes
-``bench/results/calibrate.json`` and ``calibrate.md``), ``... --fallback`` (the automatic fallback search per
-model; writes ``calibrate_fallback.json`` / ``.md``) and ``... --mixed`` (the accuracy-target search per model; writes
-``calibrate_mixed.json`` / ``.md``).
+``bench/results/calibrate.json`` and ``calibrate.md``) and ``... --mixed`` (the accuracy-target search per model, the
+journey's one mixed-precision mechanism; writes ``calibrate_mixed.json`` / ``.md``).
 
 The issue-14 figure that used to be a unit test lives here: ``--mixed --models efficientnet-lite0`` searches for
 >= 0.95 top-1 agreement with FP32 keeping >= 80 % of the convolutions INT8 in <= 30 task evaluations (256 images; the
@@ -485,99 +484,6 @@ def table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-FALLBACK_TARGETS = {  # the issue's targets; None -> FP32 minus the tolerance below
-    "efficientnet-lite0": ("target", 0.95),
-    "minilm": ("target", 0.99),
-    "ocr-rec": ("fp32_minus", 0.01),
-    "ocr-cls": ("fp32_minus", 0.005),
-    "digits-cnn": ("fp32_minus", 0.005),
-}
-
-
-def fallback_main(args: argparse.Namespace) -> int:
-    """Automatic fallback search per model: smallest worst-first prefix moved to FP32 that meets the target."""
-    from workbench._io import write_json_atomic, write_text_atomic
-    from workbench.calib.session import CalibrationSession
-    from workbench.zoo import get_entry
-
-    reports = []
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        entry = get_entry(name)
-        feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
-        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
-        start = time.perf_counter()
-        statistics = session.statistics()
-        fp32 = float(session.evaluate(limit=args.eval_limit).value)
-        best_method, best_value = None, -1.0
-        per_method = {}
-        for method in OUR_METHODS:  # the method is picked on the task metric too; statistics are shared
-            value = float(session.evaluate(session.quantize(statistics.ranges(method)), limit=args.eval_limit).value)
-            per_method[method] = value
-            if value > best_value:
-                best_method, best_value = method, value
-        kind, amount = FALLBACK_TARGETS.get(name, ("fp32_minus", 0.01))
-        target = amount if kind == "target" else round(fp32 - amount, 6)
-        ranges = statistics.ranges(best_method)
-        diff = session.diff(session.quantize(ranges), max_batches=2)
-        result = session.search_fallback(target, ranges=ranges, diff=diff, limit=args.eval_limit, ranking=args.ranking)
-        ops = dict(session.quantizable_nodes())
-        op_type = "MatMul" if name == "minilm" else "Conv"
-        total_ops = sum(1 for o in ops.values() if o == op_type)
-        kept = [n for n in session.int8_nodes(result.plan) if ops.get(n) == op_type]
-        report = {
-            "model": name,
-            "metric": entry.metric_name,
-            "fp32": fp32,
-            "int8_by_method": per_method,
-            "method": best_method,
-            "int8": best_value,
-            "target": target,
-            "search": result.to_json(),
-            "mixed": result.metric,
-            "met": result.met,
-            f"{op_type}_total": total_ops,
-            f"{op_type}_int8_kept": len(kept),
-            "kept_fraction": len(kept) / max(total_ops, 1),
-            "seconds": time.perf_counter() - start,
-            "ranking": args.ranking,
-            "evaluation_samples": args.eval_limit or entry.split_sizes["evaluation"],
-            "calibration_samples": args.samples,
-        }
-        reports.append(report)
-        print(
-            f"[{name}] FP32 {fp32:.4f} INT8({best_method}) {best_value:.4f} -> mixed {result.metric:.4f} (target {target:.4f}, "
-            f"{'met' if result.met else 'NOT met'}), {len(result.nodes)} fallback, {op_type} INT8 {len(kept)}/{total_ops}",
-            flush=True,
-        )
-        write_json_atomic(args.fallback_output, {"reports": reports})
-    lines = [
-        "| model (metric) | FP32 | INT8 max / pct / entropy / mse | method | mixed (fallback search) | target | fallback nodes | INT8 kept | ranking |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in reports:
-        op_type = "MatMul" if r["model"] == "minilm" else "Conv"
-        lines.append(
-            f"| {r['model']} ({r['metric']}) | {r['fp32']:.4f} | "
-            + " / ".join(f"{r['int8_by_method'][m]:.4f}" for m in OUR_METHODS)
-            + f" | {r['method']} | {r['mixed']:.4f} ({'met' if r['met'] else 'NOT met'}) | {r['target']:.4f} | "
-            f"{len(r['search']['nodes'])} | {r[op_type + '_int8_kept']}/{r[op_type + '_total']} {op_type} ({100 * r['kept_fraction']:.0f} %) | {r['ranking']} |"
-        )
-    text = "\n".join(lines)
-    write_text_atomic(Path(args.fallback_output).with_suffix(".md"), text + "\n")
-    print(text)
-    return 0
-
-
-MIXED_MIN_INT8 = {"efficientnet-lite0": 0.8}  # issue 14: the INT8 share of the op type that the target must keep
-MIXED_TARGETS = {  # issue 14: (target kind, amount, op type whose INT8 share is reported)
-    "efficientnet-lite0": ("target", 0.95, "Conv"),
-    "minilm": ("target", 0.99, "MatMul"),
-    "ocr-rec": ("fp32_minus", 0.01, "Conv"),
-    "ocr-cls": ("fp32_minus", 0.0, "Conv"),
-    "digits-cnn": ("fp32_minus", 0.0, "Conv"),
-}
-
-
 def _interval(metric: Any) -> list[float] | None:
     """95 % interval: Wilson for 0/1 scores, bootstrap of the mean otherwise."""
     from workbench.flow.uncertainty import bootstrap_interval, wilson_interval
@@ -588,6 +494,16 @@ def _interval(metric: Any) -> list[float] | None:
     if set(scores) <= {0.0, 1.0}:
         return [float(v) for v in wilson_interval(sum(scores), len(scores))]
     return [float(v) for v in bootstrap_interval(scores)]
+
+
+MIXED_MIN_INT8 = {"efficientnet-lite0": 0.8}  # issue 14: the INT8 share of the op type that the target must keep
+MIXED_TARGETS = {  # issue 14: (target kind, amount, op type whose INT8 share is reported)
+    "efficientnet-lite0": ("target", 0.95, "Conv"),
+    "minilm": ("target", 0.99, "MatMul"),
+    "ocr-rec": ("fp32_minus", 0.01, "Conv"),
+    "ocr-cls": ("fp32_minus", 0.0, "Conv"),
+    "digits-cnn": ("fp32_minus", 0.0, "Conv"),
+}
 
 
 def mixed_main(args: argparse.Namespace) -> int:
@@ -1013,11 +929,6 @@ def main() -> int:
     parser.add_argument("--skip-polygraphy", action="store_true")
     parser.add_argument("--peer-timeout", type=float, default=900)
     parser.add_argument("--output", default=str(RESULTS / "calibrate.json"))
-    parser.add_argument("--fallback", action="store_true", help="run the automatic fallback search per model instead")
-    parser.add_argument(
-        "--ranking", default="sensitivity", choices=("sensitivity", "diff"), help="fallback candidate ranking"
-    )
-    parser.add_argument("--fallback-output", default=str(RESULTS / "calibrate_fallback.json"))
     parser.add_argument(
         "--mixed", action="store_true", help="issue 14: per-tensor choice, bias, accuracy-target search"
     )
@@ -1047,8 +958,6 @@ def main() -> int:
     if args.worker:
         _worker_main(*args.worker)
         return 0
-    if args.fallback:
-        return fallback_main(args)
     if args.mixed:
         return mixed_main(args)
     if args.formats:

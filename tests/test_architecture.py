@@ -151,9 +151,10 @@ def test_ruff_is_clean(command: list[str]) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
 
 
-# Measured when the workbench was typed (issue 22 item 7): 189 of 5,784 annotations = 3.3 % (474 of 5,739 = 8.3 %
-# before; the target is <= 5 %). New code keeps below this: a value only passed through is ``object``, JSON is
-# ``workbench.artifact.JsonObject``, ONNX / graphsurgeon / ORT / torch objects carry their own types.
+# Measured when the workbench was typed (issue 22 item 7): 184 of 5,788 annotations = 3.2 % (474 of 5,739 = 8.3 %
+# before; the target is <= 5 %); the limit leaves a few annotations of room above that. New code keeps below it:
+# a value only passed through is ``object``, JSON is ``workbench.artifact.JsonObject``, ONNX / graphsurgeon / ORT /
+# torch objects carry their own types.
 MAX_ANY_SHARE = 0.033
 
 
@@ -173,8 +174,8 @@ def _annotations(tree: ast.AST) -> list[ast.expr]:
 
 
 def test_any_stays_in_few_annotations() -> None:
-    """At most 3.3 % of the annotations in ``workbench/`` contain ``Any`` (189 of 5,784 when this was written;
-    issue 22 asks for <= 5 %). The message lists the modules with the most."""
+    """At most 3.3 % of the annotations in ``workbench/`` contain ``Any`` (184 of 5,788 = 3.2 % when this was
+    written; issue 22 asks for <= 5 %). The message lists the modules with the most."""
     total = 0
     with_any: dict[str, int] = defaultdict(int)
     for name, path in _modules().items():

@@ -27,7 +27,7 @@ from workbench.calib.histogram import NUM_BINS, TensorHistogram
 from workbench.calib.methods import METHODS, compute_amax, per_channel_amax
 from workbench.calib.qdq import QdqModel, insert_qdq
 from workbench.calib.search import MixedPrecisionResult, pareto_front, search_mixed_precision
-from workbench.calib.session import CalibrationSession, FallbackSearchResult
+from workbench.calib.session import CalibrationSession
 from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, collect_statistics, load_tensorrt_cache
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "CalibrationSession",
     "CalibrationSource",
     "CalibrationStatistics",
-    "FallbackSearchResult",
     "FolderSource",
     "IterableSource",
     "LayerDiff",

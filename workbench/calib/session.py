@@ -6,15 +6,13 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from workbench.artifact import Artifact
 from workbench.calib.data import CalibrationSource, resolve_source
 from workbench.calib.diff import LayerDiff, diff_models
 from workbench.calib.methods import DEFAULT_PERCENTILE, Method
@@ -62,33 +60,6 @@ def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     """The first ``n`` of ``ranked`` (fallback candidates, worst first), but never all of them: at least one stays
     INT8, since a "mixed" plan without INT8 would be the FP32 model under another name."""
     return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
-
-
-@dataclass(frozen=True)
-class FallbackStep(Artifact):
-    """One evaluated point of a fallback search: how many ranked nodes left INT8 and the metric it gave."""
-
-    fallback_count: int
-    nodes: tuple[str, ...]
-    metric: float
-    meets_target: bool
-
-
-@dataclass(frozen=True)
-class FallbackSearchResult(Artifact):
-    """The smallest fallback set found for a target metric, with every evaluation made on the way."""
-
-    target: float
-    metric_name: str
-    precision: str
-    nodes: tuple[str, ...]
-    metric: float | None
-    met: bool
-    int8_nodes_total: int
-    int8_nodes_kept: int
-    steps: tuple[FallbackStep, ...] = ()
-    seconds: float = 0.0
-    plan: PrecisionPlan | None = None
 
 
 class CalibrationSession:
@@ -474,83 +445,3 @@ class CalibrationSession:
     def input_tensors(self, node: str) -> list[str]:
         """The input tensors of ``node``."""
         return next((list(n.input) for n in self.prepared.graph.node if n.name == node), [])
-
-    def search_fallback(
-        self,
-        target: float,
-        *,
-        ranges: CalibrationRanges | None = None,
-        precision: Precision = "fp32",
-        limit: int | None = None,
-        diff: LayerDiff | None = None,
-        ranking: str = "sensitivity",
-    ) -> FallbackSearchResult:
-        """Smallest prefix of the worst-first ranking whose fallback meets ``target`` on the task metric.
-
-        ``ranking``: "sensitivity" (leave-one-out on the model outputs, :meth:`rank_by_sensitivity`) or "diff" (the
-        per-layer diff, :meth:`rank_int8_nodes`; cheaper). Exponential then binary search over the prefix length
-        (the metric is close to monotone in it), so the search costs O(log n) task evaluations; statistics are
-        reused throughout.
-        """
-        if ranking not in ("sensitivity", "diff"):
-            raise WorkbenchError(f"unknown fallback ranking {ranking!r}.", expected="sensitivity or diff")
-        if self.entry is None:
-            raise WorkbenchError("the fallback search needs a task metric.", expected="a session made from a zoo model")
-        start = time.perf_counter()
-        ranges = ranges or self.ranges()
-        full = self.quantize(ranges)
-        ranked: list[str] = []
-        higher = bool(self.entry.higher_is_better)
-        steps: dict[int, FallbackStep] = {}
-
-        def meets(value: float) -> bool:
-            return value >= target if higher else value <= target
-
-        def evaluate(k: int) -> FallbackStep:
-            if k not in steps:
-                model = full if k == 0 else self.quantize(ranges, self.fallback_plan(ranked[:k], precision))
-                value = float(self.evaluate(model, limit=limit).value)
-                steps[k] = FallbackStep(k, tuple(ranked[:k]), value, meets(value))
-            return steps[k]
-
-        found: int | None = 0 if evaluate(0).meets_target else None
-        low, high = 0, None
-        if found is None:  # rank only when some fallback is needed
-            ranked = (
-                self.rank_by_sensitivity(full)
-                if ranking == "sensitivity"
-                else self.rank_int8_nodes(diff or self.diff(full))
-            )
-            k = 1
-            while k < len(ranked):
-                if evaluate(k).meets_target:
-                    high = k
-                    break
-                low = k
-                k *= 2
-            if high is None and evaluate(len(ranked)).meets_target:
-                high = len(ranked)
-            if high is not None:
-                while high - low > 1:
-                    middle = (low + high) // 2
-                    if evaluate(middle).meets_target:
-                        high = middle
-                    else:
-                        low = middle
-                found = high
-        best = (
-            steps[found] if found is not None else max(steps.values(), key=lambda s: s.metric if higher else -s.metric)
-        )
-        return FallbackSearchResult(
-            target=target,
-            metric_name=self.entry.metric_name,
-            precision=precision,
-            nodes=best.nodes,
-            metric=best.metric,
-            met=found is not None,
-            int8_nodes_total=len(self.int8_nodes()),
-            int8_nodes_kept=len(self.int8_nodes(self.fallback_plan(best.nodes, precision))),
-            steps=tuple(sorted(steps.values(), key=lambda s: s.fallback_count)),
-            seconds=time.perf_counter() - start,
-            plan=self.fallback_plan(best.nodes, precision),
-        )

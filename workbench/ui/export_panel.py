@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import ipywidgets as widgets
 
@@ -34,6 +34,8 @@ from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter, Worker
 from workbench.viz.calib import pareto_figure
 from workbench.viz.metrics import candidates_figure
+
+T = TypeVar("T")
 
 
 class ExportPanel:
@@ -97,7 +99,7 @@ class ExportPanel:
         fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
         self.widget.add_class("workbench-export-panel")
 
-    def _guarded(self, action: Any) -> Any:
+    def _guarded(self, action: Callable[[], T]) -> T | None:
         try:
             return action()
         except Exception as error:

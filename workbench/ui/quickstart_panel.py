@@ -8,13 +8,16 @@ show ``panel.widget`` yourself.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
 from workbench.flow import STAGE_NAMES, QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
+
+if TYPE_CHECKING:
+    from workbench.flow.config import SettingValue
 from workbench.report import (
     choice_html,
     diagnose,
@@ -118,7 +121,7 @@ class QuickstartPanel:
         self.widget.add_class("workbench-quickstart-panel")
 
     # --- actions ---------------------------------------------------------------------------------------------
-    def _observer(self, name: str) -> Any:
+    def _observer(self, name: str) -> Callable[[dict[str, Any]], None]:
         def changed(change: dict[str, Any]) -> None:
             if not self._quiet:
                 self.apply(wait=False, **{name: change["new"]})
@@ -130,7 +133,7 @@ class QuickstartPanel:
         self._start(STAGE_NAMES, "running all stages", f"running every stage for {self.session.config.model}")
         self.worker.submit(lambda: self._act(self.session.run_all), wait=wait, on_warnings=self._warnings)
 
-    def apply(self, wait: bool = True, **changes: Any) -> None:
+    def apply(self, wait: bool = True, **changes: SettingValue) -> None:
         """Change settings and re-run the affected stages (what the widgets call).
 
         An invalid value is refused with the message the CLI gives; the widget goes back to the value in use and no
@@ -166,7 +169,7 @@ class QuickstartPanel:
             self.stale.mark(f"{why}: the results below are being replaced, stage by stage")
             self.stage_table.value = stage_table_html(self.session.run, pending=self._pending)
 
-    def _act(self, action: Any) -> None:
+    def _act(self, action: Callable[[], object]) -> None:
         try:
             action()
         except Exception as error:  # shown as a message in the panel, never as a traceback

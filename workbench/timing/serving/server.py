@@ -784,7 +784,7 @@ def compare_outputs(
     return max_abs, max_rel, ""
 
 
-def _close_executor(executor: Any) -> None:
+def _close_executor(executor: object) -> None:
     close = getattr(executor, "close", None)
     if close is not None:
         close()
