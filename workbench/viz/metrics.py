@@ -31,6 +31,19 @@ def _value_range(values: Sequence[float], lows: Sequence[float], highs: Sequence
     return [max(0.0, low - room), min(1.02, high + room)]  # 1.02: a marker at 1.0 is drawn whole
 
 
+def interval_bars(values: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> dict[str, object]:
+    """Plotly error bars drawing each value's interval ``[low, high]`` (asymmetric)."""
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [high - value for value, high in zip(values, highs, strict=True)],
+        "arrayminus": [value - low for value, low in zip(values, lows, strict=True)],
+        "color": palette.MARKER_EDGE,
+        "thickness": 1.5,
+        "width": 8,
+    }
+
+
 def metrics_figure(rows: Sequence[MetricRow], highlight: str | None = None) -> go.Figure:
     """The task metric of each precision variant (ONNX Runtime CPU) with its 95 % interval (Wilson or bootstrap,
     from the per-sample scores), coloured by precision, the chosen one outlined.
@@ -48,15 +61,7 @@ def metrics_figure(rows: Sequence[MetricRow], highlight: str | None = None) -> g
             mode="markers+text",
             text=[f"{row.value:.4f}" for row in rows],
             textposition="middle right",
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [high - row.value for row, high in zip(rows, highs, strict=True)],
-                "arrayminus": [row.value - low for row, low in zip(rows, lows, strict=True)],
-                "color": palette.MARKER_EDGE,
-                "thickness": 1.5,
-                "width": 8,
-            },
+            error_y=interval_bars([row.value for row in rows], lows, highs),
             marker={
                 "size": 14,
                 "color": [palette.precision_color(row.variant) for row in rows],
@@ -117,14 +122,7 @@ def candidates_figure(
             text=[c.precision + (" (rule's pick)" if c.precision == chosen else "") for c in shown],
             mode="markers+text",
             textposition="middle right",
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [h - c.metric for c, h in zip(shown, highs, strict=True)],
-                "arrayminus": [c.metric - lo for c, lo in zip(shown, lows, strict=True)],
-                "color": palette.MARKER_EDGE,
-                "thickness": 1.2,
-            },
+            error_y=interval_bars([c.metric for c in shown], lows, highs),
             marker=dict(
                 size=[18 if c.precision == chosen else 12 for c in shown],
                 color=[palette.precision_color(c.variant) for c in shown],
