@@ -23,7 +23,7 @@ def test_fp8_is_tried_before_fp16_and_the_search_repeats_exactly(digits) -> None
     FP8 first, then FP16; two runs give the same plans, metrics and per-sample scores."""
     lines: list[str] = []
     kwargs = {"target": 1.01, "budget": 4, "limit": 120, "formats": ("int8", "fp8", "fp16"), "build_costs": False}
-    first = search_mixed_precision(digits, log=lines.append, **kwargs)
+    first = search_mixed_precision(digits, progress=lambda event: lines.append(event.text()), **kwargs)
     assert not first.met and first.formats == ("int8", "fp8", "fp16")
     tried = [(r.group, r.format) for r in first.reverts]
     assert tried[0][1] == "fp8"

@@ -381,7 +381,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             limit=args.eval_limit,
             granularity=args.groups,
             base_plan=plan,
-            log=None if args.no_progress else _say,
+            progress=None if args.no_progress else lambda event: _say(event.message),
             formats=[f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None,
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))

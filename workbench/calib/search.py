@@ -22,7 +22,7 @@ build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +34,7 @@ from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
+from workbench.progress import ProgressEvent, ProgressFn, report
 
 if TYPE_CHECKING:
     import os
@@ -218,7 +219,7 @@ def search_mixed_precision(
     diff_batches: int = 1,
     ranking: str = "diff",
     base_plan: PrecisionPlan | None = None,
-    log: Callable[[str], None] | None = None,
+    progress: ProgressFn | None = None,
     formats: Sequence[str] | None = None,
     prefix_cache: bool = True,
     early_stop: bool = True,
@@ -261,7 +262,10 @@ def search_mixed_precision(
         raise WorkbenchError("give one of target and target_drop, not both.", expected="--target-drop 0.01")
     if target is None and target_drop is None:
         target_drop = 0.01
-    say = log or (lambda text: None)
+
+    def say(text: str) -> None:  # one ProgressEvent per evaluation: "evaluation 3 of 8, 38%: ..."
+        report(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
+
     start = time.perf_counter()
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)

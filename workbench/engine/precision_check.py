@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.artifact import Artifact
 
@@ -74,13 +74,7 @@ class PrecisionCheck(Artifact):
             for m in self.mismatches[:limit]
         ]
 
-    @classmethod
-    def from_json(cls, data: Any) -> PrecisionCheck:
-        return cls(
-            checked=int(data.get("checked", 0)),
-            requested={str(k): int(v) for k, v in (data.get("requested") or {}).items()},
-            mismatches=tuple(PrecisionMismatch(**m) for m in data.get("mismatches", ())),
-        )
+    # JSON in: Artifact.from_json checks every field against its type (a damaged record is a WorkbenchError)
 
 
 def _graph_formats(proto: onnx.ModelProto) -> dict[str, str]:
