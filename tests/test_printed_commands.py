@@ -119,31 +119,36 @@ def _option_tokens(text: str) -> list[str]:
     return shlex.split(text.replace("[", " ").replace("]", " "))
 
 
-def check_names_real_options(printed: Printed) -> None:
+def option_problems(printed: Printed) -> list[str]:
+    """What in a printed command the CLI does not have: its subcommand, an option, or a choice of an option."""
     from workbench.cli import make_parser
 
     words = _option_tokens(printed.text)
     parser = make_parser()
     subcommands = _subparsers(parser)
-    assert words and words[0] in subcommands, f"{printed.source}: no subcommand {words[:1]} in {printed.text!r}"
+    if not words or words[0] not in subcommands:
+        return [f"{printed.source}: no subcommand {words[:1]} in {printed.text!r}"]
     parser = subcommands[words[0]]
     if len(words) > 1 and words[1] in _subparsers(parser):
         parser = _subparsers(parser)[words[1]]
     options = parser._option_string_actions
+    problems = []
     for position, word in enumerate(words):
         if not word.startswith("-") or re.fullmatch(r"-?\d[\d.e-]*", word):
             continue
         flag = word.split("=", 1)[0]
-        assert flag in options, f"{printed.source}: {printed.text!r} uses {flag}, which `{words[0]}` does not have"
+        if flag not in options:
+            problems.append(f"{printed.source}: {printed.text!r} uses {flag}, which `{words[0]}` does not have")
+            continue
         action = options[flag]
         value = word.split("=", 1)[1] if "=" in word else (words[position + 1] if position + 1 < len(words) else "")
         if action.choices is not None and value and not value.startswith("-"):
-            for choice in value.split("|"):
-                if choice.isupper() or choice in ("...",):
-                    continue
-                assert choice in action.choices, (
-                    f"{printed.source}: {printed.text!r}: {flag} {choice} not in {action.choices}"
-                )
+            problems += [
+                f"{printed.source}: {printed.text!r}: {flag} {choice} not in {action.choices}"
+                for choice in value.split("|")
+                if not (choice.isupper() or choice == "...") and choice not in action.choices
+            ]
+    return problems
 
 
 ALL_PRINTED = readme_commands() + notebook_commands() + source_commands()
@@ -160,7 +165,7 @@ def test_the_extraction_finds_the_printed_commands() -> None:
 
 @pytest.mark.parametrize("printed", ALL_PRINTED, ids=lambda p: f"{p.source}: {p.text}"[:90])
 def test_every_printed_command_names_real_options(printed: Printed) -> None:
-    check_names_real_options(printed)
+    assert option_problems(printed) == []
 
 
 # --- the notebooks' command blocks, run in order ------------------------------------------------------------------
@@ -275,12 +280,17 @@ def test_every_readme_template_has_a_concrete_instance() -> None:
 
 def test_readme_templates_run_on_a_zoo_model_and_export_prints_a_verify_that_runs(tmp_path: Path) -> None:
     (tmp_path / "plan.json").write_text(json.dumps({"default": "fp16", "overrides": {}, "note": "README instance"}))
+    verified = []
     for argv in README_INSTANCES:
         run = run_cli_forked(argv, tmp_path, timeout=300)
         _ok(run, "workbench " + " ".join(argv))
+        assert "Traceback" not in run.stdout + run.stderr
         if argv[0] == "export":  # its hint, as printed
             (hint,) = re.findall(r"check with `workbench (verify [^`]+)`", run.stdout)
-            _ok(run_cli_forked(_argv(hint), tmp_path), "workbench " + hint)
+            check = run_cli_forked(_argv(hint), tmp_path)
+            _ok(check, "workbench " + hint)
+            verified.append(hint)
+    assert verified, "no README instance exports a bundle, so its printed verify hint was never run"
 
 
 def test_readme_concrete_commands_run_as_printed(tmp_path: Path) -> None:
