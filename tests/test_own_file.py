@@ -87,12 +87,11 @@ def test_the_prefix_cache_passes_through_a_graph_output_made_before_its_cut(two_
     assert from_cut.value == full.value and from_cut.scores == full.scores
 
 
-def test_calibrate_target_drop_on_your_file_without_labels(two_outputs: Path, tmp_path: Path, capsys) -> None:
-    data = npz_folder(tmp_path / "data", _inputs(12))
-    out = tmp_path / "q.onnx"
-    argv = [
+def _target_drop_argv(model: Path, data: Path, out: Path) -> list[str]:
+    """`calibrate FILE --data DIR --target-drop 0.05` with max ranges and a 4-evaluation budget."""
+    return [
         "calibrate",
-        str(two_outputs),
+        str(model),
         "--data",
         str(data),
         "--target-drop",
@@ -101,8 +100,16 @@ def test_calibrate_target_drop_on_your_file_without_labels(two_outputs: Path, tm
         "4",
         "--method",
         "max",
+        "-o",
+        str(out),
+        "--no-progress",
     ]
-    assert cli_main([*argv, "-o", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+
+
+def test_calibrate_target_drop_on_your_file_without_labels(two_outputs: Path, tmp_path: Path, capsys) -> None:
+    data = npz_folder(tmp_path / "data", _inputs(12))
+    out = tmp_path / "q.onnx"
+    assert cli_main(_target_drop_argv(two_outputs, data, out)) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "first 48 of 96 samples" in printed and "WORST output" in printed
     report = json.loads(out.with_suffix(".mixed.json").read_text())
@@ -125,19 +132,7 @@ def test_calibrate_target_drop_on_your_file_with_labels(two_outputs: Path, tmp_p
         feed["labels"] = np.where(wrong, (truth + 1) % 10, truth).astype(np.int64)
     data = npz_folder(tmp_path / "data", feeds)
     out = tmp_path / "q.onnx"
-    argv = [
-        "calibrate",
-        str(two_outputs),
-        "--data",
-        str(data),
-        "--target-drop",
-        "0.05",
-        "--budget",
-        "4",
-        "--method",
-        "max",
-    ]
-    assert cli_main([*argv, "-o", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    assert cli_main(_target_drop_argv(two_outputs, data, out)) == 0, capsys.readouterr().err
     report = json.loads(out.with_suffix(".mixed.json").read_text())
     evaluation = feeds[6:]  # 96 samples: the first 48 calibrate, the last 48 evaluate
     expected = np.mean(
