@@ -49,9 +49,18 @@ def test_demo_writes_a_self_contained_report(demo: DemoResult) -> None:
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"):
         assert f'id="{figure}"' in html, figure
     # timing rows carry their spread: throughput's range over the windows, p99's bootstrap 95% interval
-    assert "samples/s [window range]" in html and "p99 ms [95% CI]" in html
+    assert "samples/s [95% CI]" in html and "p99 ms [95% CI]" in html and "sub-windows" in html
     for result in demo.run.timing.results:
-        assert f"{result.throughput_per_s:.0f} [" in html or "(one window)" in html
+        low, high = result.throughput_ci_per_s
+        assert f"{result.throughput_per_s:.0f} [{low:.0f}, {high:.0f}]" in html
+    # no blank table cell anywhere; every ranked layer has a cause, or a "no known cause: ..." the data supports
+    assert not re.search(r"<td>\s*</td>", html)
+    causes = re.findall(r"<td>([^<]*)</td></tr>", html.split('<section id="layer-diff">')[1].split("</section>")[0])
+    assert len(causes) == len(demo.run.layer_diff.diff.ranking(5)) and all(causes), causes
+    assert all(c.startswith(("range ", "its ", "no known cause: ")) for c in causes), causes
+    # a next-steps section whose commands name this run's files (tests/test_printed_commands.py runs them)
+    steps = html.split('<section id="next-steps">')[1].split("</section>")[0]
+    assert f"workbench verify {demo.run.bundle.path.resolve()}" in steps and "workbench diff digits-cnn" in steps
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
     run = demo.run  # the typed run, not its JSON

@@ -18,7 +18,14 @@ from workbench.engine.lint import lint
 from workbench.flow.artifacts import QuickstartRun, StageStatus
 from workbench.flow.stages import STAGE_BY_NAME
 from workbench.precision.variant import VARIANTS, Variant
-from workbench.report.diagnosis import diagnose, kept_wider
+from workbench.report.diagnosis import (
+    NEXT_STEPS_NOTE,
+    diagnose,
+    kept_wider,
+    layer_cause,
+    next_step_commands,
+    node_inputs,
+)
 from workbench.report.tables import (
     choice_html,
     esc,
@@ -48,6 +55,7 @@ SECTION_IDS = (
     "timing",
     "diagnosis",
     "export",
+    "next-steps",
 )
 
 _CSS = (
@@ -172,6 +180,7 @@ def _layer_diff_section(run: QuickstartRun) -> str:
         return _stage_note(run, "layer_diff")
     diff = run.layer_diff.diff
     content = _figure_html(calib_figures.sqnr_figure(diff, highlight=list(kept_wider(run))), "fig-layer-diff")
+    inputs = node_inputs(run)
     worst = [
         [
             row.node,
@@ -179,7 +188,7 @@ def _layer_diff_section(run: QuickstartRun) -> str:
             f"{row.noise_added:.3g}",
             f"{row.drop_db:.1f}",
             f"{row.sqnr_db_accumulated:.1f}",
-            row.cause or "",
+            layer_cause(diff, row, inputs),
         ]
         for row in diff.ranking(5)
     ]
@@ -273,6 +282,20 @@ def _export_section(run: QuickstartRun) -> str:
     )
 
 
+def _next_steps_section(run: QuickstartRun) -> str:
+    """What to run next on this run's own files, each step with the reason from this run; every command runs as
+    printed (absolute paths, options the CLI has) on a CPU-only machine."""
+    steps = next_step_commands(run)
+    if not steps:
+        return "<p>No next step applies: no stage of this run left files to look at further.</p>"
+    return (
+        "<ol>"
+        + "".join(f"<li>{esc(why)}:<br><code>workbench {esc(command)}</code></li>" for why, command in steps)
+        + "</ol>"
+        + f'<p class="muted">{esc(NEXT_STEPS_NOTE)}</p>'
+    )
+
+
 def render_report(run: QuickstartRun) -> str:
     """The report as one HTML string with plotly.js embedded (opens offline)."""
     parts = [
@@ -285,6 +308,7 @@ def render_report(run: QuickstartRun) -> str:
         _section("timing", "Timing results", _timing_section(run)),
         _section("diagnosis", "Bottleneck diagnosis", verdicts_html(diagnose(run))),
         _section("export", "Exported bundle", _export_section(run)),
+        _section("next-steps", "Next steps", _next_steps_section(run)),
     ]
     model = esc(run.config.model)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

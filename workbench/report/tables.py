@@ -15,6 +15,7 @@ from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
 from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
 from workbench.timing import TimingResult
+from workbench.timing.stats import THROUGHPUT_CI_HOW
 from workbench.viz.palette import STATUS_COLORS
 
 
@@ -106,39 +107,49 @@ def choice_html(choice: Choice) -> str:
     )
 
 
+def _interval_text(value: float, interval: tuple[float, float] | None, spec: str) -> str:
+    """``value [low, high]``, or the value and "(no interval)" where none was measured."""
+    low, high = interval if interval is not None else (math.nan, math.nan)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:{spec}} (no interval)"
+    return f"{value:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
 def _throughput_text(result: TimingResult) -> str:
-    """Throughput with its spread: the lowest and highest of the run's measurement windows."""
-    windows = [w for w in result.window_throughputs if math.isfinite(w)]
-    text = f"{result.throughput_per_s:.0f}"
-    return text + (f" [{min(windows):.0f}, {max(windows):.0f}]" if len(windows) > 1 else " (one window)")
+    """Throughput with its bootstrap 95% interval (:data:`workbench.timing.stats.THROUGHPUT_CI_HOW`)."""
+    return _interval_text(result.throughput_per_s, result.throughput_ci_per_s, ".0f")
 
 
 def _percentile_text(result: TimingResult, name: str) -> str:
     """A latency percentile with its bootstrap 95% interval (where the run measured one)."""
-    value = result.latency_ms.get(name, math.nan)
-    low, high = result.latency_ci_ms.get(name, (math.nan, math.nan))
-    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else " (no interval)"
-    return f"{value:.2f}{interval}"
+    return _interval_text(result.latency_ms.get(name, math.nan), result.latency_ci_ms.get(name), ".2f")
+
+
+TIMING_INTERVALS_HOW = (
+    f"Intervals: samples/s, {THROUGHPUT_CI_HOW}; p99, percentile-bootstrap 95% interval (1,000 resamples of the "
+    "measured request latencies). A p99 from fewer than 500 requests is marked (few samples)."
+)
 
 
 def timing_table_html(results: Sequence[TimingResult]) -> str:
-    """One row per timed configuration: throughput with the range over its measurement windows, p50, p99 with its
-    bootstrap 95% interval, busy fraction, requests and whether the windows agreed (stable)."""
+    """One row per timed configuration: throughput and p99, each with its bootstrap 95% interval and the number of
+    samples behind it, p50, busy fraction, requests and whether the windows agreed (stable); how the intervals were
+    computed is said below the table."""
     body = [
         [
             r.streams,
             r.batch,
             _throughput_text(r),
             f"{r.latency_ms.get('p50', math.nan):.2f}",
-            _percentile_text(r, "p99"),
+            _percentile_text(r, "p99") + ("" if r.latency_reliable.get("p99", False) else " (few samples)"),
             f"{r.busy_fraction:.0%}",
             r.n_requests,
             "yes" if r.stable else "no",
         ]
         for r in results
     ]
-    header = ["streams", "batch", "samples/s [window range]", "p50 ms", "p99 ms [95% CI]", "busy", "requests", "stable"]
-    return html_table(header, body)
+    header = ["streams", "batch", "samples/s [95% CI]", "p50 ms", "p99 ms [95% CI]", "busy", "requests (n)", "stable"]
+    return html_table(header, body) + f'<p class="muted">{esc(TIMING_INTERVALS_HOW)}</p>'
 
 
 def verdicts_html(verdicts: Sequence[Verdict]) -> str:
