@@ -150,3 +150,21 @@ def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytes
     assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--search-budget", "99"]) == 2
     assert "search_budget=99 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_search_stage_reports_each_evaluation_to_the_session_progress(tmp_path: Path) -> None:
+    """The panel shows "evaluation 1 of 2": the search's per-evaluation events reach the session's callback."""
+    from workbench.flow import QuickstartSession
+    from workbench.progress import ProgressEvent
+
+    events: list[ProgressEvent] = []
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=2, calibration_samples=64),
+        progress=events.append,
+    )
+    run = session.run_stages(["calibrate", "search"])
+    assert run.stage("search").ok, run.stage("search").reason
+    evaluations = [event for event in events if event.task == "evaluation"]
+    assert len(evaluations) == run.mixed_search.result.evaluations_used >= 1
+    assert all(event.total == 2 for event in evaluations)
+    assert evaluations[0].text().startswith("evaluation 1 of 2")
