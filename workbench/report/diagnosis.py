@@ -45,7 +45,27 @@ def diagnose(run: QuickstartRun) -> list[Verdict]:
         verdicts += _search_verdicts(run.mixed_search, run)
     if run.fp32_engine is not None:
         verdicts += _fusion_verdicts(run.fp32_engine)
+    verdicts += _precision_check_verdicts(run)
     return verdicts
+
+
+def _precision_check_verdicts(run: QuickstartRun) -> list[Verdict]:
+    """Requested vs actual precision over every built engine: the silent-FP32 builds TensorRT users keep meeting."""
+    checks = {str(v): b.engine.precision_check for v, b in run.builds.items() if b.engine.precision_check is not None}
+    if not checks:
+        return []
+    bad = {name: check for name, check in checks.items() if not check.ok}
+    checked = sum(check.checked for check in checks.values())
+    if not bad:
+        text = f"all {checked} checked nodes of {len(checks)} engine(s) run at the precision requested"
+        return [Verdict("requested vs actual precision", text + ".", {"checked": float(checked)}, level="ok")]
+    parts = [f"{name}: {len(check.mismatches)} (first: {check.lines(1)[0]})" for name, check in bad.items()]
+    text = (
+        f"{sum(len(c.mismatches) for c in bad.values())} node(s) run at another precision than requested: "
+        + "; ".join(parts)
+    )
+    evidence = {f"mismatches_{name}": float(len(check.mismatches)) for name, check in bad.items()}
+    return [Verdict("requested vs actual precision", text + ".", evidence, level="warning")]
 
 
 def _choice_verdict(choice: Choice) -> Verdict:

@@ -26,12 +26,15 @@ from workbench.report.diagnosis import (
     next_step_commands,
     node_inputs,
 )
+from workbench.report.formats import run_front
 from workbench.report.tables import (
     choice_html,
     esc,
+    format_front_table_html,
     front_table_html,
     html_table,
     metrics_table_html,
+    precision_checks_html,
     stage_table_html,
     timing_table_html,
     verdicts_html,
@@ -148,7 +151,7 @@ def _fusion_section(run: QuickstartRun) -> str:
             )
             + "</div>"
         )
-    return content + _lint_html(run)
+    return content + _lint_html(run) + "<h3>Requested vs actual precision</h3>" + precision_checks_html(run)
 
 
 def _lint_html(run: QuickstartRun) -> str:
@@ -214,7 +217,7 @@ def _mixed_section(run: QuickstartRun) -> str:
     """The accuracy-target search: every evaluated plan (metric with 95 % interval against INT8 share and engine
     structure), the chosen plan marked, and the Pareto front as a table."""
     if run.mixed_search is None:
-        return _stage_note(run, "search")
+        return _stage_note(run, "search") + _format_front_html(run)
     search = run.mixed_search
     result = search.result
     chosen = search.intervals[result.chosen.index]
@@ -233,6 +236,24 @@ def _mixed_section(run: QuickstartRun) -> str:
         "share and engine layers + reformats at once); the export panel picks from these:</p>"
         + front_table_html(search, picked=result.chosen.index if run.search_pick is run.chosen_variant else None)
         + f'<p class="muted">Engine columns: {esc(cost_label)}. Metric: {esc(search.how)}.</p>'
+        + _format_front_html(run)
+    )
+
+
+def _format_front_html(run: QuickstartRun) -> str:
+    """The Pareto front across formats: every built variant and search plan, metric against engine size."""
+    front = run_front(run)
+    if front is None or not any(p.engine_bytes is not None for p in front.points):
+        return "<h3>Pareto front across formats</h3><p>No engine was built with a measured metric, so there is no front.</p>"
+    notes = "".join(f"; {esc(note)}" for note in front.notes)
+    return (
+        "<h3>Pareto front across formats</h3><p>Each built engine (FP32, FP16, INT8, FP8 when asked for, mixed) and "
+        f"each plan of the search: {esc(front.metric_name)} against engine size. On the front: "
+        + esc(", ".join(p.label for p in front.front))
+        + ".</p>"
+        + _figure_html(calib_figures.format_front_figure(front), "fig-format-front")
+        + format_front_table_html(front)
+        + f'<p class="muted">Metric: {esc(front.how)}. Cost: {esc(front.cost_how)}{notes}.</p>'
     )
 
 

@@ -14,6 +14,7 @@ from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
 from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
+from workbench.report.formats import FormatFront
 from workbench.timing import TimingResult
 from workbench.timing.stats import THROUGHPUT_CI_HOW
 from workbench.viz.palette import STATUS_COLORS
@@ -229,3 +230,52 @@ def front_table_html(search: MixedSearch, picked: int | None = None) -> str:
         rows,
         raw_columns=(0,),
     )
+
+
+def format_front_table_html(front: FormatFront) -> str:
+    """One row per point of a front across formats, the front first (cheapest engine first): formats, metric with
+    95 % interval and n, engine size and layers, where it was measured; every cell has text."""
+    ordered = [*front.front, *(p for p in front.points if not p.on_front)]
+    rows = [
+        [
+            ("&#9654; " if p.chosen else "") + esc(p.label),
+            esc(p.mix),
+            esc(p.estimate.text()),
+            "-" if p.engine_mb is None else f"{p.engine_mb:.2f}",
+            "-" if p.engine_layers is None else p.engine_layers,
+            "yes" if p.on_front else "no",
+            esc(p.source),
+        ]
+        for p in ordered
+    ]
+    headers = ["plan / engine", "math nodes per format", f"{front.metric_name} [95%] (n)", "engine MB", "layers"]
+    return html_table([*headers, "on the front", "measured"], rows, raw_columns=(0, 1, 2, 6))
+
+
+def precision_checks_html(run: QuickstartRun, limit: int = 20) -> str:
+    """Requested vs actual precision of every engine this run built: one line per engine (nodes checked per requested
+    precision, mismatches), then each mismatch (node, op, requested, actual, the layer running it, the reason) up to
+    ``limit`` per engine. An engine without a check says so."""
+    builds = run.builds
+    if not builds:
+        return "<p>No engine was built, so no precision was checked.</p>"
+    lines, rows = [], []
+    for variant, build in builds.items():
+        check = build.engine.precision_check
+        if check is None:
+            lines.append(f"<li>{esc(variant)}: not checked (the build recorded no layer precisions)</li>")
+            continue
+        lines.append(f"<li>{esc(variant)}: {esc(check.summary())}</li>")
+        rows += [
+            [variant, m.node, m.op or "-", m.requested or "-", m.actual or "-", m.layer or "no layer"]
+            + [m.reason or "reason not known"]
+            for m in check.mismatches[:limit]
+        ]
+        if len(check.mismatches) > limit:
+            rows.append([variant, f"... {len(check.mismatches) - limit} more", "-", "-", "-", "-", "see .layers.json"])
+    table = (
+        html_table(["engine", "ONNX node", "op", "requested", "actual", "engine layer", "why"], rows)
+        if rows
+        else "<p>Every checked node runs at the precision requested.</p>"
+    )
+    return "<ul>" + "".join(lines) + "</ul>" + table
