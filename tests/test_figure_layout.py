@@ -77,7 +77,7 @@ def test_candidates_figure_range_marks_the_rules_pick_and_has_intervals() -> Non
     assert trace.error_y.array[0] == pytest.approx(0.01) and trace.error_y.arrayminus[0] == pytest.approx(0.02)
 
 
-def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ranges() -> None:
+def test_latency_throughput_figure_draws_p99_and_throughput_intervals() -> None:
     points = [
         {
             "series": "cpu b1",
@@ -86,7 +86,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
             "throughput_per_s": 100.0 * streams,
             "latency_ms": {"p99": 2.0 * streams},
             "latency_ci_ms": {"p99": (1.8 * streams, 2.5 * streams)},
-            "window_throughputs": (95.0 * streams, 104.0 * streams),
+            "throughput_ci_per_s": (95.0 * streams, 104.0 * streams),  # bootstrap 95% interval
         }
         for streams in (1, 2, 4)
     ]
@@ -97,6 +97,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
     assert list(trace.error_y.array) == pytest.approx([0.5, 1.0, 2.0])
     assert list(trace.error_y.arrayminus) == pytest.approx([0.2, 0.4, 0.8])
     assert list(trace.error_x.array) == pytest.approx([4.0, 8.0, 16.0])
+    assert list(trace.error_x.arrayminus) == pytest.approx([5.0, 10.0, 20.0])
     assert list(trace.textposition) == ["top center", "bottom center", "top center"]  # labels alternate
 
 
