@@ -110,7 +110,7 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
         rho = rate / capacity
         p99 = 1e10 if rho >= 1 else 2.0 + 4.0 * rho / (1 - rho)  # a saturated run: requests never served
         return LoadProbe(
-            config, rate, min(rate, capacity), p99, (p99, p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
+            config, rate, min(rate, capacity), p99, (0.9 * p99, 1.2 * p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
         )
 
     result = sla_search(probe, 10.0, {"lanes": (1,), "max_batch": (1, 4), "max_queue_delay_ms": (0,)}, start_rate=200.0)
@@ -118,6 +118,9 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
     assert_fits_its_container(figure)
     low, high = figure.layout.yaxis.range
     assert high <= math.log10(100 * 10.0 * 1.5) + 1e-9 and low < math.log10(10.0)
+    curve = figure.data[0]  # every probe's p99 with its 95% interval as an error bar
+    assert list(curve.error_y.array) == pytest.approx([0.2 * y for y in curve.y])
+    assert list(curve.error_y.arrayminus) == pytest.approx([0.1 * y for y in curve.y])
 
 
 def test_every_other_figure_fits_its_container() -> None:

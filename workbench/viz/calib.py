@@ -198,6 +198,8 @@ def pareto_figure(
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from workbench.viz.metrics import metric_range
+
     data = result.to_json() if hasattr(result, "to_json") else result
     rows = pareto_rows(data)
     bars = {i: (iv.low, iv.high, iv.n) for i, iv in enumerate(intervals or ()) if iv is not None}
@@ -294,6 +296,10 @@ def pareto_figure(
             y=data["target"], line={"dash": "dash", "color": palette.MUTED}, annotation_text="target", row=1, col=col
         )
     fig.update_yaxes(title_text=data["metric_name"], row=1, col=1)
+    values = [r["metric"] for r in rows]
+    lows = [bars[r["index"]][0] if r["index"] in bars else r["metric"] for r in rows]
+    highs = [bars[r["index"]][1] if r["index"] in bars else r["metric"] for r in rows]
+    fig.update_yaxes(range=metric_range(values, [*lows, data["target"]], [*highs, data["target"]]))  # within 0..1
     shares = [r["int8_share"] for r in rows]
     narrow = bool(shares) and max(shares) - min(shares) < 0.1  # whole percents would repeat the same tick label
     fig.update_xaxes(tickformat=".1%" if narrow else ".0%", row=1, col=1)
