@@ -145,7 +145,8 @@ def reference_point(session: CalibrationSession, result: MixedPrecisionResult, l
 
     measured = session.evaluate(limit=limit)
     interval = estimate(float(measured.value), int(measured.n_samples), tuple(measured.scores or ()))
-    shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
+    entry = session.entry
+    shapes = entry.input_profiles() if entry is not None and hasattr(entry, "input_profiles") else None
     cost, _layers = build_plan_engine(session.model.proto, name="fp32", shapes=shapes)
     return FormatPoint(
         label="FP32 (reference)",
