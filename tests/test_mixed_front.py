@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,7 @@ def test_report_shows_the_pareto_view(panel, tmp_path: Path) -> None:
     search = run.mixed_search
     html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "mixed-precision" in SECTION_IDS and '<section id="mixed-precision">' in html
+    assert not re.search(r"<td>\s*</td>", html)  # no blank cell anywhere in the report of this run
     section = html[html.index('<section id="mixed-precision">') : html.index('<section id="timing">')]
     assert 'id="fig-pareto"' in section
     traces_json = section[section.index("Plotly.newPlot(") :].split(",", 1)[1].lstrip()

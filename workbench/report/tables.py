@@ -25,11 +25,18 @@ def esc(value: object) -> str:
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw_columns: tuple[int, ...] = ()) -> str:
-    """A plain table; cells are escaped except in ``raw_columns`` (already HTML)."""
+    """A plain table; cells are escaped except in ``raw_columns`` (already HTML). A cell with no text reads "-": a
+    table never shows a blank cell (nothing measured is said, not left empty)."""
+
+    def cell_html(index: int, cell: object) -> str:
+        text = "" if cell is None else str(cell)
+        if not text.strip():
+            return "-"
+        return text if index in raw_columns else esc(text)
+
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell if i in raw_columns else esc(cell)}</td>" for i, cell in enumerate(row)) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f"<td>{cell_html(i, cell)}</td>" for i, cell in enumerate(row)) + "</tr>" for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
