@@ -547,7 +547,7 @@ def mixed_main(args: argparse.Namespace) -> int:
             ranges=mse_ranges,
             limit=args.eval_limit,
             ranking=args.mixed_ranking,
-            log=lambda text, name=name: print(f"[{name}] {text}", flush=True),
+            progress=lambda event, name=name: print(f"[{name}] {event.text()}", flush=True),
         )
         final = session.evaluate(session.quantize(mse_ranges, result.plan), limit=args.eval_limit)
         int8, total = result.ops_by_type.get(op_type, [0, 0])
@@ -759,7 +759,7 @@ def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
         limit=limit,
         formats=[f.strip() for f in args.formats.split(",")],
         build_costs=False,
-        log=lambda text: print(f"[{name}] {text}", flush=True),
+        progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
     )
     interval = None
     chosen = result.chosen
