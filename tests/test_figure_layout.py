@@ -77,7 +77,7 @@ def test_candidates_figure_range_marks_the_rules_pick_and_has_intervals() -> Non
     assert trace.error_y.array[0] == pytest.approx(0.01) and trace.error_y.arrayminus[0] == pytest.approx(0.02)
 
 
-def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ranges() -> None:
+def test_latency_throughput_figure_draws_p99_and_throughput_intervals() -> None:
     points = [
         {
             "series": "cpu b1",
@@ -86,7 +86,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
             "throughput_per_s": 100.0 * streams,
             "latency_ms": {"p99": 2.0 * streams},
             "latency_ci_ms": {"p99": (1.8 * streams, 2.5 * streams)},
-            "window_throughputs": (95.0 * streams, 104.0 * streams),
+            "throughput_ci_per_s": (95.0 * streams, 104.0 * streams),  # bootstrap 95% interval
         }
         for streams in (1, 2, 4)
     ]
@@ -97,6 +97,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
     assert list(trace.error_y.array) == pytest.approx([0.5, 1.0, 2.0])
     assert list(trace.error_y.arrayminus) == pytest.approx([0.2, 0.4, 0.8])
     assert list(trace.error_x.array) == pytest.approx([4.0, 8.0, 16.0])
+    assert list(trace.error_x.arrayminus) == pytest.approx([5.0, 10.0, 20.0])
     assert list(trace.textposition) == ["top center", "bottom center", "top center"]  # labels alternate
 
 
@@ -109,7 +110,7 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
         rho = rate / capacity
         p99 = 1e10 if rho >= 1 else 2.0 + 4.0 * rho / (1 - rho)  # a saturated run: requests never served
         return LoadProbe(
-            config, rate, min(rate, capacity), p99, (p99, p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
+            config, rate, min(rate, capacity), p99, (0.9 * p99, 1.2 * p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
         )
 
     result = sla_search(probe, 10.0, {"lanes": (1,), "max_batch": (1, 4), "max_queue_delay_ms": (0,)}, start_rate=200.0)
@@ -117,6 +118,9 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
     assert_fits_its_container(figure)
     low, high = figure.layout.yaxis.range
     assert high <= math.log10(100 * 10.0 * 1.5) + 1e-9 and low < math.log10(10.0)
+    curve = figure.data[0]  # every probe's p99 with its 95% interval as an error bar
+    assert list(curve.error_y.array) == pytest.approx([0.2 * y for y in curve.y])
+    assert list(curve.error_y.arrayminus) == pytest.approx([0.1 * y for y in curve.y])
 
 
 def test_every_other_figure_fits_its_container() -> None:

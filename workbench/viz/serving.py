@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from workbench.timing.serving.result import ServeConfig, SlaSearchResult
+from workbench.timing.serving.result import LoadProbe, ServeConfig, SlaSearchResult
 from workbench.viz.layout import fit_to_container
 
 BUDGET_COLOR = "#d62728"
@@ -22,6 +22,19 @@ VERSION_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
 
 def _config_label(config: ServeConfig) -> str:
     return f"{config.lanes} lanes, batch {config.max_batch}, delay {config.max_queue_delay_ms:g} ms"
+
+
+def _p99_bars(probes: Sequence[LoadProbe]) -> dict[str, object]:
+    """Each probe's p99 bootstrap 95% interval as error bars (none where it was not measured or is not finite)."""
+
+    def ends(probe: LoadProbe) -> tuple[float, float]:
+        low, high = probe.p99_ci_ms
+        if not all(math.isfinite(v) for v in (low, high, probe.p99_ms)):
+            return (0.0, 0.0)
+        return (max(probe.p99_ms - low, 0.0), max(high - probe.p99_ms, 0.0))
+
+    below, above = zip(*(ends(p) for p in probes), strict=True) if probes else ((), ())
+    return {"type": "data", "symmetric": False, "array": list(above), "arrayminus": list(below), "thickness": 1}
 
 
 def sla_search_figure(
@@ -52,6 +65,7 @@ def sla_search_figure(
                     legendgroup="grid" if background else label,
                     showlegend=not background or index == 0,
                     line=dict(width=1, color=GRID_COLOR) if background else dict(width=1.5),
+                    error_y=None if background else _p99_bars(probes),
                     marker=dict(
                         symbol=["circle" if p.passed else "circle-open" for p in probes],
                         size=5 if background else 8,

@@ -167,7 +167,15 @@ def sweep_point(result: TimingResult) -> dict[str, object]:
         "latency_ms": dict(result.latency_ms),
         "latency_ci_ms": dict(result.latency_ci_ms),
         "window_throughputs": tuple(result.window_throughputs),
+        "throughput_ci_per_s": tuple(result.throughput_ci_per_s),
     }
+
+
+def _finite_pair(pair: Sequence[float] | None) -> tuple[float, float] | None:
+    """An interval ``(low, high)`` when both ends were measured, else None (drawn without a bar)."""
+    if not pair or len(pair) != 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair):
+        return None
+    return (float(pair[0]), float(pair[1]))
 
 
 def latency_throughput_figure(
@@ -192,9 +200,9 @@ def latency_throughput_figure(
         streams = [_field(p, "streams") for p in items]
         x = [_field(p, "throughput_per_s") for p in items]
         y = [_field(p, "latency_ms")[percentile] for p in items]
-        # the measured spread: the percentile's bootstrap 95% interval, and throughput's range over the run's windows
-        y_ci = [(_field(p, "latency_ci_ms") or {}).get(percentile) for p in items]
-        windows = [tuple(_field(p, "window_throughputs") or ()) for p in items]
+        # the measured spread: each axis's bootstrap 95% interval (the percentile's, throughput's over sub-windows)
+        y_ci = [_finite_pair((_field(p, "latency_ci_ms") or {}).get(percentile)) for p in items]
+        x_ci = [_finite_pair(_field(p, "throughput_ci_per_s")) for p in items]
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -202,15 +210,15 @@ def latency_throughput_figure(
                 error_y={
                     "type": "data",
                     "symmetric": False,
-                    "array": [ci[1] - v if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
-                    "arrayminus": [v - ci[0] if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "array": [max(ci[1] - v, 0.0) if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "arrayminus": [max(v - ci[0], 0.0) if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
                     "thickness": 1,
                 },
                 error_x={
                     "type": "data",
                     "symmetric": False,
-                    "array": [max(w) - v if w else 0 for w, v in zip(windows, x, strict=True)],
-                    "arrayminus": [v - min(w) if w else 0 for w, v in zip(windows, x, strict=True)],
+                    "array": [max(ci[1] - v, 0.0) if ci else 0 for ci, v in zip(x_ci, x, strict=True)],
+                    "arrayminus": [max(v - ci[0], 0.0) if ci else 0 for ci, v in zip(x_ci, x, strict=True)],
                     "thickness": 1,
                 },
                 mode="lines+markers+text",
