@@ -132,8 +132,8 @@ def test_front_across_formats_in_the_report_and_the_export_panel(panel, tmp_path
     """Issue 25: every built variant (FP32, FP16, INT8, mixed) and the search's plans as metric against engine size,
     the front flagged by the definition (checked pairwise here), drawn with 95% error bars in the report and the
     export panel."""
+    from workbench.flow.formats import run_front
     from workbench.report import write_report
-    from workbench.report.formats import run_front
 
     run = panel.session.run
     front = run_front(run)
