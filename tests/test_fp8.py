@@ -314,3 +314,22 @@ def test_fp8_quantizes_minilm_attention_matmuls() -> None:
         if node.name in attention:
             assert all(name in dq_outputs for name in node.input[:2]), node.name
     assert session.evaluate(quantized, limit=16).value > 0.99
+
+
+def test_fp8_default_plan_keeps_only_the_stem_out_of_fp8() -> None:
+    """EfficientNet-Lite0: the FP8 plan keeps its stem Conv and first depthwise Conv FP16 (2 of 50, within the 5 %
+    budget), every other Conv FP8; the digits CNN (6 layers) has no budget for a stem and stays all FP8."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.precision.qdq_rules import fp8_stem_layers
+    from workbench.zoo import get_entry
+
+    entry = get_entry("efficientnet-lite0")
+    session = CalibrationSession(entry.load(), data="random", progress=False)
+    stem = fp8_stem_layers(session.prepared, prepared=True)
+    assert list(stem) == ["/_conv_stem/Conv", "/_blocks.0/_depthwise_conv/Conv"]
+    plan = session.default_plan("fp8")
+    assert plan.default == "fp8" and plan.overrides == dict.fromkeys(stem, "fp16")
+    placement = session.placement(plan)
+    assert len(placement.fp8_nodes) == 48 and set(stem) <= set(placement.excluded)
+    assert session.default_plan("int8").overrides == {}
+    assert fp8_stem_layers(get_entry("digits-cnn").load().proto) == {}
