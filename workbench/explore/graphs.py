@@ -29,13 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from model_explorer import graph_builder as gb
-
 from workbench.engine.built_onnx import built_onnx
 from workbench.engine.layermap import BOOKKEEPING_OPS, LayerEntry, LayerMap
 from workbench.engine.precision_check import PrecisionCheck
 from workbench.engine.records import EngineLayers, LayerRecord, TensorRecord
 from workbench.errors import WorkbenchError
+from workbench.explore.builders import graph_builder as gb
 from workbench.viz.engine_view import fused_ops_label as _fused_ops_label
 from workbench.viz.palette import precision_color
 

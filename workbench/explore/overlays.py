@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from model_explorer import node_data_builder as ndb
-
 from workbench.engine.lint import LintReport
+from workbench.explore.builders import node_data_builder as ndb
 from workbench.explore.graphs import (
     ENGINE_GRAPH_ID,
     ONNX_GRAPH_ID,
