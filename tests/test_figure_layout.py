@@ -183,3 +183,43 @@ def test_export_panel_marks_the_rules_pick_not_the_last_export(tmp_path) -> None
         assert f"&#9654; {pick.precision}" in panel.table.value and panel.table.value.count("&#9654;") == 1
         sizes = dict(zip(panel.figure.data[0].text, panel.figure.data[0].marker.size, strict=True))
         assert sizes[f"{pick.precision} (rule's pick)"] == 18 and sorted(sizes.values()) == [12, 12, 18]
+
+
+def test_timing_figures_of_the_committed_h200_results_are_readable() -> None:
+    """Real measured data (bench/results, ResNet-50 FP16 on an H200): one 155 ms configuration among 2-10 ms ones puts
+    the latency axis on a log scale with 1-2-5 ticks; no two point labels land on each other or on the SLA label; the
+    SLA and budget labels sit on their lines (on a log axis an annotation's y is log10 of the value)."""
+    import json
+
+    from workbench.repo import bench_results_dir
+    from workbench.timing.serving import SlaSearchResult
+    from workbench.viz.timing import LABEL_ROOM
+
+    bench = json.loads((bench_results_dir() / "pipeline_h200_2026-12-02.json").read_text())
+    resnet = next(m for m in bench["models"] if m["model"] == "resnet50")
+    points = [dict(r, series=f"{r['kind']}, batch {r['batch']}") for r in resnet["runs"] if r["kind"] == "pipeline"]
+    points += [dict(r, series="open batched") for r in resnet["runs"] if r["kind"] == "open_batched"]
+    figure = latency_throughput_figure(points, sla_ms=5.0)
+    assert_fits_its_container(figure)
+    assert figure.layout.yaxis.type == "log" and {1, 2, 5} & {round(v) for v in figure.layout.yaxis.tickvals}
+    (sla,) = [a for a in figure.layout.annotations if a.text == "SLA 5 ms"]
+    assert sla.y == pytest.approx(math.log10(5.0))
+    labelled = [
+        (x, math.log10(y)) for trace in figure.data for x, y, t in zip(trace.x, trace.y, trace.text, strict=True) if t
+    ]
+    assert len(labelled) >= 6 and all(len(trace.customdata) == len(trace.x) for trace in figure.data)
+    x0, x1 = min(x for x, _ in labelled), max(x for x, _ in labelled)
+    ys = [math.log10(p["latency_ms"]["p99"]) for p in points]
+    for i, (xa, ya) in enumerate(labelled):
+        for xb, yb in labelled[i + 1 :]:
+            apart_x = abs(xa - xb) / (x1 - x0) >= LABEL_ROOM[0] * 0.9
+            apart_y = abs(ya - yb) / (max(ys) - min(ys)) >= LABEL_ROOM[1] * 0.9
+            assert apart_x or apart_y, ((xa, ya), (xb, yb))
+
+    run2 = json.loads((bench_results_dir() / "serving_h200_2026-12-03_run2.json").read_text())
+    quick = SlaSearchResult.from_json(run2["sections"]["sla"]["sla_10ms_coordinate"])
+    serving = sla_search_figure(quick)
+    (budget,) = [a for a in serving.layout.annotations if a.text == "p99 budget 10 ms"]
+    assert budget.y == pytest.approx(1.0)  # log10(10): on the line, not at 10**10
+    ticks = serving.layout.yaxis.tickvals
+    assert 10 in ticks and all(f"{v:g}"[0] in "125" for v in ticks)  # 1-2-5 per decade, not 3, 4, 6, ... digits

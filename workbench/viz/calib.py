@@ -1,5 +1,7 @@
 """Figures for INT8 calibration: per-layer SQNR in topological order, a tensor's histogram with each method's
-threshold, and the task-metric table. Functions return plotly figures; nothing is shown here."""
+threshold, the mixed-precision search's plans and the Pareto front across formats (the task-metric table with its
+intervals is :func:`workbench.viz.metrics.metric_table_figure`). Functions return plotly figures; nothing is shown
+here."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from workbench.viz.layout import fit_to_container
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+    from workbench.flow.formats import FormatFront
     from workbench.flow.uncertainty import Estimate
-    from workbench.report.formats import FormatFront
 
 
 def sqnr_figure(
@@ -132,25 +134,6 @@ def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, 
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         showlegend=False,
     )
-    return fit_to_container(figure)
-
-
-def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its metric and INT8 node count."""
-    import plotly.graph_objects as go
-
-    header = ["variant", "metric", "value", "INT8 nodes", "fallback nodes"]
-    columns = [
-        [str(r.get(key, "")) if not isinstance(r.get(key), float) else f"{r[key]:.4f}" for r in rows]
-        for key in ("variant", "metric", "value", "int8_nodes", "fallback")
-    ]
-    figure = go.Figure(
-        go.Table(
-            header={"values": header, "fill_color": palette.HEADER_FILL, "align": "left"},
-            cells={"values": columns, "align": "left"},
-        )
-    )
-    figure.update_layout(height=60 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
     return fit_to_container(figure)
 
 

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from workbench.timing.serving.result import LoadProbe, ServeConfig, SlaSearchResult
 from workbench.viz.layout import fit_to_container
+from workbench.viz.timing import log_ticks, threshold_line
 
 BUDGET_COLOR = "#d62728"
 CHOSEN_COLOR = "#111111"
@@ -96,13 +97,7 @@ def sla_search_figure(
                 hovertemplate="chosen<br>%{x:.0f}/s, p99 %{y:.2f} ms<extra></extra>",
             )
         )
-    figure.add_hline(
-        y=result.budget_ms,
-        line_dash="dot",
-        line_color=BUDGET_COLOR,
-        annotation_text=f"p99 budget {result.budget_ms:g} ms",
-        annotation_position="top left",
-    )
+    threshold_line(figure, result.budget_ms, f"p99 budget {result.budget_ms:g} ms", BUDGET_COLOR, log_y=True)
     # a saturated probe's p99 can be 10^10 ms (requests never served): the axis holds the budget and the probes near
     # it, up to 100x the budget; probes above are off the top (their values in the hover text)
     finite = [
@@ -115,7 +110,7 @@ def sla_search_figure(
     ]
     top = min(max(finite, default=result.budget_ms), 100 * result.budget_ms)
     bottom = min(min(finite, default=result.budget_ms), result.budget_ms)
-    y_range = [math.log10(bottom / 1.5), math.log10(max(top, result.budget_ms) * 1.5)]
+    y_axis = log_ticks(bottom, max(top, result.budget_ms))  # range with room, ticks at 1-2-5 of each decade
     runs = f"{result.strategy} search: {result.configurations} of {result.grid_size} configurations, {result.runs} runs"
     if grid is not None:
         runs += f" (grid: {grid.runs} runs, best {grid.best_rate_per_s:,.0f}/s)"
@@ -125,10 +120,10 @@ def sla_search_figure(
         xaxis_title="achieved throughput (requests/s, open loop)",
         yaxis_title="p99 latency (ms)",
         yaxis_type="log",
-        yaxis_range=y_range,
         height=460,
         legend=dict(font=dict(size=10)),
     )
+    figure.update_yaxes(**y_axis)
     return fit_to_container(figure)
 
 
