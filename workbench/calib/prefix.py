@@ -190,6 +190,11 @@ class PrefixCache:
         self._pending_outputs = (predictions, labels, indices) if not stopped else None
         return result
 
+    @property
+    def last_outputs(self) -> tuple[list[Prediction], list[Label], list[int]] | None:
+        """(predictions, labels, indices) of the latest evaluation (None when it stopped early)."""
+        return getattr(self, "_pending_outputs", None)
+
     def adopt(self) -> None:
         """Make the model evaluated last the new base (a search kept it): later plans reuse its activations."""
         if not self._pending and any(c.position > self.last_cut for c in self.cuts):
