@@ -3,7 +3,11 @@
 :class:`ProgressAdapter`: a bar, the current step, the seconds since the action started (ticking while it runs) and a
 Cancel button. Callable with the one progress type, :class:`workbench.progress.ProgressEvent`, from the flow's stages, the
 sweep and TensorRT's builder phases alike (it returns False once Cancel was pressed, which stops the work at its
-next step). Panels whose stage reports no steps call :meth:`start` / :meth:`step` themselves.
+next step). The first task reporting after :meth:`start` moves the bar (the flow's stages, a sweep's
+configurations); a nested one (an evaluation of the precision search, a TensorRT build inside a stage) shows as the
+step's detail: "Mixed-precision search · evaluation 3 of 8, 38 %: plan 2 (41.2 s)". Panels whose stage reports no
+steps call :meth:`start` / :meth:`step` themselves. While busy the widget carries the class ``workbench-busy`` (the
+page pins a copy of a busy bar that Run All scrolled out of view, see :mod:`workbench.ui.fit`).
 
 :class:`Worker`: runs one panel action at a time on a background thread so widgets stay responsive; a new request
 while one runs cancels it and runs after it (the latest settings win). ``Worker(background=False)`` runs inline
@@ -15,7 +19,8 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import ipywidgets as widgets
 
@@ -47,6 +52,8 @@ class ProgressAdapter:
         self.started: float | None = None
         self.message = ""
         self.cancel_requested = False
+        self.detail = ""  # a nested task's step ("evaluation 3 of 8, 38 %: ..."), shown after the message
+        self._main_task: str | None = None  # the task whose steps move the bar (the first to report after start)
         self._ticker: threading.Thread | None = None
 
     # --- what panels call ---------------------------------------------------------------------------------------
@@ -54,9 +61,11 @@ class ProgressAdapter:
         """A new action: the bar restarts at 0 of ``total``, the clock at 0 s; Cancel shows if the action allows it."""
         self.started = time.monotonic()
         self.cancel_requested = False
+        self.detail, self._main_task = "", None
         self.bar.max, self.bar.value, self.bar.bar_style = max(int(total), 1), 0, "info"
         self.cancel_button.layout.display = "" if self.cancellable else "none"
         self.cancel_button.disabled = False
+        self.widget.add_class("workbench-busy")
         self._show(message)
         if self._ticker is None or not self._ticker.is_alive():
             self._ticker = threading.Thread(target=self._tick, name="workbench-progress-clock", daemon=True)
@@ -70,6 +79,7 @@ class ProgressAdapter:
             self.bar.max = max(int(total), 1)
         if index is not None:
             self.bar.value = min(int(index), self.bar.max)
+        self.detail = ""
         self._show(message)
 
     def done(self, message: str = "done") -> None:
@@ -87,6 +97,11 @@ class ProgressAdapter:
             self.cancel_button.disabled = True
             self._show(f"{self.message}: cancelling after this step")
 
+    def resume(self) -> None:
+        """Take requests to stop back: the queued action that replaces a cancelled one runs (see :class:`Worker`)."""
+        self.cancel_requested = False
+        self.cancel_button.disabled = False
+
     @property
     def busy(self) -> bool:
         return self.started is not None
@@ -100,7 +115,17 @@ class ProgressAdapter:
         """Show one :class:`~workbench.progress.ProgressEvent`; False once Cancel was pressed (the work stops)."""
         if self.cancel_requested:
             return False
-        if event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
+        if self.started is None and event.kind == "step":
+            self.start(event.message, event.total or 1)
+        if self._main_task is None:
+            self._main_task = event.task
+        if event.task != self._main_task:  # a nested task: its step is the current step's detail
+            if event.kind == "finish":
+                self.detail = ""
+            elif event.kind == "step" or (event.kind == "start" and not event.parent):
+                self.detail = event.text() if event.total else event.message
+            self._show(self.message)
+        elif event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
             if event.kind == "start" and not event.parent and event.total:
                 self.bar.max, self.bar.value = int(event.total), 0
                 self._show(event.message)
@@ -116,12 +141,14 @@ class ProgressAdapter:
         seconds = self.elapsed_s
         self.started = None
         self.cancel_button.layout.display = "none"
-        self.message = message
+        self.widget.remove_class("workbench-busy")
+        self.message, self.detail, self._main_task = message, "", None
         self.label.value = f"{message} ({seconds:.1f} s)"
 
     def _show(self, message: str) -> None:
         self.message = message
-        self.label.value = f"{message} ({self.elapsed_s:.1f} s)" if self.started is not None else message
+        text = f"{message} \u00b7 {self.detail}" if self.detail else message
+        self.label.value = f"{text} ({self.elapsed_s:.1f} s)" if self.started is not None else text
 
     def _tick(self) -> None:
         """Keep the elapsed seconds moving while a step runs (the widget update is sent from this thread)."""
@@ -129,6 +156,23 @@ class ProgressAdapter:
             time.sleep(TICK_S)
             if self.started is not None:
                 self._show(self.message)
+
+
+@contextmanager
+def loading(message: str) -> Iterator[ProgressAdapter]:
+    """A progress bar shown at once while a notebook cell imports the workbench (seconds on a busy machine), removed
+    when the block ends: ``with loading("importing the cleaner"): from workbench.ui.clean_panel import CleanPanel``.
+    This module is light to import (ipywidgets only), so the bar is on screen before the heavy imports start."""
+    from IPython.display import display
+
+    progress = ProgressAdapter("loading")
+    display(progress.widget)
+    progress.start(message)
+    try:
+        yield progress
+    finally:
+        progress.done("loaded")
+        progress.widget.close()
 
 
 class Worker:
@@ -184,6 +228,7 @@ class Worker:
                 if self._pending is None:
                     return
                 (action, on_warnings), self._pending = self._pending, None
+            self.progress.resume()  # the Cancel that stopped the run before was meant for that run, not this one
 
     @staticmethod
     def _run(action: Callable[[], None], on_warnings: Callable[[list[str]], None] | None) -> None:
