@@ -59,7 +59,16 @@ function install(css) {
   style.textContent = css;
   document.head.appendChild(style);
   const widths = new WeakMap();
-  let pending = null;
+  let pending = null, resizing = null;
+  const outputs = new ResizeObserver((entries) => {
+    const stale = entries.some((entry) => {
+      const svg = entry.target.querySelector(".main-svg");
+      return svg && Math.abs(svg.getBoundingClientRect().width - entry.contentRect.width) > 4;
+    });
+    if (stale && resizing === null) {
+      resizing = setTimeout(() => { resizing = null; window.dispatchEvent(new Event("resize")); }, 200);
+    }
+  });
   const observer = new ResizeObserver((entries) => {
     let changed = false;
     for (const entry of entries) {
@@ -76,10 +85,18 @@ function install(css) {
       }, 150);
     }
   });
-  const watch = (root) => root.querySelectorAll(".workbench-panel .js-plotly-plot").forEach((el) => {
-    // the figure's own box (shown/hidden as a tab page) and the box around it (resized with the window)
-    if (!el.__workbenchFit) { el.__workbenchFit = true; observer.observe(el); if (el.parentElement) { observer.observe(el.parentElement); } }
-  });
+  const watch = (root) => {
+    root.querySelectorAll(".workbench-panel .js-plotly-plot").forEach((el) => {
+      // the figure's own box (shown/hidden as a tab page) and the box around it (resized with the window)
+      if (!el.__workbenchFit) { el.__workbenchFit = true; observer.observe(el); if (el.parentElement) { observer.observe(el.parentElement); } }
+    });
+    // figures a cell displays (JupyterLab's plotly renderer): responsive (see _responsive_notebook_figures), they
+    // follow a window resize; JupyterLab did not resize them (seen: drawn at plotly's 700 px in a 468 px output
+    // area, and kept their first width when the window changed), so a width change of their box sends one
+    root.querySelectorAll(".jp-OutputArea-output.jp-RenderedPlotly").forEach((el) => {
+      if (!el.__workbenchFit) { el.__workbenchFit = true; outputs.observe(el); }
+    });
+  };
   watch(document);
   let queued = false;  // at most one scan per frame, however many nodes the page changes
   new MutationObserver(() => {
@@ -116,11 +133,11 @@ function pinBusyProgress() {
       const box = scroller(el);
       view = box ? box.getBoundingClientRect() : { top: 0, bottom: window.innerHeight, left: 0 };
       const rect = el.getBoundingClientRect();
-      if (rect.bottom < view.top + 4 || rect.top > view.bottom - 4) { source = el; break; }
+      // pinned unless the whole bar is in view (the sampler of tests/test_browser.py uses the same rule)
+      if (rect.top < view.top || rect.bottom > Math.min(view.bottom, window.innerHeight)) { source = el; break; }
     }
     if (!source) { pin.style.display = "none"; return; }
-    const label = [...source.querySelectorAll(".widget-label, .widget-inline-hbox .widget-label")].map((e) => e.innerText).join(" ");
-    const text = (label || source.innerText).replace(/Cancel/g, "").trim();
+    const text = source.innerText.replace(/Cancel/g, "").replace(/\\s+/g, " ").trim();
     const bar = source.querySelector(".progress-bar, .jupyter-widgets .progress-bar");
     const cancel = [...source.querySelectorAll("button")].find((b) => b.innerText.includes("Cancel"));
     pin.querySelector(".text").textContent = text;
@@ -152,6 +169,17 @@ function render({ model, el }) {
 }
 export default { render };
 """
+
+
+def _responsive_notebook_figures() -> None:
+    """Figures a notebook cell displays (plotly's mimetype renderers) redraw at their box's width on a window resize
+    (plotly.js's ``responsive`` config); the page's observer above sends that resize when a box's width changes."""
+    import plotly.io as pio
+
+    for name in pio.renderers:
+        renderer = pio.renderers[name]
+        if isinstance(getattr(renderer, "config", None), dict):
+            renderer.config = {**renderer.config, "responsive": True}
 
 
 class FitToContainer(anywidget.AnyWidget):  # type: ignore[misc]
@@ -187,6 +215,7 @@ def fit_panel(box: Any, holder: Any = None) -> FitToContainer:
     """``box`` (a panel's top-level VBox) marked as a workbench panel, its figures re-laid out on the fit widget's
     width changes; the fit widget goes into ``holder`` (default ``box``: a box whose children stay) and is returned
     (the panel marks the cells below it stale through it)."""
+    _responsive_notebook_figures()  # the figures the notebook's later cells display
     fit = FitToContainer()
     fit.observe(lambda _change: [autosize(figure) for figure in figures_in(box)], names="resized")
     box.add_class("workbench-panel")

@@ -5,7 +5,8 @@ Cancel button. Callable with the one progress type, :class:`workbench.progress.P
 sweep and TensorRT's builder phases alike (it returns False once Cancel was pressed, which stops the work at its
 next step). The first task reporting after :meth:`start` moves the bar (the flow's stages, a sweep's
 configurations); a nested one (an evaluation of the precision search, a TensorRT build inside a stage) shows as the
-step's detail: "Mixed-precision search · evaluation 3 of 8, 38 %: plan 2 (41.2 s)". Panels whose stage reports no
+step's detail: "Mixed-precision search · evaluation 3 of 8, 38 %: plan 2"; the seconds since the start tick in the
+page (:class:`Clock`), so they move even while the kernel's process is busy. Panels whose stage reports no
 steps call :meth:`start` / :meth:`step` themselves. While busy the widget carries the class ``workbench-busy`` (the
 page pins a copy of a busy bar that Run All scrolled out of view, see :mod:`workbench.ui.fit`).
 
@@ -22,13 +23,43 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
 from workbench.log import split_warnings
 from workbench.progress import ProgressEvent
 
 _STYLE = {"description_width": "110px"}
-TICK_S = 0.5
+
+# The seconds since the action started, counted in the page: a clock sent from the kernel froze whenever the kernel's
+# process held its lock or got no CPU (measured: importing onnx holds the GIL 1.7 s in ml_dtypes' C extension on a busy
+# 2-core machine) and every tick was a message through the server. The kernel sends the elapsed time with each step;
+# the page counts on from there.
+_CLOCK_ESM = """
+function render({ model, el }) {
+  el.classList.add("workbench-clock");
+  let base = 0, anchor = performance.now();
+  const sync = () => { base = model.get("elapsed"); anchor = performance.now(); draw(); };
+  const draw = () => {
+    el.textContent = model.get("running") ? `(${(base + (performance.now() - anchor) / 1000).toFixed(1)} s)` : "";
+  };
+  model.on("change:elapsed", sync);
+  model.on("change:running", sync);
+  sync();
+  const timer = setInterval(draw, 250);
+  return () => clearInterval(timer);
+}
+export default { render };
+"""
+
+
+class Clock(anywidget.AnyWidget):  # type: ignore[misc]
+    """Elapsed seconds, counted on in the page from the last value the kernel sent (blank when not running)."""
+
+    _esm = _CLOCK_ESM
+    elapsed = traitlets.Float(0.0).tag(sync=True)
+    running = traitlets.Bool(False).tag(sync=True)
 
 
 class ProgressAdapter:
@@ -39,6 +70,7 @@ class ProgressAdapter:
             value=0, min=0, max=1, description=description, style=_STYLE, layout=widgets.Layout(width="340px")
         )
         self.label = widgets.Label(value="")
+        self.clock = Clock()
         self.cancel_button = widgets.Button(
             description="Cancel",
             icon="stop",
@@ -46,7 +78,7 @@ class ProgressAdapter:
             layout=widgets.Layout(display="none", width="90px"),
         )
         self.cancel_button.on_click(lambda _button: self.cancel())
-        self.widget = widgets.HBox([self.bar, self.label, self.cancel_button])
+        self.widget = widgets.HBox([self.bar, self.label, self.clock, self.cancel_button])
         self.widget.add_class("workbench-progress")
         self.cancellable = cancellable
         self.started: float | None = None
@@ -54,7 +86,6 @@ class ProgressAdapter:
         self.cancel_requested = False
         self.detail = ""  # a nested task's step ("evaluation 3 of 8, 38 %: ..."), shown after the message
         self._main_task: str | None = None  # the task whose steps move the bar (the first to report after start)
-        self._ticker: threading.Thread | None = None
 
     # --- what panels call ---------------------------------------------------------------------------------------
     def start(self, message: str, total: int = 1) -> None:
@@ -67,9 +98,6 @@ class ProgressAdapter:
         self.cancel_button.disabled = False
         self.widget.add_class("workbench-busy")
         self._show(message)
-        if self._ticker is None or not self._ticker.is_alive():
-            self._ticker = threading.Thread(target=self._tick, name="workbench-progress-clock", daemon=True)
-            self._ticker.start()
 
     def step(self, message: str, index: int | None = None, total: int | None = None) -> None:
         """The action moved on to ``message`` (step ``index`` of ``total`` when known)."""
@@ -141,21 +169,18 @@ class ProgressAdapter:
         seconds = self.elapsed_s
         self.started = None
         self.cancel_button.layout.display = "none"
+        self.clock.running = False
         self.widget.remove_class("workbench-busy")
         self.message, self.detail, self._main_task = message, "", None
         self.label.value = f"{message} ({seconds:.1f} s)"
 
     def _show(self, message: str) -> None:
+        """The step (and its detail) in the label; while busy the page's clock counts on from the elapsed time."""
         self.message = message
-        text = f"{message} \u00b7 {self.detail}" if self.detail else message
-        self.label.value = f"{text} ({self.elapsed_s:.1f} s)" if self.started is not None else text
-
-    def _tick(self) -> None:
-        """Keep the elapsed seconds moving while a step runs (the widget update is sent from this thread)."""
-        while self.started is not None:
-            time.sleep(TICK_S)
-            if self.started is not None:
-                self._show(self.message)
+        self.label.value = f"{message} \u00b7 {self.detail}" if self.detail else message
+        if self.started is not None:
+            self.clock.elapsed = round(self.elapsed_s, 1)
+            self.clock.running = True
 
 
 @contextmanager
@@ -165,14 +190,18 @@ def loading(message: str) -> Iterator[ProgressAdapter]:
     This module is light to import (ipywidgets only), so the bar is on screen before the heavy imports start."""
     from IPython.display import display
 
+    from workbench.ui.fit import FitToContainer
+
     progress = ProgressAdapter("loading")
-    display(progress.widget)
+    fit = FitToContainer()  # the page's rules from the start: a bar scrolled out of view is pinned
+    shown = widgets.VBox([progress.widget, fit])
+    display(shown)
     progress.start(message)
     try:
         yield progress
     finally:
         progress.done("loaded")
-        progress.widget.close()
+        shown.close()
 
 
 class Worker:
