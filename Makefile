@@ -13,7 +13,7 @@ demo: $(RUNTIME_STAMP)
 	$(BIN)/workbench demo
 
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

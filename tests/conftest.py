@@ -16,6 +16,25 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+# Real-browser tests assert on what a user sees within a second or two: under pytest-xdist (make test) they share
+# one worker and run one after another, never two Chromium + JupyterLab pairs at once.
+BROWSER_TEST_FILES = frozenset({"test_browser.py", "test_explore_browser.py"})
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with the browser files as one unit (each file's fixtures stay in one worker)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class BrowserFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "browser" if Path(path).name in BROWSER_TEST_FILES else path
+
+    return BrowserFilesTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not any(item.get_closest_marker("gpu") for item in items):
         return

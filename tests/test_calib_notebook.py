@@ -15,12 +15,16 @@ def test_notebook_03_executes_headless() -> None:
     """The notebook's mechanics on 32 evaluation samples (its defaults evaluate all 300: the slow test below)."""
     run = execute_notebook(NOTEBOOK.name, parameters={"EVAL_SAMPLES": "32"})
     assert run.seconds < 120
-    assert run.count("application/vnd.plotly.v1+json") >= 3  # histogram + SQNR chart + Pareto of the search
+    # histogram + SQNR chart + Pareto of the search + the front across formats
+    assert run.count("application/vnd.plotly.v1+json") >= 4
     text = run.stream_text
     assert "tensors from 16 samples" in text and "accumulated" in text and "lowest local SQNR" in text
     assert "FP32" in text and "INT8 (max)" in text and "mixed (int8+fp32)" in text
     assert "task evaluations (+1 FP32)" in text  # the accuracy-target search ran
     assert "  front: plan " in text and "(n=32)" in text  # its Pareto front, each plan with interval and samples
+    # the front across formats: the FP32 model's build and metric on the search's samples, and every plan
+    reference = next(line for line in text.splitlines() if line.strip().startswith("FP32 (reference)"))
+    assert "fp32 51" in reference and "(n=32)" in reference and " MB" in reference
 
 
 @pytest.mark.slow
@@ -35,6 +39,11 @@ def test_notebook_03_defaults_show_the_int8_loss_it_describes() -> None:
     assert "(n=300)" in int8_line and "within noise" not in int8_line, int8_line
     low, high = (float(v) for v in re.search(r"vs FP32 [+-][\d.]+ \[([+-][\d.]+), ([+-][\d.]+)\]", int8_line).groups())
     assert low < high < 0, int8_line  # a loss, and the interval excludes zero
+    # the search over formats works on the same 300 samples, so it starts from that loss and tries FP8 first
+    text = run.stream_text
+    assert "all-INT8" in text and "to fp8:" in text, text[-2000:]
+    fronts = [line for line in text.splitlines() if line.endswith("(on the front)")]
+    assert fronts and all("(n=300)" in line for line in fronts)
 
 
 def test_calibration_panel_is_driven_by_its_widgets() -> None:

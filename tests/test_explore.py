@@ -232,6 +232,33 @@ def test_export_is_what_model_explorer_loads(builds, tmp_path: Path) -> None:
     assert "model-explorer" in (out / "README.txt").read_text()
 
 
+def test_graph_and_node_data_files_are_the_stock_writers_documents_less_what_the_page_does_not_need(builds) -> None:
+    """The explorer writes its JSON with its own fast converter: the node data are exactly what Model Explorer's
+    ``to_json_string`` writes; the graphs are ``remove_none(asdict(...))`` less the empty optional lists; the ONNX
+    graph's layer nodes carry a short summary (the engine graph's node of the same id carries the whole record)."""
+    import dataclasses
+
+    from model_explorer.utils import remove_none
+
+    view = builds["ocr-cls.fp32"]
+    for overlay in ov.build_overlays(view, lint_report=lint(view.layer_map, view.engine_layers)):
+        assert json.loads(overlay.json_text()) == json.loads(overlay.data.to_json_string()), overlay.key
+    onnx_graph, engine_graph = g.onnx_graph(view), g.engine_graph(view)
+    for graph in (onnx_graph, engine_graph):
+        ours = g.graphs_json(g.graph_collection("x", [graph]))
+        stock = remove_none(dataclasses.asdict(g.graph_collection("x", [graph])))
+        for node in stock["graphs"][0]["nodes"]:
+            for key in [k for k, v in node.items() if v == [] and k in g._OPTIONAL_NODE_LISTS]:
+                del node[key]
+        assert json.loads(json.dumps(ours)) == json.loads(json.dumps(stock))
+    layer = next(layer for layer in view.layer_map.layers if not layer.inserted)
+    in_onnx = {kv.key for kv in next(n for n in onnx_graph.nodes if n.id == layer.name).attrs}
+    in_engine = {kv.key for kv in next(n for n in engine_graph.nodes if n.id == layer.name).attrs}
+    assert {"layer type", "precision"} <= in_onnx and {"tactic", "inputs", "outputs"} <= in_engine - in_onnx
+    onnx_node = next(n for n in onnx_graph.nodes if n.id.startswith(g.ONNX_ID_PREFIX))
+    assert "ONNX node" not in {kv.key for kv in onnx_node.attrs}  # the id says it
+
+
 def _bad_qdq_digits(tmp_path: Path) -> Path:
     """digits-cnn with a Q/DQ pair on the softmax-side output, where no INT8 convolution/GEMM can absorb it."""
     from workbench.zoo import get_entry

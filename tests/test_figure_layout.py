@@ -77,7 +77,7 @@ def test_candidates_figure_range_marks_the_rules_pick_and_has_intervals() -> Non
     assert trace.error_y.array[0] == pytest.approx(0.01) and trace.error_y.arrayminus[0] == pytest.approx(0.02)
 
 
-def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ranges() -> None:
+def test_latency_throughput_figure_draws_p99_and_throughput_intervals() -> None:
     points = [
         {
             "series": "cpu b1",
@@ -86,7 +86,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
             "throughput_per_s": 100.0 * streams,
             "latency_ms": {"p99": 2.0 * streams},
             "latency_ci_ms": {"p99": (1.8 * streams, 2.5 * streams)},
-            "window_throughputs": (95.0 * streams, 104.0 * streams),
+            "throughput_ci_per_s": (95.0 * streams, 104.0 * streams),  # bootstrap 95% interval
         }
         for streams in (1, 2, 4)
     ]
@@ -97,6 +97,7 @@ def test_latency_throughput_figure_draws_p99_intervals_and_throughput_window_ran
     assert list(trace.error_y.array) == pytest.approx([0.5, 1.0, 2.0])
     assert list(trace.error_y.arrayminus) == pytest.approx([0.2, 0.4, 0.8])
     assert list(trace.error_x.array) == pytest.approx([4.0, 8.0, 16.0])
+    assert list(trace.error_x.arrayminus) == pytest.approx([5.0, 10.0, 20.0])
     assert list(trace.textposition) == ["top center", "bottom center", "top center"]  # labels alternate
 
 
@@ -109,7 +110,7 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
         rho = rate / capacity
         p99 = 1e10 if rho >= 1 else 2.0 + 4.0 * rho / (1 - rho)  # a saturated run: requests never served
         return LoadProbe(
-            config, rate, min(rate, capacity), p99, (p99, p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
+            config, rate, min(rate, capacity), p99, (0.9 * p99, 1.2 * p99), p99 / 2, 100, 0, 0, 1.0, 0.0, p99 <= 10, ""
         )
 
     result = sla_search(probe, 10.0, {"lanes": (1,), "max_batch": (1, 4), "max_queue_delay_ms": (0,)}, start_rate=200.0)
@@ -117,6 +118,9 @@ def test_sla_axis_stops_at_100x_the_budget_when_a_probe_saturates() -> None:
     assert_fits_its_container(figure)
     low, high = figure.layout.yaxis.range
     assert high <= math.log10(100 * 10.0 * 1.5) + 1e-9 and low < math.log10(10.0)
+    curve = figure.data[0]  # every probe's p99 with its 95% interval as an error bar
+    assert list(curve.error_y.array) == pytest.approx([0.2 * y for y in curve.y])
+    assert list(curve.error_y.arrayminus) == pytest.approx([0.1 * y for y in curve.y])
 
 
 def test_every_other_figure_fits_its_container() -> None:
@@ -179,3 +183,43 @@ def test_export_panel_marks_the_rules_pick_not_the_last_export(tmp_path) -> None
         assert f"&#9654; {pick.precision}" in panel.table.value and panel.table.value.count("&#9654;") == 1
         sizes = dict(zip(panel.figure.data[0].text, panel.figure.data[0].marker.size, strict=True))
         assert sizes[f"{pick.precision} (rule's pick)"] == 18 and sorted(sizes.values()) == [12, 12, 18]
+
+
+def test_timing_figures_of_the_committed_h200_results_are_readable() -> None:
+    """Real measured data (bench/results, ResNet-50 FP16 on an H200): one 155 ms configuration among 2-10 ms ones puts
+    the latency axis on a log scale with 1-2-5 ticks; no two point labels land on each other or on the SLA label; the
+    SLA and budget labels sit on their lines (on a log axis an annotation's y is log10 of the value)."""
+    import json
+
+    from workbench.repo import bench_results_dir
+    from workbench.timing.serving import SlaSearchResult
+    from workbench.viz.timing import LABEL_ROOM
+
+    bench = json.loads((bench_results_dir() / "pipeline_h200_2026-12-02.json").read_text())
+    resnet = next(m for m in bench["models"] if m["model"] == "resnet50")
+    points = [dict(r, series=f"{r['kind']}, batch {r['batch']}") for r in resnet["runs"] if r["kind"] == "pipeline"]
+    points += [dict(r, series="open batched") for r in resnet["runs"] if r["kind"] == "open_batched"]
+    figure = latency_throughput_figure(points, sla_ms=5.0)
+    assert_fits_its_container(figure)
+    assert figure.layout.yaxis.type == "log" and {1, 2, 5} & {round(v) for v in figure.layout.yaxis.tickvals}
+    (sla,) = [a for a in figure.layout.annotations if a.text == "SLA 5 ms"]
+    assert sla.y == pytest.approx(math.log10(5.0))
+    labelled = [
+        (x, math.log10(y)) for trace in figure.data for x, y, t in zip(trace.x, trace.y, trace.text, strict=True) if t
+    ]
+    assert len(labelled) >= 6 and all(len(trace.customdata) == len(trace.x) for trace in figure.data)
+    x0, x1 = min(x for x, _ in labelled), max(x for x, _ in labelled)
+    ys = [math.log10(p["latency_ms"]["p99"]) for p in points]
+    for i, (xa, ya) in enumerate(labelled):
+        for xb, yb in labelled[i + 1 :]:
+            apart_x = abs(xa - xb) / (x1 - x0) >= LABEL_ROOM[0] * 0.9
+            apart_y = abs(ya - yb) / (max(ys) - min(ys)) >= LABEL_ROOM[1] * 0.9
+            assert apart_x or apart_y, ((xa, ya), (xb, yb))
+
+    run2 = json.loads((bench_results_dir() / "serving_h200_2026-12-03_run2.json").read_text())
+    quick = SlaSearchResult.from_json(run2["sections"]["sla"]["sla_10ms_coordinate"])
+    serving = sla_search_figure(quick)
+    (budget,) = [a for a in serving.layout.annotations if a.text == "p99 budget 10 ms"]
+    assert budget.y == pytest.approx(1.0)  # log10(10): on the line, not at 10**10
+    ticks = serving.layout.yaxis.tickvals
+    assert 10 in ticks and all(f"{v:g}"[0] in "125" for v in ticks)  # 1-2-5 per decade, not 3, 4, 6, ... digits

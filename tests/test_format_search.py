@@ -143,3 +143,136 @@ def test_early_stop_ends_an_evaluation_the_paired_interval_decides(digits) -> No
     full = session.evaluate(bad, limit=200)
     assert list(stopped.scores) == list(full.scores)[: stopped.n_samples]
     assert full.value < cache.base_result.value - 0.2
+
+
+def test_screening_scores_trials_on_a_subset_and_the_pick_on_the_whole_set(digits) -> None:  # type: ignore[no-untyped-def]
+    """With ``screen`` the trials run on the first samples only; the plan the search ends on is evaluated on the
+    whole set, and that whole-set number is the result's (the same as a plain evaluation of the plan)."""
+    kwargs = {"budget": 3, "limit": 200, "formats": ("int8", "fp8", "fp16"), "build_costs": False, "screen": 64}
+    result = search_mixed_precision(digits, target=1.01, **kwargs)
+    assert result.screening_samples == 64 and not result.met
+    trials = [p for p in result.evaluated if not p.chosen]
+    assert trials and all(p.n_samples <= 64 for p in trials)
+    chosen = result.chosen
+    assert chosen.n_samples == result.evaluation_samples == 200
+    whole = digits.evaluate(digits.quantize(digits.ranges("mse"), result.plan), limit=200)
+    assert result.metric == whole.value and list(chosen.scores) == list(whole.scores)
+    assert result.evaluations_used == len(result.evaluated) == 1 + len(result.reverts) + 1  # + the confirmation
+    easy = search_mixed_precision(digits, target_drop=0.5, **kwargs)  # all-INT8 meets it on the screen and the set
+    assert easy.met and easy.stop_reason == "target met by all-INT8" and easy.evaluation_samples == 200
+    assert [p.n_samples for p in easy.evaluated] == [64, 200]
+
+
+def test_keep_8bit_never_moves_those_ops_out_of_8_bits(digits) -> None:  # type: ignore[no-untyped-def]
+    """``keep_8bit=("Conv",)``: an unreachable target walks the ladder, yet every Conv stays INT8 or FP8 (groups
+    with nothing but Convs stop at FP8); other ops may still go to FP16."""
+    result = search_mixed_precision(
+        digits,
+        target=1.01,
+        budget=8,
+        limit=120,
+        formats=("int8", "fp8", "fp16"),
+        build_costs=False,
+        keep_8bit=("Conv",),
+    )
+    ops = {node.name: node.op_type for node in digits.prepared.graph.node}
+    convs = [name for name, op in ops.items() if op == "Conv"]
+    assert any(r.format == "fp8" for r in result.reverts)
+    for revert in result.reverts:
+        if revert.format == "fp16":
+            assert not any(ops[n] == "Conv" for n in revert.nodes), revert
+    assert all(result.plan.precision_of(n) in ("int8", "fp8") for n in convs)
+    assert result.ops_by_type["Conv"] == [len(convs), len(convs)]
+
+
+def test_the_search_uses_fp8_where_an_outlier_ruins_int8() -> None:
+    """One hot pixel (200 where images hold -1..1) in one calibration image: max ranges then span the outlier on
+    every layer it reaches, INT8's 255 levels leave typical values almost nothing (real model, real ONNX Runtime:
+    all-INT8 collapses), while FP8's exponent keeps them. Searching over int8,fp8,fp16, the per-layer diff puts
+    those layers in FP8 from the start and the target is met with every math node in 8 bits, none in FP16."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=32, batch_size=8))
+    name = next(iter(feeds[0]))
+    feeds[0][name] = feeds[0][name].copy()
+    feeds[0][name][0, ..., 3, 3] = 200.0
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    ranges = session.ranges("max")
+    int8 = session.evaluate(session.quantize(ranges, session.default_plan("int8")), limit=200).value
+    fp8 = session.evaluate(session.quantize(ranges, session.default_plan("fp8")), limit=200).value
+    fp32 = session.evaluate(limit=200).value
+    assert int8 < fp32 - 0.3 and fp8 >= fp32 - 0.01  # INT8 fails, FP8 holds
+    result = search_mixed_precision(
+        session,
+        target_drop=0.01,
+        ranges=ranges,
+        limit=200,
+        budget=6,
+        formats=("int8", "fp8", "fp16"),
+        build_costs=False,
+    )
+    assert result.met and result.metric >= fp32 - 0.01
+    counts = result.chosen.format_counts
+    assert counts.get("fp8", 0) >= 1 and "fp16" not in counts and "fp32" not in counts
+    assert "FP8 by the per-layer diff" in result.start_label
+
+
+def test_efficientnet_crops_are_cached_exactly(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The resized crops kept in memory and in the cache folder give the very arrays the uncached preprocessing
+    gives (a search scores every plan on 1,000 of them)."""
+    import numpy as np
+
+    from workbench.zoo import efficientnet
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    entry = efficientnet.EfficientNetLite0Entry()
+    entry.split_sizes = {"calibration": 8, "evaluation": 12}  # a small split: the file is written once all are made
+    expected = [
+        efficientnet.preprocess_photo(efficientnet.random_crop(efficientnet.sample_rng("evaluation", i, salt=4)))
+        for i in range(12)
+    ]
+    first = [entry._sample("evaluation", i)[0]["image"] for i in range(12)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, expected))
+    files = list(tmp_path.glob("zoo/efficientnet-lite0/crops-evaluation-12-*.npy"))
+    assert len(files) == 1
+    again = efficientnet.EfficientNetLite0Entry()
+    again.split_sizes = entry.split_sizes
+    assert all(np.array_equal(again._sample("evaluation", i)[0]["image"], expected[i]) for i in range(12))
+    assert isinstance(again._crops["evaluation"], np.ndarray)  # read from the file, not made again
+
+
+def test_the_fp32_metric_is_kept_in_the_cache_folder(digits) -> None:  # type: ignore[no-untyped-def]
+    """The FP32 model's metric (a search's first, full pass) is stored with its per-sample scores and read back
+    unchanged by a new session."""
+    from workbench.calib.session import CalibrationSession
+
+    entry = digits.entry
+    stored = list((entry.cache_folder / "metrics").glob("*-limit37.json"))
+    for path in stored:
+        path.unlink()
+    first = digits.evaluate(limit=37)
+    written = list((entry.cache_folder / "metrics").glob("*-limit37.json"))
+    assert len(written) == 1
+    fresh = CalibrationSession(entry.load(), data=digits.source, entry=entry, progress=False)
+    second = fresh.evaluate(limit=37)
+    assert second.value == first.value and second.scores == first.scores and second.n_samples == 37
+    direct = entry.evaluate_onnx(entry.onnx_path(), limit=37)
+    assert direct.scores == first.scores
+    written[0].unlink()
+
+
+def test_onnx_runtime_threads_are_pinned(digits, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every numeric session runs on the same thread counts whatever the machine (2 intra-op, 1 inter-op), unless
+    WORKBENCH_ORT_THREADS says otherwise; a bad value is refused."""
+    from workbench.errors import WorkbenchError
+    from workbench.ort import cpu_session
+
+    options = cpu_session(digits.prepared).get_session_options()
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 1)
+    monkeypatch.setenv("WORKBENCH_ORT_THREADS", "3")
+    assert cpu_session(digits.prepared).get_session_options().intra_op_num_threads == 3
+    monkeypatch.setenv("WORKBENCH_ORT_THREADS", "many")
+    with pytest.raises(WorkbenchError, match="WORKBENCH_ORT_THREADS"):
+        cpu_session(digits.prepared)

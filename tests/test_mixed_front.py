@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,7 @@ def test_report_shows_the_pareto_view(panel, tmp_path: Path) -> None:
     search = run.mixed_search
     html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "mixed-precision" in SECTION_IDS and '<section id="mixed-precision">' in html
+    assert not re.search(r"<td>\s*</td>", html)  # no blank cell anywhere in the report of this run
     section = html[html.index('<section id="mixed-precision">') : html.index('<section id="timing">')]
     assert 'id="fig-pareto"' in section
     traces_json = section[section.index("Plotly.newPlot(") :].split(",", 1)[1].lstrip()
@@ -126,6 +128,47 @@ def test_export_panel_exports_the_picked_plan_of_the_front(panel, tmp_path: Path
     assert not math.isnan(picked.metric)
 
 
+def test_front_across_formats_in_the_report_and_the_export_panel(panel, tmp_path: Path) -> None:
+    """Issue 25: every built variant (FP32, FP16, INT8, mixed) and the search's plans as metric against engine size,
+    the front flagged by the definition (checked pairwise here), drawn with 95% error bars in the report and the
+    export panel."""
+    from workbench.report import write_report
+    from workbench.report.formats import run_front
+
+    run = panel.session.run
+    front = run_front(run)
+    labels = [p.label for p in front.points]
+    assert {"FP32", "FP16", "INT8 (all)", "INT8 (mixed)"} <= set(labels)
+    assert "plan 0" not in labels  # the search's plan 0 is the INT8 (all) engine, shown once
+    for variant, label in ((Variant.FP32, "FP32"), (Variant.INT8_ALL, "INT8 (all)")):
+        point = front.points[labels.index(label)]
+        row = run.metrics.row(variant)
+        assert point.engine_bytes == run.builds[variant].engine.engine_bytes and point.metric == row.value
+        assert (point.metric_low, point.metric_high, point.n_samples) == (row.estimate.low, row.estimate.high, 400)
+    assert front.points[labels.index("INT8 (mixed)")].chosen  # the journey chose the mixed engine
+
+    def beats(a, b) -> bool:  # a dominates b: metric at least as high, engine at most as large, one strictly
+        return (a.metric >= b.metric and a.engine_bytes <= b.engine_bytes) and (
+            a.metric > b.metric or a.engine_bytes < b.engine_bytes
+        )
+
+    for point in front.points:
+        assert point.on_front == (not any(beats(other, point) for other in front.points)), point.label
+    assert front.front and all(p.on_front for p in front.front)
+
+    section = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
+    section = section[section.index("<h3>Pareto front across formats") : section.index('<section id="timing">')]
+    assert 'id="fig-format-front"' in section and "not speed" in section
+    for point in front.points:  # the table: every point with its interval and sample count
+        assert point.estimate.text() in section
+    figure = panel.formats  # the export panel draws the same front
+    plotted = [trace for trace in figure.data if trace.error_y is not None and trace.error_y.array is not None]
+    assert sum(len(trace.x) for trace in plotted) == len(front.points)
+    assert {trace.name for trace in figure.data} >= {"FP32", "FP16", "INT8", "Pareto front", "chosen"}
+    low, high = figure.layout.yaxis.range
+    assert 0 <= low and high <= 1.02 and figure.layout.xaxis.range[0] == 0  # an accuracy axis never past 0..1
+
+
 def test_search_budget_zero_turns_the_stage_off(tmp_path: Path) -> None:
     from workbench.flow import QuickstartSession, front_candidates
 
@@ -150,3 +193,21 @@ def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytes
     assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--search-budget", "99"]) == 2
     assert "search_budget=99 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_search_stage_reports_each_evaluation_to_the_session_progress(tmp_path: Path) -> None:
+    """The panel shows "evaluation 1 of 2": the search's per-evaluation events reach the session's callback."""
+    from workbench.flow import QuickstartSession
+    from workbench.progress import ProgressEvent
+
+    events: list[ProgressEvent] = []
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=2, calibration_samples=64),
+        progress=events.append,
+    )
+    run = session.run_stages(["calibrate", "search"])
+    assert run.stage("search").ok, run.stage("search").reason
+    evaluations = [event for event in events if event.task == "evaluation"]
+    assert len(evaluations) == run.mixed_search.result.evaluations_used >= 1
+    assert all(event.total == 2 for event in evaluations)
+    assert evaluations[0].text().startswith("evaluation 1 of 2")

@@ -341,3 +341,25 @@ def test_a_qdq_model_carries_the_profile_it_was_calibrated_with(tmp_path: Path, 
     capsys.readouterr()
     assert cli_main(["build", str(tmp_path / "damaged.onnx"), "-o", str(tmp_path / "d.engine")]) == 2
     assert "not a readable optimization profile" in capsys.readouterr().err
+
+
+# --- the report's "next steps": its commands run as printed on the run they were printed for ------------------------
+
+
+def test_report_next_steps_run_as_printed(tmp_path: Path) -> None:
+    """A demo run's report prints its next steps with this run's own paths; each runs as printed, in order (the diff
+    writes the JSON the explorer step overlays), and each names real options."""
+    import html
+
+    from workbench.demo import run_demo
+
+    demo = run_demo("digits-cnn", tmp_path / "out", timing_window_s=0.1)
+    steps = demo.report.read_text(encoding="utf-8").split('<section id="next-steps">')[1].split("</section>")[0]
+    commands = [html.unescape(text) for text in re.findall(r"<code>workbench ([^<]+)</code>", steps)]
+    names = [command.split()[0] for command in commands]
+    assert names[:2] == ["diff", "explore"] and names[-1] == "verify", commands  # calibrate when the search kept wider
+    for command in commands:
+        assert option_problems(Printed("report next steps", command)) == []
+        _ok(run_cli_forked(_argv(command), tmp_path, timeout=300), "workbench " + command)
+    assert (tmp_path / "out" / "next" / "int8.diff.json").is_file()
+    assert list((tmp_path / "out" / "next" / "explore").glob("*.graphs.json"))

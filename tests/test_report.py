@@ -49,9 +49,18 @@ def test_demo_writes_a_self_contained_report(demo: DemoResult) -> None:
     for figure in ("fig-cleaning", "fig-fusion", "fig-layer-diff", "fig-metrics", "fig-pareto", "fig-timing"):
         assert f'id="{figure}"' in html, figure
     # timing rows carry their spread: throughput's range over the windows, p99's bootstrap 95% interval
-    assert "samples/s [window range]" in html and "p99 ms [95% CI]" in html
+    assert "samples/s [95% CI]" in html and "p99 ms [95% CI]" in html and "sub-windows" in html
     for result in demo.run.timing.results:
-        assert f"{result.throughput_per_s:.0f} [" in html or "(one window)" in html
+        low, high = result.throughput_ci_per_s
+        assert f"{result.throughput_per_s:.0f} [{low:.0f}, {high:.0f}]" in html
+    # no blank table cell anywhere; every ranked layer has a cause, or a "no known cause: ..." the data supports
+    assert not re.search(r"<td>\s*</td>", html)
+    causes = re.findall(r"<td>([^<]*)</td></tr>", html.split('<section id="layer-diff">')[1].split("</section>")[0])
+    assert len(causes) == len(demo.run.layer_diff.diff.ranking(5)) and all(causes), causes
+    assert all(c.startswith(("range ", "its ", "no known cause: ")) for c in causes), causes
+    # a next-steps section whose commands name this run's files (tests/test_printed_commands.py runs them)
+    steps = html.split('<section id="next-steps">')[1].split("</section>")[0]
+    assert f"workbench verify {demo.run.bundle.path.resolve()}" in steps and "workbench diff digits-cnn" in steps
     assert "no NVIDIA GPU" in html  # says plainly where numbers come from
     assert "<h3>Engine lint</h3>" in html and '<g class="layer"' in html  # fusion view: the static engine drawing
     run = demo.run  # the typed run, not its JSON
@@ -140,3 +149,49 @@ def test_demo_says_a_long_stage_is_still_running(capsys: pytest.CaptureFixture[s
     assert all(re.fullmatch(r"\[ 2/12\] \.\.\.  Build the FP32 engine: still running, \d+ s", line) for line in lines)
     time.sleep(0.25)  # stopped means silent
     assert capsys.readouterr().out == ""
+
+
+def test_report_and_quickstart_panel_show_requested_vs_actual_precision(demo: DemoResult, tmp_path: Path) -> None:
+    """Every built engine's requested-vs-actual check is in the report (fusion section and diagnosis) and the
+    quickstart panel's Fusion tab: the demo's engines run as requested; a real FP8 build of a ConvTranspose (no FP8
+    kernel) added as the run's FP8 engine shows its mismatch, node, layer and reason."""
+    from dataclasses import replace
+
+    from test_precision_check import _fp8_model
+
+    from workbench.engine.build import BuildOptions, engine_from_onnx
+    from workbench.flow.artifacts import VariantBuild
+    from workbench.model import load_onnx
+    from workbench.report import precision_checks_html, render_report
+
+    run = demo.run
+    html = demo.report.read_text(encoding="utf-8")
+    fusion = html.split('<section id="fusion">')[1].split("</section>")[0]
+    assert "<h3>Requested vs actual precision</h3>" in fusion
+    for variant, build in run.builds.items():
+        assert f"<li>{variant}: {build.engine.precision_check.summary()}</li>" in fusion
+    verdict = next(v for v in diagnose(run) if v.topic == "requested vs actual precision")
+    assert verdict.level == "ok" and "run at the precision requested" in verdict.text
+
+    onnx_path = _fp8_model(tmp_path / "deconv.onnx", "ConvTranspose")
+    engine = engine_from_onnx(
+        load_onnx(onnx_path, check=False), tmp_path / "deconv.engine", BuildOptions(progress=False)
+    )
+    (mismatch,) = engine.precision_check.mismatches
+    broken = replace(run, fp8_all_build=VariantBuild(Variant.FP8_ALL, onnx_path, engine))
+    table = precision_checks_html(broken)
+    assert f"<li>fp8-all: {engine.precision_check.summary()}</li>" in table and "1 mismatch(es)" in table
+    row = f"<td>fp8-all</td><td>target</td><td>ConvTranspose</td><td>fp8</td><td>fp32</td><td>{mismatch.layer}</td>"
+    assert row in table and "no FP8 kernel for this ConvTranspose" in table and not re.search(r"<td>\s*</td>", table)
+    verdict = next(v for v in diagnose(broken) if v.topic == "requested vs actual precision")
+    assert verdict.level == "warning" and "1 node(s) run at another precision than requested" in verdict.text
+    assert row in render_report(broken)
+
+    from workbench.flow import QuickstartSession
+    from workbench.ui.quickstart_panel import QuickstartPanel
+
+    session = QuickstartSession(run.config)
+    session.run = broken
+    panel = QuickstartPanel(session=session, background=False)
+    panel.refresh()
+    assert "Requested vs actual precision" in panel.fusion_view.value and row in panel.fusion_view.value

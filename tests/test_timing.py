@@ -188,6 +188,46 @@ def test_cpu_pipeline_closed_loop_end_to_end(cls_executor: OrtCpuExecutor) -> No
     assert "records" not in document and len(result.to_json(include_records=True)["records"]) == len(result.records)
 
 
+def test_throughput_and_p99_carry_bootstrap_intervals_from_a_real_run(
+    cls_executor: OrtCpuExecutor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real ONNX Runtime run: throughput's interval is the bootstrap over the span's sub-windows, recomputed here
+    from the run's own completions; the timing table and the CLI's row print both intervals and n."""
+    from workbench.report.tables import timing_table_html
+    from workbench.timing.cli import _print_row
+
+    result = run_pipeline(cls_executor, RunConfig(streams=2, batch=2, **FAST), model="ocr-cls")
+    low, high = result.throughput_ci_per_s
+    assert low <= result.throughput_per_s <= high and 0 < low < high, (low, result.throughput_per_s, high)
+    lo, hi = result.warmup_ms, result.warmup_ms + result.span_ms
+    completions = [r.d2h_end_ms for r in result.records if lo <= r.d2h_end_ms <= hi for _ in range(r.size)]
+    again = stats.throughput_interval(completions, lo, hi)
+    assert (again[0] * 1e3, again[1] * 1e3) == pytest.approx((low, high))
+    p99_low, p99_high = result.latency_ci_ms["p99"]
+    assert p99_low <= result.latency_ms["p99"] <= p99_high
+    assert result.to_json()["throughput_ci_per_s"] == [low, high]  # and the JSON keeps it
+    table = timing_table_html([result])
+    assert f"{result.throughput_per_s:.0f} [{low:.0f}, {high:.0f}]" in table
+    assert f"{result.latency_ms['p99']:.2f} [{p99_low:.2f}, {p99_high:.2f}]" in table
+    assert "bootstrap" in table and "sub-windows" in table and "<td></td>" not in table
+    figure = timing_figures.latency_throughput_figure([timing_figures.sweep_point(result)])
+    _print_row("2 stream(s)", result)
+    printed = capsys.readouterr().out
+    assert f"[{low:.1f}, {high:.1f}] samples/s" in printed and f"(n={result.n_requests})" in printed
+    error_x = figure.data[0].error_x
+    assert error_x.array[0] == pytest.approx(high - result.throughput_per_s)
+    assert error_x.arrayminus[0] == pytest.approx(result.throughput_per_s - low)
+
+
+def test_throughput_interval_covers_a_known_rate() -> None:
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.exponential(1.0, size=4000))  # a Poisson stream of rate 1 per unit time
+    low, high = stats.throughput_interval(times, 0.0, float(times[-1]))
+    assert low < 1.0 < high and high - low < 0.15
+    assert all(math.isnan(v) for v in stats.throughput_interval([], 0.0, 1.0))
+    assert all(math.isnan(v) for v in stats.throughput_interval([0.5], 1.0, 1.0))
+
+
 def test_cpu_pipeline_open_loop_with_dynamic_batching(cls_executor: OrtCpuExecutor) -> None:
     config = RunConfig(
         streams=2, load="open", rate_per_s=300.0, dynamic_batching=True, max_batch=4, max_queue_delay_ms=3.0, **FAST

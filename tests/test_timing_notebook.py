@@ -34,6 +34,9 @@ def test_panel_widgets_drive_the_figures_in_place() -> None:
     timeline, sweep = panel.timeline_figure, panel.sweep_figure
     assert panel.run() is not None
     rows_before = set(timeline.layout.yaxis.categoryarray)
+    low, high = panel.last.throughput_ci_per_s  # the summary is the shared timing table: intervals and n
+    assert f"{panel.last.throughput_per_s:.0f} [{low:.0f}, {high:.0f}]" in panel.summary.value
+    assert "p99 ms [95% CI]" in panel.summary.value and "bootstrap" in panel.summary.value
     assert rows_before == {"host enqueue", "stream 0"}
 
     panel.streams.value = 3  # auto_run: the observer re-runs and redraws the same FigureWidget objects

@@ -2,7 +2,10 @@
 
 With graph optimizations off (``ORT_DISABLE_ALL``, the default here) ONNX Runtime runs Q/DQ models as
 deterministic simulated quantization in float, matching TensorRT's round-half-even and clamp; with optimizations
-on it switches to integer kernels whose accuracy depends on the CPU. Every numeric comparison in the workbench
+on it switches to integer kernels whose accuracy depends on the CPU. ``ORT_ENABLE_BASIC`` with the Q/DQ fusions off
+(``session.disable_quant_qdq``) was measured for the precision search (2026-12-05, EfficientNet-Lite0 INT8 Q/DQ,
+16 crops): 20 % less CPU time, but its constant folding of the weights' DequantizeLinear changes logits by up to
+1.9e-6, so it is not the reference and stays off. Every numeric comparison in the workbench
 (cleaning checks, calibration statistics, per-layer diffs, task metrics) builds its session here.
 """
 
@@ -26,6 +29,32 @@ PredictFn = Callable[[Feed], Outputs]
 if TYPE_CHECKING:
     import onnx
     import onnxruntime
+
+# ONNX Runtime's thread pools, pinned here for every session that computes a number (metrics, statistics, diffs):
+# its default follows the machine's core count, and a kernel that splits a reduction over threads may round
+# differently with another split, so the same command on another machine could give another metric. Two intra-op
+# threads (the dev machine's cores), one inter-op thread (sequential execution). WORKBENCH_ORT_THREADS overrides
+# the intra-op count (e.g. on a many-core machine, accepting that the last bits may then differ).
+DEFAULT_INTRA_OP_THREADS = 2
+INTER_OP_THREADS = 1
+
+
+def intra_op_threads() -> int:
+    """The intra-op thread count every session here uses: ``WORKBENCH_ORT_THREADS`` or :data:`DEFAULT_INTRA_OP_THREADS`."""
+    value = os.environ.get("WORKBENCH_ORT_THREADS", "").strip()
+    if not value:
+        return DEFAULT_INTRA_OP_THREADS
+    if not value.isdigit() or int(value) < 1:
+        raise WorkbenchError(
+            f"WORKBENCH_ORT_THREADS={value!r} is not a thread count.", expected="a whole number >= 1, or unset (2)"
+        )
+    return int(value)
+
+
+def thread_settings() -> dict[str, int]:
+    """What a result's record says about ONNX Runtime's threads (bench results, search reports)."""
+    return {"intra_op_threads": intra_op_threads(), "inter_op_threads": INTER_OP_THREADS}
+
 
 # what ONNX Runtime can load: a ModelProto, its serialized bytes, or a path to a file
 ModelSource = Union["onnx.ModelProto", bytes, str, os.PathLike[str]]
@@ -73,6 +102,9 @@ def cpu_session(
         source = source.SerializeToString()
     options = ort.SessionOptions()
     options.log_severity_level = 4 if quiet else 3
+    options.intra_op_num_threads = intra_op_threads()
+    options.inter_op_num_threads = INTER_OP_THREADS
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from workbench._args import bounded_float, bounded_int, finite_float, positive_int
 from workbench._io import validate_outputs
+from workbench.calib.search import DEFAULT_SCREEN
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -99,6 +100,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     calibrate.add_argument(
         "--groups", default=None, choices=("fusion", "block"), help="--target-drop: revert fusion groups or blocks"
+    )
+    calibrate.add_argument(
+        "--keep-8bit",
+        default=None,
+        metavar="OPS",
+        help="--target-drop: op types that stay in 8 bits (INT8 or FP8), e.g. Conv: their groups try only the 8-bit "
+        "formats of --formats, and only the group's other nodes (a fused Add) may go wider",
+    )
+    calibrate.add_argument(
+        "--screen",
+        type=bounded_int(0, 1_000_000),
+        default=None,
+        metavar="N",
+        help=f"--target-drop: score trials on the first N evaluation samples, confirm the plan that meets the target "
+        f"on the whole set (default {DEFAULT_SCREEN}; 0: every trial on the whole set)",
     )
     calibrate.add_argument(
         "--eval-limit",
@@ -218,6 +234,19 @@ def _refuse_removed(args: argparse.Namespace) -> None:
             )
 
 
+def _op_types(text: str | None, session: CalibrationSession) -> tuple[str, ...]:
+    """``--keep-8bit Conv,Gemm`` -> ("Conv", "Gemm"); an op type the model's quantizable nodes lack is refused."""
+    names = tuple(name.strip() for name in (text or "").split(",") if name.strip())
+    present = {op for _, op in session.quantizable_nodes()}
+    unknown = [name for name in names if name not in present]
+    if unknown:
+        raise WorkbenchError(
+            f"--keep-8bit names op type(s) {unknown} that no quantizable node of this model has.",
+            expected=f"some of {', '.join(sorted(present))} (comma-separated)",
+        )
+    return names
+
+
 def _refuse_ignored_options(args: argparse.Namespace) -> None:
     """Options that the other options make meaningless would be dropped without a word: refuse them instead."""
     _refuse_removed(args)
@@ -244,6 +273,8 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
                 ("--budget", args.budget),
                 ("--formats", args.formats),
                 ("--groups", args.groups),
+                ("--keep-8bit", args.keep_8bit),
+                ("--screen", args.screen),
                 ("--search-report", args.search_report),
             )
             if value is not None
@@ -383,6 +414,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             base_plan=plan,
             progress=None if args.no_progress else lambda event: _say(event.message),
             formats=[f.strip() for f in args.formats.split(",") if f.strip()] if args.formats else None,
+            keep_8bit=_op_types(args.keep_8bit, session),
+            screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)

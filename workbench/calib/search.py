@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from workbench.zoo.base import MetricResult
 
 DEFAULT_BUDGET = 30
+# the CLI's screening samples: at 0.95 agreement 256 samples give a paired comparison of two plans that decides
+# a 2-point difference, and a 1,000-sample set costs 4x as much per trial
+DEFAULT_SCREEN = 256
 EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
 
 
@@ -119,6 +122,8 @@ class MixedPrecisionResult(Artifact):
     notes: tuple[str, ...] = ()
     ops_by_type: dict[str, list[int]] = field(default_factory=dict)  # op -> [INT8 (8-bit with formats), total]
     formats: tuple[str, ...] = ()  # the ladder of a search over formats (empty: INT8 then ``fallback``)
+    screening_samples: int = 0  # trials were scored on this many first samples, the chosen plan on all (0: all)
+    start_label: str = ""  # the plan the search started from ("all-INT8", or the per-layer diff's 8-bit mix)
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -153,7 +158,7 @@ class MixedPrecisionResult(Artifact):
 
     def summary(self) -> str:
         share = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in self.ops_by_type.items())
-        start = (self.formats or ("int8",))[0].upper()
+        start = self.start_label or "all-" + (self.formats or ("int8",))[0].upper()
         kept = [r for r in self.reverts if r.kept]
         moved = (
             ", ".join(f"{sum(r.format == f for r in kept)} to {f}" for f in self.formats[1:]) + " group change(s)"
@@ -162,7 +167,7 @@ class MixedPrecisionResult(Artifact):
         )
         counts = self.chosen.format_counts if self.formats else {}
         return (
-            f"{self.metric_name} {self.metric:.4f} (FP32 {self.fp32_metric:.4f}, all-{start} {self.int8_metric:.4f}, "
+            f"{self.metric_name} {self.metric:.4f} (FP32 {self.fp32_metric:.4f}, {start} {self.int8_metric:.4f}, "
             f"target {self.target:.4f}: {'met' if self.met else 'NOT met'}); "
             f"{'8-bit' if self.formats else 'INT8'} {share}"
             + (" (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")" if counts else "")
@@ -223,6 +228,8 @@ def search_mixed_precision(
     formats: Sequence[str] | None = None,
     prefix_cache: bool = True,
     early_stop: bool = True,
+    keep_8bit: Sequence[str] = (),
+    screen: int | None = None,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -234,6 +241,11 @@ def search_mixed_precision(
     of the current plan up to the first group it changes (:class:`~workbench.calib.prefix.PrefixCache`; same metric).
     ``early_stop`` (with the prefix cache): a trial's evaluation ends once the paired 99 % interval of its per-sample
     difference to the current plan lies below zero (it cannot improve the metric, so it would be stepped back).
+    ``keep_8bit``: op types (e.g. ``("Conv",)``) whose nodes stay in 8 bits: their groups climb only the ladder's
+    8-bit rungs, and past them only the group's other nodes (a fused residual Add) move to a wider format.
+    ``screen``: score the trials on the first ``screen`` evaluation samples only and confirm the plan that meets the
+    target there on the whole set (``limit``); when the whole set misses, the search goes on with the screening
+    target raised by the gap it saw. The result's metric is the whole set's.
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -269,10 +281,44 @@ def search_mixed_precision(
     start = time.perf_counter()
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)
-    fp32 = float(session.evaluate(limit=limit).value)
+    fp32_result = session.evaluate(limit=limit)
+    fp32 = float(fp32_result.value)
     if target is None:
         target = fp32 - target_drop if higher else fp32 + target_drop  # type: ignore[operator]
+    total_samples = int(fp32_result.n_samples)
+    if screen is not None and screen < 1:
+        raise WorkbenchError(f"screen={screen} is too small.", expected="at least 1 evaluation sample, or None")
+    # trials are scored on the first ``screening`` samples (whole batches, so they are the full run's batches)
+    screening: int | None = None
+    if screen is not None and screen < total_samples:
+        from workbench.calib.prefix import EVAL_BATCH
+
+        screening = max(EVAL_BATCH, screen // EVAL_BATCH * EVAL_BATCH)
+        screening = screening if screening < total_samples else None
+    trial_limit = screening if screening is not None else limit
     base = base_plan or session.default_plan(ladder[0])
+    eight_bit = [f for f in ladder if f in ("int8", "fp8")]
+    mixed_start = 0  # nodes the start plan puts in the other 8-bit format (per-layer diff), see below
+    if base_plan is None and len(eight_bit) == 2:
+        # both 8-bit formats are allowed: every node starts in the one whose quantization adds less noise there
+        # (the per-layer diff of the all-INT8 and the all-FP8 model, one calibration batch each). A tensor with a
+        # rare outlier ruins INT8 on every layer it reaches, and no single group's change can repair that alone.
+        # The diff runs on evaluation samples (what the metric sees): calibration data that hold the outlier make
+        # INT8's noise look small next to the outlier's own power.
+        other = eight_bit[1]
+        samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
+        scores_by_format = {
+            fmt: session.score_int8_nodes(
+                session.diff(session.quantize(ranges, session.default_plan(fmt)), samples, max_batches=None),
+                session.default_plan(fmt),
+            )
+            for fmt in eight_bit
+        }
+        first, alternative = scores_by_format[ladder[0]], scores_by_format[other]
+        switch = sorted(n for n in first if n in alternative and alternative[n] < first[n])
+        if switch:
+            base = base.with_overrides({n: cast(Precision, other) for n in switch})
+            mixed_start = len(switch)
     math_ops = _math_ops(session)
     placement = session.placement(base)
     quantized = placement.quantized_nodes
@@ -281,12 +327,17 @@ def search_mixed_precision(
     topo = {n.name: i for i, n in enumerate(session.prepared.graph.node)}
     candidates.sort(key=lambda n: topo.get(n, 0))
     notes: list[str] = []
+    eight_bit_only = set(keep_8bit)
 
     def better(a: float, b: float) -> bool:
         return a > b if higher else a < b
 
-    def meets(value: float) -> bool:  # 1e-9: a target computed as FP32 - 0.0 must be met by the FP32 value itself
-        return value >= target - 1e-9 if higher else value <= target + 1e-9  # type: ignore[operator]
+    raise_by = 0.0  # how much the screening samples flattered a plan the whole set then failed
+
+    def meets(value: float, on_screen: bool = False) -> bool:
+        # 1e-9: a target computed as FP32 - 0.0 must be met by the FP32 value itself
+        goal = target + (raise_by if higher else -raise_by) if on_screen else target  # type: ignore[operator]
+        return value >= goal - 1e-9 if higher else value <= goal + 1e-9
 
     full = session.quantize(ranges, base)
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
@@ -307,7 +358,7 @@ def search_mixed_precision(
     if prefix_cache:
         from workbench.calib.prefix import PrefixCache
 
-        cache = PrefixCache(session, full, limit=limit, cut_nodes=[group.nodes[0] for group in groups])
+        cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
     cached_plan = base
 
     def first_change(plan: PrecisionPlan) -> str | None:
@@ -323,10 +374,15 @@ def search_mixed_precision(
         gain = scores - reference if higher else reference - scores
         return bool(gain.mean() + EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
 
-    def record(plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None) -> float:
+    def record(
+        plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None, whole: bool = False
+    ) -> float:
+        """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record."""
         nonlocal evaluations
-        if cache is None:
+        if whole:
             measured = session.evaluate(model, limit=limit)
+        elif cache is None:
+            measured = session.evaluate(model, limit=trial_limit)
         elif not evaluated:
             measured = cache.base_result
         else:
@@ -351,7 +407,7 @@ def search_mixed_precision(
                 index=len(evaluated),
                 fallback_nodes=fallen,
                 metric=value,
-                meets_target=meets(value),
+                meets_target=meets(value, on_screen=not whole and screening is not None),
                 int8_math_nodes=len(int8),
                 math_nodes=len(math_ops),
                 int8_share=len(int8) / max(len(math_ops), 1),
@@ -366,18 +422,53 @@ def search_mixed_precision(
         )
         return value
 
+    def rung_overrides(group: PrecisionGroup, fmt: str) -> dict[str, Precision]:
+        """The nodes a group moves to ``fmt``: all of them, but never a ``keep_8bit`` op out of 8 bits."""
+        wide = fmt not in ("int8", "fp8")
+        return {
+            n: cast(Precision, fmt)
+            for n in group.nodes
+            if not (wide and ops.get(n) in eight_bit_only) and plan.precision_of(n) != fmt
+        }
+
     plan = base
     fallen: tuple[str, ...] = ()
-    start_label = "all-" + ladder[0].upper()
+    start_label = (
+        f"8-bit mix ({mixed_start} node(s) {eight_bit[1].upper()} by the per-layer diff)"
+        if mixed_start
+        else "all-" + ladder[0].upper()
+    )
+    on = f" on {screening} of {total_samples} samples" if screening is not None else ""
     current = int8_metric = record(plan, full, fallen, full_cost if build_costs else None)
-    say(f"FP32 {fp32:.4f}, {start_label} {int8_metric:.4f}, target {target:.4f} [1/{budget} evaluations]")
+    say(f"FP32 {fp32:.4f}, {start_label} {int8_metric:.4f}{on}, target {target:.4f} [1/{budget} evaluations]")
     current_index = 0
+    confirmed_index: int | None = None  # the whole-set record of the current plan (screening searches)
     reverts: list[Revert] = []
     # the next rung of its ladder each group is tried at (a group whose ladder is used up is done)
     next_rung = {group.name: 1 for group in groups}
-    stop = f"target met by {start_label}" if meets(current) else ""
+    stop = ""
+
+    def confirm() -> bool:
+        """The current plan on the whole set (screening searches): True when it meets the target there too."""
+        nonlocal raise_by, confirmed_index
+        if screening is None:
+            return meets(current)
+        whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
+        confirmed_index = len(evaluated) - 1
+        met = meets(whole)
+        say(
+            f"whole set ({total_samples} samples): {whole:.4f} ({current:.4f} on the screening samples), target "
+            f"{target:.4f} {'met' if met else 'NOT met'} [{evaluations}/{budget} evaluations, "
+            f"{time.perf_counter() - start:.0f} s]"
+        )
+        if not met:
+            raise_by = max(raise_by, abs(current - whole) + 1e-9)  # the screen must now clear the target by the gap
+        return met
+
+    if meets(current, on_screen=True) and confirm():
+        stop = f"target met by {start_label}"
     while not stop:
-        active = [g for g in groups if next_rung[g.name] < len(ladder)]
+        active = [g for g in groups if next_rung[g.name] < len(ladder) and rung_overrides(g, ladder[next_rung[g.name]])]
         if not active:
             stop = "no group left to revert"
             break
@@ -396,8 +487,11 @@ def search_mixed_precision(
                     break
                 fmt = ladder[next_rung[group.name]]
                 next_rung[group.name] += 1
-                trial = plan.with_overrides({n: cast(Precision, fmt) for n in group.nodes})
-                trial_fallen = fallen + tuple(n for n in group.nodes if n not in fallen)
+                overrides = rung_overrides(group, fmt)
+                if not overrides:
+                    continue
+                trial = plan.with_overrides(overrides)
+                trial_fallen = fallen + tuple(n for n in overrides if n not in fallen)
                 value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
                 early = evaluated[-1].stopped_early
                 kept = better(value, current) and not early
@@ -405,7 +499,7 @@ def search_mixed_precision(
                     Revert(
                         step=len(reverts) + 1,
                         group=group.name,
-                        nodes=group.nodes,
+                        nodes=tuple(overrides),
                         score=float(sum(scores.get(n, 0.0) for n in group.nodes)),
                         metric_before=current,
                         metric_after=value,
@@ -416,7 +510,7 @@ def search_mixed_precision(
                     )
                 )
                 say(
-                    f"{group.name} ({len(group.nodes)} node(s)) to {fmt}: {current:.4f} -> {value:.4f} "
+                    f"{group.name} ({len(overrides)} node(s)) to {fmt}: {current:.4f} -> {value:.4f} "
                     f"{'kept' if kept else 'stepped back'}"
                     + (f" (stopped after {evaluated[-1].n_samples} samples: cannot improve)" if early else "")
                     + f" [{evaluations}/{budget} evaluations, "
@@ -425,20 +519,24 @@ def search_mixed_precision(
                 if kept:
                     plan, fallen, current = trial, trial_fallen, value
                     current_index = len(evaluated) - 1
+                    confirmed_index = None
                     if cache is not None:  # later plans start from this one's activations
                         cache.adopt()
                         cached_plan = trial
                     moved = True
-                    if meets(current):
+                    if meets(current, on_screen=True) and confirm():
                         stop = "target met"
                     break
             if moved or stop:
                 break
         if not stop and not moved:
             stop = "no revert improved the metric"
-    chosen_index = current_index
+    if screening is not None and confirmed_index is None:
+        confirm()  # the whole set's number of the plan the search ends on (not refused by the budget)
+    chosen_index = confirmed_index if confirmed_index is not None else current_index
     evaluated[chosen_index] = replace(evaluated[chosen_index], chosen=True)
     final = evaluated[chosen_index]
+    final_metric = final.metric
     eight_bit_final = set(session.quantized_nodes(plan))
     by_type: dict[str, list[int]] = {}
     for name, op in math_ops.items():
@@ -454,8 +552,8 @@ def search_mixed_precision(
         target=float(target),
         target_drop=target_drop,
         fallback=fallback,
-        met=meets(current),
-        metric=current,
+        met=meets(final_metric),
+        metric=final_metric,
         plan=PrecisionPlan(plan.default, plan.overrides, note=f"mixed-precision search ({fallback} fallback)"),
         fallback_nodes=fallen,
         int8_math_nodes=final.int8_math_nodes,
@@ -464,7 +562,7 @@ def search_mixed_precision(
         evaluations_used=evaluations,
         budget=budget,
         seconds=time.perf_counter() - start,
-        evaluation_samples=int(session.evaluate(limit=limit).n_samples),
+        evaluation_samples=int(final.n_samples),
         granularity=granularity,
         ranking=ranking,
         groups=tuple(groups),
@@ -475,4 +573,6 @@ def search_mixed_precision(
         notes=tuple(notes),
         ops_by_type=by_type,
         formats=tuple(formats or ()),
+        screening_samples=screening or 0,
+        start_label=start_label,
     )

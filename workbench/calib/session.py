@@ -275,9 +275,20 @@ class CalibrationSession:
                 expected="CalibrationSession(..., entry=get_entry(name))",
             )
         proto = cast("onnx.ModelProto", self.model.proto if model is None else getattr(model, "proto", model))
-        key = f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"
+        serialized = proto.SerializeToString(deterministic=True)
+        key = f"{hash(serialized)}:{limit}"
         if key not in self._metric_cache:
-            self._metric_cache[key] = self.entry.evaluate(ort_predict(proto), limit=limit)
+            entry = self.entry
+            if model is None:  # the FP32 model's metric is the same every time: kept in the zoo cache folder
+                import hashlib
+
+                self._metric_cache[key] = entry.stored_metric(
+                    hashlib.sha256(serialized).hexdigest(),
+                    limit,
+                    lambda: entry.evaluate(ort_predict(proto), limit=limit),
+                )
+            else:
+                self._metric_cache[key] = entry.evaluate(ort_predict(proto), limit=limit)
         return self._metric_cache[key]
 
     # ------------------------------------------------------------------ fallback

@@ -83,6 +83,10 @@ def _cli_explore(args: argparse.Namespace) -> int:
 def _build_and_serve(args: argparse.Namespace, diff: LayerDiff | None, profile: LayerProfile | None) -> int:
     from workbench.explore.explorer import build_explorer
 
+    if not args.export:  # the server comes up while the graphs are written (the URL waits for it)
+        from workbench.explore.server import start_server_in_background
+
+        start_server_in_background()
     explorer = build_explorer(args.build, compare=args.compare, diff=diff, profile=profile, precision=args.precision)
     info = sys.stderr if args.print_url else sys.stdout  # with --print-url, stdout is the URL alone
     print(explorer.summary(), file=info)

@@ -269,6 +269,9 @@ def explore(
     overlays. ``profile``: a ``LayerProfile`` (or its JSON path) for the layer-time overlay. The returned object
     displays itself in Jupyter; ``.url`` opens it in a browser; ``.export(DIR)`` writes shareable files.
     """
+    from workbench.explore.server import start_server_in_background
+
+    start_server_in_background()  # this kernel's server starts while the graphs are written; the page waits for it
     return build_explorer(
         model_or_engine,
         compare=compare,

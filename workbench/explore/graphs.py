@@ -159,6 +159,16 @@ def _layer_attrs(layer: LayerEntry, record: LayerRecord | None) -> list[gb.KeyVa
     return attrs
 
 
+def _layer_summary_attrs(layer: LayerEntry) -> list[gb.KeyValue]:
+    """A layer's pinned node in the ONNX graph: what it is, in brief (the engine graph's node of the same id holds the
+    whole record: tactic, tensors, formats, constants; repeating it here made the graphs JSON half again as big)."""
+    return [
+        _kv("layer type", layer.layer_type),
+        _kv("precision", layer.precision),
+        _kv("fused ONNX nodes", len(layer.onnx_nodes)),
+    ]
+
+
 def tint(colour: str, amount: float = 0.75) -> str:
     """``colour`` mixed with white (Model Explorer's WebGL renderer takes only plain #rrggbb colours)."""
     rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
@@ -255,7 +265,8 @@ def layer_nesting(layer_map: LayerMap, limit: int = MAX_BOXES_PER_LEVEL) -> Nest
             namespace = parent
             for block in path:
                 namespace = f"{namespace}/{block_name(block)}" if namespace else block_name(block)
-                blocks.setdefault(namespace, _block_attrs(block, op_types))
+                if namespace not in blocks:  # once per block (every layer of the block passes here)
+                    blocks[namespace] = _block_attrs(block, op_types)
             parents[name] = namespace
     return Nesting(parents, blocks, use_scopes)
 
@@ -310,7 +321,6 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     """The ONNX graph of ``view`` with every node nested in the group of the engine layer that executes it."""
     layer_map = view.layer_map
     nesting = layer_nesting(layer_map)
-    records = {record.name: record for record in view.engine_layers.layers}
     home = node_home_layer(layer_map)
     op_types = {node.name: node.op_type for node in layer_map.nodes}
     graph = gb.Graph(id=graph_id, nodes=[])
@@ -321,7 +331,6 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
     graph.groupNodeAttributes = {namespace: dict(attrs) for namespace, attrs in nesting.blocks.items()}
     # one pinned node per layer that executes ONNX nodes (the sync anchor); inserted layers stand alone
     for layer in layer_map.layers:
-        record = records.get(layer.name)
         namespace = layer_namespace(layer, nesting)
         if not layer.inserted:
             graph.groupNodeAttributes[namespace] = {
@@ -334,7 +343,7 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
             id=layer.name,
             label=f"{layer.layer_type} ({layer.precision})",
             namespace=namespace,
-            attrs=_layer_attrs(layer, record),
+            attrs=_layer_summary_attrs(layer),
             style=_layer_style(layer),
             config=gb.GraphNodeConfig(pinToGroupTop=not layer.inserted),
         )
@@ -381,13 +390,13 @@ def onnx_graph(view: BuildView, *, graph_id: str = ONNX_GRAPH_ID) -> gb.Graph:
             namespace = f"{layer_namespace(folded_near[node.name], nesting)}/{FOLDED_GROUP}"
         else:
             namespace = FOLDED_GROUP
-        attrs = [
-            _kv("op type", node.op_type or "?"),
-            _kv("ONNX node", node.name),
-            _kv("engine layers", ", ".join(node.engine_layers) or "none: folded by TensorRT"),
-            _kv("kind", "bookkeeping" if node.op_type in BOOKKEEPING_OPS else "compute"),
-        ]
-        if node.engine_layers:
+        # the node's id is "onnx:" + its ONNX name, and the side panel shows the id: no attribute repeats it
+        attrs = [_kv("op type", node.op_type or "?")]
+        if node.op_type in BOOKKEEPING_OPS:
+            attrs.append(_kv("kind", "bookkeeping"))
+        if not node.engine_layers:
+            attrs.append(_kv("engine layers", "none: folded by TensorRT"))
+        else:  # shown as the layers' ids, each a link that selects the layer
             attrs.append(
                 gb.KeyValue(
                     key="engine layers (select)", value=gb.NodeIdsNodeAttributeValue(nodeIds=list(node.engine_layers))
@@ -479,12 +488,45 @@ def graph_collection(label: str, graphs: Iterable[gb.Graph]) -> gb.GraphCollecti
     return gb.GraphCollection(label=label, graphs=list(graphs))
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+PlainJson = dict[str, "PlainJson"] | list["PlainJson"] | str | int | float | bool
+
+
+def plain_json(value: object) -> PlainJson:
+    """``remove_none(dataclasses.asdict(value))`` as Model Explorer's builders write their JSON (dataclasses to dicts,
+    None dropped from dicts and lists), without ``asdict``'s deep copies: 5x faster on a 10,000-node graph, where the
+    stock way took 20 s of the 35 s spent writing the explorer's files on a loaded machine."""
+    cls = type(value)
+    if cls in (str, int, float, bool):
+        return value  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value):
+        names = _FIELDS.get(cls)
+        if names is None:
+            names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
+        return {name: plain_json(item) for name in names if (item := getattr(value, name)) is not None}
+    if isinstance(value, list | tuple):
+        return [plain_json(item) for item in value if item is not None]
+    if isinstance(value, dict):
+        return {key: plain_json(item) for key, item in value.items() if item is not None}
+    return value  # type: ignore[return-value]
+
+
+# node fields Model Explorer reads as optional (``node.incomingEdges || []``): an empty list need not be sent
+_OPTIONAL_NODE_LISTS = ("incomingEdges", "inputsMetadata", "outputsMetadata", "subgraphIds", "attrs")
+
+
 def graphs_json(collection: gb.GraphCollection) -> JsonObject:
     """The graphs JSON Model Explorer's JSON loader reads: one collection ``{"label": ..., "graphs": [...]}``, with
-    None fields dropped."""
-    from model_explorer.utils import remove_none
-
-    return dict(remove_none(dataclasses.asdict(collection)))
+    None fields and empty optional lists dropped (the browser parses, copies and posts every byte between its
+    threads a few times before the first paint)."""
+    document = cast("dict[str, list[dict[str, list[dict[str, object]]]]]", plain_json(collection))
+    for graph in document.get("graphs", []):
+        for node in graph.get("nodes", []):
+            for key in _OPTIONAL_NODE_LISTS:
+                if node.get(key) == []:
+                    del node[key]
+    return cast("JsonObject", document)
 
 
 def write_graphs(collection: gb.GraphCollection, path: str | Path) -> Path:

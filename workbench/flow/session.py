@@ -70,6 +70,7 @@ class QuickstartSession:
             self.run = QuickstartRun(self.config)
         if self.run.environment is None:
             self.run = replace(self.run, environment=_environment())
+        self.workspace.progress = self.progress  # stages with steps of their own report them to the same callback
         return self.workspace
 
     def run_all(self) -> QuickstartRun:

@@ -277,6 +277,7 @@ def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
         target_drop=cfg.max_metric_drop,
         budget=cfg.search_budget,
         limit=cfg.evaluation_samples,
+        progress=ws.progress,  # ProgressEvent(task="evaluation", index of budget): the panel shows "evaluation 3 of 8"
     )
     path = ws.path("mixed.json")
     result.save(path)

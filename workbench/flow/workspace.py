@@ -14,6 +14,7 @@ from workbench.flow.artifacts import QuickstartRun
 from workbench.flow.config import QuickstartConfig, calibration_batches
 from workbench.model import OnnxModel
 from workbench.precision import Precision, PrecisionPlan, apply_precision_plan
+from workbench.progress import ProgressFn
 from workbench.zoo import ZooEntry, get_entry
 
 
@@ -53,6 +54,8 @@ class Workspace:
         validate_outputs({"out_dir": self.out}, directories=("out_dir",), overwrite=True, is_ours=lambda path: True)
         self._calibration: tuple[_CalibrationKey, CalibrationSession] | None = None
         self._fp16_source: str | None = None  # sha256 of the model fp16.onnx was made from
+        # the session's progress callback: a stage with steps of its own (the search's evaluations) reports them here
+        self.progress: ProgressFn | None = None
 
     def matches(self, config: QuickstartConfig) -> bool:
         """Whether ``config`` runs on this workspace (same model, data and output folder)."""

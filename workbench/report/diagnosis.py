@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from workbench.artifact import Artifact
+from workbench.calib.diff import LayerDiff, TensorDiff
 from workbench.engine import EngineArtifact
 from workbench.flow.artifacts import LayerDiffStage, Metrics, QuickstartRun, Timing
 from workbench.flow.mixed import MixedSearch
@@ -41,7 +45,27 @@ def diagnose(run: QuickstartRun) -> list[Verdict]:
         verdicts += _search_verdicts(run.mixed_search, run)
     if run.fp32_engine is not None:
         verdicts += _fusion_verdicts(run.fp32_engine)
+    verdicts += _precision_check_verdicts(run)
     return verdicts
+
+
+def _precision_check_verdicts(run: QuickstartRun) -> list[Verdict]:
+    """Requested vs actual precision over every built engine: the silent-FP32 builds TensorRT users keep meeting."""
+    checks = {str(v): b.engine.precision_check for v, b in run.builds.items() if b.engine.precision_check is not None}
+    if not checks:
+        return []
+    bad = {name: check for name, check in checks.items() if not check.ok}
+    checked = sum(check.checked for check in checks.values())
+    if not bad:
+        text = f"all {checked} checked nodes of {len(checks)} engine(s) run at the precision requested"
+        return [Verdict("requested vs actual precision", text + ".", {"checked": float(checked)}, level="ok")]
+    parts = [f"{name}: {len(check.mismatches)} (first: {check.lines(1)[0]})" for name, check in bad.items()]
+    text = (
+        f"{sum(len(c.mismatches) for c in bad.values())} node(s) run at another precision than requested: "
+        + "; ".join(parts)
+    )
+    evidence = {f"mismatches_{name}": float(len(check.mismatches)) for name, check in bad.items()}
+    return [Verdict("requested vs actual precision", text + ".", evidence, level="warning")]
 
 
 def _choice_verdict(choice: Choice) -> Verdict:
@@ -252,6 +276,130 @@ def _fusion_verdicts(artifact: EngineArtifact) -> list[Verdict]:
             {"onnx_nodes": float(artifact.onnx_node_count), "engine_layers": float(artifact.layer_count)},
         )
     ]
+
+
+NEXT_STEPS_NOTE = (
+    "Paths are this run's own files. On a machine with an NVIDIA GPU and full TensorRT, time the chosen engine "
+    "there too (the timing above is ONNX Runtime on the CPU when no GPU was found)."
+)
+
+
+def _data_option(run: QuickstartRun) -> list[str] | None:
+    """The --data a command needs for this run's model: zoo, the run's own folder, or None (random inputs only)."""
+    from workbench.zoo import entry_names
+
+    if run.config.data:
+        return ["--data", str(Path(run.config.data).resolve())]
+    return ["--data", "zoo"] if run.config.model in entry_names() else None
+
+
+def next_step_commands(run: QuickstartRun) -> list[tuple[str, str]]:
+    """(why, command) per next step that applies to this run: where INT8 hurts (diff, then the explorer's damage
+    overlay), the search over formats (FP8 before FP16) when the chosen engine is not an "ok" INT8 choice or the
+    search missed its target, and checking the exported bundle. Commands are ``workbench`` arguments, quoted."""
+    out = Path(run.config.out_dir).resolve() / "next"
+    model = shlex.quote(run.config.model)
+    data = _data_option(run)
+    steps: list[tuple[str, str]] = []
+    int8 = run.int8_all_build
+    if int8 is not None and data is not None:
+        worst = run.layer_diff.diff.ranking(1) if run.layer_diff is not None else []
+        why = "See where INT8 error enters, with the engine layers that run it" + (
+            f" (most noise is added at {worst[0].node} here)" if worst else ""
+        )
+        diff_json = out / "int8.diff.json"
+        steps.append(
+            (
+                why,
+                shlex.join(
+                    ["diff", run.config.model, str(int8.onnx_path.resolve()), *data, "-o", str(diff_json)]
+                    + ["--threshold", "20", "--max-batches", "1"]
+                ),
+            )
+        )
+        steps.append(
+            (
+                "Open the INT8 engine in the explorer with that damage overlaid (static files, no server)",
+                shlex.join(
+                    ["explore", str(int8.engine.engine_path.resolve()), "--diff", str(diff_json)]
+                    + ["--export", str(out / "explore")]
+                ),
+            )
+        )
+    search = run.mixed_search.result if run.mixed_search is not None else None
+    choice = run.selection.choice if run.selection is not None else None
+    unmet = (search is not None and not search.met) or (choice is not None and not choice.ok)
+    wider = search.chosen.math_nodes - search.chosen.int8_math_nodes if search is not None else 0
+    if data is not None and run.calibration is not None and (unmet or wider > 0):
+        why = (
+            "The target was not met: search over formats (a group that fails in INT8 is tried in FP8 before FP16)"
+            if unmet
+            else f"The search kept {wider} math node(s) wider "
+            "than INT8: search over formats, where FP8 may keep them 8-bit"
+        )
+        steps.append(
+            (
+                why,
+                f"calibrate {model} {shlex.join(data)} --target-drop {run.config.max_metric_drop:g} "
+                f"--formats int8,fp8,fp16 --budget 4 -o {shlex.quote(str(out / 'formats.qdq.onnx'))}",
+            )
+        )
+    if run.bundle is not None:
+        steps.append(
+            (
+                "Check the exported bundle (manifest, engine hash, config) before deploying it",
+                shlex.join(["verify", str(run.bundle.path.resolve())]),
+            )
+        )
+    return steps
+
+
+def node_inputs(run: QuickstartRun) -> dict[str, tuple[str, ...]]:
+    """Each node's input tensors in the FP32 model the diff compared (empty without an FP32 build)."""
+    if run.fp32_build is None or not run.fp32_build.onnx_path.is_file():
+        return {}
+    import onnx
+
+    graph = onnx.load(str(run.fp32_build.onnx_path), load_external_data=False).graph
+    return {node.name: tuple(i for i in node.input if i) for node in graph.node}
+
+
+def _local_text(tensor: TensorDiff) -> str:
+    local = "-" if tensor.sqnr_db_local is None else f"{tensor.sqnr_db_local:.1f} dB"
+    clipped = "-" if tensor.clipped_fraction is None else f"{tensor.clipped_fraction:.1e}"
+    return f"local SQNR {local}, clipped {clipped}"
+
+
+def layer_cause(diff: LayerDiff, row: TensorDiff, inputs: Mapping[str, Sequence[str]]) -> str:
+    """Why INT8 adds noise at ``row`` (a ranked activation), from the diff's own numbers; never empty.
+
+    Its own range's verdict when it is quantized and the range is wrong (clipping / outliers); else a quantized input
+    of its node whose range is wrong; else an explicit "no known cause" that says what the data rules out: the
+    quantized tensors it reads fit their ranges (the drop is rounding noise of its INT8 math), or it reads no INT8
+    tensor at all (the noise comes from upstream)."""
+    if row.cause and row.cause != "ok":
+        return f"{row.cause}: {_local_text(row)}"
+    by_name = {t.name: t for t in diff.tensors}
+    read = [by_name[name] for name in inputs.get(row.node, ()) if name in by_name and by_name[name].quantized]
+    read += [t for t in diff.tensors if t.quantized and t.kind != "activation" and t.node == row.node and t not in read]
+    wrong = [t for t in read if t.cause and t.cause != "ok"]
+    if wrong:
+        worst = min(wrong, key=lambda t: t.sqnr_db_local if t.sqnr_db_local is not None else math.inf)
+        return f"its {worst.kind} {worst.name}: {worst.cause}; {_local_text(worst)}"
+    own = f"its own range fits ({_local_text(row)}); " if row.cause == "ok" else ""
+    if read:
+        worst = min(read, key=lambda t: t.sqnr_db_local if t.sqnr_db_local is not None else math.inf)
+        fmt = (worst.format or "int8").upper()
+        return (
+            f"no known cause: {own}the {len(read)} {fmt} tensor(s) {row.op} reads fit their ranges (worst "
+            f"{worst.name}, {_local_text(worst)}): the {row.drop_db or 0.0:.1f} dB drop is {fmt} rounding noise "
+            "of its math"
+        )
+    upstream = (row.sqnr_db_accumulated or 0.0) + (row.drop_db or 0.0)
+    return (
+        f"no known cause: {own}{row.op} reads no quantized tensor; the noise comes from upstream (its inputs at "
+        f"{upstream:.1f} dB accumulated SQNR)"
+    )
 
 
 def _why_streams_do_not_help(device: str, busy_fraction: float) -> str:

@@ -18,13 +18,23 @@ from workbench.engine.lint import lint
 from workbench.flow.artifacts import QuickstartRun, StageStatus
 from workbench.flow.stages import STAGE_BY_NAME
 from workbench.precision.variant import VARIANTS, Variant
-from workbench.report.diagnosis import diagnose, kept_wider
+from workbench.report.diagnosis import (
+    NEXT_STEPS_NOTE,
+    diagnose,
+    kept_wider,
+    layer_cause,
+    next_step_commands,
+    node_inputs,
+)
+from workbench.report.formats import run_front
 from workbench.report.tables import (
     choice_html,
     esc,
+    format_front_table_html,
     front_table_html,
     html_table,
     metrics_table_html,
+    precision_checks_html,
     stage_table_html,
     timing_table_html,
     verdicts_html,
@@ -48,6 +58,7 @@ SECTION_IDS = (
     "timing",
     "diagnosis",
     "export",
+    "next-steps",
 )
 
 _CSS = (
@@ -140,7 +151,7 @@ def _fusion_section(run: QuickstartRun) -> str:
             )
             + "</div>"
         )
-    return content + _lint_html(run)
+    return content + _lint_html(run) + "<h3>Requested vs actual precision</h3>" + precision_checks_html(run)
 
 
 def _lint_html(run: QuickstartRun) -> str:
@@ -172,6 +183,7 @@ def _layer_diff_section(run: QuickstartRun) -> str:
         return _stage_note(run, "layer_diff")
     diff = run.layer_diff.diff
     content = _figure_html(calib_figures.sqnr_figure(diff, highlight=list(kept_wider(run))), "fig-layer-diff")
+    inputs = node_inputs(run)
     worst = [
         [
             row.node,
@@ -179,7 +191,7 @@ def _layer_diff_section(run: QuickstartRun) -> str:
             f"{row.noise_added:.3g}",
             f"{row.drop_db:.1f}",
             f"{row.sqnr_db_accumulated:.1f}",
-            row.cause or "",
+            layer_cause(diff, row, inputs),
         ]
         for row in diff.ranking(5)
     ]
@@ -205,7 +217,7 @@ def _mixed_section(run: QuickstartRun) -> str:
     """The accuracy-target search: every evaluated plan (metric with 95 % interval against INT8 share and engine
     structure), the chosen plan marked, and the Pareto front as a table."""
     if run.mixed_search is None:
-        return _stage_note(run, "search")
+        return _stage_note(run, "search") + _format_front_html(run)
     search = run.mixed_search
     result = search.result
     chosen = search.intervals[result.chosen.index]
@@ -224,6 +236,24 @@ def _mixed_section(run: QuickstartRun) -> str:
         "share and engine layers + reformats at once); the export panel picks from these:</p>"
         + front_table_html(search, picked=result.chosen.index if run.search_pick is run.chosen_variant else None)
         + f'<p class="muted">Engine columns: {esc(cost_label)}. Metric: {esc(search.how)}.</p>'
+        + _format_front_html(run)
+    )
+
+
+def _format_front_html(run: QuickstartRun) -> str:
+    """The Pareto front across formats: every built variant and search plan, metric against engine size."""
+    front = run_front(run)
+    if front is None or not any(p.engine_bytes is not None for p in front.points):
+        return "<h3>Pareto front across formats</h3><p>No engine was built with a measured metric, so there is no front.</p>"
+    notes = "".join(f"; {esc(note)}" for note in front.notes)
+    return (
+        "<h3>Pareto front across formats</h3><p>Each built engine (FP32, FP16, INT8, FP8 when asked for, mixed) and "
+        f"each plan of the search: {esc(front.metric_name)} against engine size. On the front: "
+        + esc(", ".join(p.label for p in front.front))
+        + ".</p>"
+        + _figure_html(calib_figures.format_front_figure(front), "fig-format-front")
+        + format_front_table_html(front)
+        + f'<p class="muted">Metric: {esc(front.how)}. Cost: {esc(front.cost_how)}{notes}.</p>'
     )
 
 
@@ -273,6 +303,20 @@ def _export_section(run: QuickstartRun) -> str:
     )
 
 
+def _next_steps_section(run: QuickstartRun) -> str:
+    """What to run next on this run's own files, each step with the reason from this run; every command runs as
+    printed (absolute paths, options the CLI has) on a CPU-only machine."""
+    steps = next_step_commands(run)
+    if not steps:
+        return "<p>No next step applies: no stage of this run left files to look at further.</p>"
+    return (
+        "<ol>"
+        + "".join(f"<li>{esc(why)}:<br><code>workbench {esc(command)}</code></li>" for why, command in steps)
+        + "</ol>"
+        + f'<p class="muted">{esc(NEXT_STEPS_NOTE)}</p>'
+    )
+
+
 def render_report(run: QuickstartRun) -> str:
     """The report as one HTML string with plotly.js embedded (opens offline)."""
     parts = [
@@ -285,6 +329,7 @@ def render_report(run: QuickstartRun) -> str:
         _section("timing", "Timing results", _timing_section(run)),
         _section("diagnosis", "Bottleneck diagnosis", verdicts_html(diagnose(run))),
         _section("export", "Exported bundle", _export_section(run)),
+        _section("next-steps", "Next steps", _next_steps_section(run)),
     ]
     model = esc(run.config.model)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -14,7 +14,9 @@ from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
 from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
+from workbench.report.formats import FormatFront
 from workbench.timing import TimingResult
+from workbench.timing.stats import THROUGHPUT_CI_HOW
 from workbench.viz.palette import STATUS_COLORS
 
 
@@ -23,11 +25,18 @@ def esc(value: object) -> str:
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw_columns: tuple[int, ...] = ()) -> str:
-    """A plain table; cells are escaped except in ``raw_columns`` (already HTML)."""
+    """A plain table; cells are escaped except in ``raw_columns`` (already HTML). A cell with no text reads "-": a
+    table never shows a blank cell (nothing measured is said, not left empty)."""
+
+    def cell_html(index: int, cell: object) -> str:
+        text = "" if cell is None else str(cell)
+        if not text.strip():
+            return "-"
+        return text if index in raw_columns else esc(text)
+
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell if i in raw_columns else esc(cell)}</td>" for i, cell in enumerate(row)) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f"<td>{cell_html(i, cell)}</td>" for i, cell in enumerate(row)) + "</tr>" for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -106,39 +115,49 @@ def choice_html(choice: Choice) -> str:
     )
 
 
+def _interval_text(value: float, interval: tuple[float, float] | None, spec: str) -> str:
+    """``value [low, high]``, or the value and "(no interval)" where none was measured."""
+    low, high = interval if interval is not None else (math.nan, math.nan)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:{spec}} (no interval)"
+    return f"{value:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
 def _throughput_text(result: TimingResult) -> str:
-    """Throughput with its spread: the lowest and highest of the run's measurement windows."""
-    windows = [w for w in result.window_throughputs if math.isfinite(w)]
-    text = f"{result.throughput_per_s:.0f}"
-    return text + (f" [{min(windows):.0f}, {max(windows):.0f}]" if len(windows) > 1 else " (one window)")
+    """Throughput with its bootstrap 95% interval (:data:`workbench.timing.stats.THROUGHPUT_CI_HOW`)."""
+    return _interval_text(result.throughput_per_s, result.throughput_ci_per_s, ".0f")
 
 
 def _percentile_text(result: TimingResult, name: str) -> str:
     """A latency percentile with its bootstrap 95% interval (where the run measured one)."""
-    value = result.latency_ms.get(name, math.nan)
-    low, high = result.latency_ci_ms.get(name, (math.nan, math.nan))
-    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else " (no interval)"
-    return f"{value:.2f}{interval}"
+    return _interval_text(result.latency_ms.get(name, math.nan), result.latency_ci_ms.get(name), ".2f")
+
+
+TIMING_INTERVALS_HOW = (
+    f"Intervals: samples/s, {THROUGHPUT_CI_HOW}; p99, percentile-bootstrap 95% interval (1,000 resamples of the "
+    "measured request latencies). A p99 from fewer than 500 requests is marked (few samples)."
+)
 
 
 def timing_table_html(results: Sequence[TimingResult]) -> str:
-    """One row per timed configuration: throughput with the range over its measurement windows, p50, p99 with its
-    bootstrap 95% interval, busy fraction, requests and whether the windows agreed (stable)."""
+    """One row per timed configuration: throughput and p99, each with its bootstrap 95% interval and the number of
+    samples behind it, p50, busy fraction, requests and whether the windows agreed (stable); how the intervals were
+    computed is said below the table."""
     body = [
         [
             r.streams,
             r.batch,
             _throughput_text(r),
             f"{r.latency_ms.get('p50', math.nan):.2f}",
-            _percentile_text(r, "p99"),
+            _percentile_text(r, "p99") + ("" if r.latency_reliable.get("p99", False) else " (few samples)"),
             f"{r.busy_fraction:.0%}",
             r.n_requests,
             "yes" if r.stable else "no",
         ]
         for r in results
     ]
-    header = ["streams", "batch", "samples/s [window range]", "p50 ms", "p99 ms [95% CI]", "busy", "requests", "stable"]
-    return html_table(header, body)
+    header = ["streams", "batch", "samples/s [95% CI]", "p50 ms", "p99 ms [95% CI]", "busy", "requests (n)", "stable"]
+    return html_table(header, body) + f'<p class="muted">{esc(TIMING_INTERVALS_HOW)}</p>'
 
 
 def verdicts_html(verdicts: Sequence[Verdict]) -> str:
@@ -218,3 +237,52 @@ def front_table_html(search: MixedSearch, picked: int | None = None) -> str:
         rows,
         raw_columns=(0,),
     )
+
+
+def format_front_table_html(front: FormatFront) -> str:
+    """One row per point of a front across formats, the front first (cheapest engine first): formats, metric with
+    95 % interval and n, engine size and layers, where it was measured; every cell has text."""
+    ordered = [*front.front, *(p for p in front.points if not p.on_front)]
+    rows = [
+        [
+            ("&#9654; " if p.chosen else "") + esc(p.label),
+            esc(p.mix),
+            esc(p.estimate.text()),
+            "-" if p.engine_mb is None else f"{p.engine_mb:.2f}",
+            "-" if p.engine_layers is None else p.engine_layers,
+            "yes" if p.on_front else "no",
+            esc(p.source),
+        ]
+        for p in ordered
+    ]
+    headers = ["plan / engine", "math nodes per format", f"{front.metric_name} [95%] (n)", "engine MB", "layers"]
+    return html_table([*headers, "on the front", "measured"], rows, raw_columns=(0, 1, 2, 6))
+
+
+def precision_checks_html(run: QuickstartRun, limit: int = 20) -> str:
+    """Requested vs actual precision of every engine this run built: one line per engine (nodes checked per requested
+    precision, mismatches), then each mismatch (node, op, requested, actual, the layer running it, the reason) up to
+    ``limit`` per engine. An engine without a check says so."""
+    builds = run.builds
+    if not builds:
+        return "<p>No engine was built, so no precision was checked.</p>"
+    lines, rows = [], []
+    for variant, build in builds.items():
+        check = build.engine.precision_check
+        if check is None:
+            lines.append(f"<li>{esc(variant)}: not checked (the build recorded no layer precisions)</li>")
+            continue
+        lines.append(f"<li>{esc(variant)}: {esc(check.summary())}</li>")
+        rows += [
+            [variant, m.node, m.op or "-", m.requested or "-", m.actual or "-", m.layer or "no layer"]
+            + [m.reason or "reason not known"]
+            for m in check.mismatches[:limit]
+        ]
+        if len(check.mismatches) > limit:
+            rows.append([variant, f"... {len(check.mismatches) - limit} more", "-", "-", "-", "-", "see .layers.json"])
+    table = (
+        html_table(["engine", "ONNX node", "op", "requested", "actual", "engine layer", "why"], rows)
+        if rows
+        else "<p>Every checked node runs at the precision requested.</p>"
+    )
+    return "<ul>" + "".join(lines) + "</ul>" + table

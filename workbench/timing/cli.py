@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench._args import bounded_float, bounded_int, int_list
 from workbench.errors import WorkbenchError
 from workbench.timing.factory import EXECUTORS, make_executor
 from workbench.timing.limits import MAX_REQUEST_BATCH, MAX_STREAMS, MIN_STREAMS, STREAMS_EXPECTED
+
+if TYPE_CHECKING:
+    from workbench.timing.result import TimingResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -235,11 +238,15 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
                 )
 
 
-def _print_row(label: str, r: Any) -> None:
+def _print_row(label: str, r: TimingResult) -> None:
+    """One configuration: throughput and p99 with their bootstrap 95% intervals (``[low, high]``) and n."""
     p50, p99 = r.latency_ms.get("p50", math.nan), r.latency_ms.get("p99", math.nan)
+    t_low, t_high = r.throughput_ci_per_s
+    p_low, p_high = r.latency_ci_ms.get("p99", (math.nan, math.nan))
     print(
-        f"{label:>14s}: {r.throughput_per_s:9.1f} samples/s  p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  "
-        f"enqueue {r.enqueue_us_p50:6.1f} us  busy {r.busy_fraction:.2f}"
+        f"{label:>14s}: {r.throughput_per_s:9.1f} [{t_low:.1f}, {t_high:.1f}] samples/s  p50 {p50:7.3f} ms  "
+        f"p99 {p99:7.3f} [{p_low:.3f}, {p_high:.3f}] ms (n={r.n_requests})  enqueue {r.enqueue_us_p50:6.1f} us  "
+        f"busy {r.busy_fraction:.2f}"
     )
 
 

@@ -154,6 +154,7 @@ def run_pipeline(
         ),
         rate_per_s=config.rate_per_s if config.load == "open" else None,
         throughput_per_s=summary["throughput_per_s"],
+        throughput_ci_per_s=summary["throughput_ci_per_s"],
         requests_per_s=summary["requests_per_s"],
         latency_ms=summary["latency_ms"],
         latency_ci_ms=summary["latency_ci_ms"],

@@ -87,6 +87,8 @@ class TimingResult(Artifact):
     device: str
     clocks: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    # throughput's 95% interval (samples/s): stats.throughput_interval, a bootstrap over sub-windows of the span
+    throughput_ci_per_s: tuple[float, float] = (math.nan, math.nan)
     records: tuple[BatchRecord, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
     latencies_ms: tuple[float, ...] = field(default=(), repr=False, compare=False, metadata=NOT_SERIALIZED)
 
@@ -114,8 +116,11 @@ def summarize_records(records: list[BatchRecord], t_start_ms: float, t_stop_ms: 
     compute_spans = [(r.h2d_end_ms, r.compute_end_ms) for r in records]
     intervals = [(a, r.d2h_end_ms) for r in records for a in r.arrivals_ms]
     little = stats.littles_law_check(intervals, t_start_ms, t_stop_ms)
+    completions = [r.d2h_end_ms for r in completed_in for _ in range(r.size)]  # one time per sample
+    ci_per_ms = stats.throughput_interval(completions, t_start_ms, t_stop_ms)
     return {
         "throughput_per_s": samples_done / span * 1e3 if span > 0 else math.nan,
+        "throughput_ci_per_s": (ci_per_ms[0] * 1e3, ci_per_ms[1] * 1e3),
         "requests_per_s": requests_done / span * 1e3 if span > 0 else math.nan,
         "latency_ms": {f"p{int(q)}": e.value for q, e in estimates.items()}
         | {"mean": float(np.mean(latencies)) if latencies else math.nan},

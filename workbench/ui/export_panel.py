@@ -26,13 +26,14 @@ from workbench.flow import (
     front_candidates,
     recommend,
 )
+from workbench.report.formats import run_front
 from workbench.report.tables import candidates_table_html, front_table_html
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget
 from workbench.ui.figures import replace_figure
 from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter, Worker
-from workbench.viz.calib import pareto_figure
+from workbench.viz.calib import format_front_figure, pareto_figure
 from workbench.viz.metrics import candidates_figure
 
 T = TypeVar("T")
@@ -71,6 +72,7 @@ class ExportPanel:
             value="<p>Mixed-precision plans: press <b>Show Pareto front</b> (runs the accuracy-target search).</p>"
         )
         self.pareto = figure_widget()
+        self.formats = figure_widget()  # the Pareto front across formats (built variants and search plans)
         self.front: tuple[PlanCandidate, ...] = ()
         self.candidates: list[EngineCandidate] = []
         self.bundle: Bundle | None = None
@@ -93,6 +95,8 @@ class ExportPanel:
                 widgets.HBox([self.front_button, self.plan_picker, self.plan_button]),
                 self.front_table,
                 self.pareto,
+                widgets.HTML("<h4>Pareto front across formats: every engine and plan, metric against engine size</h4>"),
+                self.formats,
             ],
             layout=widgets.Layout(width="100%"),
         )
@@ -229,6 +233,12 @@ class ExportPanel:
             self.pareto,
             pareto_figure(search.result, intervals=search.intervals, front=[c.index for c in search.front]),
         )
+        self._render_formats()
+
+    def _render_formats(self) -> None:
+        front = run_front(self.session.run)  # None until the metrics stage ran
+        if front is not None and any(point.engine_bytes is not None for point in front.points):
+            replace_figure(self.formats, format_front_figure(front))
 
     def _render(self) -> None:
         # the marker follows the rule's pick (not the last export); the precision selected for export is ringed
@@ -238,3 +248,4 @@ class ExportPanel:
         replace_figure(
             self.figure, candidates_figure(self.candidates, rule_pick, exported=(str(self.precision.value),))
         )
+        self._render_formats()

@@ -23,6 +23,7 @@ from workbench.report import (
     diagnose,
     kept_wider,
     metrics_table_html,
+    precision_checks_html,
     stage_table_html,
     timing_table_html,
     verdicts_html,
@@ -278,7 +279,13 @@ class QuickstartPanel:
             if run.cleaning
             else note_figure(run.stage("clean").text),
         )
-        self.fusion_view.value = self._fusion_html(run)
+        self.fusion_view.value = (
+            self._fusion_html(run)
+            + "<h4>Requested vs actual precision</h4>"
+            + (
+                precision_checks_html(run)  # read-only: each build's own check (workbench.engine.precision_check)
+            )
+        )
         kept = list(kept_wider(run))
         replace_figure(
             self.diff_figure,

@@ -16,6 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.errors import WorkbenchError
+from workbench.report.tables import timing_table_html
 from workbench.timing import RunConfig, TimingResult, grid_plan, interactive_config, run_pipeline, run_sweep
 from workbench.timing.limits import BATCH_CHOICES, check_streams
 from workbench.ui import controls
@@ -224,12 +225,14 @@ class TimingPanel:
 
     @staticmethod
     def _summary_html(r: TimingResult) -> str:
+        """The run's row of the shared timing table (throughput and p99 with their bootstrap 95% intervals and n),
+        then the stage medians and notes."""
         stages = ", ".join(f"{k} {v:.3f}" for k, v in r.stages_ms.items() if not math.isnan(v))
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in r.notes)
         return (
-            f"<b>{html.escape(r.executor_label)}</b><br>{r.throughput_per_s:.0f} samples/s; latency p50 "
-            f"{r.latency_ms['p50']:.3f} / p90 {r.latency_ms['p90']:.3f} / p99 {r.latency_ms['p99']:.3f} ms "
-            f"({r.n_requests} requests); busy {r.busy_fraction:.2f}; enqueue p50 {r.enqueue_us_p50:.1f} us"
+            f"<b>{html.escape(r.executor_label)}</b>"
+            + timing_table_html([r])
+            + f"latency p90 {r.latency_ms['p90']:.3f} ms; enqueue p50 {r.enqueue_us_p50:.1f} us"
             f"<br>stage medians (ms): {html.escape(stages)}" + (f"<ul>{notes}</ul>" if notes else "")
         )
 

@@ -1,5 +1,7 @@
 """Figures for INT8 calibration: per-layer SQNR in topological order, a tensor's histogram with each method's
-threshold, and the task-metric table. Functions return plotly figures; nothing is shown here."""
+threshold, the mixed-precision search's plans and the Pareto front across formats (the task-metric table with its
+intervals is :func:`workbench.viz.metrics.metric_table_figure`). Functions return plotly figures; nothing is shown
+here."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from workbench.flow.uncertainty import Estimate
+    from workbench.report.formats import FormatFront
 
 
 def sqnr_figure(
@@ -134,25 +137,6 @@ def histogram_figure(hist: TensorHistogram, thresholds: Mapping[str, float], *, 
     return fit_to_container(figure)
 
 
-def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its metric and INT8 node count."""
-    import plotly.graph_objects as go
-
-    header = ["variant", "metric", "value", "INT8 nodes", "fallback nodes"]
-    columns = [
-        [str(r.get(key, "")) if not isinstance(r.get(key), float) else f"{r[key]:.4f}" for r in rows]
-        for key in ("variant", "metric", "value", "int8_nodes", "fallback")
-    ]
-    figure = go.Figure(
-        go.Table(
-            header={"values": header, "fill_color": palette.HEADER_FILL, "align": "left"},
-            cells={"values": columns, "align": "left"},
-        )
-    )
-    figure.update_layout(height=60 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
-    return fit_to_container(figure)
-
-
 def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "–" if value is None else format(value, spec)
 
@@ -196,6 +180,8 @@ def pareto_figure(
     """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from workbench.viz.metrics import metric_range
 
     data = result.to_json() if hasattr(result, "to_json") else result
     rows = pareto_rows(data)
@@ -294,6 +280,10 @@ def pareto_figure(
             y=data["target"], line={"dash": "dash", "color": palette.MUTED}, annotation_text="target", row=1, col=col
         )
     fig.update_yaxes(title_text=data["metric_name"], row=1, col=1)
+    values = [r["metric"] for r in rows]
+    lows = [bars[r["index"]][0] if r["index"] in bars else r["metric"] for r in rows]
+    highs = [bars[r["index"]][1] if r["index"] in bars else r["metric"] for r in rows]
+    fig.update_yaxes(range=metric_range(values, [*lows, data["target"]], [*highs, data["target"]]))  # within 0..1
     shares = [r["int8_share"] for r in rows]
     narrow = bool(shares) and max(shares) - min(shares) < 0.1  # whole percents would repeat the same tick label
     # a share runs 0-100 %: a single plan at 100 % had plotly pad its axis to 150 %
@@ -311,3 +301,95 @@ def pareto_figure(
         margin={"l": 60, "r": 20, "t": 90, "b": 50},
     )
     return fit_to_container(fig)
+
+
+FORMAT_SYMBOLS = {"int8": "circle", "fp8": "diamond", "fp16": "square", "fp32": "triangle-up", "mixed": "hexagon"}
+
+
+def format_front_figure(front: FormatFront, *, title: str | None = None) -> go.Figure:
+    """Task metric (95 % error bars) against engine size for every plan or engine of ``front``, one colour and marker
+    per format (a mix of formats: its own marker, coloured by its most common format), the Pareto front across
+    formats joined by a line, the chosen one starred, the target dashed.
+
+    The metric axis holds every interval with a little room (never past 0..1 for a fraction); the size axis starts at
+    zero so sizes compare by length."""
+    import plotly.graph_objects as go
+
+    from workbench.viz.metrics import interval_bars, metric_range
+
+    shown = [p for p in front.points if p.engine_bytes is not None and math.isfinite(p.metric)]
+    figure = go.Figure()
+    for fmt in FORMAT_SYMBOLS:
+        group = [p for p in shown if p.format == fmt]
+        if not group:
+            continue
+        lows = [p.metric_low if math.isfinite(p.metric_low) else p.metric for p in group]
+        highs = [p.metric_high if math.isfinite(p.metric_high) else p.metric for p in group]
+        figure.add_trace(
+            go.Scatter(
+                x=[p.engine_mb for p in group],
+                y=[p.metric for p in group],
+                mode="markers",
+                name=fmt.upper() if fmt != "mixed" else "mixed formats",
+                error_y=interval_bars([p.metric for p in group], lows, highs),
+                marker={
+                    "symbol": FORMAT_SYMBOLS[fmt],
+                    "size": 11,
+                    "color": [
+                        palette.precision_color(max(p.formats, key=p.formats.__getitem__) if p.formats else fmt)
+                        for p in group
+                    ],
+                    "line": {"width": 1, "color": palette.MARKER_EDGE},
+                },
+                customdata=[
+                    [p.label, p.mix, p.estimate.text(), p.engine_layers if p.engine_layers is not None else "-"]
+                    for p in group
+                ],
+                hovertemplate="%{customdata[0]}: %{customdata[1]}<br>%{customdata[2]}<br>%{x:.2f} MB, "
+                "%{customdata[3]} layers<extra></extra>",
+            )
+        )
+    line = [p for p in front.front if p in shown]
+    if line:
+        figure.add_trace(
+            go.Scatter(
+                x=[p.engine_mb for p in line],
+                y=[p.metric for p in line],
+                mode="lines",
+                line={"shape": "hv", "color": palette.TEXT, "width": 1, "dash": "dot"},
+                name="Pareto front",
+                hoverinfo="skip",
+            )
+        )
+    chosen = [p for p in shown if p.chosen]
+    if chosen:
+        figure.add_trace(
+            go.Scatter(
+                x=[chosen[0].engine_mb],
+                y=[chosen[0].metric],
+                mode="markers",
+                marker={"symbol": "star", "size": 18, "color": palette.FP16, "line": {"color": palette.TEXT}},
+                name="chosen",
+                hovertemplate=f"chosen: {chosen[0].label}<extra></extra>",
+            )
+        )
+    values = [p.metric for p in shown]
+    lows = [p.metric_low if math.isfinite(p.metric_low) else p.metric for p in shown]
+    highs = [p.metric_high if math.isfinite(p.metric_high) else p.metric for p in shown]
+    if front.target is not None and math.isfinite(front.target):
+        figure.add_hline(y=front.target, line={"dash": "dash", "color": palette.MUTED}, annotation_text="target")
+        lows, highs = [*lows, front.target], [*highs, front.target]
+    sizes = [p.engine_mb or 0.0 for p in shown]
+    figure.update_layout(
+        title=title
+        or f"{front.model}: Pareto front across formats ({len(front.front)} of {len(shown)} on it), 95% intervals",
+        xaxis_title="engine size (MB, TensorRT-RTX build; not speed)",
+        yaxis_title=front.metric_name,
+        xaxis_range=[0, max(sizes) * 1.15] if sizes else None,
+        yaxis_range=metric_range(values, lows, highs),
+        template=palette.TEMPLATE,
+        height=380,
+        legend={"orientation": "h", "y": -0.22, "yanchor": "top", "x": 0},
+        margin={"l": 60, "r": 20, "b": 100},
+    )
+    return fit_to_container(figure)

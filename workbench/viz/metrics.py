@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from workbench.flow.choose import EngineCandidate
 
 
-def _value_range(values: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> list[float] | None:
+def metric_range(values: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> list[float] | None:
     """A y range that holds every value and interval with some room, clipped to [0, 1] for fractions (accuracy);
     None (plotly's own) for other metrics."""
     finite = [v for v in (*values, *lows, *highs) if v is not None and math.isfinite(v)]
@@ -78,7 +78,7 @@ def metrics_figure(rows: Sequence[MetricRow], highlight: str | None = None) -> g
         title=f"{name} per precision, 95% intervals ({n} samples)"
         + (f"; outlined: {highlight} (chosen)" if highlight else ""),
         yaxis_title=name,
-        yaxis_range=_value_range([row.value for row in rows], lows, highs),
+        yaxis_range=metric_range([row.value for row in rows], lows, highs),
         xaxis_type="category",
         template=palette.TEMPLATE,
         showlegend=False,
@@ -138,7 +138,7 @@ def candidates_figure(
         title="Accuracy vs speed" + (f"; outlined: {chosen} (the rule's pick)" if chosen else ""),
         xaxis_title="samples / s",
         yaxis_title=metric,
-        yaxis_range=_value_range([c.metric for c in shown], lows, highs),
+        yaxis_range=metric_range([c.metric for c in shown], lows, highs),
         xaxis_range=[0, max(speeds) * 1.3] if speeds else None,  # room for the labels right of the markers
         template=palette.TEMPLATE,
         showlegend=False,

@@ -11,8 +11,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from workbench.timing.serving.result import ServeConfig, SlaSearchResult
+from workbench.timing.serving.result import LoadProbe, ServeConfig, SlaSearchResult
 from workbench.viz.layout import fit_to_container
+from workbench.viz.timing import log_ticks, threshold_line
 
 BUDGET_COLOR = "#d62728"
 CHOSEN_COLOR = "#111111"
@@ -22,6 +23,19 @@ VERSION_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")
 
 def _config_label(config: ServeConfig) -> str:
     return f"{config.lanes} lanes, batch {config.max_batch}, delay {config.max_queue_delay_ms:g} ms"
+
+
+def _p99_bars(probes: Sequence[LoadProbe]) -> dict[str, object]:
+    """Each probe's p99 bootstrap 95% interval as error bars (none where it was not measured or is not finite)."""
+
+    def ends(probe: LoadProbe) -> tuple[float, float]:
+        low, high = probe.p99_ci_ms
+        if not all(math.isfinite(v) for v in (low, high, probe.p99_ms)):
+            return (0.0, 0.0)
+        return (max(probe.p99_ms - low, 0.0), max(high - probe.p99_ms, 0.0))
+
+    below, above = zip(*(ends(p) for p in probes), strict=True) if probes else ((), ())
+    return {"type": "data", "symmetric": False, "array": list(above), "arrayminus": list(below), "thickness": 1}
 
 
 def sla_search_figure(
@@ -52,6 +66,7 @@ def sla_search_figure(
                     legendgroup="grid" if background else label,
                     showlegend=not background or index == 0,
                     line=dict(width=1, color=GRID_COLOR) if background else dict(width=1.5),
+                    error_y=None if background else _p99_bars(probes),
                     marker=dict(
                         symbol=["circle" if p.passed else "circle-open" for p in probes],
                         size=5 if background else 8,
@@ -82,13 +97,7 @@ def sla_search_figure(
                 hovertemplate="chosen<br>%{x:.0f}/s, p99 %{y:.2f} ms<extra></extra>",
             )
         )
-    figure.add_hline(
-        y=result.budget_ms,
-        line_dash="dot",
-        line_color=BUDGET_COLOR,
-        annotation_text=f"p99 budget {result.budget_ms:g} ms",
-        annotation_position="top left",
-    )
+    threshold_line(figure, result.budget_ms, f"p99 budget {result.budget_ms:g} ms", BUDGET_COLOR, log_y=True)
     # a saturated probe's p99 can be 10^10 ms (requests never served): the axis holds the budget and the probes near
     # it, up to 100x the budget; probes above are off the top (their values in the hover text)
     finite = [
@@ -101,7 +110,7 @@ def sla_search_figure(
     ]
     top = min(max(finite, default=result.budget_ms), 100 * result.budget_ms)
     bottom = min(min(finite, default=result.budget_ms), result.budget_ms)
-    y_range = [math.log10(bottom / 1.5), math.log10(max(top, result.budget_ms) * 1.5)]
+    y_axis = log_ticks(bottom, max(top, result.budget_ms))  # range with room, ticks at 1-2-5 of each decade
     runs = f"{result.strategy} search: {result.configurations} of {result.grid_size} configurations, {result.runs} runs"
     if grid is not None:
         runs += f" (grid: {grid.runs} runs, best {grid.best_rate_per_s:,.0f}/s)"
@@ -111,10 +120,10 @@ def sla_search_figure(
         xaxis_title="achieved throughput (requests/s, open loop)",
         yaxis_title="p99 latency (ms)",
         yaxis_type="log",
-        yaxis_range=y_range,
         height=460,
         legend=dict(font=dict(size=10)),
     )
+    figure.update_yaxes(**y_axis)
     return fit_to_container(figure)
 
 

@@ -167,6 +167,87 @@ def sweep_point(result: TimingResult) -> dict[str, object]:
         "latency_ms": dict(result.latency_ms),
         "latency_ci_ms": dict(result.latency_ci_ms),
         "window_throughputs": tuple(result.window_throughputs),
+        "throughput_ci_per_s": tuple(result.throughput_ci_per_s),
+    }
+
+
+def _finite_pair(pair: Sequence[float] | None) -> tuple[float, float] | None:
+    """An interval ``(low, high)`` when both ends were measured, else None (drawn without a bar)."""
+    if not pair or len(pair) != 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair):
+        return None
+    return (float(pair[0]), float(pair[1]))
+
+
+LABEL_ROOM = (0.08, 0.07)  # a label needs this share of the x and y axes free of other labels
+
+
+def _label_points(points: Sequence[tuple[Any, Any]], log_y: bool, line_y: float | None = None) -> list[bool]:
+    """Which points get a text label: greedily, in order, each one whose place (as a share of the axes) is not within
+    :data:`LABEL_ROOM` of a label already placed, nor of a threshold line's label at the left end of ``line_y``; the
+    others keep their name for the hover."""
+
+    def coordinate(value: Any, log: bool) -> float | None:
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or (log and value <= 0):
+            return None
+        return math.log10(value) if log else float(value)
+
+    xs = [coordinate(x, False) for x, _y in points]
+    ys = [coordinate(y, log_y) for _x, y in points]
+
+    def spans(values: list[float | None]) -> tuple[float, float]:
+        finite = [v for v in values if v is not None]
+        return (min(finite), (max(finite) - min(finite)) or 1.0) if finite else (0.0, 1.0)
+
+    (x0, xw), (y0, yw) = spans(xs), spans(ys)
+    placed: list[tuple[float, float]] = []
+    line = coordinate(line_y, log_y)
+    if line is not None:  # the line's label spans about the first tenth of the x axis
+        placed += [(0.0, (line - y0) / yw), (LABEL_ROOM[0], (line - y0) / yw)]
+    keep = []
+    for x, y in zip(xs, ys, strict=True):
+        if x is None or y is None:
+            keep.append(False)
+            continue
+        here = ((x - x0) / xw, (y - y0) / yw)
+        free = all(abs(here[0] - px) >= LABEL_ROOM[0] or abs(here[1] - py) >= LABEL_ROOM[1] for px, py in placed)
+        keep.append(free)
+        if free:
+            placed.append(here)
+    return keep
+
+
+def threshold_line(figure: go.Figure, y: float, text: str, color: str, *, log_y: bool) -> None:
+    """A dotted horizontal line at ``y`` labelled at its left end (the fastest configurations sit at the right).
+
+    The label is an annotation of its own: on a log axis plotly places an annotation at 10**y, so the line's own
+    annotation would land far off the chart; here its y is given as log10(y) there."""
+    figure.add_hline(y=y, line_dash="dot", line_color=color)
+    figure.add_annotation(
+        x=0,
+        xref="x domain",
+        y=math.log10(y) if log_y else y,
+        yref="y",
+        text=text,
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+        font={"color": color},
+    )
+
+
+def log_ticks(low: float, high: float) -> dict[str, object]:
+    """Tick values and labels at 1, 2 and 5 of each decade between ``low`` and ``high`` for a log axis (plotly's own
+    log ticks crowd a short range with small digits), and a range with a little room."""
+    values = [
+        m * 10.0**e
+        for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+        for m in (1, 2, 5)
+        if low / 1.5 <= m * 10.0**e <= high * 1.5
+    ]
+    return {
+        "tickvals": values,
+        "ticktext": [f"{v:g}" for v in values],
+        "range": [math.log10(low / 1.5), math.log10(high * 1.5)],
     }
 
 
@@ -187,14 +268,26 @@ def latency_throughput_figure(
     for p in points:
         label = str(_field(p, "series") or f"batch {_field(p, 'batch')}")
         groups.setdefault(label, []).append(p)
+    for label in groups:
+        groups[label] = sorted(groups[label], key=lambda p: _field(p, "throughput_per_s"))
+    every = [
+        (_field(p, "throughput_per_s"), _field(p, "latency_ms")[percentile]) for items in groups.values() for p in items
+    ]
+    latencies = [y for _x, y in every if isinstance(y, (int, float)) and math.isfinite(y) and y > 0]
+    # one slow configuration (155 ms among 3 ms ones) must not flatten the rest onto the axis: log scale past 20x
+    log_y = bool(latencies) and max(latencies) / min(latencies) > 20
+    shown = _label_points(every, log_y, sla_ms)
+    position = 0
     for index, (label, items) in enumerate(groups.items()):
-        items = sorted(items, key=lambda p: _field(p, "throughput_per_s"))
         streams = [_field(p, "streams") for p in items]
         x = [_field(p, "throughput_per_s") for p in items]
         y = [_field(p, "latency_ms")[percentile] for p in items]
-        # the measured spread: the percentile's bootstrap 95% interval, and throughput's range over the run's windows
-        y_ci = [(_field(p, "latency_ci_ms") or {}).get(percentile) for p in items]
-        windows = [tuple(_field(p, "window_throughputs") or ()) for p in items]
+        # the measured spread: each axis's bootstrap 95% interval (the percentile's, throughput's over sub-windows)
+        y_ci = [_finite_pair((_field(p, "latency_ci_ms") or {}).get(percentile)) for p in items]
+        x_ci = [_finite_pair(_field(p, "throughput_ci_per_s")) for p in items]
+        names = [f"{n} stream{'s' if n != 1 else ''}" for n in streams]
+        labelled = shown[position : position + len(items)]
+        position += len(items)
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -202,45 +295,43 @@ def latency_throughput_figure(
                 error_y={
                     "type": "data",
                     "symmetric": False,
-                    "array": [ci[1] - v if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
-                    "arrayminus": [v - ci[0] if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "array": [max(ci[1] - v, 0.0) if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
+                    "arrayminus": [max(v - ci[0], 0.0) if ci else 0 for ci, v in zip(y_ci, y, strict=True)],
                     "thickness": 1,
                 },
                 error_x={
                     "type": "data",
                     "symmetric": False,
-                    "array": [max(w) - v if w else 0 for w, v in zip(windows, x, strict=True)],
-                    "arrayminus": [v - min(w) if w else 0 for w, v in zip(windows, x, strict=True)],
+                    "array": [max(ci[1] - v, 0.0) if ci else 0 for ci, v in zip(x_ci, x, strict=True)],
+                    "arrayminus": [max(v - ci[0], 0.0) if ci else 0 for ci, v in zip(x_ci, x, strict=True)],
                     "thickness": 1,
                 },
                 mode="lines+markers+text",
                 name=label,
                 line_color=palette.SERIES_COLORS[index % len(palette.SERIES_COLORS)],
-                text=[f"{n} stream{'s' if n != 1 else ''}" for n in streams],
+                # a label only where it does not land on another (every point names its streams on hover)
+                text=[name if keep else "" for name, keep in zip(names, labelled, strict=True)],
+                customdata=names,
                 # alternate above/below so labels of neighbouring points do not overlap
                 textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(items))],
                 hovertemplate="%{x:.0f} samples/s<br>"
                 + percentile
-                + " %{y:.2f} ms<br>%{text}<extra>"
+                + " %{y:.2f} ms<br>%{customdata}<extra>"
                 + label
                 + "</extra>",
             )
         )
     if sla_ms is not None:
-        figure.add_hline(
-            y=sla_ms,
-            line_dash="dot",
-            line_color=palette.THRESHOLD,
-            annotation_text=f"SLA {sla_ms:g} ms",
-            annotation_position="bottom right",
-        )
+        threshold_line(figure, sla_ms, f"SLA {sla_ms:g} ms", palette.THRESHOLD, log_y=log_y)
     figure.update_layout(
         title=title,
         template=palette.TEMPLATE,
         xaxis_title="throughput (samples/s); markers labelled by streams",
-        yaxis_title=f"{percentile} latency (ms)",
+        yaxis_title=f"{percentile} latency (ms)" + (", log scale" if log_y else ""),
         height=400,
         legend=dict(orientation="h", y=-0.25, yanchor="top", x=0, xanchor="left"),  # below: covers no title
         margin=dict(t=60, b=110),
     )
+    if log_y:
+        figure.update_yaxes(type="log", **log_ticks(min(latencies), max(latencies + ([sla_ms] if sla_ms else []))))
     return fit_to_container(figure)

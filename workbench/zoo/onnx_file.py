@@ -60,6 +60,7 @@ class OnnxFileEntry(ZooEntry):
     source = "a local ONNX file"
     license = "unknown"
     metric_output = ""
+    metric_cache = False  # a data folder's batches can change under the same file: metrics are measured each time
 
     def __init__(self, path: str | Path, data: str | Path | None = None) -> None:
         from onnx import TensorProto, helper
