@@ -52,7 +52,11 @@ def main() -> int:
     found = re.search(r"vs FP32 ([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", int8)
     delta, low, high = (float(v) for v in found.groups()) if found else (None, None, None)
     summary = next((line for line in text.splitlines() if " task evaluations (+1 FP32) " in line), "")
-    front = [line.strip() for line in text.splitlines() if line.startswith("  ") and " MB" in line and "(n=" in line]
+    front = [  # the front-across-formats cell's lines (not the search's "front:" lines by INT8 share)
+        line.strip()
+        for line in text.splitlines()
+        if line.startswith("  ") and " MB" in line and "(n=" in line and not line.strip().startswith("front:")
+    ]
     document = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "seconds_total": run.seconds,

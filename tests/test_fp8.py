@@ -162,7 +162,9 @@ def test_fp8_qdq_model_runs_in_ort_and_quantizes_like_the_reference(digits_sessi
     weight_name = next(n.input[0] for n in proto.graph.node if n.output[0] == weight_dq.input[0])
     weight = numpy_helper.to_array(inits[weight_name])
     weight_scales = numpy_helper.to_array(inits[weight_dq.input[1]])
-    np.testing.assert_allclose(weight_scales, np.abs(weight).reshape(weight.shape[0], -1).max(1) / E4M3_MAX, rtol=1e-6)
+    # per-channel scales chosen by E4M3 rounding error: within one binade above amax / 448 (slight clipping allowed)
+    ratio = weight_scales / (np.abs(weight).reshape(weight.shape[0], -1).max(1) / E4M3_MAX)
+    assert np.all(ratio > 0.95) and np.all(ratio < 2.0), ratio
     np.testing.assert_array_equal(
         weight_out, e4m3_reference(weight / weight_scales[:, None, None, None]) * weight_scales[:, None, None, None]
     )
@@ -238,3 +240,77 @@ def test_engine_cost_counts_fp8_layers(digits_session) -> None:  # type: ignore[
     assert cost.fp8_layers + cost.int8_layers + cost.fp16_layers + cost.fp32_layers + cost.other_layers == len(
         layer_map.layers
     )
+
+
+def test_fp8_weight_scales_by_mse_beat_amax_on_a_real_depthwise_conv() -> None:
+    """EfficientNet-Lite0's first depthwise conv (9 weights per channel): the per-channel scale searched over one
+    binade has a smaller E4M3 rounding error than amax / 448 on every channel, and a much smaller total."""
+    from onnx import numpy_helper
+
+    from workbench.calib.fp8 import fake_quantize_fp8, fp8_weight_scales
+    from workbench.zoo import get_entry
+
+    proto = get_entry("efficientnet-lite0").load().proto
+    inits = {i.name: i for i in proto.graph.initializer}
+    node = next(n for n in proto.graph.node if n.name == "/_blocks.0/_depthwise_conv/Conv")
+    weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
+    assert weight.shape == (32, 1, 3, 3)
+
+    def errors(method: str) -> np.ndarray:
+        scale = fp8_weight_scales(weight, 0, method=method)
+        return np.square(fake_quantize_fp8(weight, scale, 0) - weight).reshape(32, -1).sum(1)
+
+    amax_error, mse_error = errors("max"), errors("mse")
+    assert np.all(mse_error <= amax_error * (1 + 1e-6))
+    assert mse_error.sum() < 0.5 * amax_error.sum(), (mse_error.sum(), amax_error.sum())  # measured: -8.6 dB
+    with pytest.raises(WorkbenchError, match="weight scale method"):
+        fp8_weight_scales(weight, 0, method="entropy")
+
+
+def test_local_bias_correction_removes_a_layers_mean_error(digits_session) -> None:  # type: ignore[no-untyped-def]
+    """All-FP8 digits CNN: the local (all-at-once, two-pass) bias correction folds each layer's per-channel mean
+    error against its float twin into its bias."""
+    from workbench.calib.bias import bias_correct_local
+
+    session = digits_session
+    quantized = session.quantize(session.ranges("mse"), PrecisionPlan(default="fp8"))
+    feeds = list(session.source.batches(2))
+    corrected = bias_correct_local(quantized, feeds)
+    assert set(corrected.corrected) == set(quantized.placement.fp8_nodes) and not corrected.skipped
+    assert all(value > 0 for value in corrected.corrected.values())
+    # the first Conv reads the image itself, so its local error is its whole error: measured against FP32, the
+    # per-channel mean of its output error is gone after the correction
+    from workbench.ort import cpu_session
+
+    first = quantized.placement.fp8_nodes[0]
+    output = next(n.output[0] for n in quantized.proto.graph.node if n.name == first)
+
+    def channel_shift(proto) -> np.ndarray:  # type: ignore[no-untyped-def]
+        run = cpu_session(proto, extra_outputs=[output]).run
+        reference = cpu_session(session.prepared_fp8, extra_outputs=[output]).run
+        return np.mean([(run([output], f)[0] - reference([output], f)[0]).mean(axis=(0, 2, 3)) for f in feeds], 0)
+
+    before, after = np.abs(channel_shift(quantized.proto)), np.abs(channel_shift(corrected.proto))
+    assert after.mean() < 0.05 * before.mean(), (before, after)
+    with pytest.raises(WorkbenchError, match="passes"):
+        bias_correct_local(quantized, feeds, passes=0)
+
+
+def test_fp8_quantizes_minilm_attention_matmuls() -> None:
+    """FP8 puts Q/DQ on both inputs of Q·Kᵀ and softmax·V (INT8 leaves the attention core out); ORT runs it."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("minilm")
+    feeds = list(entry.calibration_batches(limit=8, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    attention = session.attention_matmuls()
+    assert len(attention) == 12
+    assert not set(attention) & set(session.quantized_nodes(session.default_plan("int8")))
+    quantized = session.quantize(session.ranges("mse"), session.default_plan("fp8"))
+    assert set(attention) <= set(quantized.placement.fp8_nodes) and not quantized.placement.excluded
+    dq_outputs = {n.output[0] for n in quantized.proto.graph.node if n.op_type == "DequantizeLinear"}
+    for node in quantized.proto.graph.node:
+        if node.name in attention:
+            assert all(name in dq_outputs for name in node.input[:2]), node.name
+    assert session.evaluate(quantized, limit=16).value > 0.99

@@ -176,3 +176,147 @@ def bias_correct(
     }
     samples = sum(int(next(iter(f.values())).shape[0]) for f in feeds)
     return BiasCorrection(corrected, skipped, samples, proto=proto)
+
+
+def _dequantized_sources(proto: onnx.ModelProto) -> dict[str, str]:
+    """DequantizeLinear output -> the float tensor its QuantizeLinear reads (an activation or a weight)."""
+    quantize_inputs = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
+    return {
+        n.output[0]: quantize_inputs[n.input[0]]
+        for n in proto.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in quantize_inputs
+    }
+
+
+def bias_correct_local(
+    qdq_proto: Any,
+    feeds: Iterable[dict[str, np.ndarray]],
+    *,
+    nodes: Iterable[str] | None = None,
+    passes: int = 2,
+) -> BiasCorrection:
+    """Bias correction of every quantized Conv/Gemm/MatMul at once, from each layer's *own* mean output error.
+
+    Each quantized node gets a float twin in a measuring copy of the model: same inputs before their Q/DQ pairs
+    (float activation, float weight), same original bias. The per-channel mean of ``twin - quantized`` on the
+    calibration data is the shift this layer's quantization adds; it is folded into the layer's bias. Because each
+    shift is local (measured on the quantized model's own input), correcting all layers together does not count an
+    upstream layer's shift twice, unlike all-at-once correction against the FP32 model. Each further pass measures
+    what remains with the corrections in place (the inputs changed), so ``passes`` runs of the model replace the one
+    ORT session per node of :func:`bias_correct`.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    feeds = list(feeds)
+    if not feeds:
+        raise WorkbenchError("no data for bias correction.", expected="calibration batches")
+    if passes < 1:
+        raise WorkbenchError(f"passes={passes} cannot correct anything.", expected="passes >= 1")
+    proto = onnx.ModelProto()
+    proto.CopyFrom(getattr(qdq_proto, "proto", qdq_proto))
+    sources = _dequantized_sources(proto)
+    wanted = set(nodes) if nodes is not None else None
+    targets = [
+        n
+        for n in proto.graph.node
+        if n.op_type in CORRECTED_OPS
+        and any(i in sources for i in n.input[:2])
+        and (wanted is None or n.name in wanted)
+    ]
+    inits = {i.name: i for i in proto.graph.initializer}
+    consumers = _consumers(proto)
+    skipped: dict[str, str] = {}
+    twins: list[onnx.NodeProto] = []
+    plan: list[tuple[onnx.NodeProto, str, str | None, int, str]] = []  # node, kind, bias, axis, twin output
+    for node in targets:
+        kind, bias, axis = _bias_target(node, proto, inits, consumers)
+        if kind is None:
+            skipped[node.name] = str(bias)
+            continue
+        twin = onnx.NodeProto()
+        twin.CopyFrom(node)
+        twin.name = f"{node.name}_float_twin"
+        for index, name in enumerate(twin.input[:2]):
+            twin.input[index] = sources.get(name, name)
+        del twin.output[:]
+        twin.output.append(f"{node.output[0]}_float_twin")
+        twins.append(twin)
+        plan.append((node, kind, bias, axis, twin.output[0]))
+    original = {
+        node.name: (numpy_helper.to_array(inits[bias]).astype(np.float64) if bias is not None else None)
+        for node, _, bias, _, _ in plan
+    }
+    owned = {node.name: f"{node.name}_bias_corrected" for node, *_ in plan}
+    outputs = [name for node, _, _, _, twin in plan for name in (node.output[0], twin)]
+    corrections: dict[str, np.ndarray] = {}
+    for step in range(passes if plan else 0):
+        if step == 1:  # from the second pass on, every corrected node reads its own bias initializer
+            _point_to_own_biases(plan, consumers, owned)
+        if step >= 1:
+            _set_biases(proto, plan, original, corrections, owned)
+        measuring = onnx.ModelProto()
+        measuring.CopyFrom(proto)
+        measuring.graph.node.extend(twins)
+        results = _run(measuring, outputs, feeds)
+        for node, kind, _, axis, twin in plan:
+            delta = np.mean([_channel_mean(r[twin] - r[node.output[0]], axis) for r in results], axis=0)
+            # a Conv/Gemm output already holds the correction in its bias; a MatMul output is before the bias Add
+            previous = corrections.get(node.name, 0.0) if kind == "input" else 0.0
+            corrections[node.name] = previous + delta
+    if passes == 1 and plan:
+        _point_to_own_biases(plan, consumers, owned)
+    _set_biases(proto, plan, original, corrections, owned, skipped)
+    corrected = {
+        node.name: float(np.sqrt(np.mean(np.square(corrections[node.name]))))
+        for node, *_ in plan
+        if node.name in corrections and node.name not in skipped
+    }
+    samples = sum(int(next(iter(f.values())).shape[0]) for f in feeds)
+    return BiasCorrection(corrected, skipped, samples, proto=proto)
+
+
+def _point_to_own_biases(
+    plan: list[tuple[onnx.NodeProto, str, str | None, int, str]],
+    consumers: Mapping[str, list[onnx.NodeProto]],
+    owned: Mapping[str, str],
+) -> None:
+    """Each corrected node (or its MatMul's bias Add) reads its own bias initializer (biases can be shared)."""
+    for node, kind, bias, _, _ in plan:
+        if kind == "input":
+            while len(node.input) < 3:
+                node.input.append("")
+            node.input[2] = owned[node.name]
+        else:
+            users = consumers[node.output[0]]
+            users[0].input[list(users[0].input).index(bias)] = owned[node.name]  # type: ignore[arg-type]
+
+
+def _set_biases(
+    proto: onnx.ModelProto,
+    plan: list[tuple[onnx.NodeProto, str, str | None, int, str]],
+    original: Mapping[str, np.ndarray | None],
+    corrections: Mapping[str, np.ndarray],
+    owned: Mapping[str, str],
+    skipped: dict[str, str] | None = None,
+) -> None:
+    """Write each corrected node's own bias initializer: its original bias (zeros when it had none) + correction."""
+    from onnx import numpy_helper
+
+    present = {i.name: index for index, i in enumerate(proto.graph.initializer)}
+    for node, _, _, _, _ in plan:
+        correction = corrections.get(node.name)
+        base = original[node.name]
+        if base is None and correction is None:
+            continue  # a bias-less node before its first measurement: its own zero bias comes with the correction
+        values = (np.zeros_like(correction) if base is None else base) + (0.0 if correction is None else correction)
+        if base is not None and correction is not None and base.shape != np.shape(correction):
+            if skipped is not None:
+                skipped[node.name] = f"bias shape {base.shape} does not match the channel count {np.shape(correction)}"
+            values = base
+        tensor = numpy_helper.from_array(np.asarray(values, dtype=np.float32), owned[node.name])
+        if tensor.name in present:
+            proto.graph.initializer[present[tensor.name]].CopyFrom(tensor)
+        else:
+            present[tensor.name] = len(proto.graph.initializer)
+            proto.graph.initializer.append(tensor)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.artifact import NOT_SERIALIZED, Artifact
-from workbench.calib.fp8 import FP8_MIN_IR_VERSION, QuantFormat, scale_for
+from workbench.calib.fp8 import FP8_MIN_IR_VERSION, QuantFormat, fp8_weight_scales, scale_for
 from workbench.calib.methods import per_channel_amax
 from workbench.errors import WorkbenchError
 from workbench.model import QDQ_OPS, load_onnx
@@ -101,6 +101,7 @@ def insert_qdq(
     quantize_attention: bool = False,
     prepared: bool = False,
     fp8_amax: Mapping[str, float] | None = None,
+    fp8_weight_method: str = "mse",
 ) -> QdqModel:
     """Return a new model with Q/DQ pairs per the TensorRT rules; ``amax`` maps activation tensors to ranges.
 
@@ -109,6 +110,8 @@ def insert_qdq(
     ``prepared=True`` says ``proto`` already went through :func:`prepare_model` (it is not modified either way).
     ``fp8_amax``: the ranges of tensors read by the plan's FP8 nodes (FP8's own MSE differs from INT8's); ``amax``
     where absent. A plan with FP8 nodes gives a model at opset >= 19 (the model is upgraded when it is older).
+    ``fp8_weight_method``: FP8 weight scales per channel, ``mse`` (the least E4M3 rounding error, the default) or
+    ``max`` (amax / 448).
     """
     import onnx_graphsurgeon as gs
 
@@ -159,7 +162,10 @@ def insert_qdq(
     for key, quant in placement.weights.items():
         weight = tensors[quant.tensor]
         fmt = quant.format
-        scale = scale_for(per_channel_amax(weight.values, quant.axis), fmt)  # type: ignore[arg-type]
+        if fmt == "fp8":
+            scale = fp8_weight_scales(weight.values, quant.axis, method=fp8_weight_method)
+        else:
+            scale = scale_for(per_channel_amax(weight.values, quant.axis), "int8")
         dq = _qdq_pair(graph, weight, scale, quant.axis, key.replace("|", "_"), fmt)  # type: ignore[arg-type]
         for consumer in set(quant.consumers):
             node = nodes_by_name[consumer]

@@ -21,8 +21,9 @@ build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -124,6 +125,7 @@ class MixedPrecisionResult(Artifact):
     formats: tuple[str, ...] = ()  # the ladder of a search over formats (empty: INT8 then ``fallback``)
     screening_samples: int = 0  # trials were scored on this many first samples, the chosen plan on all (0: all)
     start_label: str = ""  # the plan the search started from ("all-INT8", or the per-layer diff's 8-bit mix)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per part of the search
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -279,9 +281,20 @@ def search_mixed_precision(
         report(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
 
     start = time.perf_counter()
+    phases: dict[str, float] = {}  # wall seconds per part of the search (where a slow search spends its time)
+
+    @contextlib.contextmanager
+    def timed(phase: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - began
+
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)
-    fp32_result = session.evaluate(limit=limit)
+    with timed("fp32 metric"):
+        fp32_result = session.evaluate(limit=limit)
     fp32 = float(fp32_result.value)
     if target is None:
         target = fp32 - target_drop if higher else fp32 + target_drop  # type: ignore[operator]
@@ -306,14 +319,15 @@ def search_mixed_precision(
         # The diff runs on evaluation samples (what the metric sees): calibration data that hold the outlier make
         # INT8's noise look small next to the outlier's own power.
         other = eight_bit[1]
-        samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
-        scores_by_format = {
-            fmt: session.score_int8_nodes(
-                session.diff(session.quantize(ranges, session.default_plan(fmt)), samples, max_batches=None),
-                session.default_plan(fmt),
-            )
-            for fmt in eight_bit
-        }
+        with timed("start: per-layer diff per 8-bit format"):
+            samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
+            scores_by_format = {
+                fmt: session.score_int8_nodes(
+                    session.diff(session.quantize(ranges, session.default_plan(fmt)), samples, max_batches=None),
+                    session.default_plan(fmt),
+                )
+                for fmt in eight_bit
+            }
         first, alternative = scores_by_format[ladder[0]], scores_by_format[other]
         switch = sorted(n for n in first if n in alternative and alternative[n] < first[n])
         if switch:
@@ -344,7 +358,8 @@ def search_mixed_precision(
     layer_map = None
     full_cost = None
     try:
-        full_cost, layer_map = build_plan_engine(full, name="all_int8", shapes=shapes)
+        with timed("groups: engine build"):
+            full_cost, layer_map = build_plan_engine(full, name="all_int8", shapes=shapes)
     except WorkbenchError as error:  # no TensorRT backend: groups fall back to single nodes, costs are absent
         notes.append(f"no engine build ({error.problem}); groups are single nodes and costs are missing")
         build_costs = False
@@ -358,7 +373,8 @@ def search_mixed_precision(
     if prefix_cache:
         from workbench.calib.prefix import PrefixCache
 
-        cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
+        with timed("start plan (prefix cache filled)"):
+            cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
     cached_plan = base
 
     def first_change(plan: PrecisionPlan) -> str | None:
@@ -379,7 +395,14 @@ def search_mixed_precision(
     ) -> float:
         """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record."""
         nonlocal evaluations
-        if whole:
+        if whole and cache is not None and cache.base_outputs is not None:
+            # the plan is the cache's base: its screening samples' predictions are known, only the rest runs
+            from workbench.calib.session import ort_predict
+
+            measured = session.entry.evaluate(
+                ort_predict(getattr(model, "proto", model)), limit=limit, earlier=cache.base_outputs
+            )
+        elif whole:
             measured = session.evaluate(model, limit=limit)
         elif cache is None:
             measured = session.evaluate(model, limit=trial_limit)
@@ -453,7 +476,8 @@ def search_mixed_precision(
         nonlocal raise_by, confirmed_index
         if screening is None:
             return meets(current)
-        whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
+        with timed("whole-set confirmations"):
+            whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
         confirmed_index = len(evaluated) - 1
         met = meets(whole)
         say(
@@ -472,12 +496,13 @@ def search_mixed_precision(
         if not active:
             stop = "no group left to revert"
             break
-        if ranking == "sensitivity":
-            session.rank_by_sensitivity(session.quantize(ranges, plan), max_batches=diff_batches)
-            scores = dict(session.last_sensitivity)
-        else:
-            diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
-            scores = session.score_int8_nodes(diff, plan)
+        with timed("ranking"):
+            if ranking == "sensitivity":
+                session.rank_by_sensitivity(session.quantize(ranges, plan), max_batches=diff_batches)
+                scores = dict(session.last_sensitivity)
+            else:
+                diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
+                scores = session.score_int8_nodes(diff, plan)
         ranked = sorted(active, key=lambda g: (-sum(scores.get(n, 0.0) for n in g.nodes), g.name))
         moved = False
         for group in ranked:
@@ -492,7 +517,8 @@ def search_mixed_precision(
                     continue
                 trial = plan.with_overrides(overrides)
                 trial_fallen = fallen + tuple(n for n in overrides if n not in fallen)
-                value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
+                with timed("trials"):
+                    value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
                 early = evaluated[-1].stopped_early
                 kept = better(value, current) and not early
                 reverts.append(
@@ -575,4 +601,5 @@ def search_mixed_precision(
         formats=tuple(formats or ()),
         screening_samples=screening or 0,
         start_label=start_label,
+        phase_seconds={k: round(v, 3) for k, v in phases.items()},
     )

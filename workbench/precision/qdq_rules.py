@@ -9,7 +9,10 @@ Rules (TensorRT 11 explicit quantization guide; ModelOpt's placement as the refe
 * Q/DQ on the *inputs* of Conv, ConvTranspose, Gemm and MatMul (outputs are left to TensorRT's fusions);
 * the skip input of a residual Add fed by a Conv, so the Add fuses into that Conv's epilogue;
 * quantized tensors meeting at a Concat share one scale (TensorRT moves Q/DQ through Concat);
-* excluded by default: the attention core (MatMul with two activation inputs) and LayerNorm (never an input here).
+* excluded by default in INT8: the attention core (MatMul with two activation inputs) and LayerNorm (never an input
+  here). In FP8 the attention core is quantized too, Q/DQ on both inputs of Q·Kᵀ and of softmax·V: TensorRT's FP8
+  attention takes FP8 BMM inputs (measured: TensorRT-RTX 1.7 for SM89 builds MiniLM's attention MatMuls as FP8
+  layers), and E4M3's relative grid suits the softmax probabilities that INT8's uniform grid flattens.
 
 A :class:`~workbench.precision.PrecisionPlan` picks nodes: a quantizable node is INT8 or FP8 when the plan says
 ``int8`` / ``fp8`` (the FP8 rules are TensorRT's INT8 ones: Q/DQ on the inputs and weights of Conv, Gemm and MatMul;
@@ -193,6 +196,7 @@ def plan_placement(
         if (
             node.op == "MatMul"
             and len(variable_inputs) == 2
+            and fmt != "fp8"
             and not (quantize_attention and node.name in plan.overrides)
         ):
             placement.excluded[node.name] = "attention core (MatMul of two activations)"
@@ -302,6 +306,12 @@ def activation_tensors(proto: onnx.ModelProto, plan: PrecisionPlan | None = None
     names = list(placement.activations)
     # A Pad's output too: read in two formats (a format search), its Q/DQ pairs stay behind the Pad.
     names.extend(t for t in placement.moved_before_pad if t not in names)
+    # Both inputs of an attention MatMul (two activations): FP8 quantizes them (see the module's rules).
+    for node in graph.nodes:
+        if node.op == "MatMul" and len(node.inputs) >= 2:
+            operands = [t for t in node.inputs[:2] if t is not None and t.name and not is_constant(t)]
+            if len(operands) == 2:
+                names.extend(t.name for t in operands if t.name not in names)
     # Both inputs of a residual Add: a fallback can change which side is the skip, and its range must be at hand.
     all_int8 = {n.name for n in graph.nodes if n.op in QUANTIZABLE_OPS}
     for node in graph.nodes:

@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs
 from workbench._io import write_text_atomic
 from workbench.engine.lint import lint
 from workbench.flow.artifacts import QuickstartRun, StageStatus
+from workbench.flow.formats import run_front
 from workbench.flow.stages import STAGE_BY_NAME
 from workbench.precision.variant import VARIANTS, Variant
 from workbench.report.diagnosis import (
@@ -26,7 +27,6 @@ from workbench.report.diagnosis import (
     next_step_commands,
     node_inputs,
 )
-from workbench.report.formats import run_front
 from workbench.report.tables import (
     choice_html,
     esc,

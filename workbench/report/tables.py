@@ -9,12 +9,12 @@ from pathlib import Path
 
 from workbench.flow.artifacts import MetricRow, QuickstartRun
 from workbench.flow.choose import EngineCandidate
+from workbench.flow.formats import FormatFront
 from workbench.flow.mixed import MixedSearch
 from workbench.flow.rule import DEFAULT_MAX_DROP, Choice, judge, next_steps
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES
 from workbench.precision.variant import Variant
 from workbench.report.diagnosis import Verdict
-from workbench.report.formats import FormatFront
 from workbench.timing import TimingResult
 from workbench.timing.stats import THROUGHPUT_CI_HOW
 from workbench.viz.palette import STATUS_COLORS

@@ -26,7 +26,7 @@ from workbench.flow import (
     front_candidates,
     recommend,
 )
-from workbench.report.formats import run_front
+from workbench.flow.formats import run_front
 from workbench.report.tables import candidates_table_html, front_table_html
 from workbench.ui import controls
 from workbench.ui.controls import figure_widget

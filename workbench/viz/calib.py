@@ -19,8 +19,8 @@ from workbench.viz.layout import fit_to_container
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+    from workbench.flow.formats import FormatFront
     from workbench.flow.uncertainty import Estimate
-    from workbench.report.formats import FormatFront
 
 
 def sqnr_figure(

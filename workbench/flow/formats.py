@@ -85,24 +85,33 @@ def _format_of(counts: dict[str, int]) -> str:
     return used[0] if len(used) == 1 else "mixed"
 
 
+SIZE_TOLERANCE = 0.01  # engine sizes within 1 % of each other count as equal on the front (a few bytes decide nothing)
+
+
+def _dominates(a: FormatPoint, b: FormatPoint, higher_is_better: bool) -> bool:
+    """``a`` is at least as good as ``b`` on metric and engine size (sizes within :data:`SIZE_TOLERANCE` equal) and
+    strictly better on one of them."""
+    if a.engine_bytes is None or b.engine_bytes is None:
+        return False
+    sign = 1.0 if higher_is_better else -1.0
+    metric_no_worse, metric_better = sign * a.metric >= sign * b.metric, sign * a.metric > sign * b.metric
+    size_no_worse = a.engine_bytes <= b.engine_bytes * (1 + SIZE_TOLERANCE)
+    size_better = a.engine_bytes < b.engine_bytes * (1 - SIZE_TOLERANCE)
+    return metric_no_worse and size_no_worse and (metric_better or size_better)
+
+
 def flag_front(points: Sequence[FormatPoint], higher_is_better: bool = True) -> tuple[FormatPoint, ...]:
-    """``points`` with ``on_front`` set: no other point has a metric at least as good and an engine at most as large,
-    one of them strictly. Points without an engine size or metric are never on it."""
-
-    def objectives(point: FormatPoint) -> tuple[float, float] | None:
-        if point.engine_bytes is None or not math.isfinite(point.metric):
-            return None
-        return (point.metric if higher_is_better else -point.metric, -float(point.engine_bytes))
-
-    scored = [objectives(p) for p in points]
-
-    def dominated(mine: tuple[float, float]) -> bool:
-        return any(
-            other is not None and all(o >= m for o, m in zip(other, mine)) and any(o > m for o, m in zip(other, mine))
-            for other in scored
+    """``points`` with ``on_front`` set: no other point has a metric at least as good and an engine at most as large
+    (sizes within 1 % count as equal), one of them strictly. Points without an engine size or metric are never on it."""
+    usable = [p.engine_bytes is not None and math.isfinite(p.metric) for p in points]
+    return tuple(
+        replace(
+            p,
+            on_front=ok
+            and not any(o_ok and _dominates(o, p, higher_is_better) for o, o_ok in zip(points, usable) if o is not p),
         )
-
-    return tuple(replace(p, on_front=s is not None and not dominated(s)) for p, s in zip(points, scored))
+        for p, ok in zip(points, usable)
+    )
 
 
 def search_points(result: MixedPrecisionResult, intervals: Sequence[Estimate] | None = None) -> list[FormatPoint]:
