@@ -805,6 +805,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg()),
         "stop_reason": result.stop_reason,
+        "phase_seconds": result.phase_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
     }
 
@@ -882,6 +883,10 @@ def search_table(document: dict[str, Any]) -> str:
             f"{row['seconds']:.1f} | {row['total_seconds']:.1f} | "
             f"{row['load_average_before'][0]:.2f} -> {row['load_average_after'][0]:.2f} |"
         )
+    lines.append("")
+    for row in document["models"]:
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in row.get("phase_seconds", {}).items())
+        lines.append(f"- {row['model']}: stopped: {row['stop_reason']}; seconds by part: {phases}")
     return "\n".join(lines) + "\n"
 
 

@@ -187,15 +187,102 @@ FIRST_PAINT_JS = (
 )
 
 
-def time_explorer(browser, url: str) -> float:
+def time_explorer(browser, url: str) -> tuple[float, dict[str, float]]:
+    """Navigation to first paint, and when the phases ended: the web app loaded and the graphs JSON fetched (the last
+    graphs file received), the graphs processed and drawn (Model Explorer asks for the node-data files after that)."""
     page = browser.new_page(viewport={"width": 1600, "height": 900})
+    marks: dict[str, float] = {}
+
+    def finished(request) -> None:
+        if "read_text_file" in request.url:
+            key = "graphs_fetched_s" if ".graphs.json" in request.url else "drawn_overlays_asked_s"
+            if key == "graphs_fetched_s" or key not in marks:
+                marks[key] = round(time.monotonic() - started, 2)
+
     try:
+        page.on("requestfinished", finished)
         started = time.monotonic()
         page.goto(url)
         page.wait_for_function(FIRST_PAINT_JS, timeout=180_000, polling=50)
-        return time.monotonic() - started
+        return time.monotonic() - started, marks
     finally:
         page.close()
+
+
+# A notebook as a user runs it: the first cell loads the build (imports warm, not timed); the second is the command,
+# `workbench.explore(build)` displayed, and prints the wall clock it started at, which the page compares with the
+# wall clock at first paint (kernel and browser share this machine's clock).
+LAB_CELLS = [
+    "import time\nimport workbench\nfrom workbench.engine.build import EngineArtifact\nartifact = EngineArtifact.load({engine!r})",
+    "started = time.time()\nexplorer = workbench.explore(artifact)\nurl = explorer.url\n"
+    "print(f'WB-STARTED {{started:.3f}} URL-AFTER {{time.time() - started:.2f}}')\nexplorer",
+]
+LAB_PAINTED_JS = "() => (" + FIRST_PAINT_JS + ")() ? Date.now() / 1000 : false"
+
+
+def time_in_jupyterlab(engines: dict[str, Path], runs: int, folder: Path) -> dict[str, list[dict[str, float]]]:
+    """For each build: Run All on its notebook ``runs`` times in a real JupyterLab (tests/test_browser.py's server,
+    Chromium at 1400x1000, the explorer in a cell output); per run, from the command's start to first paint inside
+    the output's IFrame, the part of it until the page URL existed (graphs written, server up), and from the IFrame
+    attached to first paint. The first run of a kernel starts its explorer server (overlapped with the graphs)."""
+    import re
+
+    import nbformat
+    from playwright import sync_api
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_browser import _browser, _open_notebook, _run_all, jupyter_lab
+
+    lab = jupyter_lab.__wrapped__(folder)  # the tests' JupyterLab server (a generator fixture): started, then stopped
+    base, token = next(lab)
+    results: dict[str, list[dict[str, float]]] = {}
+    try:
+        with sync_api.sync_playwright() as playwright:
+            context = _browser(playwright, folder)
+            try:
+                for model, engine in engines.items():
+                    name = f"explore-{model}.ipynb"
+                    notebook = nbformat.v4.new_notebook(
+                        cells=[nbformat.v4.new_code_cell(c.format(engine=str(engine))) for c in LAB_CELLS],
+                        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                    )
+                    nbformat.write(notebook, str(folder / "lab" / name))
+                    page = _open_notebook(context, base, token, name)
+                    results[model] = []
+                    previous = ""
+                    for _ in range(runs):
+                        _run_all(page, sync_api)
+                        page.wait_for_function(
+                            "(old) => { const f = document.querySelector('.jp-OutputArea-output iframe');"
+                            " return f && f.src && f.src !== old; }",
+                            arg=previous,
+                            timeout=600_000,
+                            polling=50,
+                        )
+                        attached = time.time()
+                        frame_element = page.locator(".jp-OutputArea-output iframe").first
+                        previous = frame_element.get_attribute("src") or ""
+                        frame_element.scroll_into_view_if_needed()
+                        frame = frame_element.element_handle().content_frame()
+                        painted = frame.wait_for_function(LAB_PAINTED_JS, timeout=600_000, polling=50).json_value()
+                        text = page.inner_text(".jp-Notebook")
+                        found = re.findall(r"WB-STARTED ([0-9.]+) URL-AFTER ([0-9.]+)", text)
+                        started, url_after = float(found[-1][0]), float(found[-1][1])
+                        results[model].append(
+                            {
+                                "command_to_paint_s": round(painted - started, 2),
+                                "command_to_url_s": url_after,
+                                "iframe_to_paint_s": round(painted - attached, 2),
+                                "loadavg_1m": round(os.getloadavg()[0], 2),
+                            }
+                        )
+                        print(model, "in JupyterLab:", results[model][-1], flush=True)
+                    page.close()
+            finally:
+                context.close()
+    finally:
+        lab.close()
+    return results
 
 
 EMBED_WIDTH_PX = 935  # JupyterLab's output area beside the file browser in a 1400 px window (issue 24)
@@ -268,6 +355,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default="", help="build folder to reuse (chain-10k takes minutes to build)")
     parser.add_argument("--out", default="explorer", help="result file stem under bench/results/")
+    parser.add_argument(
+        "--no-lab", action="store_true", help="skip the JupyterLab measurement (Run All on a notebook per model)"
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -281,6 +371,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     site = serve_directory(work)
     rows, failures = [], {}
+    engines: dict[str, Path] = {}
     server_started = time.monotonic()
     get_server()
     server_start_s = time.monotonic() - server_started
@@ -299,7 +390,9 @@ def main() -> int:
             prepare_s = time.monotonic() - prepared
             url = explorer.url
             load_before = os.getloadavg()[0]
-            paints = [time_explorer(browser, url) for _ in range(args.runs)]
+            timed = [time_explorer(browser, url) for _ in range(args.runs)]
+            paints = [t for t, _ in timed]
+            engines[model] = Path(artifact.engine_path).resolve()
             embedded_url = f"{site}/{embedded_page(explorer, work).name}"
             embedded = [time_embedded(browser, embedded_url) for _ in range(args.runs)]
             page = fusions_page(
@@ -322,6 +415,7 @@ def main() -> int:
                 "graphs_json_mb": round(graph_bytes / 1e6, 2),
                 "first_paint_s": [round(t, 2) for t in paints],
                 "first_paint_median_s": round(statistics.median(paints), 2),
+                "first_paint_phases_s": [marks for _, marks in timed],
                 "embedded_first_paint_s": [round(t, 2) for t, _, _ in embedded],
                 "embedded_first_paint_median_s": round(statistics.median(t for t, _, _ in embedded), 2),
                 "embedded_canvas_px": embedded[-1][1],
@@ -333,6 +427,14 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row))
         browser.close()
+    lab: dict[str, list[dict[str, float]]] = {}
+    if not args.no_lab and engines:
+        lab = time_in_jupyterlab(engines, args.runs, Path(tempfile.mkdtemp(prefix="bench-explorer-lab-")))
+    for row in rows:
+        runs = lab.get(row["model"], [])
+        row["jupyterlab"] = runs
+        if runs:
+            row["jupyterlab_command_to_paint_median_s"] = statistics.median(r["command_to_paint_s"] for r in runs)
     result = {
         "what": "engine explorer: Model Explorer first paint and static fusions page load, headless Chromium",
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}",
@@ -350,22 +452,33 @@ def main() -> int:
         "# Engine explorer timings",
         "",
         f"Headless Debian Chromium with software WebGL on the dev machine ({result['machine']}); {args.runs} loads "
-        "per model (first = cold), builds excluded. First paint: navigation until both split panes show their "
-        "graph and its node counts (page alone at 1600x900, and embedded: the notebook output's IFrame in a "
-        f"{EMBED_WIDTH_PX} px box). Static page: `workbench fusions --html` page, navigation to load event. "
-        "Load avg: the machine's 1-minute load before and after the row (2 cores; other work running counts).",
+        "per model (first = cold), builds excluded. First paint: until both split panes show their graph and its "
+        "node counts. Page: navigation to first paint (1600x900; phases: graphs JSON received / graphs processed "
+        f"and drawn, when the page asks for the overlays). Box: the notebook output's IFrame in a {EMBED_WIDTH_PX} px "
+        "box of a bare page. JupyterLab: Run All on a notebook whose second cell is `workbench.explore(build)`; "
+        "command: from that cell's start to first paint in its output (of it, until the page URL existed: graphs "
+        "written, server up); the first run starts the kernel's explorer server. Load avg: the machine's 1-minute "
+        "load before and after the row (2 cores; other work running counts).",
         "",
-        "| model | ONNX nodes | engine layers | graphs JSON MB | first paint s (median; all) | embedded first paint s "
-        "(median; all) | embedded canvases px | static load s (median) | load avg |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | ONNX nodes | engine layers | graphs JSON MB | graphs written s | page first paint s (median; all) | "
+        "page phases s (last run) | box first paint s (median) | JupyterLab command to paint s (each run) | "
+        "of it to URL s | IFrame to paint s | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        lab_runs = r.get("jupyterlab") or []
+        phases = r["first_paint_phases_s"][-1] if r["first_paint_phases_s"] else {}
         lines.append(
             f"| {r['model']} | {r['onnx_nodes']} | {r['engine_layers']} | {r['graphs_json_mb']} | "
+            f"{r['prepare_graphs_s']} | "
             f"{r['first_paint_median_s']} ({', '.join(map(str, r['first_paint_s']))}) | "
-            f"{r['embedded_first_paint_median_s']} ({', '.join(map(str, r['embedded_first_paint_s']))}) | "
-            f"{' + '.join('x'.join(map(str, c)) for c in r['embedded_canvas_px'])} | {r['static_load_median_s']} | "
-            f"{' -> '.join(map(str, r['loadavg_1m']))} |"
+            f"{phases.get('graphs_fetched_s', '-')} / {phases.get('drawn_overlays_asked_s', '-')} | "
+            f"{r['embedded_first_paint_median_s']} | "
+            f"{', '.join(str(x['command_to_paint_s']) for x in lab_runs) or 'not run'} | "
+            f"{', '.join(str(x['command_to_url_s']) for x in lab_runs) or '-'} | "
+            f"{', '.join(str(x['iframe_to_paint_s']) for x in lab_runs) or '-'} | "
+            f"{' -> '.join(map(str, r['loadavg_1m']))}"
+            f"{' -> ' + str(lab_runs[-1]['loadavg_1m']) if lab_runs else ''} |"
         )
     if failures:
         lines += ["", "Not built here: " + "; ".join(f"{k}: {v}" for k, v in failures.items())]

@@ -116,11 +116,22 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
 
 def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
     """Run All on notebook 02 (digits-cnn) in JupyterLab: the explorer IFrames in the cell outputs load Model Explorer
-    from the kernel's server and draw both panes with the overlays."""
+    from the kernel's server and draw both panes with the overlays. The panel checks of test_browser's every-notebook
+    test too (one Run All): progress within 2 s, changing at least once a second and in view while the builds run;
+    at 900, 1280 and 1920 px nothing wider than the output area, figures as wide as their container, no blank cell."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
-    from test_browser import _browser, _open_notebook, _run_all
+    from test_browser import (
+        _SAMPLE_PROGRESS,
+        _browser,
+        _fit_at,
+        _open_notebook,
+        _progress_cadence,
+        _progress_seconds,
+        _run_all,
+        _wait_idle,
+    )
 
     base, token = jupyter_lab
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb").read_text(encoding="utf-8")
@@ -131,7 +142,8 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
         context = _browser(playwright, tmp_path)
         try:
             page = _open_notebook(context, base, token, "02_digits.ipynb")
-            _run_all(page, sync_api)
+            page.evaluate(_SAMPLE_PROGRESS)
+            first_progress_s = _progress_seconds(page, _run_all(page, sync_api))
             page.wait_for_function(
                 "() => document.querySelectorAll('.jp-OutputArea-output iframe').length >= 2", timeout=240_000
             )
@@ -145,8 +157,14 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
             widths = [frame.locator("info-panel").nth(i).bounding_box() for i in range(2)]
             page.wait_for_timeout(2000)
             frame_element.screenshot(path=str(ARTIFACTS / "explorer-in-jupyterlab.png"))
+            _wait_idle(page, 300_000)
+            cadence = _progress_cadence(page)
+            fit = _fit_at(page, shot="notebook-02")
         finally:
             context.close()
+    assert first_progress_s <= 2.0, f"no progress shown for {first_progress_s:.1f} s after Run All"
+    assert cadence["still_ms"] <= 1000 and cadence["hidden"] <= 2, cadence  # 2 samples: the pin's refresh
+    assert not fit, fit
     assert canvases >= 2  # one WebGL canvas per pane
     assert all(box is None or box["width"] == 0 for box in widths), widths  # collapsed inside the notebook
     for pane in panes:
@@ -164,18 +182,24 @@ DENSENET_CELLS = [
     "from workbench.engine.build import BuildOptions, engine_from_onnx\n"
     "from workbench.model import load_onnx\n"
     "source = Path(onnx.__file__).parent / 'backend' / 'test' / 'data' / 'light' / 'light_densenet121.onnx'\n"
-    "artifact = engine_from_onnx(load_onnx(source), Path('densenet121.fp32.engine'), BuildOptions(progress=False))\n"
+    "artifact = engine_from_onnx(load_onnx(source), Path('densenet121.fp32.engine'), BuildOptions(progress=False))",
+    # the command: its start on the wall clock (the browser on this machine compares its own at first paint)
+    "import time\n"
+    "started = time.time()\n"
     "explorer = workbench.explore(artifact)\n"
-    "explorer.url  # starts this kernel's server before the page is shown",
+    "url = explorer.url  # the graphs written, this kernel's server up (it started while they were written)\n"
+    "print(f'WB-STARTED {started:.3f} URL-AFTER {time.time() - started:.2f}')\n"
     "explorer",
 ]
+PAINTED_AT_JS = "() => (" + FIRST_PAINT_JS + ")() ? Date.now() / 1000 : false"
 
 
 @pytest.mark.slow
 def test_densenet121_first_paint_embedded_in_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
-    """DenseNet-121 without name scopes, embedded in a JupyterLab output: from the IFrame's appearance to both panes
-    drawn. The first paint shows a few labelled blocks (not a 1 px column) with the info panels collapsed, so each
-    pane's graph gets the output's width; the time is written to out/browser/ (the machine's load beside it)."""
+    """DenseNet-121 without name scopes, embedded in a JupyterLab output: from the command (``workbench.explore``)
+    and from the IFrame's appearance to both panes drawn. The first paint shows a few labelled blocks (not a 1 px
+    column) with the info panels collapsed, so each pane's graph gets the output's width; the times are written to
+    out/browser/ (the machine's load beside them)."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
@@ -199,12 +223,16 @@ def test_densenet121_first_paint_embedded_in_jupyterlab(jupyter_lab, tmp_path: P
             _run_all(page, sync_api)
             frame_element = page.locator(".jp-OutputArea-output iframe").first
             frame_element.wait_for(state="attached", timeout=300_000)
-            shown = time.monotonic()
+            shown = time.time()
             load_before = os.getloadavg()[0]
             frame_element.scroll_into_view_if_needed()
             frame = frame_element.element_handle().content_frame()
-            frame.wait_for_function(FIRST_PAINT_JS, timeout=180_000, polling=50)
-            first_paint_s = time.monotonic() - shown
+            painted = frame.wait_for_function(PAINTED_AT_JS, timeout=180_000, polling=50).json_value()
+            first_paint_s = painted - shown
+            started, url_after = re.findall(
+                r"WB-STARTED ([0-9.]+) URL-AFTER ([0-9.]+)", page.inner_text(".jp-Notebook")
+            )[-1]
+            command_to_paint_s = painted - float(started)
             output_width = page.evaluate(
                 "() => document.querySelector('.jp-OutputArea-output iframe').getBoundingClientRect().width"
             )
@@ -220,7 +248,9 @@ def test_densenet121_first_paint_embedded_in_jupyterlab(jupyter_lab, tmp_path: P
         finally:
             context.close()
     measured = {
-        "first_paint_s": round(first_paint_s, 2),
+        "command_to_paint_s": round(command_to_paint_s, 2),  # `workbench.explore(artifact)` run -> both panes drawn
+        "command_to_url_s": float(url_after),  # of which: graphs written and the server up
+        "first_paint_s": round(first_paint_s, 2),  # the IFrame attached -> both panes drawn
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "output_width_px": output_width,
         "canvas_px": canvases,
@@ -231,4 +261,6 @@ def test_densenet121_first_paint_embedded_in_jupyterlab(jupyter_lab, tmp_path: P
     assert panels == [0, 0]  # collapsed by default inside the notebook
     assert len(canvases) == 2 and all(h >= 600 for _, h in canvases)  # graph area at least 600 px high
     assert sum(w for w, _ in canvases) >= 0.9 * output_width  # the panes' graphs take the output's width
-    assert first_paint_s < 90  # generous: a loaded 2-core machine; the number itself is recorded above
+    # generous bounds for a loaded 2-core machine (5 helpers' work measured 22 s here); the numbers are recorded
+    # above, and bench/explorer.py measures the 5 s target on a quiet machine
+    assert first_paint_s < 90 and command_to_paint_s < 120

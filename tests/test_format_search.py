@@ -174,6 +174,7 @@ def test_keep_8bit_never_moves_those_ops_out_of_8_bits(digits) -> None:  # type:
         formats=("int8", "fp8", "fp16"),
         build_costs=False,
         keep_8bit=("Conv",),
+        reach_check=False,
     )
     ops = {node.name: node.op_type for node in digits.prepared.graph.node}
     convs = [name for name, op in ops.items() if op == "Conv"]
@@ -276,3 +277,24 @@ def test_onnx_runtime_threads_are_pinned(digits, monkeypatch) -> None:  # type: 
     monkeypatch.setenv("WORKBENCH_ORT_THREADS", "many")
     with pytest.raises(WorkbenchError, match="WORKBENCH_ORT_THREADS"):
         cpu_session(digits.prepared)
+
+
+def test_an_unreachable_target_with_8_bit_convs_stops_after_the_widest_plan(digits) -> None:  # type: ignore[no-untyped-def]
+    """With every Conv kept in 8 bits, a target no plan can reach (above 1.0) is found out of reach from the widest
+    plan the rules allow (everything else in FP16): the search stops there instead of spending its budget, and its
+    answer is scored on the whole set."""
+    result = search_mixed_precision(
+        digits,
+        target=1.01,
+        budget=10,
+        limit=200,
+        formats=("int8", "fp8", "fp16"),
+        build_costs=False,
+        keep_8bit=("Conv",),
+        screen=64,
+    )
+    assert not result.met and "out of reach" in result.stop_reason
+    assert result.evaluations_used <= 3 and not result.reverts
+    assert result.chosen.n_samples == 200
+    ops = {node.name: node.op_type for node in digits.prepared.graph.node}
+    assert all(result.plan.precision_of(n) in ("int8", "fp8") for n, op in ops.items() if op == "Conv")

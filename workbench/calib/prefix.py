@@ -97,6 +97,7 @@ class PrefixCache:
         self.cuts = self._within_budget(cuts, budget_bytes)
         self.stored: dict[str, list[np.ndarray]] = {}
         self.fingerprints: list[str] = []
+        self.base_outputs: tuple[list[Prediction], list[Label], list[int]] | None = None
         self.base_result = self._run_base()
         self.last_cut: int = 0  # the cut the latest evaluation started from (0: a full run)
 
@@ -131,6 +132,7 @@ class PrefixCache:
         """Run the base model once over the evaluation set, keeping every cut's tensors per batch."""
         result = self._run(self.base_proto, None, record_batches=True)
         self.stored = self._pending
+        self.base_outputs = self._pending_outputs
         return result
 
     def _run(
@@ -184,7 +186,14 @@ class PrefixCache:
             result.details["stopped_early"] = True
         self._pending = pending if not stopped else {}
         self._pending_proto = proto
+        # the per-sample predictions: a whole-set evaluation of this model runs only the samples after them
+        self._pending_outputs = (predictions, labels, indices) if not stopped else None
         return result
+
+    @property
+    def last_outputs(self) -> tuple[list[Prediction], list[Label], list[int]] | None:
+        """(predictions, labels, indices) of the latest evaluation (None when it stopped early)."""
+        return getattr(self, "_pending_outputs", None)
 
     def adopt(self) -> None:
         """Make the model evaluated last the new base (a search kept it): later plans reuse its activations."""
@@ -192,6 +201,7 @@ class PrefixCache:
             raise WorkbenchError("the last evaluation stopped early: it cannot become the base.")
         self.stored = {**self.stored, **self._pending}
         self.base_proto = self._pending_proto
+        self.base_outputs = self._pending_outputs
 
     # ------------------------------------------------------------------------------------------------ a plan's run
     def _prefix(self, proto: onnx.ModelProto, position: int) -> set[str]:

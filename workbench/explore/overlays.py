@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from model_explorer import node_data_builder as ndb
-
 from workbench.engine.lint import LintReport
+from workbench.explore.builders import node_data_builder as ndb
 from workbench.explore.graphs import (
     ENGINE_GRAPH_ID,
     ONNX_GRAPH_ID,
@@ -61,13 +60,12 @@ class Overlay:
         return write_text_atomic(path, self.json_text())
 
     def json_text(self) -> str:
-        """The node-data file: what ``ModelNodeData.to_json_string`` writes (the same document), built faster."""
+        """The node-data file: the document ``ModelNodeData.to_json_string`` writes, written without its deep copy."""
         import json
 
-        from workbench.explore.graphs import plain_json
+        from workbench.explore.graphs import builder_fields
 
-        document = {graph_id: plain_json(data) for graph_id, data in self.data.graphsData.items()}
-        return json.dumps(document, separators=(",", ":"))
+        return json.dumps(self.data.graphsData, default=builder_fields, separators=(",", ":"))
 
 
 def _graph_data(name: str, results: Mapping[str, float | str], **scale: list[ndb.GradientItem]) -> ndb.GraphNodeData:
