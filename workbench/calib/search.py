@@ -232,6 +232,7 @@ def search_mixed_precision(
     early_stop: bool = True,
     keep_8bit: Sequence[str] = (),
     screen: int | None = None,
+    reach_check: bool = True,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -247,7 +248,8 @@ def search_mixed_precision(
     8-bit rungs, and past them only the group's other nodes (a fused residual Add) move to a wider format.
     ``screen``: score the trials on the first ``screen`` evaluation samples only and confirm the plan that meets the
     target there on the whole set (``limit``); when the whole set misses, the search goes on with the screening
-    target raised by the gap it saw. The result's metric is the whole set's.
+    target raised by the gap it saw. The result's metric is the whole set's. ``reach_check`` (with ``keep_8bit``):
+    score the widest plan the rules allow first and stop when even its 99 % interval falls short of the target.
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -391,11 +393,22 @@ def search_mixed_precision(
         return bool(gain.mean() + EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
 
     def record(
-        plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None, whole: bool = False
+        plan: PrecisionPlan,
+        model: Any,
+        fallen: tuple[str, ...],
+        cost: EngineCost | None,
+        whole: bool = False,
+        stop_early: bool = True,
+        earlier: Any = None,
     ) -> float:
-        """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record."""
+        """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record;
+        ``earlier``: the plan's screening predictions (else the prefix cache's base plan's are used)."""
         nonlocal evaluations
-        if whole and cache is not None and cache.base_outputs is not None:
+        if whole and earlier is not None:
+            from workbench.calib.session import ort_predict
+
+            measured = session.entry.evaluate(ort_predict(getattr(model, "proto", model)), limit=limit, earlier=earlier)
+        elif whole and cache is not None and cache.base_outputs is not None:
             # the plan is the cache's base: its screening samples' predictions are known, only the rest runs
             from workbench.calib.session import ort_predict
 
@@ -409,7 +422,9 @@ def search_mixed_precision(
         elif not evaluated:
             measured = cache.base_result
         else:
-            measured = cache.evaluate(model, first_change(plan), worse_than_current if early_stop else None)
+            measured = cache.evaluate(
+                model, first_change(plan), worse_than_current if early_stop and stop_early else None
+            )
         value = float(measured.value)
         evaluations += 1
         if build_costs and cost is None:
@@ -489,8 +504,64 @@ def search_mixed_precision(
             raise_by = max(raise_by, abs(current - whole) + 1e-9)  # the screen must now clear the target by the gap
         return met
 
+    def upper_bound(record: EvaluatedPlan) -> float:
+        """The best the plan's metric could be on the whole population (99 % normal interval of its scores)."""
+        values = np.asarray(record.scores, dtype=np.float64)
+        if values.size < 2:
+            return record.metric if higher else -record.metric
+        half = EARLY_STOP_Z * values.std(ddof=1) / np.sqrt(values.size)
+        return float(values.mean() + half if higher else -(values.mean() - half))
+
+    def reachable() -> str:
+        """With ``keep_8bit`` the target may be out of reach: the widest plan the rules allow (every group at its
+        last rung, the kept ops in their start format) is scored first. When even its interval's best lies short
+        of the target (on the screening samples, else on the whole set), the search stops there and keeps the
+        better of the two plans, scored on the whole set; otherwise the usual search follows from the start plan."""
+        nonlocal current, current_index, plan, fallen, confirmed_index, cached_plan
+        overrides: dict[str, Precision] = {}
+        for group in groups:
+            overrides.update(rung_overrides(group, ladder[-1]))
+        if not overrides:
+            return ""
+        widest = plan.with_overrides(overrides)
+        widest_fallen = tuple(overrides)
+        widest_model = session.quantize(ranges, widest)
+        value = record(widest, widest_model, widest_fallen, None, stop_early=False)
+        widest_index = len(evaluated) - 1
+        whole_index = None
+        goal = target if higher else -target  # type: ignore[operator]
+        say(
+            f"widest plan the rules allow ({len(overrides)} node(s) to {ladder[-1]}): {value:.4f} "
+            f"[{evaluations}/{budget} evaluations, {time.perf_counter() - start:.0f} s]"
+        )
+        short = upper_bound(evaluated[widest_index]) < goal
+        if not short and screening is not None and not meets(value, on_screen=True):
+            outputs = cache.last_outputs if cache is not None else None
+            with timed("whole-set confirmations"):
+                record(widest, widest_model, widest_fallen, None, whole=True, earlier=outputs)
+            whole_index = len(evaluated) - 1
+            say(
+                f"widest plan on the whole set ({total_samples} samples): {evaluated[-1].metric:.4f} "
+                f"[{evaluations}/{budget} evaluations, {time.perf_counter() - start:.0f} s]"
+            )
+            short = upper_bound(evaluated[whole_index]) < goal
+        if not short:
+            return ""
+        if better(value, current):  # the widest plan is the answer; the start plan is the prefix cache's base
+            plan, fallen, current, current_index = widest, widest_fallen, value, widest_index
+            confirmed_index = whole_index
+            if cache is not None:
+                cache.adopt()
+                cached_plan = widest
+        return (
+            f"target out of reach with {', '.join(keep_8bit)} in 8 bits: the widest plan the rules allow scores "
+            f"{value:.4f}, its 99 % interval short of {target:.4f}"
+        )
+
     if meets(current, on_screen=True) and confirm():
         stop = f"target met by {start_label}"
+    if not stop and keep_8bit and reach_check and evaluations < budget:
+        stop = reachable()
     while not stop:
         active = [g for g in groups if next_rung[g.name] < len(ladder) and rung_overrides(g, ladder[next_rung[g.name]])]
         if not active:
