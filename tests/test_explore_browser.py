@@ -274,16 +274,18 @@ def test_the_int8_damage_overlay_is_the_one_the_page_opens_with_when_a_diff_is_g
             page = browser.new_page(viewport={"width": 1600, "height": 900})
             page.goto(explorer.url)
             page.wait_for_function(
-                "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes('int8_sqnr_drop'))"
-                ".length >= 1",
+                "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes("
+                "'INT8: drop of accumulated SQNR')).length >= 1",
                 timeout=120_000,
             )
             page.wait_for_timeout(1500)  # every run added (each is selected as it is added)
+            # per pane, the node-data runs whose eye icon is open: the overlay drawn on the graph
             selected = page.evaluate(
-                "() => [...document.querySelectorAll('info-panel')].map(p => [...p.querySelectorAll("
-                "'input[type=radio]:checked')].map(r => (r.closest('mat-radio-button') || r).innerText.trim()))"
+                "() => [...document.querySelectorAll('info-panel')].map(p => [...p.querySelectorAll('.index-row')]"
+                ".filter(r => [...r.querySelectorAll('mat-icon')].some(i => i.textContent.trim() === 'visibility'))"
+                ".map(r => r.querySelector('.run-name').textContent.trim()))"
             )
         finally:
             browser.close()
     assert len(selected) == 2, selected
-    assert any("int8_sqnr_drop" in label for label in selected[1]), selected  # the INT8 build's pane
+    assert selected[1] == ["INT8: drop of accumulated SQNR at the node (dB)"], selected  # the INT8 build's pane
