@@ -11,6 +11,10 @@ evaluation sets with ORT CPU, graph optimizations off (simulated Q/DQ, the proje
 share of Conv/GEMM layers an RTX FP8 build runs in FP8, and the accuracy-target search over those formats; writes
 ``calibrate_formats.json`` / ``.md`` with the package versions.
 
+``--fp8-quality`` (issue 25): our FP8 (the ``calibrate --format fp8`` default plan) and INT8 against ModelOpt's ONNX
+FP8 and INT8 side by side on the five zoo models, with the FP8 Conv/GEMM share of a TensorRT-RTX SM89 build of ours;
+writes ``calibrate_fp8_<date>.json`` / ``.md`` with versions, n and the load average.
+
 Run: ``.venv/bin/python bench/calibrate.py [--models digits-cnn,ocr-cls,...] [--growth]`` (writes
 ``bench/results/calibrate.json`` and ``calibrate.md``) and ``... --mixed`` (the accuracy-target search per model, the
 journey's one mixed-precision mechanism; writes ``calibrate_mixed.json`` / ``.md``).
@@ -664,7 +668,9 @@ def _versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             found[package] = None
     try:
-        found["nvidia-modelopt"] = next(p.name.split("-")[1] for p in MODELOPT_PATH.glob("nvidia_modelopt-*.dist-info"))
+        found["nvidia-modelopt"] = next(
+            p.name.removesuffix(".dist-info").split("-")[1] for p in MODELOPT_PATH.glob("nvidia_modelopt-*.dist-info")
+        )
     except StopIteration:
         found["nvidia-modelopt"] = None
     return found
@@ -799,6 +805,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg()),
         "stop_reason": result.stop_reason,
+        "phase_seconds": result.phase_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
     }
 
@@ -875,6 +882,163 @@ def search_table(document: dict[str, Any]) -> str:
             f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
             f"{row['seconds']:.1f} | {row['total_seconds']:.1f} | "
             f"{row['load_average_before'][0]:.2f} -> {row['load_average_after'][0]:.2f} |"
+        )
+    lines.append("")
+    for row in document["models"]:
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in row.get("phase_seconds", {}).items())
+        lines.append(f"- {row['model']}: stopped: {row['stop_reason']}; seconds by part: {phases}")
+    return "\n".join(lines) + "\n"
+
+
+def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One model: our INT8 (mse) and FP8 (the CLI's default plan) against ModelOpt's ONNX INT8 and FP8 on the same
+    calibration data and evaluation set, and the FP8 Conv/GEMM share of a TensorRT-RTX SM89 build of our FP8 model."""
+    import onnx
+
+    from workbench.calib.session import CalibrationSession
+    from workbench.model import load_onnx
+    from workbench.precision.qdq_rules import prepare_model
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    model = entry.load()
+    feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+    data = workdir / f"{name}_data"
+    data.mkdir(exist_ok=True)
+    for index, feed in enumerate(feeds):
+        np.savez(data / f"batch_{index:05d}.npz", **feed)
+    model_path = workdir / f"{name}.onnx"
+    onnx.save(prepare_model(model.proto), str(model_path))
+    limit = args.eval_limit
+    session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
+    fp32 = session.evaluate(limit=limit)
+    report: dict[str, Any] = {
+        "model": name,
+        "metric": entry.metric_name,
+        "calibration_samples": sum(int(next(iter(f.values())).shape[0]) for f in feeds),
+        "evaluation_samples": int(fp32.n_samples),
+        "fp32": float(fp32.value),
+    }
+    print(f"[{name}] FP32 {fp32.value:.4f} on {fp32.n_samples} samples", flush=True)
+    ranges = session.ranges("mse")
+    plans = {"int8_mse": session.default_plan("int8"), "fp8": session.default_plan("fp8")}
+    if args.fp8_every_layer:
+        from workbench.precision import PrecisionPlan
+
+        plans["fp8_every_layer"] = PrecisionPlan(default="fp8")
+    ours: dict[str, Any] = {}
+    for label, plan in plans.items():
+        start = time.perf_counter()
+        quantized = session.quantize(ranges, plan)
+        result = session.evaluate(quantized, limit=limit)
+        ours[label] = {
+            "metric": float(result.value),
+            "n": int(result.n_samples),
+            "seconds": time.perf_counter() - start,
+            "int8_nodes": len(quantized.placement.int8_nodes),
+            "fp8_nodes": len(quantized.placement.fp8_nodes),
+            "kept_out": {k: v for k, v in plan.overrides.items() if v not in ("int8", "fp8")},
+        }
+        print(f"[{name}] ours {label}: {result.value:.4f}", flush=True)
+        if label == "fp8":
+            try:
+                ours["fp8_build"] = _fp8_build_share(quantized, dict(entry.input_profiles()))
+            except Exception as error:  # a failed build is a result to record, not a crash
+                ours["fp8_build"] = {"error": str(error)[:300]}
+            print(f"[{name}] FP8 build: {ours['fp8_build']}", flush=True)
+    report["ours"] = ours
+    peers: dict[str, Any] = {}
+    if args.modelopt_reason:
+        peers["skipped"] = args.modelopt_reason
+    for mode in () if args.modelopt_reason else ("int8", "fp8"):
+        output = workdir / f"{name}.modelopt.{mode}.onnx"
+        run = run_worker(
+            "modelopt_format",
+            {"model": str(model_path), "data": str(data), "mode": mode, "method": "max", "output": str(output)},
+            timeout=args.peer_timeout,
+        )
+        if output.is_file() and "error" not in run:
+            try:
+                run["metric"] = metric_of(entry, load_onnx(output, check=False).proto, limit)
+            except Exception as error:  # ORT may refuse a peer's graph: record why
+                run["metric_error"] = str(error)[:300]
+        peers[mode] = run
+        print(f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
+    report["modelopt"] = peers
+    return report
+
+
+def fp8_quality_main(args: argparse.Namespace) -> int:
+    """``--fp8-quality``: :func:`fp8_quality_model` per model; writes ``calibrate_fp8_<date>.json`` / ``.md``."""
+    import datetime
+
+    from workbench._io import write_json_atomic, write_text_atomic
+
+    args.modelopt_reason = _modelopt_reason()
+    output = Path(args.fp8_output or RESULTS / f"calibrate_fp8_{datetime.date.today().isoformat()}.json")
+    reports: list[dict[str, Any]] = []
+    document: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="calib-fp8-") as folder:
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            reports.append(fp8_quality_model(name, args, Path(folder)))
+            document = {
+                "machine": {
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                },
+                "load_average": os.getloadavg(),
+                "versions": _versions(),
+                "settings": {
+                    "calibration_samples": args.samples,
+                    "eval_limit": args.eval_limit,
+                    "ours": "session.ranges('mse') (FP8: MSE over the E4M3 grid), default plans of calibrate --format "
+                    "int8 / fp8 (FP8: per-channel weight scales by E4M3 rounding error, attention MatMuls FP8, the "
+                    "stem FP16 within 5 % of the layers)",
+                    "modelopt": "quantize(quantize_mode=int8|fp8, calibration_method=max, op_types Conv/ConvTranspose/"
+                    "MatMul/Gemm, high_precision_dtype=fp32), calibration data identical to ours",
+                    "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
+                    "fp8_build": "TensorRT-RTX, compute capability SM89, FP8 Conv/GEMM layers from the layer records",
+                },
+                "models": reports,
+            }
+            write_json_atomic(output, document)
+            write_text_atomic(output.with_suffix(".md"), fp8_quality_table(reports, document))
+    print(fp8_quality_table(reports, document))
+    return 0
+
+
+def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> str:
+    def cell(entry: Any) -> str:
+        value = entry.get("metric") if isinstance(entry, dict) else entry
+        return f"{value:.4f}" if isinstance(value, float) else "-"
+
+    every = any("fp8_every_layer" in r["ours"] for r in reports)
+    lines = [
+        "# FP8 quality: ours vs ModelOpt's ONNX FP8 / INT8 (bench/calibrate.py --fp8-quality)",
+        "",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in document['versions'].items())}. "
+        f"Machine: {document['machine']['cpus']} CPUs, load average {document['load_average'][0]:.1f}. "
+        "Metrics: ORT CPU, optimizations off, agreement with the zoo's labels / FP32 as each entry scores.",
+        "",
+        "| model | n | FP32 | ours FP8 | " + ("ours FP8 every layer | " if every else "") + "ModelOpt FP8 | "
+        "ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | FP8 build: FP8 Conv/GEMM layers |",
+        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|",
+    ]
+    for r in reports:
+        ours, peers = r["ours"], r["modelopt"]
+        build = ours.get("fp8_build", {})
+        share = (
+            f"{build['fp8_math_layers']}/{build['math_layers']} ({100 * build['fp8_share']:.0f} %)"
+            if "math_layers" in build
+            else build.get("error", "-")
+        )
+        kept = ours["fp8"]["kept_out"]
+        lines.append(
+            f"| {r['model']} | {r['evaluation_samples']} | {r['fp32']:.4f} | {cell(ours['fp8'])} | "
+            + (f"{cell(ours.get('fp8_every_layer'))} | " if every else "")
+            + f"{cell(peers.get('fp8', peers.get('skipped')))} | {cell(ours['int8_mse'])} | "
+            f"{cell(peers.get('int8'))} | {len(kept)} ({', '.join(sorted(set(kept.values())))}) | {share} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -1036,6 +1200,14 @@ def main() -> int:
         "--screen", type=int, default=None, help="--formats: screening samples of the search (default 256; 0: off)"
     )
     parser.add_argument(
+        "--fp8-quality",
+        action="store_true",
+        help="issue 25: our FP8 (and INT8) vs ModelOpt's ONNX FP8 / INT8 side by side, with the FP8 build's FP8 "
+        "Conv/GEMM share; writes calibrate_fp8_<date>.json / .md",
+    )
+    parser.add_argument("--fp8-every-layer", action="store_true", help="--fp8-quality: also FP8 with no stem kept out")
+    parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
+    parser.add_argument(
         "--fp8-conv-rules",
         action="store_true",
         help="issue 25: our FP8 with every Conv vs with TensorRT's FP8 conv rules",
@@ -1051,6 +1223,8 @@ def main() -> int:
         return search_main(args)
     if args.formats:
         return formats_main(args)
+    if args.fp8_quality:
+        return fp8_quality_main(args)
     if args.fp8_conv_rules:
         return fp8_rules_main(args)
     args.modelopt_reason = _modelopt_reason()

@@ -168,6 +168,17 @@ def _open_tab(page, title: str) -> None:
     page.locator(".workbench-quickstart-panel .lm-TabBar-tab", has_text=title).first.click()
 
 
+# The visible figures of the quickstart panel: any note text left in them (a stale "model changed" note), and how
+# many axis tick labels they draw (a note figure has none).
+_FIGURE_NOTES = """() => {
+  const plots = [...document.querySelectorAll('.workbench-quickstart-panel .js-plotly-plot')].filter(p => p.offsetParent !== null);
+  const notes = plots.flatMap(p => [...p.querySelectorAll('.annotation-text')].map(e => e.textContent))
+    .filter(t => /model changed|Stale|re-runs/i.test(t));
+  const ticks = plots.reduce((n, p) => n + p.querySelectorAll('.xtick, .ytick').length, 0);
+  return {plots: plots.length, notes: notes, ticks: ticks};
+}"""
+
+
 def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
@@ -246,6 +257,18 @@ def test_quickstart_notebook_in_chromium(jupyter_lab, tmp_path: Path) -> None:
             _open_tab(page, "Stages")
             _wait_status(page, "digits-cnn.fp16.engine", 150_000)
             _wait_status(page, " stages complete")  # digits-cnn: the mixed build may not apply (all-INT8 meets)
+            # no stale note over the fresh figures: the "model changed" note each figure showed while the stages re-ran
+            # is gone from every redrawn figure (their axes are back), and so is the banner; the outputs of the
+            # cells below the panel (ocr-cls's tables and figures) are marked stale until they run again
+            redrawn = {}
+            for tab in ("Cleaning", "Per-layer diff", "Task metric", "Timing"):
+                _open_tab(page, tab)
+                page.wait_for_timeout(800)
+                redrawn[tab] = page.evaluate(_FIGURE_NOTES)
+            assert all(not f["notes"] and f["ticks"] > 0 for f in redrawn.values()), redrawn
+            assert "Stale" not in _panel_text(page)
+            marked = page.evaluate("() => document.querySelectorAll('.workbench-stale-output').length")
+            assert marked >= 5, marked
             _open_tab(page, "Fusion")
             _wait_status(page, "digits-cnn.fp16.engine", 30_000)
             time.sleep(1.0)  # let plotly finish laying out before the screenshot
@@ -378,89 +401,6 @@ _LAYOUT_PROBLEMS = """() => {
 }"""
 
 
-def test_notebooks_as_a_product_in_chromium(jupyter_lab, tmp_path: Path) -> None:
-    """Issue 16 in the page: progress within 2 s of Run All (00 and 05), figures fit their output area, tables have
-    no empty cells, an out-of-range value is refused and changes nothing, a model switch clears every result at once
-    (and Cancel stops it), and two exports in a row leave two complete bundles."""
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
-    base, token = jupyter_lab
-    ARTIFACTS.mkdir(exist_ok=True)
-    root = tmp_path / "lab"
-    with sync_api.sync_playwright() as playwright:
-        context = _browser(playwright, tmp_path)
-        page = None
-        try:
-            page = _open_notebook(context, base, token, "00_quickstart_digits.ipynb")
-            seconds = _progress_seconds(page, _run_all(page, sync_api))
-            assert seconds <= 2.0, f"no progress shown for {seconds:.1f} s after Run All"
-            _wait_status(page, "done", 180_000)
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('report: '))",
-                timeout=120_000,
-            )
-            panel = page.locator(".workbench-quickstart-panel")
-            for tab in ("Stages", "Task metric", "Timing", "Cleaning"):
-                _open_tab(page, tab)
-                page.wait_for_timeout(800)
-                problems = page.evaluate(_LAYOUT_PROBLEMS)
-                assert problems == {"wide": [], "empty": 0}, (tab, problems)
-            _open_tab(page, "Stages")
-            stages_before = panel.locator("table").first.inner_text()
-
-            # out of range: refused with the CLI's message, the field goes back, nothing else changes
-            _type_into(panel, "streams", "99")
-            _wait_status(page, "streams=99 is out of range. Expected: 1..64.", 10_000)
-            assert panel.locator(".widget-text", has_text="streams").locator("input").input_value() == "2"
-            assert panel.locator("table").first.inner_text() == stages_before
-            assert "Stale" not in _panel_text(page)
-
-            # a model switch clears every result at once (nothing of digits-cnn stays), and Cancel stops the run
-            panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="ocr-cls")
-            _wait_status(page, "model changed to ocr-cls", 5_000)
-            results = panel.locator(".widget-tab").first.inner_text()  # every tab's content, not the model picker
-            assert "digits-cnn" not in results and "Stale" in _panel_text(page), results[:2000]
-            panel.locator(".workbench-progress button", has_text="Cancel").click()
-            _wait_status(page, "cancelled", 120_000)
-            page.screenshot(path=str(ARTIFACTS / "notebook-00-cancelled.png"), full_page=False)
-
-            page = _open_notebook(context, base, token, "05_export_digits.ipynb")
-            seconds = _progress_seconds(page, _run_all(page, sync_api))
-            assert seconds <= 2.0, f"05: no progress shown for {seconds:.1f} s after Run All"
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".filter(e => e.innerText.includes('model.engine')).length >= 2"
-                " && [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".some(e => e.innerText.includes('-plan'))",
-                timeout=240_000,
-            )
-            problems = page.evaluate(_LAYOUT_PROBLEMS)
-            assert problems == {"wide": [], "empty": 0}, problems
-            bundles = [p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()]
-            assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles), bundles
-            # the panel's own button exports the plan picked from the search's Pareto front (preselected: its pick)
-            export_panel = page.locator(".workbench-export-panel")
-            assert "search pick" in export_panel.inner_text() and "not speed" in export_panel.inner_text()
-            export_panel.locator("button", has_text="Export plan").click()
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                bundles = [
-                    p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()
-                ]
-                if len(bundles) == 4:
-                    break
-                time.sleep(0.5)
-            assert len([p for p in bundles if "-plan" in p.name]) == 2, bundles  # the notebook's and the button's
-            page.screenshot(path=str(ARTIFACTS / "notebook-05.png"), full_page=False)
-        except Exception:
-            if page is not None:
-                page.screenshot(path=str(ARTIFACTS / "browser-product-failure.png"), full_page=True)
-            raise
-        finally:
-            context.close()
-
-
 # Elements wider than their output area: their right edge past the area's, unless a box that scrolls sideways
 # (overflow-x auto/scroll) holds them and that box itself fits. Figures: each plotly figure's drawing as wide as the
 # box it sits in (not plotly's 700 px default, not wider).
@@ -508,76 +448,257 @@ _FIT_PROBLEMS = """() => {
 }"""
 
 
-def test_panels_follow_their_container_at_900_1280_and_1920_px(jupyter_lab, tmp_path: Path) -> None:
-    """Issue 24: the quickstart panel (00) after Run All, at 900, 1280 and 1920 px windows (resized in place) and in
-    every tab, then notebook 05: nothing wider than the output area (wide tables scroll in their own box, controls
-    wrap), every figure as wide as its container (a figure drawn in a hidden tab takes the tab's width when shown), no
-    blank table cell."""
+# Sampled every 250 ms in the page from before Run All: the text of the busy progress bar a person sees (the panel's
+# own, or the copy pinned to the bottom of the notebook's view when Run All scrolled it away), whether it is in view,
+# and the sampler's own time (a late sample means the page itself was starved, not that the kernel went quiet).
+_SAMPLE_PROGRESS = """() => {
+  if (window.__wbSampler) { clearInterval(window.__wbSampler); }
+  window.__wbSamples = [];
+  const scroller = (el) => {
+    for (let b = el.parentElement; b; b = b.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(b).overflowY) && b.clientHeight < b.scrollHeight) { return b; }
+    }
+    return null;
+  };
+  window.__wbSampler = setInterval(() => {
+    const busy = [...document.querySelectorAll('.workbench-progress.workbench-busy')].filter(e => e.offsetParent !== null);
+    const sample = {t: performance.now(), busy: busy.length > 0, text: '', inView: false};
+    const pinned = document.querySelector('.workbench-progress-pinned');
+    if (pinned && getComputedStyle(pinned).display !== 'none') {
+      sample.text = pinned.innerText; sample.inView = true;
+    } else if (busy.length) {
+      const el = busy[0], r = el.getBoundingClientRect(), box = scroller(el);
+      const v = box ? box.getBoundingClientRect() : {top: 0, bottom: window.innerHeight};
+      sample.text = el.innerText; sample.inView = r.top >= v.top && r.bottom <= Math.min(v.bottom, window.innerHeight);
+    }
+    window.__wbSamples.push(sample);
+  }, 250);
+}"""
+
+
+def _progress_cadence(page) -> dict:
+    """From the samples: the longest time the busy progress text stood still while the page's sampler ran on time
+    (``still_ms``), the same for stretches where the page itself was late by over 0.6 s (``starved_still_ms``: the
+    browser got no CPU, nothing the kernel can fix), the sampler's longest gap, how long progress was busy, and the
+    busy samples whose progress was out of view."""
+    samples = page.evaluate("() => { clearInterval(window.__wbSampler); return window.__wbSamples; }")
+    still, starved_still, late, busy_ms, hidden = 0.0, 0.0, 0.0, 0.0, 0
+    changed, starved, worst, hidden_texts = None, False, [], []
+    t0 = samples[0]["t"] if samples else 0.0
+    for before, sample in zip(samples, samples[1:]):
+        late = max(late, sample["t"] - before["t"])
+        if not sample["busy"]:
+            changed = None
+            continue
+        busy_ms += sample["t"] - before["t"]
+        if not sample["inView"]:
+            hidden += 1
+            hidden_texts.append(f"{(sample['t'] - t0) / 1000:.1f}s {sample['text'][:80]}")
+        if changed is None or sample["text"] != before["text"]:
+            changed, starved = sample["t"], False
+        starved = starved or sample["t"] - before["t"] > 600
+        if starved:
+            starved_still = max(starved_still, sample["t"] - changed)
+        elif sample["t"] - changed > still:
+            still = sample["t"] - changed
+            worst = [f"{(changed - t0) / 1000:.1f}s-{(sample['t'] - t0) / 1000:.1f}s", sample["text"][:120]]
+    return {
+        "still_ms": round(still),
+        "starved_still_ms": round(starved_still),
+        "late_ms": round(late),
+        "busy_s": round(busy_ms / 1000, 1),
+        "hidden": hidden,
+        "worst": worst,
+        "hidden_at": hidden_texts[:3] + hidden_texts[-2:],
+    }
+
+
+def _fit_at(page, widths=(900, 1280, 1920), tabs=(), settle_ms: int = 3000, shot: str = "") -> dict:
+    """_FIT_PROBLEMS and blank cells at each window width (resized in place), in each of ``tabs`` if given."""
+    found = {}
+    for width in widths:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(800 if tabs else settle_ms)  # JupyterLab's plotly renderer re-lays out on a delay
+        for tab in tabs or ("",):
+            if tab:
+                _open_tab(page, tab)
+                page.wait_for_timeout(1500)  # the re-layout: box settles, the kernel answers
+            try:  # a figure re-lays out after its box changed (debounced, slower on a busy machine): up to 15 s
+                page.wait_for_function(
+                    f"() => {{ const p = ({_FIT_PROBLEMS})(); return !p.figures.length; }}", timeout=15_000
+                )
+            except Exception:  # noqa: BLE001  (what is still wrong is asserted below)
+                pass
+            found[(width, tab)] = {**page.evaluate(_FIT_PROBLEMS), "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"]}
+        if shot:
+            page.screenshot(path=str(ARTIFACTS / f"{shot}-{width}px.png"), full_page=False)
+    return {key: value for key, value in found.items() if value["wide"] or value["figures"] or value["empty"]}
+
+
+def _wait_idle(page, timeout_ms: int) -> None:
+    """Every cell ran (no [*] left) and the kernel is idle."""
+    page.wait_for_function(
+        "() => document.body.innerText.includes('| Idle') && "
+        "[...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.innerText.includes('*'))",
+        timeout=timeout_ms,
+        polling=500,
+    )
+
+
+def _with_parameters(notebook_text: str, parameters: dict[str, str]) -> str:
+    """The notebook with ``NAME = value`` lines of its parameters cell replaced (a quicker run than the defaults)."""
+    notebook = json.loads(notebook_text)
+    cell = next(c for c in notebook["cells"] if "".join(c["source"]).lstrip().startswith("# parameters"))
+    lines = "".join(cell["source"]).splitlines(keepends=True)
+    for name, value in parameters.items():
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{name} = "))
+        lines[at] = f"{name} = {value}\n"
+    cell["source"] = lines
+    return json.dumps(notebook)
+
+
+def _errors(page) -> list[str]:
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    return [text[:1500] for text in errors.all_inner_texts() if "Traceback" in text or "Error" in text]
+
+
+def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_path: Path) -> None:
+    """Issues 16 and 24 in the page, one Run All per notebook (00 and 05 on digits-cnn, 01 and 04 as shipped, 03 with
+    32 evaluation samples; 02 is driven by test_explore_browser with the same checks): progress visible within 2 s of
+    Run All, its text changing at least once a second while the first run works and in view where Run All leaves the
+    page (the pinned copy); at 900, 1280 and 1920 px windows (resized in place; 00 in every tab) nothing wider than
+    the output area, every figure as wide as its container, no blank table cell. 00: an out-of-range value is refused
+    and changes nothing, quick widget changes export at most one bundle per finished run, a model switch clears every
+    result at once, marks the outputs below stale, and Cancel stops it. 05: the notebook's and the button's exports."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
     base, token = jupyter_lab
     ARTIFACTS.mkdir(exist_ok=True)
+    root = tmp_path / "lab"
+    for name in ("01_clean_graph", "04_async_pipeline"):
+        shutil.copy(REPO / "notebooks" / f"{name}.ipynb", root)
+    text = (REPO / "notebooks" / "03_int8_calibration.ipynb").read_text(encoding="utf-8")
+    (root / "03_int8_calibration.ipynb").write_text(_with_parameters(text, {"EVAL_SAMPLES": "32"}), encoding="utf-8")
+    cadence, first_progress, fit, seconds = {}, {}, {}, {}
     with sync_api.sync_playwright() as playwright:
         context = _browser(playwright, tmp_path, viewport={"width": 1280, "height": 900})
         page = None
         try:
+            # --- 00 on digits-cnn: the panel, then its product checks
+            started = time.monotonic()
             page = _open_notebook(context, base, token, "00_quickstart_digits.ipynb")
-            _run_all(page, sync_api)
+            page.evaluate(_SAMPLE_PROGRESS)
+            first_progress["00"] = _progress_seconds(page, _run_all(page, sync_api))
             _wait_status(page, "done", 240_000)
             page.wait_for_function(  # the cells below the panel have run too (the report is the last)
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('report: '))",
-                timeout=120_000,
+                timeout=180_000,
             )
-            found = {}
-            for width in (900, 1280, 1920):
-                page.set_viewport_size({"width": width, "height": 900})
-                page.wait_for_timeout(800)
-                for tab in ("Stages", "Task metric", "Timing", "Cleaning"):
-                    _open_tab(page, tab)
-                    page.wait_for_timeout(1500)  # the re-layout: box settles, the kernel answers
-                    found[(width, tab)] = {
-                        **page.evaluate(_FIT_PROBLEMS),
-                        "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"],
-                    }
-                page.screenshot(path=str(ARTIFACTS / f"notebook-00-{width}px.png"), full_page=False)
-            # notebook 05 (its export panel: comparison table, figure, Pareto front) at the same widths
-            page = _open_notebook(context, base, token, "05_export_digits.ipynb")
-            _run_all(page, sync_api)
+            _wait_idle(page, 60_000)
+            cadence["00"] = _progress_cadence(page)
+            assert not _errors(page), _errors(page)
+            fit["00"] = _fit_at(page, tabs=("Stages", "Task metric", "Timing", "Cleaning"), shot="notebook-00")
+            page.set_viewport_size({"width": 1280, "height": 900})
+            panel = page.locator(".workbench-quickstart-panel")
+            _open_tab(page, "Stages")
+            stages_before = panel.locator("table").first.inner_text()
+
+            # out of range: refused with the CLI's message, the field goes back, nothing else changes
+            _type_into(panel, "streams", "99")
+            _wait_status(page, "streams=99 is out of range. Expected: 1..64.", 10_000)
+            assert panel.locator(".widget-text", has_text="streams").locator("input").input_value() == "2"
+            assert panel.locator("table").first.inner_text() == stages_before
+            assert "Stale" not in _panel_text(page)
+
+            # quick changes: each cancels the run before it; only a run that finishes exports (no bundle per change)
+            exports = root / "out" / "00_quickstart" / "export"
+            before = {p.name for p in exports.iterdir() if (p / "manifest.json").is_file()}
+            for streams in ("3", "4", "5"):
+                _type_into(panel, "streams", streams)
+                page.wait_for_timeout(300)
+            _wait_status(page, "5 stream(s) x batch 8", 120_000)
+            _wait_status(page, " stages complete", 120_000)
+            new = {p.name for p in exports.iterdir() if (p / "manifest.json").is_file()} - before
+            assert len(new) <= 1, new  # three changes, one finished run
+
+            # a model switch clears every result at once (nothing of digits-cnn stays), marks the cells below
+            # stale, and Cancel stops the run
+            panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="ocr-cls")
+            _wait_status(page, "model changed to ocr-cls", 5_000)
+            results = panel.locator(".widget-tab").first.inner_text()  # every tab's content, not the model picker
+            assert "digits-cnn" not in results and "Stale" in _panel_text(page), results[:2000]
             page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('-plan'))",
+                "() => document.querySelectorAll('.workbench-stale-output').length >= 5", timeout=10_000
+            )
+            marked = page.evaluate(
+                "() => [...document.querySelectorAll('.workbench-stale-output')].map(e => e.innerText)"
+            )
+            assert any("report: " in text for text in marked), marked  # the last cell's output below the panel
+            panel.locator(".workbench-progress button", has_text="Cancel").click()
+            _wait_status(page, "cancelled", 120_000)
+            page.screenshot(path=str(ARTIFACTS / "notebook-00-cancelled.png"), full_page=False)
+            seconds["00"] = time.monotonic() - started
+
+            # --- 05 on digits-cnn: the export panel
+            started = time.monotonic()
+            page = _open_notebook(context, base, token, "05_export_digits.ipynb")
+            page.evaluate(_SAMPLE_PROGRESS)
+            first_progress["05"] = _progress_seconds(page, _run_all(page, sync_api))
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".filter(e => e.innerText.includes('model.engine')).length >= 2"
+                " && [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.innerText.includes('-plan'))",
                 timeout=300_000,
             )
-            for width in (900, 1280, 1920):
-                page.set_viewport_size({"width": width, "height": 900})
-                page.wait_for_timeout(1500)
-                found[(width, "05")] = {
-                    **page.evaluate(_FIT_PROBLEMS),
-                    "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"],
-                }
-                page.screenshot(path=str(ARTIFACTS / f"notebook-05-{width}px.png"), full_page=False)
-            # notebooks 01 (cleaning panel) and 04 (timing panel), as shipped
-            for name in ("01_clean_graph", "04_async_pipeline"):
-                shutil.copy(REPO / "notebooks" / f"{name}.ipynb", tmp_path / "lab")
+            _wait_idle(page, 60_000)
+            cadence["05"] = _progress_cadence(page)
+            assert not _errors(page), _errors(page)
+            fit["05"] = _fit_at(page, settle_ms=1500, shot="notebook-05")
+            page.set_viewport_size({"width": 1280, "height": 900})
+            bundles = [p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()]
+            assert len(bundles) == 3 and all((p / "model.engine").is_file() for p in bundles), bundles
+            # the panel's own button exports the plan picked from the search's Pareto front (preselected: its pick)
+            export_panel = page.locator(".workbench-export-panel")
+            assert "search pick" in export_panel.inner_text() and "not speed" in export_panel.inner_text()
+            export_panel.locator("button", has_text="Export plan").click()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                bundles = [
+                    p for p in (root / "out" / "05_export" / "export").iterdir() if (p / "manifest.json").is_file()
+                ]
+                if len(bundles) == 4:
+                    break
+                time.sleep(0.5)
+            assert len([p for p in bundles if "-plan" in p.name]) == 2, bundles  # the notebook's and the button's
+            page.screenshot(path=str(ARTIFACTS / "notebook-05.png"), full_page=False)
+            seconds["05"] = time.monotonic() - started
+
+            # --- 01, 03, 04 as shipped (03 with 32 evaluation samples)
+            for name in ("01_clean_graph", "03_int8_calibration", "04_async_pipeline"):
+                started = time.monotonic()
                 page = _open_notebook(context, base, token, f"{name}.ipynb")
-                _run_all(page, sync_api)
-                page.wait_for_function(
-                    "() => document.body.innerText.includes('| Idle') && "
-                    "[...document.querySelectorAll('.jp-InputArea-prompt')].every(e => !e.innerText.includes('*'))",
-                    timeout=300_000,
-                )
-                for width in (900, 1280, 1920):
-                    page.set_viewport_size({"width": width, "height": 900})
-                    page.wait_for_timeout(3000)  # JupyterLab's plotly renderer re-lays out its figures on a delay
-                    found[(width, name)] = {
-                        **page.evaluate(_FIT_PROBLEMS),
-                        "empty": page.evaluate(_LAYOUT_PROBLEMS)["empty"],
-                    }
+                page.evaluate(_SAMPLE_PROGRESS)
+                first_progress[name[:2]] = _progress_seconds(page, _run_all(page, sync_api))
+                _wait_idle(page, 420_000)
+                cadence[name[:2]] = _progress_cadence(page)
+                assert not _errors(page), (name, _errors(page))
+                fit[name[:2]] = _fit_at(page, shot=f"notebook-{name[:2]}")
+                page.set_viewport_size({"width": 1280, "height": 900})
+                seconds[name[:2]] = time.monotonic() - started
         except Exception:
             if page is not None:
-                page.screenshot(path=str(ARTIFACTS / "fit-failure.png"), full_page=True)
+                page.screenshot(path=str(ARTIFACTS / "notebooks-failure.png"), full_page=True)
             raise
         finally:
             context.close()
-    problems = {key: value for key, value in found.items() if value["wide"] or value["figures"] or value["empty"]}
-    assert not problems, json.dumps({str(k): v for k, v in problems.items()}, indent=0)[:6000]
+            report = {"first_progress_s": first_progress, "cadence": cadence, "seconds": seconds}
+            (ARTIFACTS / "browser-notebooks.json").write_text(json.dumps(report, indent=1, default=str))
+    problems = {f"{nb} {key}": value for nb, found in fit.items() for key, value in found.items()}
+    assert not problems, json.dumps(problems, indent=0)[:6000]
+    slow = {nb: s for nb, s in first_progress.items() if s > 2.0}
+    assert not slow, f"no progress shown within 2 s of Run All: {slow}"
+    # the progress text a person sees changes at least once a second, and is in view, while the first run works
+    frozen = {nb: c for nb, c in cadence.items() if c["still_ms"] > 1000 or c["hidden"] > 2}  # 2: pin refresh
+    assert not frozen, json.dumps(cadence)

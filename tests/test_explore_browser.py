@@ -116,11 +116,22 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
 
 def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
     """Run All on notebook 02 (digits-cnn) in JupyterLab: the explorer IFrames in the cell outputs load Model Explorer
-    from the kernel's server and draw both panes with the overlays."""
+    from the kernel's server and draw both panes with the overlays. The panel checks of test_browser's every-notebook
+    test too (one Run All): progress within 2 s, changing at least once a second and in view while the builds run;
+    at 900, 1280 and 1920 px nothing wider than the output area, figures as wide as their container, no blank cell."""
     if not CHROMIUM.exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium (make test installs it with apt where apt works)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="python package playwright missing")
-    from test_browser import _browser, _open_notebook, _run_all
+    from test_browser import (
+        _SAMPLE_PROGRESS,
+        _browser,
+        _fit_at,
+        _open_notebook,
+        _progress_cadence,
+        _progress_seconds,
+        _run_all,
+        _wait_idle,
+    )
 
     base, token = jupyter_lab
     text = (Path(__file__).resolve().parents[1] / "notebooks" / "02_fusions.ipynb").read_text(encoding="utf-8")
@@ -131,7 +142,8 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
         context = _browser(playwright, tmp_path)
         try:
             page = _open_notebook(context, base, token, "02_digits.ipynb")
-            _run_all(page, sync_api)
+            page.evaluate(_SAMPLE_PROGRESS)
+            first_progress_s = _progress_seconds(page, _run_all(page, sync_api))
             page.wait_for_function(
                 "() => document.querySelectorAll('.jp-OutputArea-output iframe').length >= 2", timeout=240_000
             )
@@ -145,8 +157,14 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
             widths = [frame.locator("info-panel").nth(i).bounding_box() for i in range(2)]
             page.wait_for_timeout(2000)
             frame_element.screenshot(path=str(ARTIFACTS / "explorer-in-jupyterlab.png"))
+            _wait_idle(page, 300_000)
+            cadence = _progress_cadence(page)
+            fit = _fit_at(page, shot="notebook-02")
         finally:
             context.close()
+    assert first_progress_s <= 2.0, f"no progress shown for {first_progress_s:.1f} s after Run All"
+    assert cadence["still_ms"] <= 1000 and cadence["hidden"] <= 2, cadence  # 2 samples: the pin's refresh
+    assert not fit, fit
     assert canvases >= 2  # one WebGL canvas per pane
     assert all(box is None or box["width"] == 0 for box in widths), widths  # collapsed inside the notebook
     for pane in panes:

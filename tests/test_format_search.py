@@ -158,6 +158,8 @@ def test_screening_scores_trials_on_a_subset_and_the_pick_on_the_whole_set(digit
     whole = digits.evaluate(digits.quantize(digits.ranges("mse"), result.plan), limit=200)
     assert result.metric == whole.value and list(chosen.scores) == list(whole.scores)
     assert result.evaluations_used == len(result.evaluated) == 1 + len(result.reverts) + 1  # + the confirmation
+    again = search_mixed_precision(digits, target=1.01, **kwargs)  # the same command gives the same plans and scores
+    assert [(p.overrides, p.scores) for p in again.evaluated] == [(p.overrides, p.scores) for p in result.evaluated]
     easy = search_mixed_precision(digits, target_drop=0.5, **kwargs)  # all-INT8 meets it on the screen and the set
     assert easy.met and easy.stop_reason == "target met by all-INT8" and easy.evaluation_samples == 200
     assert [p.n_samples for p in easy.evaluated] == [64, 200]
@@ -174,6 +176,7 @@ def test_keep_8bit_never_moves_those_ops_out_of_8_bits(digits) -> None:  # type:
         formats=("int8", "fp8", "fp16"),
         build_costs=False,
         keep_8bit=("Conv",),
+        reach_check=False,
     )
     ops = {node.name: node.op_type for node in digits.prepared.graph.node}
     convs = [name for name, op in ops.items() if op == "Conv"]
@@ -276,3 +279,24 @@ def test_onnx_runtime_threads_are_pinned(digits, monkeypatch) -> None:  # type: 
     monkeypatch.setenv("WORKBENCH_ORT_THREADS", "many")
     with pytest.raises(WorkbenchError, match="WORKBENCH_ORT_THREADS"):
         cpu_session(digits.prepared)
+
+
+def test_an_unreachable_target_with_8_bit_convs_stops_after_the_widest_plan(digits) -> None:  # type: ignore[no-untyped-def]
+    """With every Conv kept in 8 bits, a target no plan can reach (above 1.0) is found out of reach from the widest
+    plan the rules allow (everything else in FP16): the search stops there instead of spending its budget, and its
+    answer is scored on the whole set."""
+    result = search_mixed_precision(
+        digits,
+        target=1.01,
+        budget=10,
+        limit=200,
+        formats=("int8", "fp8", "fp16"),
+        build_costs=False,
+        keep_8bit=("Conv",),
+        screen=64,
+    )
+    assert not result.met and "out of reach" in result.stop_reason
+    assert result.evaluations_used <= 3 and not result.reverts
+    assert result.chosen.n_samples == 200
+    ops = {node.name: node.op_type for node in digits.prepared.graph.node}
+    assert all(result.plan.precision_of(n) in ("int8", "fp8") for n, op in ops.items() if op == "Conv")

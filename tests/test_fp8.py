@@ -314,3 +314,76 @@ def test_fp8_quantizes_minilm_attention_matmuls() -> None:
         if node.name in attention:
             assert all(name in dq_outputs for name in node.input[:2]), node.name
     assert session.evaluate(quantized, limit=16).value > 0.99
+
+
+def test_fp8_default_plan_keeps_only_the_stem_out_of_fp8() -> None:
+    """EfficientNet-Lite0: the FP8 plan keeps its stem Conv and first depthwise Conv FP16 (2 of 50, within the 5 %
+    budget), every other Conv FP8; the digits CNN (6 layers) has no budget for a stem and stays all FP8."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.precision.qdq_rules import fp8_stem_layers
+    from workbench.zoo import get_entry
+
+    entry = get_entry("efficientnet-lite0")
+    session = CalibrationSession(entry.load(), data="random", progress=False)
+    stem = fp8_stem_layers(session.prepared, prepared=True)
+    assert list(stem) == ["/_conv_stem/Conv", "/_blocks.0/_depthwise_conv/Conv"]
+    plan = session.default_plan("fp8")
+    assert plan.default == "fp8" and plan.overrides == dict.fromkeys(stem, "fp16")
+    placement = session.placement(plan)
+    assert len(placement.fp8_nodes) == 48 and set(stem) <= set(placement.excluded)
+    assert session.default_plan("int8").overrides == {}
+    assert fp8_stem_layers(get_entry("digits-cnn").load().proto) == {}
+
+
+def _attention_block() -> object:
+    """A single-head attention block (Q, K, V projections, Q·Kᵀ, softmax, ·V, output projection), opset 19."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    width = 64
+    weights = {n: rng.normal(0, 0.1, (width, width)).astype(np.float32) for n in ("wq", "wk", "wv", "wo")}
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+        helper.make_node("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="q_kt"),
+        helper.make_node("Softmax", ["scores"], ["probs"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["context"], name="probs_v"),
+        helper.make_node("MatMul", ["context", "wo"], ["y"], name="out_proj"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, width])],
+        [numpy_helper.from_array(v, n) for n, v in weights.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+def test_fp8_attention_matmuls_build_as_fp8_layers_on_rtx(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The FP8 plan quantizes Q·Kᵀ and softmax·V (both inputs activations); ORT runs the model, and a real
+    TensorRT-RTX build for SM89 runs every MatMul of the block, the two attention ones included, as FP8 layers."""
+    import onnx
+
+    from workbench.calib.cost import build_plan_engine
+    from workbench.calib.session import CalibrationSession
+
+    path = tmp_path / "attention.onnx"
+    onnx.save(_attention_block(), str(path))
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (1, 32, 64)).astype(np.float32)} for _ in range(4)]
+    session = CalibrationSession(path, data=feeds, progress=False)
+    assert session.attention_matmuls() == ["q_kt", "probs_v"]
+    quantized = session.quantize(session.ranges("mse"), session.default_plan("fp8"))
+    assert set(quantized.placement.fp8_nodes) == {"q_proj", "k_proj", "v_proj", "q_kt", "probs_v", "out_proj"}
+    from workbench.ort import cpu_session
+
+    fp32 = cpu_session(session.prepared_fp8).run(["y"], feeds[0])[0]
+    fp8 = cpu_session(quantized.proto).run(["y"], feeds[0])[0]
+    assert 10 * np.log10(np.sum(fp32**2) / np.sum((fp8 - fp32) ** 2)) > 15  # FP8 noise, not a broken graph
+    _, layer_map = build_plan_engine(quantized, tmp_path, name="attention")
+    for node in ("q_kt", "probs_v", "q_proj", "out_proj"):
+        layers = [layer for layer in layer_map.layers if node in layer.onnx_nodes]
+        assert any(layer.is_fp8_kernel for layer in layers), (node, [(x.name, x.precision) for x in layers])

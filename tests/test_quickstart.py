@@ -115,8 +115,12 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
 
     panel = QuickstartPanel(QuickstartConfig(out_dir=str(tmp_path), precision="int8", **FAST), background=False)
     assert panel.refresh_count == 0 and not panel.session.run.stages  # nothing runs or displays on construction
+    shown: list[str] = []  # every text the progress label showed during the run
+    panel.progress.label.observe(lambda change: shown.append(change["new"]), names="value")
     panel.run()
     assert panel.status.kind == "ok", panel.status.text
+    # the search's evaluations show as the stage's detail ("... · evaluation 1 of 8, 12%: ...")
+    assert any(t.startswith("Mixed-precision search") and " \u00b7 evaluation 1 of " in t for t in shown), shown
     assert "chosen 2 stream(s) x batch 8" in panel.timing_figure.layout.title.text
     assert _streams_timed(panel, "batch 8") == {"1 stream", "2 streams"}
     timing_table = panel.timing_table.value
@@ -211,8 +215,20 @@ def test_shared_controls() -> None:
     progress = ProgressAdapter()
     progress(ProgressEvent("stage", "Calibrate INT8 ranges", 3, 11, name="calibrate"))  # a flow stage
     assert (progress.bar.value, progress.bar.max, progress.message) == (3, 11, "Calibrate INT8 ranges")
-    assert progress.label.value.startswith("Calibrate INT8 ranges (")  # and the seconds since it started
-    # a TensorRT builder phase, the same event type
+    assert progress.label.value == "Calibrate INT8 ranges"
+    assert progress.clock.running and progress.clock.elapsed >= 0  # the page counts the seconds on from here
+    assert "workbench-busy" in progress.widget._dom_classes  # the page pins a busy bar scrolled out of view
+    # a nested task (the search's evaluations inside a stage) is the step's detail; the bar stays on the stages
+    progress(ProgressEvent("evaluation", "plan 2", 3, 8))
+    assert progress.label.value == "Calibrate INT8 ranges \u00b7 evaluation 3 of 8, 38%: plan 2"
+    assert (progress.bar.value, progress.bar.max) == (3, 11)
+    progress(ProgressEvent("stage", "Build the INT8 engine", 4, 11))
+    assert progress.label.value == "Build the INT8 engine"  # the next stage: its detail starts empty
+    progress.done()
+    assert not progress.clock.running and progress.label.value.startswith("done (")  # the seconds it took
+    assert "workbench-busy" not in progress.widget._dom_classes
+    # a TensorRT build on its own (the engine panel): its top-level phases move the bar
+    progress.start("building")
     assert progress(ProgressEvent("build", "Building engine", 0, 4, kind="start")) is True
     progress(ProgressEvent("build", "Building engine", 1))
     assert (progress.bar.value, progress.bar.max) == (2, 4)

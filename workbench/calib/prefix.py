@@ -97,6 +97,7 @@ class PrefixCache:
         self.cuts = self._within_budget(cuts, budget_bytes)
         self.stored: dict[str, list[np.ndarray]] = {}
         self.fingerprints: list[str] = []
+        self.base_outputs: tuple[list[Prediction], list[Label], list[int]] | None = None
         self.base_result = self._run_base()
         self.last_cut: int = 0  # the cut the latest evaluation started from (0: a full run)
 
@@ -110,7 +111,8 @@ class PrefixCache:
             info.name: [d.dim_value if d.dim_value > 0 else 1 for d in info.type.tensor_type.shape.dim]
             for info in list(inferred.graph.value_info) + list(inferred.graph.input)
         }
-        samples = max(1, int(self.session.evaluate(limit=self.limit).n_samples))
+        size = int(self.session.entry.split_size("evaluation"))  # not an FP32 run just to count the samples
+        samples = max(1, min(size, self.limit) if self.limit is not None else size)
         if len(cuts) > MAX_CUTS:
             picks = sorted({int(round(i)) for i in np.linspace(0, len(cuts) - 1, MAX_CUTS)})
             cuts = [cuts[i] for i in picks]
@@ -131,6 +133,7 @@ class PrefixCache:
         """Run the base model once over the evaluation set, keeping every cut's tensors per batch."""
         result = self._run(self.base_proto, None, record_batches=True)
         self.stored = self._pending
+        self.base_outputs = self._pending_outputs
         return result
 
     def _run(
@@ -184,7 +187,14 @@ class PrefixCache:
             result.details["stopped_early"] = True
         self._pending = pending if not stopped else {}
         self._pending_proto = proto
+        # the per-sample predictions: a whole-set evaluation of this model runs only the samples after them
+        self._pending_outputs = (predictions, labels, indices) if not stopped else None
         return result
+
+    @property
+    def last_outputs(self) -> tuple[list[Prediction], list[Label], list[int]] | None:
+        """(predictions, labels, indices) of the latest evaluation (None when it stopped early)."""
+        return getattr(self, "_pending_outputs", None)
 
     def adopt(self) -> None:
         """Make the model evaluated last the new base (a search kept it): later plans reuse its activations."""
@@ -192,6 +202,7 @@ class PrefixCache:
             raise WorkbenchError("the last evaluation stopped early: it cannot become the base.")
         self.stored = {**self.stored, **self._pending}
         self.base_proto = self._pending_proto
+        self.base_outputs = self._pending_outputs
 
     # ------------------------------------------------------------------------------------------------ a plan's run
     def _prefix(self, proto: onnx.ModelProto, position: int) -> set[str]:

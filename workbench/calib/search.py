@@ -21,8 +21,9 @@ build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -124,6 +125,7 @@ class MixedPrecisionResult(Artifact):
     formats: tuple[str, ...] = ()  # the ladder of a search over formats (empty: INT8 then ``fallback``)
     screening_samples: int = 0  # trials were scored on this many first samples, the chosen plan on all (0: all)
     start_label: str = ""  # the plan the search started from ("all-INT8", or the per-layer diff's 8-bit mix)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per part of the search
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -230,6 +232,7 @@ def search_mixed_precision(
     early_stop: bool = True,
     keep_8bit: Sequence[str] = (),
     screen: int | None = None,
+    reach_check: bool = True,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -245,7 +248,8 @@ def search_mixed_precision(
     8-bit rungs, and past them only the group's other nodes (a fused residual Add) move to a wider format.
     ``screen``: score the trials on the first ``screen`` evaluation samples only and confirm the plan that meets the
     target there on the whole set (``limit``); when the whole set misses, the search goes on with the screening
-    target raised by the gap it saw. The result's metric is the whole set's.
+    target raised by the gap it saw. The result's metric is the whole set's. ``reach_check`` (with ``keep_8bit``):
+    score the widest plan the rules allow first and stop when even its 99 % interval falls short of the target.
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -279,9 +283,20 @@ def search_mixed_precision(
         report(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
 
     start = time.perf_counter()
+    phases: dict[str, float] = {}  # wall seconds per part of the search (where a slow search spends its time)
+
+    @contextlib.contextmanager
+    def timed(phase: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - began
+
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)
-    fp32_result = session.evaluate(limit=limit)
+    with timed("fp32 metric"):
+        fp32_result = session.evaluate(limit=limit)
     fp32 = float(fp32_result.value)
     if target is None:
         target = fp32 - target_drop if higher else fp32 + target_drop  # type: ignore[operator]
@@ -306,14 +321,15 @@ def search_mixed_precision(
         # The diff runs on evaluation samples (what the metric sees): calibration data that hold the outlier make
         # INT8's noise look small next to the outlier's own power.
         other = eight_bit[1]
-        samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
-        scores_by_format = {
-            fmt: session.score_int8_nodes(
-                session.diff(session.quantize(ranges, session.default_plan(fmt)), samples, max_batches=None),
-                session.default_plan(fmt),
-            )
-            for fmt in eight_bit
-        }
+        with timed("start: per-layer diff per 8-bit format"):
+            samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
+            scores_by_format = {
+                fmt: session.score_int8_nodes(
+                    session.diff(session.quantize(ranges, session.default_plan(fmt)), samples, max_batches=None),
+                    session.default_plan(fmt),
+                )
+                for fmt in eight_bit
+            }
         first, alternative = scores_by_format[ladder[0]], scores_by_format[other]
         switch = sorted(n for n in first if n in alternative and alternative[n] < first[n])
         if switch:
@@ -344,7 +360,8 @@ def search_mixed_precision(
     layer_map = None
     full_cost = None
     try:
-        full_cost, layer_map = build_plan_engine(full, name="all_int8", shapes=shapes)
+        with timed("groups: engine build"):
+            full_cost, layer_map = build_plan_engine(full, name="all_int8", shapes=shapes)
     except WorkbenchError as error:  # no TensorRT backend: groups fall back to single nodes, costs are absent
         notes.append(f"no engine build ({error.problem}); groups are single nodes and costs are missing")
         build_costs = False
@@ -358,7 +375,8 @@ def search_mixed_precision(
     if prefix_cache:
         from workbench.calib.prefix import PrefixCache
 
-        cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
+        with timed("start plan (prefix cache filled)"):
+            cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
     cached_plan = base
 
     def first_change(plan: PrecisionPlan) -> str | None:
@@ -375,18 +393,38 @@ def search_mixed_precision(
         return bool(gain.mean() + EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
 
     def record(
-        plan: PrecisionPlan, model: Any, fallen: tuple[str, ...], cost: EngineCost | None, whole: bool = False
+        plan: PrecisionPlan,
+        model: Any,
+        fallen: tuple[str, ...],
+        cost: EngineCost | None,
+        whole: bool = False,
+        stop_early: bool = True,
+        earlier: Any = None,
     ) -> float:
-        """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record."""
+        """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record;
+        ``earlier``: the plan's screening predictions (else the prefix cache's base plan's are used)."""
         nonlocal evaluations
-        if whole:
+        if whole and earlier is not None:
+            from workbench.calib.session import ort_predict
+
+            measured = session.entry.evaluate(ort_predict(getattr(model, "proto", model)), limit=limit, earlier=earlier)
+        elif whole and cache is not None and cache.base_outputs is not None:
+            # the plan is the cache's base: its screening samples' predictions are known, only the rest runs
+            from workbench.calib.session import ort_predict
+
+            measured = session.entry.evaluate(
+                ort_predict(getattr(model, "proto", model)), limit=limit, earlier=cache.base_outputs
+            )
+        elif whole:
             measured = session.evaluate(model, limit=limit)
         elif cache is None:
             measured = session.evaluate(model, limit=trial_limit)
         elif not evaluated:
             measured = cache.base_result
         else:
-            measured = cache.evaluate(model, first_change(plan), worse_than_current if early_stop else None)
+            measured = cache.evaluate(
+                model, first_change(plan), worse_than_current if early_stop and stop_early else None
+            )
         value = float(measured.value)
         evaluations += 1
         if build_costs and cost is None:
@@ -453,7 +491,8 @@ def search_mixed_precision(
         nonlocal raise_by, confirmed_index
         if screening is None:
             return meets(current)
-        whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
+        with timed("whole-set confirmations"):
+            whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
         confirmed_index = len(evaluated) - 1
         met = meets(whole)
         say(
@@ -465,19 +504,76 @@ def search_mixed_precision(
             raise_by = max(raise_by, abs(current - whole) + 1e-9)  # the screen must now clear the target by the gap
         return met
 
+    def upper_bound(record: EvaluatedPlan) -> float:
+        """The best the plan's metric could be on the whole population (99 % normal interval of its scores)."""
+        values = np.asarray(record.scores, dtype=np.float64)
+        if values.size < 2:
+            return record.metric if higher else -record.metric
+        half = EARLY_STOP_Z * values.std(ddof=1) / np.sqrt(values.size)
+        return float(values.mean() + half if higher else -(values.mean() - half))
+
+    def reachable() -> str:
+        """With ``keep_8bit`` the target may be out of reach: the widest plan the rules allow (every group at its
+        last rung, the kept ops in their start format) is scored first. When even its interval's best lies short
+        of the target (on the screening samples, else on the whole set), the search stops there and keeps the
+        better of the two plans, scored on the whole set; otherwise the usual search follows from the start plan."""
+        nonlocal current, current_index, plan, fallen, confirmed_index, cached_plan
+        overrides: dict[str, Precision] = {}
+        for group in groups:
+            overrides.update(rung_overrides(group, ladder[-1]))
+        if not overrides:
+            return ""
+        widest = plan.with_overrides(overrides)
+        widest_fallen = tuple(overrides)
+        widest_model = session.quantize(ranges, widest)
+        value = record(widest, widest_model, widest_fallen, None, stop_early=False)
+        widest_index = len(evaluated) - 1
+        whole_index = None
+        goal = target if higher else -target  # type: ignore[operator]
+        say(
+            f"widest plan the rules allow ({len(overrides)} node(s) to {ladder[-1]}): {value:.4f} "
+            f"[{evaluations}/{budget} evaluations, {time.perf_counter() - start:.0f} s]"
+        )
+        short = upper_bound(evaluated[widest_index]) < goal
+        if not short and screening is not None and not meets(value, on_screen=True):
+            outputs = cache.last_outputs if cache is not None else None
+            with timed("whole-set confirmations"):
+                record(widest, widest_model, widest_fallen, None, whole=True, earlier=outputs)
+            whole_index = len(evaluated) - 1
+            say(
+                f"widest plan on the whole set ({total_samples} samples): {evaluated[-1].metric:.4f} "
+                f"[{evaluations}/{budget} evaluations, {time.perf_counter() - start:.0f} s]"
+            )
+            short = upper_bound(evaluated[whole_index]) < goal
+        if not short:
+            return ""
+        if better(value, current):  # the widest plan is the answer; the start plan is the prefix cache's base
+            plan, fallen, current, current_index = widest, widest_fallen, value, widest_index
+            confirmed_index = whole_index
+            if cache is not None:
+                cache.adopt()
+                cached_plan = widest
+        return (
+            f"target out of reach with {', '.join(keep_8bit)} in 8 bits: the widest plan the rules allow scores "
+            f"{value:.4f}, its 99 % interval short of {target:.4f}"
+        )
+
     if meets(current, on_screen=True) and confirm():
         stop = f"target met by {start_label}"
+    if not stop and keep_8bit and reach_check and evaluations < budget:
+        stop = reachable()
     while not stop:
         active = [g for g in groups if next_rung[g.name] < len(ladder) and rung_overrides(g, ladder[next_rung[g.name]])]
         if not active:
             stop = "no group left to revert"
             break
-        if ranking == "sensitivity":
-            session.rank_by_sensitivity(session.quantize(ranges, plan), max_batches=diff_batches)
-            scores = dict(session.last_sensitivity)
-        else:
-            diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
-            scores = session.score_int8_nodes(diff, plan)
+        with timed("ranking"):
+            if ranking == "sensitivity":
+                session.rank_by_sensitivity(session.quantize(ranges, plan), max_batches=diff_batches)
+                scores = dict(session.last_sensitivity)
+            else:
+                diff = session.diff(session.quantize(ranges, plan), max_batches=diff_batches)
+                scores = session.score_int8_nodes(diff, plan)
         ranked = sorted(active, key=lambda g: (-sum(scores.get(n, 0.0) for n in g.nodes), g.name))
         moved = False
         for group in ranked:
@@ -492,7 +588,8 @@ def search_mixed_precision(
                     continue
                 trial = plan.with_overrides(overrides)
                 trial_fallen = fallen + tuple(n for n in overrides if n not in fallen)
-                value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
+                with timed("trials"):
+                    value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
                 early = evaluated[-1].stopped_early
                 kept = better(value, current) and not early
                 reverts.append(
@@ -575,4 +672,5 @@ def search_mixed_precision(
         formats=tuple(formats or ()),
         screening_samples=screening or 0,
         start_label=start_label,
+        phase_seconds={k: round(v, 3) for k, v in phases.items()},
     )

@@ -187,13 +187,17 @@ class CalibrationSession:
         ]
 
     def default_plan(self, fmt: str = "int8") -> PrecisionPlan:
-        """Everything INT8 (``fmt="fp8"``: FP8) that can be (with ``quantize_attention``, the attention MatMuls too)."""
+        """Everything INT8 (``fmt="fp8"``: FP8 but the stem, kept FP16) that can be (with ``quantize_attention``, the
+        attention MatMuls too)."""
         from workbench.calib.fp8 import check_format
 
         fmt = check_format(fmt)
-        if self.quantize_attention:
-            return PrecisionPlan(default=fmt, overrides=dict.fromkeys(self.attention_matmuls(), fmt))
-        return PrecisionPlan(default=fmt)
+        overrides = dict.fromkeys(self.attention_matmuls(), fmt) if self.quantize_attention else {}
+        if fmt == "fp8":  # the stem stays FP16 (qdq_rules.fp8_stem_layers says why; at most 5 % of the layers)
+            from workbench.precision.qdq_rules import fp8_stem_layers
+
+            overrides.update(dict.fromkeys(fp8_stem_layers(self.prepared, prepared=True), "fp16"))
+        return PrecisionPlan(default=fmt, overrides=overrides)
 
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
         """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid."""

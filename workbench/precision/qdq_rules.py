@@ -398,3 +398,33 @@ def fp8_conv_exclusions(proto: onnx.ModelProto) -> dict[str, str]:
         elif taps > FP8_CONV_MAX_FILTER:
             excluded[node.name] = f"a {taps}-tap filter (FP8 kernels take at most {FP8_CONV_MAX_FILTER})"
     return excluded
+
+
+FP8_STEM_MAX_SHARE = 0.05  # the stem kept out of FP8 is at most this share of the Conv/GEMM layers
+
+
+def fp8_stem_layers(
+    proto: onnx.ModelProto, max_share: float = FP8_STEM_MAX_SHARE, *, prepared: bool = False
+) -> dict[str, str]:
+    """The network's stem for FP8: the leading Conv/GEMM layers, in topological order, that TensorRT's FP8 conv rules
+    flag (:func:`fp8_conv_exclusions`: few channels per group, e.g. the convolution reading the image and the
+    depthwise one after it), up to the first layer they do not flag, and at most ``max_share`` of all Conv/GEMM
+    layers (none on a model of fewer than 20). FP8 rounding noise (3 mantissa bits, about 3.6 % RMS of every value)
+    added there is not averaged by many inputs per output and travels through the whole network: measured on
+    EfficientNet-Lite0, keeping its stem Conv and first depthwise Conv (2 of 50) out of FP8 lifts the all-FP8 logits'
+    SQNR from 8.3 to 12.8 dB; keeping every flagged Conv out (ModelOpt's rule, 19 of 50) costs the FP8 layer share.
+    ``prepared=True``: ``proto`` already went through :func:`prepare_model`."""
+    import onnx_graphsurgeon as gs
+
+    model = proto if prepared else prepare_model(proto)
+    flagged = fp8_conv_exclusions(model)
+    graph = gs.import_onnx(model)
+    graph.toposort()
+    layers = [n.name for n in graph.nodes if n.op in QUANTIZABLE_OPS]
+    budget = int(len(layers) * max_share)
+    stem: dict[str, str] = {}
+    for name in layers:
+        if name not in flagged or len(stem) >= budget:
+            break
+        stem[name] = f"FP8 stem ({flagged[name]})"
+    return stem

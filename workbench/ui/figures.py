@@ -14,13 +14,19 @@ from workbench.viz import palette
 
 def replace_figure(widget: go.FigureWidget, figure: go.Figure) -> None:
     """Swap ``widget``'s traces and layout for ``figure``'s (nothing of the old figure survives)."""
-    # Clearing the layout inside the batch made the front end drop the traces added with it (seen in Chromium:
-    # empty axes after a re-run), so the old layout is cleared on its own first.
+    # Setting a layout sends plotly.js a relayout of the new keys only: keys the new figure lacks (a note's
+    # annotation, a second axis) stayed drawn in the page (seen: the "model changed" note over the fresh figures),
+    # so they are removed by name. Clearing the layout inside the batch made the front end drop the traces added
+    # with it (seen in Chromium: empty axes after a re-run), so the old layout is cleared on its own first.
+    new_keys = set(figure.layout.to_plotly_json())
+    gone = sorted(set(widget.layout.to_plotly_json()) - new_keys - {"autosize", "width"})
     widget.layout = {}
     with widget.batch_update():
         widget.data = ()
         widget.add_traces(list(figure.data))
         widget.layout = figure.layout
+        for key in gone:
+            widget.layout[key] = None
         widget.layout.autosize = True  # the width of the output area: figures here never fix a width
         widget.layout.width = None
 

@@ -3,7 +3,12 @@
 :class:`ProgressAdapter`: a bar, the current step, the seconds since the action started (ticking while it runs) and a
 Cancel button. Callable with the one progress type, :class:`workbench.progress.ProgressEvent`, from the flow's stages, the
 sweep and TensorRT's builder phases alike (it returns False once Cancel was pressed, which stops the work at its
-next step). Panels whose stage reports no steps call :meth:`start` / :meth:`step` themselves.
+next step). The first task reporting after :meth:`start` moves the bar (the flow's stages, a sweep's
+configurations); a nested one (an evaluation of the precision search, a TensorRT build inside a stage) shows as the
+step's detail: "Mixed-precision search · evaluation 3 of 8, 38 %: plan 2"; the seconds since the start tick in the
+page (:class:`Clock`), so they move even while the kernel's process is busy. Panels whose stage reports no
+steps call :meth:`start` / :meth:`step` themselves. While busy the widget carries the class ``workbench-busy`` (the
+page pins a copy of a busy bar that Run All scrolled out of view, see :mod:`workbench.ui.fit`).
 
 :class:`Worker`: runs one panel action at a time on a background thread so widgets stay responsive; a new request
 while one runs cancels it and runs after it (the latest settings win). ``Worker(background=False)`` runs inline
@@ -15,15 +20,46 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
 from workbench.log import split_warnings
 from workbench.progress import ProgressEvent
 
 _STYLE = {"description_width": "110px"}
-TICK_S = 0.5
+
+# The seconds since the action started, counted in the page: a clock sent from the kernel froze whenever the kernel's
+# process held its lock or got no CPU (measured: importing onnx holds the GIL 1.7 s in ml_dtypes' C extension on a busy
+# 2-core machine) and every tick was a message through the server. The kernel sends the elapsed time with each step;
+# the page counts on from there.
+_CLOCK_ESM = """
+function render({ model, el }) {
+  el.classList.add("workbench-clock");
+  let base = 0, anchor = performance.now();
+  const sync = () => { base = model.get("elapsed"); anchor = performance.now(); draw(); };
+  const draw = () => {
+    el.textContent = model.get("running") ? `(${(base + (performance.now() - anchor) / 1000).toFixed(1)} s)` : "";
+  };
+  model.on("change:elapsed", sync);
+  model.on("change:running", sync);
+  sync();
+  const timer = setInterval(draw, 250);
+  return () => clearInterval(timer);
+}
+export default { render };
+"""
+
+
+class Clock(anywidget.AnyWidget):  # type: ignore[misc]
+    """Elapsed seconds, counted on in the page from the last value the kernel sent (blank when not running)."""
+
+    _esm = _CLOCK_ESM
+    elapsed = traitlets.Float(0.0).tag(sync=True)
+    running = traitlets.Bool(False).tag(sync=True)
 
 
 class ProgressAdapter:
@@ -34,6 +70,7 @@ class ProgressAdapter:
             value=0, min=0, max=1, description=description, style=_STYLE, layout=widgets.Layout(width="340px")
         )
         self.label = widgets.Label(value="")
+        self.clock = Clock()
         self.cancel_button = widgets.Button(
             description="Cancel",
             icon="stop",
@@ -41,26 +78,26 @@ class ProgressAdapter:
             layout=widgets.Layout(display="none", width="90px"),
         )
         self.cancel_button.on_click(lambda _button: self.cancel())
-        self.widget = widgets.HBox([self.bar, self.label, self.cancel_button])
+        self.widget = widgets.HBox([self.bar, self.label, self.clock, self.cancel_button])
         self.widget.add_class("workbench-progress")
         self.cancellable = cancellable
         self.started: float | None = None
         self.message = ""
         self.cancel_requested = False
-        self._ticker: threading.Thread | None = None
+        self.detail = ""  # a nested task's step ("evaluation 3 of 8, 38 %: ..."), shown after the message
+        self._main_task: str | None = None  # the task whose steps move the bar (the first to report after start)
 
     # --- what panels call ---------------------------------------------------------------------------------------
     def start(self, message: str, total: int = 1) -> None:
         """A new action: the bar restarts at 0 of ``total``, the clock at 0 s; Cancel shows if the action allows it."""
         self.started = time.monotonic()
         self.cancel_requested = False
+        self.detail, self._main_task = "", None
         self.bar.max, self.bar.value, self.bar.bar_style = max(int(total), 1), 0, "info"
         self.cancel_button.layout.display = "" if self.cancellable else "none"
         self.cancel_button.disabled = False
+        self.widget.add_class("workbench-busy")
         self._show(message)
-        if self._ticker is None or not self._ticker.is_alive():
-            self._ticker = threading.Thread(target=self._tick, name="workbench-progress-clock", daemon=True)
-            self._ticker.start()
 
     def step(self, message: str, index: int | None = None, total: int | None = None) -> None:
         """The action moved on to ``message`` (step ``index`` of ``total`` when known)."""
@@ -70,6 +107,7 @@ class ProgressAdapter:
             self.bar.max = max(int(total), 1)
         if index is not None:
             self.bar.value = min(int(index), self.bar.max)
+        self.detail = ""
         self._show(message)
 
     def done(self, message: str = "done") -> None:
@@ -87,6 +125,11 @@ class ProgressAdapter:
             self.cancel_button.disabled = True
             self._show(f"{self.message}: cancelling after this step")
 
+    def resume(self) -> None:
+        """Take requests to stop back: the queued action that replaces a cancelled one runs (see :class:`Worker`)."""
+        self.cancel_requested = False
+        self.cancel_button.disabled = False
+
     @property
     def busy(self) -> bool:
         return self.started is not None
@@ -100,7 +143,17 @@ class ProgressAdapter:
         """Show one :class:`~workbench.progress.ProgressEvent`; False once Cancel was pressed (the work stops)."""
         if self.cancel_requested:
             return False
-        if event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
+        if self.started is None and event.kind == "step":
+            self.start(event.message, event.total or 1)
+        if self._main_task is None:
+            self._main_task = event.task
+        if event.task != self._main_task:  # a nested task: its step is the current step's detail
+            if event.kind == "finish":
+                self.detail = ""
+            elif event.kind == "step" or (event.kind == "start" and not event.parent):
+                self.detail = event.text() if event.total else event.message
+            self._show(self.message)
+        elif event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
             if event.kind == "start" and not event.parent and event.total:
                 self.bar.max, self.bar.value = int(event.total), 0
                 self._show(event.message)
@@ -116,19 +169,39 @@ class ProgressAdapter:
         seconds = self.elapsed_s
         self.started = None
         self.cancel_button.layout.display = "none"
-        self.message = message
+        self.clock.running = False
+        self.widget.remove_class("workbench-busy")
+        self.message, self.detail, self._main_task = message, "", None
         self.label.value = f"{message} ({seconds:.1f} s)"
 
     def _show(self, message: str) -> None:
+        """The step (and its detail) in the label; while busy the page's clock counts on from the elapsed time."""
         self.message = message
-        self.label.value = f"{message} ({self.elapsed_s:.1f} s)" if self.started is not None else message
+        self.label.value = f"{message} \u00b7 {self.detail}" if self.detail else message
+        if self.started is not None:
+            self.clock.elapsed = round(self.elapsed_s, 1)
+            self.clock.running = True
 
-    def _tick(self) -> None:
-        """Keep the elapsed seconds moving while a step runs (the widget update is sent from this thread)."""
-        while self.started is not None:
-            time.sleep(TICK_S)
-            if self.started is not None:
-                self._show(self.message)
+
+@contextmanager
+def loading(message: str) -> Iterator[ProgressAdapter]:
+    """A progress bar shown at once while a notebook cell imports the workbench (seconds on a busy machine), removed
+    when the block ends: ``with loading("importing the cleaner"): from workbench.ui.clean_panel import CleanPanel``.
+    This module is light to import (ipywidgets only), so the bar is on screen before the heavy imports start."""
+    from IPython.display import display
+
+    from workbench.ui.fit import FitToContainer
+
+    progress = ProgressAdapter("loading")
+    fit = FitToContainer()  # the page's rules from the start: a bar scrolled out of view is pinned
+    shown = widgets.VBox([progress.widget, fit])
+    display(shown)
+    progress.start(message)
+    try:
+        yield progress
+    finally:
+        progress.done("loaded")
+        shown.close()
 
 
 class Worker:
@@ -184,6 +257,7 @@ class Worker:
                 if self._pending is None:
                     return
                 (action, on_warnings), self._pending = self._pending, None
+            self.progress.resume()  # the Cancel that stopped the run before was meant for that run, not this one
 
     @staticmethod
     def _run(action: Callable[[], None], on_warnings: Callable[[list[str]], None] | None) -> None:

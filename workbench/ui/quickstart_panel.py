@@ -118,7 +118,8 @@ class QuickstartPanel:
             ],
             layout=widgets.Layout(width="100%"),
         )
-        fit_panel(self.widget)  # follows its container: wraps, scrolls wide tables, re-lays out figures
+        # follows its container: wraps, scrolls wide tables, re-lays out figures; marks the cells below stale
+        self.fit = fit_panel(self.widget)
         self.widget.add_class("workbench-quickstart-panel")
 
     # --- actions ---------------------------------------------------------------------------------------------
@@ -251,8 +252,10 @@ class QuickstartPanel:
         return f"model {cfg.model}, precision {cfg.precision}, {cfg.calibration_method}, {cfg.streams} stream(s), batch {cfg.batch}"
 
     def _clear(self, why: str) -> None:
-        """Remove every result from the panel (a model switch): tables say why, figures say so."""
+        """Remove every result from the panel (a model switch): tables say why, figures say so, and the outputs of
+        the cells below (the old run's tables and figures) are marked stale until they run again."""
         self.stale.mark(why)
+        self.fit.mark_below_stale(f"{why}; these outputs are from the previous run: run the cells again")
         self.stage_table.value = f"<p>{html.escape(why)}.</p>"
         for table in (self.metrics_table, self.timing_table, self.diagnosis):
             table.value = ""

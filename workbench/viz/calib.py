@@ -193,7 +193,8 @@ def pareto_figure(
         cols=2 if has_cost else 1,
         shared_yaxes=True,
         subplot_titles=(
-            ("INT8 share of Conv/Gemm/MatMul", "engine layers + reformats (RTX CPU build: structure, not speed)")
+            # two lines each: at 1,280 px the one-line titles ran into each other
+            ("INT8 share of<br>Conv/Gemm/MatMul", "engine layers + reformats<br>(RTX CPU build: structure, not speed)")
             if has_cost
             else ("INT8 share of Conv/Gemm/MatMul",)
         ),
@@ -285,7 +286,10 @@ def pareto_figure(
     fig.update_yaxes(range=metric_range(values, [*lows, data["target"]], [*highs, data["target"]]))  # within 0..1
     shares = [r["int8_share"] for r in rows]
     narrow = bool(shares) and max(shares) - min(shares) < 0.1  # whole percents would repeat the same tick label
-    fig.update_xaxes(tickformat=".1%" if narrow else ".0%", row=1, col=1)
+    # a share runs 0-100 %: a single plan at 100 % had plotly pad its axis to 150 %
+    room = max(0.02, 0.1 * (max(shares) - min(shares))) if shares else 0.05
+    share_range = [max(0.0, min(shares) - room), min(1.0, max(shares)) + room] if shares else None
+    fig.update_xaxes(tickformat=".1%" if narrow else ".0%", range=share_range, row=1, col=1)
     if has_cost:  # layer counts are whole numbers: no 121.5 ticks
         costs = [r["cost"] for r in rows if r["cost"] is not None]
         fig.update_xaxes(dtick=max(1, math.ceil((max(costs) - min(costs)) / 6)), row=1, col=2)
@@ -294,7 +298,7 @@ def pareto_figure(
         or f"{data['model']}: {len(rows)} evaluated plans, {data['evaluations_used']} task evaluations "
         f"({'target met' if data['met'] else 'target NOT met'})",
         height=380,
-        margin={"l": 60, "r": 20, "t": 70, "b": 50},
+        margin={"l": 60, "r": 20, "t": 90, "b": 50},
     )
     return fit_to_container(fig)
 

@@ -259,7 +259,9 @@ class ZooEntry(ABC):
     def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         """One preprocessed sample (arrays without the batch axis) and its label (None when self-referenced)."""
 
-    def _batches(self, split: str, limit: int | None, batch_size: int) -> Iterator[tuple[Feed, list[Label], list[int]]]:
+    def _batches(
+        self, split: str, limit: int | None, batch_size: int, start: int = 0
+    ) -> Iterator[tuple[Feed, list[Label], list[int]]]:
         _check_split(split)
         if batch_size < 1:
             raise WorkbenchError(f"batch_size={batch_size} is not a positive number.", expected="batch_size >= 1")
@@ -269,8 +271,8 @@ class ZooEntry(ABC):
             )
         total = self.split_sizes[split] if limit is None else min(limit, self.split_sizes[split])
         batch_size = min(batch_size, self.max_batch or batch_size)
-        for start in range(0, total, batch_size):
-            indices = list(range(start, min(start + batch_size, total)))
+        for first in range(start, total, batch_size):
+            indices = list(range(first, min(first + batch_size, total)))
             samples = [self._sample(split, index) for index in indices]
             feed = {name: np.stack([sample[0][name] for sample in samples]) for name in samples[0][0]}
             yield feed, [sample[1] for sample in samples], indices
@@ -324,12 +326,27 @@ class ZooEntry(ABC):
         return labels
 
     # ---------------------------------------------------------------------------------------- metric
-    def evaluate(self, predict: PredictFn, limit: int | None = None, batch_size: int = 8) -> MetricResult:
-        """Score ``predict`` on the first ``limit`` evaluation samples (all when None) with the task metric."""
-        predictions: list[Prediction] = []
-        labels: list[Label] = []
-        indices: list[int] = []
-        for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size):
+    def evaluate(
+        self,
+        predict: PredictFn,
+        limit: int | None = None,
+        batch_size: int = 8,
+        *,
+        earlier: tuple[list[Prediction], list[Label], list[int]] | None = None,
+    ) -> MetricResult:
+        """Score ``predict`` on the first ``limit`` evaluation samples (all when None) with the task metric.
+
+        ``earlier``: (predictions, labels, indices) this same model already gave for the first samples (whole
+        batches); only the samples after them are run, and the metric covers all of them."""
+        predictions: list[Prediction] = list(earlier[0]) if earlier else []
+        labels: list[Label] = list(earlier[1]) if earlier else []
+        indices: list[int] = list(earlier[2]) if earlier else []
+        if indices != list(range(len(indices))) or (indices and len(indices) % batch_size):
+            raise WorkbenchError(
+                f"{self.name}: earlier results cover samples {indices[:3]}... ({len(indices)}).",
+                expected=f"the first samples 0..n-1 in whole batches of {batch_size}",
+            )
+        for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size, start=len(indices)):
             outputs = predict(feed)
             if not isinstance(outputs, dict) or not outputs:
                 raise WorkbenchError(
