@@ -806,6 +806,8 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "load_average_after": list(os.getloadavg()),
         "stop_reason": result.stop_reason,
         "phase_seconds": result.phase_seconds,
+        "cpu_seconds": result.cpu_seconds,
+        "phase_cpu_seconds": result.phase_cpu_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
     }
 
@@ -826,13 +828,14 @@ def search_main(args: argparse.Namespace) -> int:
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         entry = get_entry(name)
         entry.onnx_path()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
         session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
         session.statistics()
         row = {"model": name, "metric": entry.metric_name, "statistics_seconds": time.perf_counter() - started}
         row.update(search_row(name, session, args))
         row["total_seconds"] = time.perf_counter() - started
+        row["total_cpu_seconds"] = time.process_time() - started_cpu
         rows.append(row)
         document = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -870,7 +873,7 @@ def search_table(document: dict[str, Any]) -> str:
         + f". ONNX Runtime threads: {document['onnxruntime_threads']}. Machine: {document['machine']['cpus']} CPUs.",
         "",
         "| model | n (screen) | FP32 | start | chosen (95 % interval) | target | 8-bit ops | formats | evals | "
-        "search s | with statistics s | load avg before -> after |",
+        "search s (CPU s) | with statistics s (CPU s) | load avg before -> after |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in document["models"]:
@@ -880,12 +883,14 @@ def search_table(document: dict[str, Any]) -> str:
             f"| {row['model']} | {row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
             f"{row['start_metric']:.4f} ({row['start']}) | {row['metric']:.4f}{interval(row)} | "
             f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
-            f"{row['seconds']:.1f} | {row['total_seconds']:.1f} | "
+            f"{row['seconds']:.1f} ({row.get('cpu_seconds', float('nan')):.1f}) | {row['total_seconds']:.1f} "
+            f"({row.get('total_cpu_seconds', float('nan')):.1f}) | "
             f"{row['load_average_before'][0]:.2f} -> {row['load_average_after'][0]:.2f} |"
         )
     lines.append("")
     for row in document["models"]:
-        phases = ", ".join(f"{k} {v:.1f}" for k, v in row.get("phase_seconds", {}).items())
+        cpu = row.get("phase_cpu_seconds", {})
+        phases = ", ".join(f"{k} {v:.1f} (CPU {cpu.get(k, float('nan')):.1f})" for k, v in row["phase_seconds"].items())
         lines.append(f"- {row['model']}: stopped: {row['stop_reason']}; seconds by part: {phases}")
     return "\n".join(lines) + "\n"
 

@@ -158,6 +158,8 @@ def test_screening_scores_trials_on_a_subset_and_the_pick_on_the_whole_set(digit
     whole = digits.evaluate(digits.quantize(digits.ranges("mse"), result.plan), limit=200)
     assert result.metric == whole.value and list(chosen.scores) == list(whole.scores)
     assert result.evaluations_used == len(result.evaluated) == 1 + len(result.reverts) + 1  # + the confirmation
+    again = search_mixed_precision(digits, target=1.01, **kwargs)  # the same command gives the same plans and scores
+    assert [(p.overrides, p.scores) for p in again.evaluated] == [(p.overrides, p.scores) for p in result.evaluated]
     easy = search_mixed_precision(digits, target_drop=0.5, **kwargs)  # all-INT8 meets it on the screen and the set
     assert easy.met and easy.stop_reason == "target met by all-INT8" and easy.evaluation_samples == 200
     assert [p.n_samples for p in easy.evaluated] == [64, 200]

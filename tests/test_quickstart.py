@@ -115,8 +115,12 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
 
     panel = QuickstartPanel(QuickstartConfig(out_dir=str(tmp_path), precision="int8", **FAST), background=False)
     assert panel.refresh_count == 0 and not panel.session.run.stages  # nothing runs or displays on construction
+    shown: list[str] = []  # every text the progress label showed during the run
+    panel.progress.label.observe(lambda change: shown.append(change["new"]), names="value")
     panel.run()
     assert panel.status.kind == "ok", panel.status.text
+    # the search's evaluations show as the stage's detail ("... · evaluation 1 of 8, 12%: ...")
+    assert any(t.startswith("Mixed-precision search") and " \u00b7 evaluation 1 of " in t for t in shown), shown
     assert "chosen 2 stream(s) x batch 8" in panel.timing_figure.layout.title.text
     assert _streams_timed(panel, "batch 8") == {"1 stream", "2 streams"}
     timing_table = panel.timing_table.value

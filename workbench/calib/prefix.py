@@ -111,7 +111,8 @@ class PrefixCache:
             info.name: [d.dim_value if d.dim_value > 0 else 1 for d in info.type.tensor_type.shape.dim]
             for info in list(inferred.graph.value_info) + list(inferred.graph.input)
         }
-        samples = max(1, int(self.session.evaluate(limit=self.limit).n_samples))
+        size = int(self.session.entry.split_size("evaluation"))  # not an FP32 run just to count the samples
+        samples = max(1, min(size, self.limit) if self.limit is not None else size)
         if len(cuts) > MAX_CUTS:
             picks = sorted({int(round(i)) for i in np.linspace(0, len(cuts) - 1, MAX_CUTS)})
             cuts = [cuts[i] for i in picks]
