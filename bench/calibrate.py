@@ -900,7 +900,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     calibration data and evaluation set, and the FP8 Conv/GEMM share of a TensorRT-RTX SM89 build of our FP8 model."""
     import onnx
 
-    from workbench.calib.session import CalibrationSession
+    from workbench.calib.session import CalibrationSession, ort_predict
     from workbench.model import load_onnx
     from workbench.precision.qdq_rules import prepare_model
     from workbench.zoo import get_entry
@@ -916,6 +916,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     onnx.save(prepare_model(model.proto), str(model_path))
     limit = args.eval_limit
     session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
+    our_fp8_scores: list[float] = []
     fp32 = session.evaluate(limit=limit)
     report: dict[str, Any] = {
         "model": name,
@@ -946,6 +947,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         }
         print(f"[{name}] ours {label}: {result.value:.4f}", flush=True)
         if label == "fp8":
+            our_fp8_scores = list(result.scores)
             try:
                 ours["fp8_build"] = _fp8_build_share(quantized, dict(entry.input_profiles()))
             except Exception as error:  # a failed build is a result to record, not a crash
@@ -964,13 +966,30 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         )
         if output.is_file() and "error" not in run:
             try:
-                run["metric"] = metric_of(entry, load_onnx(output, check=False).proto, limit)
+                peer = entry.evaluate(ort_predict(load_onnx(output, check=False).proto), limit=limit)
+                run["metric"] = float(peer.value)
+                if mode == "fp8":
+                    report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, list(peer.scores))
             except Exception as error:  # ORT may refuse a peer's graph: record why
                 run["metric_error"] = str(error)[:300]
         peers[mode] = run
         print(f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
     report["modelopt"] = peers
     return report
+
+
+def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, Any]:
+    """Per-sample ``ours - theirs`` on the same evaluation samples: mean, 95 % normal interval, samples that differ."""
+    if len(ours) != len(theirs) or not ours:
+        return {"error": f"{len(ours)} vs {len(theirs)} per-sample scores"}
+    difference = np.asarray(ours, dtype=np.float64) - np.asarray(theirs, dtype=np.float64)
+    half = 1.96 * difference.std(ddof=1) / np.sqrt(difference.size) if difference.size > 1 else 0.0
+    return {
+        "mean": float(difference.mean()),
+        "interval_95": [float(difference.mean() - half), float(difference.mean() + half)],
+        "samples_differing": int(np.count_nonzero(np.abs(difference) > 1e-9)),
+        "n": int(difference.size),
+    }
 
 
 def fp8_quality_main(args: argparse.Namespace) -> int:
@@ -1027,8 +1046,9 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
         "Metrics: ORT CPU, optimizations off, agreement with the zoo's labels / FP32 as each entry scores.",
         "",
         "| model | n | FP32 | ours FP8 | " + ("ours FP8 every layer | " if every else "") + "ModelOpt FP8 | "
-        "ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | FP8 build: FP8 Conv/GEMM layers |",
-        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|",
+        "ours - ModelOpt FP8 (paired 95 %, samples differing) | ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | "
+        "FP8 build: FP8 Conv/GEMM layers |",
+        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|---|",
     ]
     for r in reports:
         ours, peers = r["ours"], r["modelopt"]
@@ -1039,10 +1059,17 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
             else build.get("error", "-")
         )
         kept = ours["fp8"]["kept_out"]
+        paired = r.get("fp8_vs_modelopt", {})
+        versus = (
+            f"{paired['mean']:+.4f} [{paired['interval_95'][0]:+.4f}, {paired['interval_95'][1]:+.4f}], "
+            f"{paired['samples_differing']}"
+            if "mean" in paired
+            else "-"
+        )
         lines.append(
             f"| {r['model']} | {r['evaluation_samples']} | {r['fp32']:.4f} | {cell(ours['fp8'])} | "
             + (f"{cell(ours.get('fp8_every_layer'))} | " if every else "")
-            + f"{cell(peers.get('fp8', peers.get('skipped')))} | {cell(ours['int8_mse'])} | "
+            + f"{cell(peers.get('fp8', peers.get('skipped')))} | {versus} | {cell(ours['int8_mse'])} | "
             f"{cell(peers.get('int8'))} | {len(kept)} ({', '.join(sorted(set(kept.values())))}) | {share} |"
         )
     return "\n".join(lines) + "\n"
