@@ -165,19 +165,19 @@ def test_screening_scores_trials_on_a_subset_and_the_pick_on_the_whole_set(digit
     assert [p.n_samples for p in easy.evaluated] == [64, 200]
 
 
+# a target above 1.0 over formats int8,fp8,fp16 with every Conv kept in 8 bits
+UNREACHABLE_WITH_8_BIT_CONVS = {
+    "target": 1.01,
+    "formats": ("int8", "fp8", "fp16"),
+    "build_costs": False,
+    "keep_8bit": ("Conv",),
+}
+
+
 def test_keep_8bit_never_moves_those_ops_out_of_8_bits(digits) -> None:  # type: ignore[no-untyped-def]
     """``keep_8bit=("Conv",)``: an unreachable target walks the ladder, yet every Conv stays INT8 or FP8 (groups
     with nothing but Convs stop at FP8); other ops may still go to FP16."""
-    result = search_mixed_precision(
-        digits,
-        target=1.01,
-        budget=8,
-        limit=120,
-        formats=("int8", "fp8", "fp16"),
-        build_costs=False,
-        keep_8bit=("Conv",),
-        reach_check=False,
-    )
+    result = search_mixed_precision(digits, budget=8, limit=120, reach_check=False, **UNREACHABLE_WITH_8_BIT_CONVS)
     ops = {node.name: node.op_type for node in digits.prepared.graph.node}
     convs = [name for name, op in ops.items() if op == "Conv"]
     assert any(r.format == "fp8" for r in result.reverts)
@@ -286,16 +286,7 @@ def test_an_unreachable_target_with_8_bit_convs_stops_after_the_widest_plan(digi
     """With every Conv kept in 8 bits, a target no plan can reach (above 1.0) is found out of reach from the widest
     plan the rules allow (everything else in FP16): the search stops there instead of spending its budget, and its
     answer is scored on the whole set."""
-    result = search_mixed_precision(
-        digits,
-        target=1.01,
-        budget=10,
-        limit=200,
-        formats=("int8", "fp8", "fp16"),
-        build_costs=False,
-        keep_8bit=("Conv",),
-        screen=64,
-    )
+    result = search_mixed_precision(digits, budget=10, limit=200, screen=64, **UNREACHABLE_WITH_8_BIT_CONVS)
     assert not result.met and "out of reach" in result.stop_reason
     assert result.evaluations_used <= 3 and not result.reverts
     assert result.chosen.n_samples == 200
