@@ -656,6 +656,8 @@ WORKERS["modelopt_format"] = worker_modelopt_format
 FORMAT_TARGETS = {"efficientnet-lite0": 0.05, "minilm": 0.01, "ocr-rec": 0.01}  # allowed drop (issue 25's numbers)
 # issue 25's numbers hold with every Conv (EfficientNet-Lite0, ocr-rec) / MatMul (MiniLM) in 8 bits
 FORMAT_KEEP_8BIT = {"efficientnet-lite0": ("Conv",), "ocr-rec": ("Conv",), "minilm": ("MatMul",)}
+# "every MatMul in 8 bits" includes MiniLM's attention core (two activations), which TensorRT's rules leave out
+FORMAT_QUANTIZE_ATTENTION = {"minilm"}
 
 
 def _versions() -> dict[str, str | None]:
@@ -806,6 +808,8 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "load_average_after": list(os.getloadavg()),
         "stop_reason": result.stop_reason,
         "phase_seconds": result.phase_seconds,
+        "cpu_seconds": result.cpu_seconds,
+        "phase_cpu_seconds": result.phase_cpu_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
     }
 
@@ -826,13 +830,22 @@ def search_main(args: argparse.Namespace) -> int:
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         entry = get_entry(name)
         entry.onnx_path()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
-        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+        attention = name in FORMAT_QUANTIZE_ATTENTION and not args.no_attention
+        session = CalibrationSession(
+            entry.load(), data=feeds, entry=entry, progress=False, quantize_attention=attention
+        )
         session.statistics()
-        row = {"model": name, "metric": entry.metric_name, "statistics_seconds": time.perf_counter() - started}
+        row = {
+            "model": name,
+            "metric": entry.metric_name,
+            "quantize_attention": attention,
+            "statistics_seconds": time.perf_counter() - started,
+        }
         row.update(search_row(name, session, args))
         row["total_seconds"] = time.perf_counter() - started
+        row["total_cpu_seconds"] = time.process_time() - started_cpu
         rows.append(row)
         document = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -870,7 +883,7 @@ def search_table(document: dict[str, Any]) -> str:
         + f". ONNX Runtime threads: {document['onnxruntime_threads']}. Machine: {document['machine']['cpus']} CPUs.",
         "",
         "| model | n (screen) | FP32 | start | chosen (95 % interval) | target | 8-bit ops | formats | evals | "
-        "search s | with statistics s | load avg before -> after |",
+        "search s (CPU s) | with statistics s (CPU s) | load avg before -> after |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in document["models"]:
@@ -880,12 +893,14 @@ def search_table(document: dict[str, Any]) -> str:
             f"| {row['model']} | {row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
             f"{row['start_metric']:.4f} ({row['start']}) | {row['metric']:.4f}{interval(row)} | "
             f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
-            f"{row['seconds']:.1f} | {row['total_seconds']:.1f} | "
+            f"{row['seconds']:.1f} ({row.get('cpu_seconds', float('nan')):.1f}) | {row['total_seconds']:.1f} "
+            f"({row.get('total_cpu_seconds', float('nan')):.1f}) | "
             f"{row['load_average_before'][0]:.2f} -> {row['load_average_after'][0]:.2f} |"
         )
     lines.append("")
     for row in document["models"]:
-        phases = ", ".join(f"{k} {v:.1f}" for k, v in row.get("phase_seconds", {}).items())
+        cpu = row.get("phase_cpu_seconds", {})
+        phases = ", ".join(f"{k} {v:.1f} (CPU {cpu.get(k, float('nan')):.1f})" for k, v in row["phase_seconds"].items())
         lines.append(f"- {row['model']}: stopped: {row['stop_reason']}; seconds by part: {phases}")
     return "\n".join(lines) + "\n"
 
@@ -895,7 +910,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     calibration data and evaluation set, and the FP8 Conv/GEMM share of a TensorRT-RTX SM89 build of our FP8 model."""
     import onnx
 
-    from workbench.calib.session import CalibrationSession
+    from workbench.calib.session import CalibrationSession, ort_predict
     from workbench.model import load_onnx
     from workbench.precision.qdq_rules import prepare_model
     from workbench.zoo import get_entry
@@ -911,6 +926,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     onnx.save(prepare_model(model.proto), str(model_path))
     limit = args.eval_limit
     session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
+    our_fp8_scores: list[float] = []
     fp32 = session.evaluate(limit=limit)
     report: dict[str, Any] = {
         "model": name,
@@ -941,6 +957,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         }
         print(f"[{name}] ours {label}: {result.value:.4f}", flush=True)
         if label == "fp8":
+            our_fp8_scores = list(result.scores)
             try:
                 ours["fp8_build"] = _fp8_build_share(quantized, dict(entry.input_profiles()))
             except Exception as error:  # a failed build is a result to record, not a crash
@@ -959,13 +976,30 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         )
         if output.is_file() and "error" not in run:
             try:
-                run["metric"] = metric_of(entry, load_onnx(output, check=False).proto, limit)
+                peer = entry.evaluate(ort_predict(load_onnx(output, check=False).proto), limit=limit)
+                run["metric"] = float(peer.value)
+                if mode == "fp8":
+                    report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, list(peer.scores))
             except Exception as error:  # ORT may refuse a peer's graph: record why
                 run["metric_error"] = str(error)[:300]
         peers[mode] = run
         print(f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
     report["modelopt"] = peers
     return report
+
+
+def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, Any]:
+    """Per-sample ``ours - theirs`` on the same evaluation samples: mean, 95 % normal interval, samples that differ."""
+    if len(ours) != len(theirs) or not ours:
+        return {"error": f"{len(ours)} vs {len(theirs)} per-sample scores"}
+    difference = np.asarray(ours, dtype=np.float64) - np.asarray(theirs, dtype=np.float64)
+    half = 1.96 * difference.std(ddof=1) / np.sqrt(difference.size) if difference.size > 1 else 0.0
+    return {
+        "mean": float(difference.mean()),
+        "interval_95": [float(difference.mean() - half), float(difference.mean() + half)],
+        "samples_differing": int(np.count_nonzero(np.abs(difference) > 1e-9)),
+        "n": int(difference.size),
+    }
 
 
 def fp8_quality_main(args: argparse.Namespace) -> int:
@@ -1022,8 +1056,9 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
         "Metrics: ORT CPU, optimizations off, agreement with the zoo's labels / FP32 as each entry scores.",
         "",
         "| model | n | FP32 | ours FP8 | " + ("ours FP8 every layer | " if every else "") + "ModelOpt FP8 | "
-        "ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | FP8 build: FP8 Conv/GEMM layers |",
-        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|",
+        "ours - ModelOpt FP8 (paired 95 %, samples differing) | ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | "
+        "FP8 build: FP8 Conv/GEMM layers |",
+        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|---|",
     ]
     for r in reports:
         ours, peers = r["ours"], r["modelopt"]
@@ -1034,10 +1069,17 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
             else build.get("error", "-")
         )
         kept = ours["fp8"]["kept_out"]
+        paired = r.get("fp8_vs_modelopt", {})
+        versus = (
+            f"{paired['mean']:+.4f} [{paired['interval_95'][0]:+.4f}, {paired['interval_95'][1]:+.4f}], "
+            f"{paired['samples_differing']}"
+            if "mean" in paired
+            else "-"
+        )
         lines.append(
             f"| {r['model']} | {r['evaluation_samples']} | {r['fp32']:.4f} | {cell(ours['fp8'])} | "
             + (f"{cell(ours.get('fp8_every_layer'))} | " if every else "")
-            + f"{cell(peers.get('fp8', peers.get('skipped')))} | {cell(ours['int8_mse'])} | "
+            + f"{cell(peers.get('fp8', peers.get('skipped')))} | {versus} | {cell(ours['int8_mse'])} | "
             f"{cell(peers.get('int8'))} | {len(kept)} ({', '.join(sorted(set(kept.values())))}) | {share} |"
         )
     return "\n".join(lines) + "\n"
@@ -1178,7 +1220,9 @@ def main() -> int:
     parser.add_argument("--mixed-fallback", default="fp16", choices=("fp16", "fp32"))
     parser.add_argument("--mixed-ranking", default="diff", choices=("diff", "sensitivity"))
     parser.add_argument(
-        "--no-attention", action="store_true", help="--mixed: leave MiniLM's attention MatMuls out of INT8"
+        "--no-attention",
+        action="store_true",
+        help="--mixed, --search-only: leave MiniLM's attention MatMuls out of the 8-bit formats",
     )
     parser.add_argument("--append", action="store_true", help="--mixed: keep other models' rows of --mixed-output")
     parser.add_argument("--mixed-output", default=str(RESULTS / "calibrate_mixed.json"))

@@ -49,6 +49,7 @@ DEFAULT_BUDGET = 30
 # the CLI's screening samples: at 0.95 agreement 256 samples give a paired comparison of two plans that decides
 # a 2-point difference, and a 1,000-sample set costs 4x as much per trial
 DEFAULT_SCREEN = 256
+MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats
 EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
 
 
@@ -126,6 +127,8 @@ class MixedPrecisionResult(Artifact):
     screening_samples: int = 0  # trials were scored on this many first samples, the chosen plan on all (0: all)
     start_label: str = ""  # the plan the search started from ("all-INT8", or the per-layer diff's 8-bit mix)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per part of the search
+    phase_cpu_seconds: dict[str, float] = field(default_factory=dict)  # CPU seconds (all threads) per part
+    cpu_seconds: float = 0.0  # CPU seconds of the whole search (all threads of this process)
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -284,14 +287,19 @@ def search_mixed_precision(
 
     start = time.perf_counter()
     phases: dict[str, float] = {}  # wall seconds per part of the search (where a slow search spends its time)
+    # CPU seconds of this process (all its threads) per part: on a shared machine the wall clock measures the
+    # neighbours too, the CPU time does not
+    phases_cpu: dict[str, float] = {}
+    start_cpu = time.process_time()
 
     @contextlib.contextmanager
     def timed(phase: str) -> Iterator[None]:
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - began
+            phases_cpu[phase] = phases_cpu.get(phase, 0.0) + time.process_time() - began_cpu
 
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)
@@ -313,15 +321,14 @@ def search_mixed_precision(
     trial_limit = screening if screening is not None else limit
     base = base_plan or session.default_plan(ladder[0])
     eight_bit = [f for f in ladder if f in ("int8", "fp8")]
-    mixed_start = 0  # nodes the start plan puts in the other 8-bit format (per-layer diff), see below
-    if base_plan is None and len(eight_bit) == 2:
-        # both 8-bit formats are allowed: every node starts in the one whose quantization adds less noise there
-        # (the per-layer diff of the all-INT8 and the all-FP8 model, one calibration batch each). A tensor with a
-        # rare outlier ruins INT8 on every layer it reaches, and no single group's change can repair that alone.
-        # The diff runs on evaluation samples (what the metric sees): calibration data that hold the outlier make
-        # INT8's noise look small next to the outlier's own power.
-        other = eight_bit[1]
-        with timed("start: per-layer diff per 8-bit format"):
+
+    def eight_bit_mix() -> dict[str, Precision]:
+        """Both 8-bit formats are allowed: each node in the one whose quantization adds less noise there (the
+        per-layer diff of the all-INT8 and the all-FP8 model). A tensor with a rare outlier ruins INT8 on every layer
+        it reaches, and no single group's change can repair that alone. The diff runs on evaluation samples (what
+        the metric sees): calibration data that hold the outlier make INT8's noise look small next to the outlier's
+        own power."""
+        with timed("8-bit mix: per-layer diff per format"):
             samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
             scores_by_format = {
                 fmt: session.score_int8_nodes(
@@ -330,11 +337,11 @@ def search_mixed_precision(
                 )
                 for fmt in eight_bit
             }
-        first, alternative = scores_by_format[ladder[0]], scores_by_format[other]
-        switch = sorted(n for n in first if n in alternative and alternative[n] < first[n])
-        if switch:
-            base = base.with_overrides({n: cast(Precision, other) for n in switch})
-            mixed_start = len(switch)
+        first, alternative = scores_by_format[ladder[0]], scores_by_format[eight_bit[1]]
+        return {
+            n: cast(Precision, eight_bit[1]) for n in sorted(first) if n in alternative and alternative[n] < first[n]
+        }
+
     math_ops = _math_ops(session)
     placement = session.placement(base)
     quantized = placement.quantized_nodes
@@ -471,11 +478,7 @@ def search_mixed_precision(
 
     plan = base
     fallen: tuple[str, ...] = ()
-    start_label = (
-        f"8-bit mix ({mixed_start} node(s) {eight_bit[1].upper()} by the per-layer diff)"
-        if mixed_start
-        else "all-" + ladder[0].upper()
-    )
+    start_label = "all-" + ladder[0].upper()
     on = f" on {screening} of {total_samples} samples" if screening is not None else ""
     current = int8_metric = record(plan, full, fallen, full_cost if build_costs else None)
     say(f"FP32 {fp32:.4f}, {start_label} {int8_metric:.4f}{on}, target {target:.4f} [1/{budget} evaluations]")
@@ -526,7 +529,8 @@ def search_mixed_precision(
         widest = plan.with_overrides(overrides)
         widest_fallen = tuple(overrides)
         widest_model = session.quantize(ranges, widest)
-        value = record(widest, widest_model, widest_fallen, None, stop_early=False)
+        with timed("trials"):
+            value = record(widest, widest_model, widest_fallen, None, stop_early=False)
         widest_index = len(evaluated) - 1
         whole_index = None
         goal = target if higher else -target  # type: ignore[operator]
@@ -553,13 +557,46 @@ def search_mixed_precision(
             if cache is not None:
                 cache.adopt()
                 cached_plan = widest
+        scored = evaluated[whole_index if whole_index is not None else widest_index]
         return (
             f"target out of reach with {', '.join(keep_8bit)} in 8 bits: the widest plan the rules allow scores "
-            f"{value:.4f}, its 99 % interval short of {target:.4f}"
+            f"{scored.metric:.4f} on {scored.n_samples} samples, its 99 % interval short of {target:.4f}"
         )
 
     if meets(current, on_screen=True) and confirm():
         stop = f"target met by {start_label}"
+    mix = eight_bit_mix() if not stop and base_plan is None and len(eight_bit) == 2 and evaluations < budget else {}
+    if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
+        trial = plan.with_overrides(mix)
+        with timed("trials"):
+            value = record(trial, session.quantize(ranges, trial), tuple(mix), None)
+        kept = better(value, current) and not evaluated[-1].stopped_early
+        reverts.append(
+            Revert(
+                step=1,
+                group=MIX_GROUP,
+                nodes=tuple(mix),
+                score=0.0,
+                metric_before=current,
+                metric_after=value,
+                kept=kept,
+                evaluations_used=evaluations,
+                seconds=time.perf_counter() - start,
+                format=eight_bit[1],
+            )
+        )
+        say(
+            f"{MIX_GROUP} ({len(mix)} node(s) to {eight_bit[1]}): {current:.4f} -> {value:.4f} "
+            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+            f"{time.perf_counter() - start:.0f} s]"
+        )
+        if kept:
+            plan, fallen, current, current_index = trial, tuple(mix), value, len(evaluated) - 1
+            if cache is not None:
+                cache.adopt()
+                cached_plan = trial
+            if meets(current, on_screen=True) and confirm():
+                stop = "target met"
     if not stop and keep_8bit and reach_check and evaluations < budget:
         stop = reachable()
     while not stop:
@@ -673,4 +710,6 @@ def search_mixed_precision(
         screening_samples=screening or 0,
         start_label=start_label,
         phase_seconds={k: round(v, 3) for k, v in phases.items()},
+        phase_cpu_seconds={k: round(v, 3) for k, v in phases_cpu.items()},
+        cpu_seconds=time.process_time() - start_cpu,
     )
