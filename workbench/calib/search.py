@@ -586,7 +586,7 @@ def search_mixed_precision(
             )
         )
         say(
-            f"{MIX_GROUP} ({len(mix)} node(s) to {eight_bit[1]}): {current:.4f} -> {value:.4f} "
+            f"{MIX_GROUP}, {len(mix)} node(s) to {eight_bit[1]}: {current:.4f} -> {value:.4f} "
             f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
             f"{time.perf_counter() - start:.0f} s]"
         )
