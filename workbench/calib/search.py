@@ -49,6 +49,7 @@ DEFAULT_BUDGET = 30
 # the CLI's screening samples: at 0.95 agreement 256 samples give a paired comparison of two plans that decides
 # a 2-point difference, and a 1,000-sample set costs 4x as much per trial
 DEFAULT_SCREEN = 256
+MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats
 EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
 
 
@@ -320,15 +321,14 @@ def search_mixed_precision(
     trial_limit = screening if screening is not None else limit
     base = base_plan or session.default_plan(ladder[0])
     eight_bit = [f for f in ladder if f in ("int8", "fp8")]
-    mixed_start = 0  # nodes the start plan puts in the other 8-bit format (per-layer diff), see below
-    if base_plan is None and len(eight_bit) == 2:
-        # both 8-bit formats are allowed: every node starts in the one whose quantization adds less noise there
-        # (the per-layer diff of the all-INT8 and the all-FP8 model, one calibration batch each). A tensor with a
-        # rare outlier ruins INT8 on every layer it reaches, and no single group's change can repair that alone.
-        # The diff runs on evaluation samples (what the metric sees): calibration data that hold the outlier make
-        # INT8's noise look small next to the outlier's own power.
-        other = eight_bit[1]
-        with timed("start: per-layer diff per 8-bit format"):
+
+    def eight_bit_mix() -> dict[str, Precision]:
+        """Both 8-bit formats are allowed: each node in the one whose quantization adds less noise there (the
+        per-layer diff of the all-INT8 and the all-FP8 model). A tensor with a rare outlier ruins INT8 on every layer
+        it reaches, and no single group's change can repair that alone. The diff runs on evaluation samples (what
+        the metric sees): calibration data that hold the outlier make INT8's noise look small next to the outlier's
+        own power."""
+        with timed("8-bit mix: per-layer diff per format"):
             samples = [feed for feed, _ in session.entry.evaluation_batches(limit=8 * max(1, diff_batches))]
             scores_by_format = {
                 fmt: session.score_int8_nodes(
@@ -337,11 +337,11 @@ def search_mixed_precision(
                 )
                 for fmt in eight_bit
             }
-        first, alternative = scores_by_format[ladder[0]], scores_by_format[other]
-        switch = sorted(n for n in first if n in alternative and alternative[n] < first[n])
-        if switch:
-            base = base.with_overrides({n: cast(Precision, other) for n in switch})
-            mixed_start = len(switch)
+        first, alternative = scores_by_format[ladder[0]], scores_by_format[eight_bit[1]]
+        return {
+            n: cast(Precision, eight_bit[1]) for n in sorted(first) if n in alternative and alternative[n] < first[n]
+        }
+
     math_ops = _math_ops(session)
     placement = session.placement(base)
     quantized = placement.quantized_nodes
@@ -478,11 +478,7 @@ def search_mixed_precision(
 
     plan = base
     fallen: tuple[str, ...] = ()
-    start_label = (
-        f"8-bit mix ({mixed_start} node(s) {eight_bit[1].upper()} by the per-layer diff)"
-        if mixed_start
-        else "all-" + ladder[0].upper()
-    )
+    start_label = "all-" + ladder[0].upper()
     on = f" on {screening} of {total_samples} samples" if screening is not None else ""
     current = int8_metric = record(plan, full, fallen, full_cost if build_costs else None)
     say(f"FP32 {fp32:.4f}, {start_label} {int8_metric:.4f}{on}, target {target:.4f} [1/{budget} evaluations]")
@@ -569,6 +565,38 @@ def search_mixed_precision(
 
     if meets(current, on_screen=True) and confirm():
         stop = f"target met by {start_label}"
+    mix = eight_bit_mix() if not stop and base_plan is None and len(eight_bit) == 2 and evaluations < budget else {}
+    if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
+        trial = plan.with_overrides(mix)
+        with timed("trials"):
+            value = record(trial, session.quantize(ranges, trial), tuple(mix), None)
+        kept = better(value, current) and not evaluated[-1].stopped_early
+        reverts.append(
+            Revert(
+                step=1,
+                group=MIX_GROUP,
+                nodes=tuple(mix),
+                score=0.0,
+                metric_before=current,
+                metric_after=value,
+                kept=kept,
+                evaluations_used=evaluations,
+                seconds=time.perf_counter() - start,
+                format=eight_bit[1],
+            )
+        )
+        say(
+            f"{MIX_GROUP}, {len(mix)} node(s) to {eight_bit[1]}: {current:.4f} -> {value:.4f} "
+            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+            f"{time.perf_counter() - start:.0f} s]"
+        )
+        if kept:
+            plan, fallen, current, current_index = trial, tuple(mix), value, len(evaluated) - 1
+            if cache is not None:
+                cache.adopt()
+                cached_plan = trial
+            if meets(current, on_screen=True) and confirm():
+                stop = "target met"
     if not stop and keep_8bit and reach_check and evaluations < budget:
         stop = reachable()
     while not stop:

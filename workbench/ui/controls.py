@@ -49,6 +49,13 @@ def figure_widget() -> go.FigureWidget:
     """An empty figure that takes the width of the output area (its figures set no fixed width)."""
     figure = go.FigureWidget()
     figure.layout.autosize = True
+    return responsive(figure)
+
+
+def responsive(figure: go.FigureWidget) -> go.FigureWidget:
+    """``figure`` redrawn at its box's width on a window resize, in the page alone (plotly.js's ``responsive``; the
+    fit widget sends that resize when a figure's box changes width): it follows even while the kernel is busy."""
+    figure._config = {**figure._config, "responsive": True}
     return figure
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from workbench.engine.layermap import LayerMap, diff_layer_maps
 from workbench.precision.variant import VARIANTS
+from workbench.ui.controls import responsive
 from workbench.ui.fit import fit_panel
 from workbench.ui.progress import ProgressAdapter
 from workbench.viz import engine as figures
@@ -34,10 +35,10 @@ class FusionPanel:
         self.layer_map = layer_map
         self.compare_with = compare_with
         self.view = figures.side_by_side_layout(layer_map, max_items=max_items)
-        self.figure = go.FigureWidget(figures.side_by_side_figure(layer_map, layout=self.view))
-        self.table = go.FigureWidget(figures.layer_table_figure(layer_map))
+        self.figure = responsive(go.FigureWidget(figures.side_by_side_figure(layer_map, layout=self.view)))
+        self.table = responsive(go.FigureWidget(figures.layer_table_figure(layer_map)))
         self.diff_figure = (
-            go.FigureWidget(figures.fusion_diff_figure(diff_layer_maps(compare_with, layer_map)))
+            responsive(go.FigureWidget(figures.fusion_diff_figure(diff_layer_maps(compare_with, layer_map))))
             if compare_with is not None
             else None
         )

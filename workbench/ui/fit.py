@@ -60,14 +60,17 @@ function install(css) {
   document.head.appendChild(style);
   const widths = new WeakMap();
   let pending = null, resizing = null;
+  const resizeSoon = () => {  // one window resize event for a burst of box changes (plotly's responsive handler)
+    if (resizing === null) {
+      resizing = setTimeout(() => { resizing = null; window.dispatchEvent(new Event("resize")); }, 200);
+    }
+  };
   const outputs = new ResizeObserver((entries) => {
     const stale = entries.some((entry) => {
       const svg = entry.target.querySelector(".main-svg");
       return svg && Math.abs(svg.getBoundingClientRect().width - entry.contentRect.width) > 4;
     });
-    if (stale && resizing === null) {
-      resizing = setTimeout(() => { resizing = null; window.dispatchEvent(new Event("resize")); }, 200);
-    }
+    if (stale) { resizeSoon(); }
   });
   const observer = new ResizeObserver((entries) => {
     let changed = false;
@@ -75,6 +78,7 @@ function install(css) {
       const width = Math.round(entry.contentRect.width);
       if (width > 0 && widths.get(entry.target) !== width) { widths.set(entry.target, width); changed = true; }
     }
+    if (changed) { resizeSoon(); }  // in the page: responsive figures redraw at once, even while the kernel is busy
     if (changed && pending === null) {
       pending = setTimeout(() => {
         pending = null;
