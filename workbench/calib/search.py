@@ -565,7 +565,9 @@ def search_mixed_precision(
 
     if meets(current, on_screen=True) and confirm():
         stop = f"target met by {start_label}"
-    mix = eight_bit_mix() if not stop and base_plan is None and len(eight_bit) == 2 and evaluations < budget else {}
+    # a caller's own start plan is kept as given; the default start (the CLI passes it explicitly) gets the mix
+    default_start = base_plan is None or base_plan.to_json() == session.default_plan(ladder[0]).to_json()
+    mix = eight_bit_mix() if not stop and default_start and len(eight_bit) == 2 and evaluations < budget else {}
     if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
         trial = plan.with_overrides(mix)
         with timed("trials"):
