@@ -433,6 +433,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         for name, nodes in (("INT8", placement.int8_nodes), ("FP8", placement.fp8_nodes))
         if nodes or name == "INT8"
     )
+    if quantized.fp16_nodes:  # e.g. the FP8 plan's stem (qdq_rules.fp8_stem_layers)
+        formats += f", {len(quantized.fp16_nodes)} FP16 nodes"
     method = session.fp8_ranges(ranges).method if placement.uses_fp8 else ranges.method
     _say(f"wrote {args.output}: {counts.get('QuantizeLinear', 0)} Q/DQ pairs, {formats}, method {method}")
     for note in quantized.notes + ranges.warnings:
