@@ -653,6 +653,10 @@ def worker_modelopt_format(args: dict[str, Any]) -> dict[str, Any]:
 
 WORKERS["modelopt_format"] = worker_modelopt_format
 
+MODELOPT_FORMAT_SETTINGS = (
+    "quantize(quantize_mode=int8|fp8, calibration_method=max, op_types Conv/ConvTranspose/MatMul/Gemm, "
+    "high_precision_dtype=fp32), calibration data identical to ours"
+)
 FORMAT_TARGETS = {"efficientnet-lite0": 0.05, "minilm": 0.01, "ocr-rec": 0.01}  # allowed drop (issue 25's numbers)
 # issue 25's numbers hold with every Conv (EfficientNet-Lite0, ocr-rec) / MatMul (MiniLM) in 8 bits
 FORMAT_KEEP_8BIT = {"efficientnet-lite0": ("Conv",), "ocr-rec": ("Conv",), "minilm": ("MatMul",)}
@@ -696,11 +700,12 @@ def _fp8_build_share(proto: Any, shapes: Any) -> dict[str, Any]:
     }
 
 
-def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[Any, list[Any], Path, Path, Any]:
+    """A zoo model's calibration feeds (also saved as .npz for ModelOpt's worker), its prepared ONNX file and a
+    calibration session on those feeds: (entry, feeds, data folder, model path, session)."""
     import onnx
 
     from workbench.calib.session import CalibrationSession
-    from workbench.model import load_onnx
     from workbench.precision.qdq_rules import prepare_model
     from workbench.zoo import get_entry
 
@@ -713,8 +718,12 @@ def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
         np.savez(data / f"batch_{index:05d}.npz", **feed)
     model_path = workdir / f"{name}.onnx"
     onnx.save(prepare_model(model.proto), str(model_path))
+    return entry, feeds, data, model_path, CalibrationSession(model, data=feeds, entry=entry, progress=False)
+
+
+def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    entry, feeds, data, model_path, session = _formats_setup(name, args, workdir)
     limit = args.eval_limit
-    session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
     report: dict[str, Any] = {"model": name, "metric": entry.metric_name, "calibration_samples": args.samples}
     fp32 = session.evaluate(limit=limit)
     report["evaluation_samples"] = int(fp32.n_samples)
@@ -742,21 +751,7 @@ def formats_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
         peers["skipped"] = args.modelopt_reason
     else:
         for mode in ("int8", "fp8"):
-            output = workdir / f"{name}.modelopt.{mode}.onnx"
-            run = run_worker(
-                "modelopt_format",
-                {"model": str(model_path), "data": str(data), "mode": mode, "method": "max", "output": str(output)},
-                timeout=args.peer_timeout,
-            )
-            if output.is_file() and "error" not in run:
-                try:
-                    run["metric"] = metric_of(entry, load_onnx(output, check=False).proto, limit)
-                except Exception as error:  # ORT may refuse a peer's graph: record why
-                    run["metric_error"] = str(error)[:300]
-            peers[mode] = run
-            print(
-                f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True
-            )
+            peers[mode], _ = _modelopt_run(entry, mode, model_path, data, workdir, args)
     report["modelopt"] = peers
     report["search"] = search_row(name, session, args)
     return report
@@ -908,24 +903,9 @@ def search_table(document: dict[str, Any]) -> str:
 def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One model: our INT8 (mse) and FP8 (the CLI's default plan) against ModelOpt's ONNX INT8 and FP8 on the same
     calibration data and evaluation set, and the FP8 Conv/GEMM share of a TensorRT-RTX SM89 build of our FP8 model."""
-    import onnx
 
-    from workbench.calib.session import CalibrationSession, ort_predict
-    from workbench.model import load_onnx
-    from workbench.precision.qdq_rules import prepare_model
-    from workbench.zoo import get_entry
-
-    entry = get_entry(name)
-    model = entry.load()
-    feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
-    data = workdir / f"{name}_data"
-    data.mkdir(exist_ok=True)
-    for index, feed in enumerate(feeds):
-        np.savez(data / f"batch_{index:05d}.npz", **feed)
-    model_path = workdir / f"{name}.onnx"
-    onnx.save(prepare_model(model.proto), str(model_path))
+    entry, feeds, data, model_path, session = _formats_setup(name, args, workdir)
     limit = args.eval_limit
-    session = CalibrationSession(model, data=feeds, entry=entry, progress=False)
     our_fp8_scores: list[float] = []
     fp32 = session.evaluate(limit=limit)
     report: dict[str, Any] = {
@@ -968,24 +948,36 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     if args.modelopt_reason:
         peers["skipped"] = args.modelopt_reason
     for mode in () if args.modelopt_reason else ("int8", "fp8"):
-        output = workdir / f"{name}.modelopt.{mode}.onnx"
-        run = run_worker(
-            "modelopt_format",
-            {"model": str(model_path), "data": str(data), "mode": mode, "method": "max", "output": str(output)},
-            timeout=args.peer_timeout,
-        )
-        if output.is_file() and "error" not in run:
-            try:
-                peer = entry.evaluate(ort_predict(load_onnx(output, check=False).proto), limit=limit)
-                run["metric"] = float(peer.value)
-                if mode == "fp8":
-                    report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, list(peer.scores))
-            except Exception as error:  # ORT may refuse a peer's graph: record why
-                run["metric_error"] = str(error)[:300]
-        peers[mode] = run
-        print(f"[{name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
+        peers[mode], scores = _modelopt_run(entry, mode, model_path, data, workdir, args)
+        if mode == "fp8" and scores:
+            report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, scores)
     report["modelopt"] = peers
     return report
+
+
+def _modelopt_run(
+    entry: Any, mode: str, model_path: Path, data: Path, workdir: Path, args: argparse.Namespace
+) -> tuple[dict[str, Any], list[float]]:
+    """ModelOpt's ONNX PTQ in ``mode`` (its own process) and its task metric: (the run's record, per-sample scores)."""
+    from workbench.calib.session import ort_predict
+    from workbench.model import load_onnx
+
+    output = workdir / f"{entry.name}.modelopt.{mode}.onnx"
+    run = run_worker(
+        "modelopt_format",
+        {"model": str(model_path), "data": str(data), "mode": mode, "method": "max", "output": str(output)},
+        timeout=args.peer_timeout,
+    )
+    scores: list[float] = []
+    if output.is_file() and "error" not in run:
+        try:
+            peer = entry.evaluate(ort_predict(load_onnx(output, check=False).proto), limit=args.eval_limit)
+            run["metric"] = float(peer.value)
+            scores = list(peer.scores)
+        except Exception as error:  # ORT may refuse a peer's graph: record why
+            run["metric_error"] = str(error)[:300]
+    print(f"[{entry.name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
+    return run, scores
 
 
 def paired_difference(ours: list[float], theirs: list[float]) -> dict[str, Any]:
@@ -1010,8 +1002,18 @@ def fp8_quality_main(args: argparse.Namespace) -> int:
 
     args.modelopt_reason = _modelopt_reason()
     output = Path(args.fp8_output or RESULTS / f"calibrate_fp8_{datetime.date.today().isoformat()}.json")
+    settings = {
+        "calibration_samples": args.samples,
+        "eval_limit": args.eval_limit,
+        "ours": "session.ranges('mse') (FP8: MSE over the E4M3 grid), default plans of calibrate --format int8 / fp8 "
+        "(FP8: per-channel weight scales by E4M3 rounding error, attention MatMuls FP8, the stem FP16 within 5 % of "
+        "the layers)",
+        "modelopt": MODELOPT_FORMAT_SETTINGS,
+        "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
+        "fp8_build": "TensorRT-RTX, compute capability SM89, FP8 Conv/GEMM layers from the layer records",
+    }
     reports: list[dict[str, Any]] = []
-    document: dict[str, Any] = {}
+    text = ""
     with tempfile.TemporaryDirectory(prefix="calib-fp8-") as folder:
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:
             reports.append(fp8_quality_model(name, args, Path(folder)))
@@ -1023,22 +1025,13 @@ def fp8_quality_main(args: argparse.Namespace) -> int:
                 },
                 "load_average": os.getloadavg(),
                 "versions": _versions(),
-                "settings": {
-                    "calibration_samples": args.samples,
-                    "eval_limit": args.eval_limit,
-                    "ours": "session.ranges('mse') (FP8: MSE over the E4M3 grid), default plans of calibrate --format "
-                    "int8 / fp8 (FP8: per-channel weight scales by E4M3 rounding error, attention MatMuls FP8, the "
-                    "stem FP16 within 5 % of the layers)",
-                    "modelopt": "quantize(quantize_mode=int8|fp8, calibration_method=max, op_types Conv/ConvTranspose/"
-                    "MatMul/Gemm, high_precision_dtype=fp32), calibration data identical to ours",
-                    "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
-                    "fp8_build": "TensorRT-RTX, compute capability SM89, FP8 Conv/GEMM layers from the layer records",
-                },
+                "settings": settings,
                 "models": reports,
             }
+            text = fp8_quality_table(reports, document)
             write_json_atomic(output, document)
-            write_text_atomic(output.with_suffix(".md"), fp8_quality_table(reports, document))
-    print(fp8_quality_table(reports, document))
+            write_text_atomic(output.with_suffix(".md"), text)
+    print(text)
     return 0
 
 
@@ -1157,8 +1150,7 @@ def formats_main(args: argparse.Namespace) -> int:
                     "formats": args.formats,
                     "budget": args.budget,
                     "metric_runtime": "ORT CPU, ORT_DISABLE_ALL",
-                    "modelopt": "quantize(quantize_mode=int8|fp8, calibration_method=max, op_types Conv/ConvTranspose/"
-                    "MatMul/Gemm, high_precision_dtype=fp32), calibration data identical to ours",
+                    "modelopt": MODELOPT_FORMAT_SETTINGS,
                 },
                 "models": reports,
             }
