@@ -397,6 +397,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
     quantized = session.quantize(ranges, plan)
     diff = session.diff(quantized) if args.diff else None
+    mixed = None
     if args.target_drop is not None:
         from workbench.calib.search import search_mixed_precision
 
@@ -445,8 +446,13 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         _say(f"wrote per-layer diff {args.diff}")
     if entry is not None:
         fp32 = session.evaluate(limit=args.eval_limit)
-        int8 = session.evaluate(quantized, limit=args.eval_limit)
-        _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {int8.value:.4f}  ({int8.n_samples} samples)")
+        searched = mixed.chosen if mixed is not None else None
+        if searched is not None and searched.n_samples == fp32.n_samples:  # the search scored this plan on them all
+            value, samples = searched.metric, searched.n_samples
+        else:
+            int8 = session.evaluate(quantized, limit=args.eval_limit)
+            value, samples = int8.value, int8.n_samples
+        _say(f"task metric {fp32.name}: FP32 {fp32.value:.4f}  quantized {value:.4f}  ({samples} samples)")
     return 0
 
 
