@@ -378,7 +378,8 @@ def main() -> int:
     from workbench.explore.server import get_server
     from workbench.viz.engine_view import fusions_page
 
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-explorer-"))
+    # absolute: the static page is opened by a file:// URL
+    work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp(prefix="bench-explorer-"))
     work.mkdir(parents=True, exist_ok=True)
     site = serve_directory(work)
     rows, failures = [], {}
