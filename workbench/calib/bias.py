@@ -259,8 +259,8 @@ def bias_correct_local(
         measuring.CopyFrom(proto)
         measuring.graph.node.extend(twins)
         results = _run(measuring, outputs, feeds)
-        for node, kind, _, axis, twin in plan:
-            delta = np.mean([_channel_mean(r[twin] - r[node.output[0]], axis) for r in results], axis=0)
+        for node, kind, _, axis, twin_output in plan:
+            delta = np.mean([_channel_mean(r[twin_output] - r[node.output[0]], axis) for r in results], axis=0)
             # a Conv/Gemm output already holds the correction in its bias; a MatMul output is before the bias Add
             previous = corrections.get(node.name, 0.0) if kind == "input" else 0.0
             corrections[node.name] = previous + delta

@@ -192,7 +192,9 @@ class CalibrationSession:
         from workbench.calib.fp8 import check_format
 
         fmt = check_format(fmt)
-        overrides = dict.fromkeys(self.attention_matmuls(), fmt) if self.quantize_attention else {}
+        overrides: dict[str, Precision] = (
+            dict.fromkeys(self.attention_matmuls(), fmt) if self.quantize_attention else {}
+        )
         if fmt == "fp8":  # the stem stays FP16 (qdq_rules.fp8_stem_layers says why; at most 5 % of the layers)
             from workbench.precision.qdq_rules import fp8_stem_layers
 

@@ -12,11 +12,11 @@ import importlib.abc
 import importlib.machinery
 import sys
 from collections.abc import Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 
 
 def _imported_by_model_explorer() -> bool:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if name == "model_explorer" or name.startswith("model_explorer."):
