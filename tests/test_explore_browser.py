@@ -194,7 +194,6 @@ DENSENET_CELLS = [
 PAINTED_AT_JS = "() => (" + FIRST_PAINT_JS + ")() ? Date.now() / 1000 : false"
 
 
-@pytest.mark.slow
 def test_densenet121_first_paint_embedded_in_jupyterlab(jupyter_lab, tmp_path: Path) -> None:  # noqa: F811
     """DenseNet-121 without name scopes, embedded in a JupyterLab output: from the command (``workbench.explore``)
     and from the IFrame's appearance to both panes drawn. The first paint shows a few labelled blocks (not a 1 px
