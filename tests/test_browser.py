@@ -369,20 +369,26 @@ def _progress_cadence(page) -> dict:
     """From the samples: the longest time the busy progress text stood still while the page's sampler ran on time
     (``still_ms``), the same for stretches where the page itself was late by over 0.6 s (``starved_still_ms``: the
     browser got no CPU, nothing the kernel can fix), the sampler's longest gap, how long progress was busy, and the
-    busy samples whose progress was out of view."""
+    busy samples whose progress was out of view and the longest stretch of them (``hidden_ms``: one sample counts its
+    250 ms)."""
     samples = page.evaluate("() => { clearInterval(window.__wbSampler); return window.__wbSamples; }")
     still, starved_still, late, busy_ms, hidden = 0.0, 0.0, 0.0, 0.0, 0
     changed, starved, worst, hidden_texts = None, False, [], []
+    hidden_since, hidden_ms = None, 0.0
     t0 = samples[0]["t"] if samples else 0.0
     for before, sample in zip(samples, samples[1:]):
         late = max(late, sample["t"] - before["t"])
         if not sample["busy"]:
-            changed = None
+            changed = hidden_since = None
             continue
         busy_ms += sample["t"] - before["t"]
         if not sample["inView"]:
             hidden += 1
             hidden_texts.append(f"{(sample['t'] - t0) / 1000:.1f}s {sample['text'][:80]}")
+            hidden_since = sample["t"] if hidden_since is None else hidden_since
+            hidden_ms = max(hidden_ms, sample["t"] - hidden_since + 250)
+        else:
+            hidden_since = None
         if changed is None or sample["text"] != before["text"]:
             changed, starved = sample["t"], False
         starved = starved or sample["t"] - before["t"] > 600
@@ -397,6 +403,7 @@ def _progress_cadence(page) -> dict:
         "late_ms": round(late),
         "busy_s": round(busy_ms / 1000, 1),
         "hidden": hidden,
+        "hidden_ms": round(hidden_ms),
         "worst": worst,
         "hidden_at": hidden_texts[:3] + hidden_texts[-2:],
     }
@@ -638,5 +645,6 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
     slow = {nb: s for nb, s in first_progress.items() if s > 2.0}
     assert not slow, f"no progress shown within 2 s of Run All: {slow}"
     # the progress text a person sees changes at least once a second, and is in view, while the first run works
-    frozen = {nb: c for nb, c in cadence.items() if c["still_ms"] > 1000 or c["hidden"] > 2}  # 2: pin refresh
+    # (out of view: never longer than a second at a time, e.g. while the pinned copy takes over)
+    frozen = {nb: c for nb, c in cadence.items() if c["still_ms"] > 1000 or c["hidden_ms"] > 1000}
     assert not frozen, json.dumps(cadence)

@@ -175,7 +175,9 @@ def test_sigkill_during_export_overwrite_keeps_a_whole_bundle(ws: Path) -> None:
 
 _HOLD_TEMP = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # a test run started in the background (`make test &`) hands its children SIGINT ignored: take Python's default
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from workbench._io import atomic_path, staging_directory
     with staging_directory(sys.argv[1] + "/bundle") as staging, atomic_path(sys.argv[1] + "/out.json") as tmp:
         tmp.write_text("partial")
