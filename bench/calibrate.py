@@ -828,13 +828,22 @@ def search_main(args: argparse.Namespace) -> int:
         started, started_cpu = time.perf_counter(), time.process_time()
         feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
         attention = name in FORMAT_QUANTIZE_ATTENTION and not args.no_attention
+        rounding = "gptq" if args.gptq else "nearest"
         session = CalibrationSession(
-            entry.load(), data=feeds, entry=entry, progress=False, quantize_attention=attention
+            entry.load(),
+            data=feeds,
+            entry=entry,
+            progress=False,
+            quantize_attention=attention,
+            weight_rounding=rounding,
         )
         session.statistics()
+        if args.gptq:
+            session.layer_inputs()  # GPTQ's pass over the data, counted with the statistics (once per calibration)
         row = {
             "model": name,
             "metric": entry.metric_name,
+            "weight_rounding": rounding,
             "quantize_attention": attention,
             "statistics_seconds": time.perf_counter() - started,
         }
@@ -885,7 +894,8 @@ def search_table(document: dict[str, Any]) -> str:
         ops = ", ".join(f"{op} {v[0]}/{v[1]}" for op, v in row["ops_8bit"].items())
         counts = ", ".join(f"{k} {v}" for k, v in row["format_counts"].items())
         lines.append(
-            f"| {row['model']} | {row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
+            f"| {row['model']}{' (GPTQ weights)' if row.get('weight_rounding') == 'gptq' else ''} | "
+            f"{row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
             f"{row['start_metric']:.4f} ({row['start']}) | {row['metric']:.4f}{interval(row)} | "
             f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
             f"{row['seconds']:.1f} ({row.get('cpu_seconds', float('nan')):.1f}) | {row['total_seconds']:.1f} "
@@ -943,6 +953,28 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
             except Exception as error:  # a failed build is a result to record, not a crash
                 ours["fp8_build"] = {"error": str(error)[:300]}
             print(f"[{name}] FP8 build: {ours['fp8_build']}", flush=True)
+    gptq_fp8_scores: list[float] = []
+    if args.gptq:  # the same ranges and plans, weights rounded by GPTQ (a second session: its own rounding cache)
+        from workbench.calib.session import CalibrationSession
+
+        gptq = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False, weight_rounding="gptq")
+        gptq.use_statistics(session.statistics())
+        start = time.perf_counter()
+        gptq.layer_inputs()
+        ours["gptq_layer_inputs_seconds"] = time.perf_counter() - start
+        for label in ("int8_mse", "fp8"):
+            start = time.perf_counter()
+            quantized = gptq.quantize(ranges, plans[label])
+            result = gptq.evaluate(quantized, limit=limit)
+            ours[f"{label}_gptq"] = {
+                "metric": float(result.value),
+                "n": int(result.n_samples),
+                "seconds": time.perf_counter() - start,
+                "notes": list(quantized.notes),
+            }
+            if label == "fp8":
+                gptq_fp8_scores = list(result.scores)
+            print(f"[{name}] ours {label} gptq: {result.value:.4f} ({quantized.notes[:1]})", flush=True)
     report["ours"] = ours
     peers: dict[str, Any] = {}
     if args.modelopt_reason:
@@ -951,6 +983,8 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         peers[mode], scores = _modelopt_run(entry, mode, model_path, data, workdir, args)
         if mode == "fp8" and scores:
             report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, scores)
+            if gptq_fp8_scores:
+                report["fp8_gptq_vs_modelopt"] = paired_difference(gptq_fp8_scores, scores)
     report["modelopt"] = peers
     return report
 
@@ -1035,12 +1069,20 @@ def fp8_quality_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paired_cell(paired: dict[str, Any]) -> str:
+    if "mean" not in paired:
+        return "-"
+    low, high = paired["interval_95"]
+    return f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
+
+
 def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> str:
     def cell(entry: Any) -> str:
         value = entry.get("metric") if isinstance(entry, dict) else entry
         return f"{value:.4f}" if isinstance(value, float) else "-"
 
     every = any("fp8_every_layer" in r["ours"] for r in reports)
+    gptq = any("fp8_gptq" in r["ours"] for r in reports)
     lines = [
         "# FP8 quality: ours vs ModelOpt's ONNX FP8 / INT8 (bench/calibrate.py --fp8-quality)",
         "",
@@ -1050,8 +1092,9 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
         "",
         "| model | n | FP32 | ours FP8 | " + ("ours FP8 every layer | " if every else "") + "ModelOpt FP8 | "
         "ours - ModelOpt FP8 (paired 95 %, samples differing) | ours INT8 mse | ModelOpt INT8 | ours FP8 kept out | "
-        "FP8 build: FP8 Conv/GEMM layers |",
-        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|---|",
+        "FP8 build: FP8 Conv/GEMM layers |"
+        + (" ours FP8 GPTQ | ours GPTQ - ModelOpt FP8 (paired 95 %) | ours INT8 GPTQ |" if gptq else ""),
+        "|---|---|---|---|" + ("---|" if every else "") + "---|---|---|---|---|---|" + ("---|---|---|" if gptq else ""),
     ]
     for r in reports:
         ours, peers = r["ours"], r["modelopt"]
@@ -1074,6 +1117,12 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
             + (f"{cell(ours.get('fp8_every_layer'))} | " if every else "")
             + f"{cell(peers.get('fp8', peers.get('skipped')))} | {versus} | {cell(ours['int8_mse'])} | "
             f"{cell(peers.get('int8'))} | {len(kept)} ({', '.join(sorted(set(kept.values())))}) | {share} |"
+            + (
+                f" {cell(ours.get('fp8_gptq'))} | {_paired_cell(r.get('fp8_gptq_vs_modelopt', {}))} | "
+                f"{cell(ours.get('int8_mse_gptq'))} |"
+                if gptq
+                else ""
+            )
         )
     return "\n".join(lines) + "\n"
 
@@ -1242,6 +1291,12 @@ def main() -> int:
         "Conv/GEMM share; writes calibrate_fp8_<date>.json / .md",
     )
     parser.add_argument("--fp8-every-layer", action="store_true", help="--fp8-quality: also FP8 with no stem kept out")
+    parser.add_argument(
+        "--gptq",
+        action="store_true",
+        help="--fp8-quality: also our INT8 and FP8 with GPTQ weight rounding (paired against ModelOpt's FP8); "
+        "--search-only: the search's session rounds weights by GPTQ",
+    )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(
         "--fp8-conv-rules",

@@ -56,6 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "int8 only)",
     )
     calibrate.add_argument(
+        "--weight-rounding",
+        default="nearest",
+        choices=("nearest", "gptq"),
+        help="how weights are rounded onto their per-channel grid: nearest (default; each weight on its own) or gptq "
+        "(each layer's output error on the calibration data is minimised; one extra pass over the data; kept per "
+        "layer only where it gains on held-out batches). Check the task metric: measured 2026-12-05, gptq lifts "
+        "EfficientNet-Lite0 all-INT8 agreement 0.907 -> 0.939 but drops ocr-rec 0.983 -> 0.893",
+    )
+    calibrate.add_argument(
         "--percentile",
         type=bounded_float(0.0, 100.0, low_inclusive=False),
         default=None,
@@ -351,6 +360,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             max_batches=args.max_batches,
             progress=not args.no_progress,
             quantize_attention=args.quantize_attention,
+            weight_rounding=args.weight_rounding,
         )
         if (data or entry)
         else None
@@ -367,6 +377,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         _say(f"calibration cache {cache_path}: {len(ranges.amax)} tensor ranges ({ranges.method}), no data read")
         if session is None:
             session = _cacheless_session(model, entry)
+            if args.weight_rounding == "gptq":  # asked for, but there is no data to fit it on
+                _say("note: weights rounded to nearest: GPTQ needs calibration data and only a cache was given")
         if loaded.statistics is not None:
             session.use_statistics(loaded.statistics)
     if session is None:

@@ -17,6 +17,7 @@ from workbench.calib.data import CalibrationSource, resolve_source
 from workbench.calib.diff import LayerDiff, diff_models
 from workbench.calib.methods import DEFAULT_PERCENTILE, Method
 from workbench.calib.qdq import QdqModel, insert_qdq
+from workbench.calib.rounding import WeightRounding, check_weight_rounding
 from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, collect_statistics
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
@@ -25,6 +26,7 @@ from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 if TYPE_CHECKING:
     import onnx
 
+    from workbench.calib.rounding import LayerInput, LayerRounding
     from workbench.model import OnnxModel
     from workbench.precision.qdq_rules import QdqPlacement
     from workbench.zoo.base import MetricResult, ZooEntry
@@ -75,6 +77,7 @@ class CalibrationSession:
         progress: bool = True,
         optimized_statistics: bool = False,
         quantize_attention: bool = False,
+        weight_rounding: WeightRounding = "nearest",
     ) -> None:
         from workbench.model import OnnxModel, load_onnx
 
@@ -102,6 +105,9 @@ class CalibrationSession:
         self.optimized_statistics = optimized_statistics
         # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
         self.quantize_attention = quantize_attention
+        self.weight_rounding = check_weight_rounding(weight_rounding)
+        self._layer_inputs: dict[str, LayerInput] | None = None
+        self._rounding_cache: dict[tuple[str, str, bytes], tuple[np.ndarray, LayerRounding]] = {}
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, MetricResult] = {}
         self._prepared_proto: onnx.ModelProto | None = None
@@ -213,12 +219,34 @@ class CalibrationSession:
             prepared=True,
             quantize_attention=self.quantize_attention,
             fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
+            weight_inputs=self.layer_inputs() if self.weight_rounding == "gptq" else None,
+            rounding_cache=self._rounding_cache,
         )
         if self.entry is not None:  # the profile it was calibrated for travels with it: `build` needs no --shapes
             from workbench.model.profile import write_profile_metadata
 
             write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
         return quantized
+
+    def layer_inputs(self) -> dict[str, LayerInput]:
+        """The input Hessian of every weighted layer on the calibration data (GPTQ rounding), one ORT pass, cached."""
+        if self._layer_inputs is None:
+            from tqdm.auto import tqdm
+
+            from workbench.calib.rounding import layer_inputs
+
+            weights = {q.tensor for q in self.placement(PrecisionPlan(default="int8")).weights.values()}
+            total = len(self.source) or None
+            batches = tqdm(
+                self.source.batches(self.max_batches),
+                total=total if self.max_batches is None or total is None else min(total, self.max_batches),
+                desc="GPTQ layer inputs",
+                unit="batch",
+                disable=not self.progress,
+                leave=False,
+            )
+            self._layer_inputs = layer_inputs(self.prepared, batches, weights, what="the FP32 model for GPTQ")
+        return self._layer_inputs
 
     def placement(self, plan: PrecisionPlan | None = None) -> QdqPlacement:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""
