@@ -777,6 +777,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         keep_8bit=keep,
         screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
         progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
+        weight_rounding="auto" if getattr(args, "gptq", False) else None,
     )
     seconds = time.perf_counter() - start
     chosen = result.chosen
@@ -806,6 +807,8 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "cpu_seconds": result.cpu_seconds,
         "phase_cpu_seconds": result.phase_cpu_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
+        "weight_rounding": result.weight_rounding,
+        "notes": list(result.notes),
     }
 
 
@@ -828,14 +831,8 @@ def search_main(args: argparse.Namespace) -> int:
         started, started_cpu = time.perf_counter(), time.process_time()
         feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
         attention = name in FORMAT_QUANTIZE_ATTENTION and not args.no_attention
-        rounding = "gptq" if args.gptq else "nearest"
         session = CalibrationSession(
-            entry.load(),
-            data=feeds,
-            entry=entry,
-            progress=False,
-            quantize_attention=attention,
-            weight_rounding=rounding,
+            entry.load(), data=feeds, entry=entry, progress=False, quantize_attention=attention
         )
         session.statistics()
         if args.gptq:
@@ -843,7 +840,6 @@ def search_main(args: argparse.Namespace) -> int:
         row = {
             "model": name,
             "metric": entry.metric_name,
-            "weight_rounding": rounding,
             "quantize_attention": attention,
             "statistics_seconds": time.perf_counter() - started,
         }
@@ -1076,6 +1072,71 @@ def _paired_cell(paired: dict[str, Any]) -> str:
     return f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
 
 
+def input_floor_main(args: argparse.Namespace) -> int:
+    """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
+    (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
+    8-bit pixel step of uniform noise (seeded), against the FP32 model on the clean input: the floor under any plan
+    that quantizes the first Conv's input."""
+    import datetime
+
+    from workbench._io import write_json_atomic, write_text_atomic
+    from workbench.calib.methods import fake_quantize
+    from workbench.calib.session import CalibrationSession, ort_predict
+    from workbench.zoo import get_entry
+    from workbench.zoo.efficientnet import INPUT_NAME, STD
+
+    entry = get_entry("efficientnet-lite0")
+    feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    amax = float(session.ranges("mse").amax[INPUT_NAME])
+    fp32 = ort_predict(session.prepared)
+    rng = np.random.default_rng(0)
+    half_step = (0.5 / 255.0 / STD).reshape(1, 3, 1, 1).astype(np.float32)
+
+    def quantized_input(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return fp32({**feed, INPUT_NAME: fake_quantize(feed[INPUT_NAME], amax / 127.0)})
+
+    def pixel_noise(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        image = feed[INPUT_NAME]
+        noise = rng.uniform(-1.0, 1.0, size=image.shape).astype(np.float32) * half_step
+        return fp32({**feed, INPUT_NAME: image + noise})
+
+    rows = {}
+    for label, predict in (
+        ("input quantized to INT8 (mse scale)", quantized_input),
+        ("+-1/2 pixel step noise", pixel_noise),
+    ):
+        result = entry.evaluate(predict, limit=args.eval_limit)
+        rows[label] = {"metric": float(result.value), "n": int(result.n_samples), "interval_95": _interval(result)}
+        print(f"[efficientnet-lite0] FP32 on {label}: {result.value:.4f} {rows[label]['interval_95']}", flush=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    output = RESULTS / f"calibrate_input_floor_{stamp:%Y-%m-%d}.json"
+    document = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date_utc": stamp.isoformat(timespec="seconds"),
+        "input_amax_mse": amax,
+        "rows": rows,
+        "versions": _versions(),
+    }
+    write_json_atomic(output, document)
+    lines = [
+        "# What the input alone costs EfficientNet-Lite0 (bench/calibrate.py --input-floor)",
+        "",
+        f"Command: `{document['command']}` ({document['date_utc']}). Top-1 agreement of the FP32 model on a perturbed "
+        "input with the FP32 model on the clean input (ORT CPU, optimizations off).",
+        "",
+        "| FP32 model on | agreement (95 % interval) | n |",
+        "|---|---|---|",
+    ]
+    for label, row in rows.items():
+        low, high = row["interval_95"] or (float("nan"), float("nan"))
+        lines.append(f"| {label} | {row['metric']:.4f} [{low:.4f}, {high:.4f}] | {row['n']} |")
+    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {output} and {output.with_suffix('.md')}")
+    return 0
+
+
 def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> str:
     def cell(entry: Any) -> str:
         value = entry.get("metric") if isinstance(entry, dict) else entry
@@ -1295,13 +1356,18 @@ def main() -> int:
         "--gptq",
         action="store_true",
         help="--fp8-quality: also our INT8 and FP8 with GPTQ weight rounding (paired against ModelOpt's FP8); "
-        "--search-only: the search's session rounds weights by GPTQ",
+        "--search-only: the search chooses nearest or GPTQ rounding by its start plan's score (weight_rounding auto)",
     )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(
         "--fp8-conv-rules",
         action="store_true",
         help="issue 25: our FP8 with every Conv vs with TensorRT's FP8 conv rules",
+    )
+    parser.add_argument(
+        "--input-floor",
+        action="store_true",
+        help="issue 25: EfficientNet-Lite0's FP32 agreement with its input alone quantized, and with pixel noise",
     )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1314,6 +1380,8 @@ def main() -> int:
         return search_main(args)
     if args.formats:
         return formats_main(args)
+    if args.input_floor:
+        return input_floor_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:

@@ -84,6 +84,13 @@ def test_cli_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
     report = json.loads((tmp_path / "digits.mixed.json").read_text())
     assert report["formats"] == ["int8", "fp8", "fp16"]
     assert "mixed precision: top1_accuracy" in run.stdout
+    # the search chose the weight rounding by the start plan's score (--weight-rounding auto, its default)
+    assert report["weight_rounding"] in ("nearest", "gptq")
+    assert any(note.startswith("weights rounded by") for note in report["notes"])
+    no_target = run_cli_forked(
+        ["calibrate", "digits-cnn", "--weight-rounding", "auto", "-o", str(tmp_path / "auto.onnx")], cwd=tmp_path
+    )
+    assert no_target.returncode == 2 and "--target-drop" in no_target.stderr
     no_search = run_cli_forked(["calibrate", "digits-cnn", "--formats", "int8,fp8", "-o", str(out)], cwd=tmp_path)
     assert no_search.returncode == 2 and "--target-drop" in no_search.stderr
 

@@ -202,3 +202,23 @@ def test_cli_weight_rounding_gptq_writes_other_weights_and_says_so(tmp_path, cap
     assert "GPTQ weight rounding kept on" in printed.out + printed.err
     assert any(name.endswith("_gptq") for name in written["gptq"])
     assert not any(name.endswith("_gptq") for name in written["nearest"])
+
+
+def test_the_search_rounds_weights_the_way_its_start_plan_scores_better(digits_sessions) -> None:
+    import re
+
+    from workbench.calib.search import search_mixed_precision
+
+    session = digits_sessions["nearest"]
+    try:
+        result = search_mixed_precision(
+            session, target=1.01, budget=1, limit=120, build_costs=False, weight_rounding="auto"
+        )
+        note = next(n for n in result.notes if n.startswith("weights rounded by"))
+        nearest, gptq = (float(x) for x in re.findall(r"scores (\S+) rounded to nearest and (\S+) with GPTQ", note)[0])
+        assert result.weight_rounding == session.weight_rounding
+        assert result.weight_rounding == ("gptq" if gptq > nearest else "nearest")
+        # the plans were scored with that rounding: the start plan's metric is the one the note gives for it
+        assert result.int8_metric == pytest.approx(gptq if result.weight_rounding == "gptq" else nearest)
+    finally:
+        session.weight_rounding = "nearest"
