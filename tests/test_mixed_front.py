@@ -16,7 +16,15 @@ from workbench.flow import QuickstartConfig, StageStatus
 from workbench.precision import Variant
 
 # entropy ranges on 64 samples: all-INT8 ocr-cls misses FP32 - 0.01, so the search reverts at least one group
-CONFIG = dict(model="ocr-cls", calibration_samples=64, diff_samples=16, timing_window_s=0.1, sweep=False, export=False)
+CONFIG = dict(
+    model="ocr-cls",
+    calibration_method="entropy",
+    calibration_samples=64,
+    diff_samples=16,
+    timing_window_s=0.1,
+    sweep=False,
+    export=False,
+)
 
 
 @pytest.fixture(scope="module")

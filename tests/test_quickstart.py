@@ -179,7 +179,11 @@ def test_quickstart_notebook_executes_headless(tmp_path: Path) -> None:
     stage_lines = {line.split(":")[0].split(" s  ", 1)[-1]: line for line in text.splitlines() if " s  " in line}
     for name in STAGE_NAMES:  # the notebook prints one line per stage; every stage completed (FP8: only when asked)
         title = STAGE_BY_NAME[name].title
-        assert stage_lines[title].startswith("off" if name == "build_fp8_all" else "done"), stage_lines[title]
+        line = stage_lines[title]
+        if name == "build_mixed" and line.startswith("not_applicable"):  # mse ranges: all-INT8 may meet the target
+            assert "the all-INT8 engine is the mixed-precision answer" in line, line
+            continue
+        assert line.startswith("off" if name == "build_fp8_all" else "done"), line
     report = tmp_path / "out" / "quickstart" / "report.html"
     assert report.is_file() and report.stat().st_size > 1_000_000
     assert any((p / "manifest.json").is_file() for p in (tmp_path / "out" / "quickstart" / "export").iterdir())

@@ -333,7 +333,10 @@ def test_unicode_output_in_an_ascii_locale(tmp_path: Path, env: dict[str, str]) 
 
 def test_entropy_on_one_sided_data_falls_back_and_says_so(ws: Path, tmp_path: Path) -> None:
     cache, diff = tmp_path / "c.json", tmp_path / "d.json"
-    argv = f"calibrate tiny.onnx --data onesided -o {tmp_path}/q.onnx --no-progress --cache {cache} --diff {diff}"
+    argv = (
+        f"calibrate tiny.onnx --data onesided --method entropy -o {tmp_path}/q.onnx --no-progress --cache {cache} "
+        f"--diff {diff}"
+    )
     run = run_cli_forked(argv.split(), ws)
     assert run.returncode == 0, run.stderr
     assert re.search(r"warning: tensor 'x': entropy chose amax 0\.1\d*, which clips 9\d\.\d% ", run.stdout), run.stdout
@@ -438,7 +441,7 @@ def test_demo_calibrate_summary_names_the_changed_ranges(tmp_path: Path) -> None
     from workbench.flow.artifacts import Calibration
     from workbench.flow.stages import summary_calibrate
 
-    ranges = _statistics({"x": np.random.default_rng(2).uniform(0.1, 1.0, 5_000).astype(np.float32)}).ranges()
+    ranges = _statistics({"x": np.random.default_rng(2).uniform(0.1, 1.0, 5_000).astype(np.float32)}).ranges("entropy")
     calibration = Calibration("entropy", ranges, 1000, 0.0, tmp_path / "c.json", tmp_path / "q.onnx", 2)
     summary = summary_calibrate(calibration, None)  # type: ignore[arg-type]
     assert "1 range(s) not the method's own choice" in summary and "entropy chose amax" in summary

@@ -178,7 +178,7 @@ class CalibrationSession:
         self._statistics[self.max_batches if max_batches == -1 else max_batches] = statistics
 
     def ranges(
-        self, method: Method = "entropy", *, percentile: float = DEFAULT_PERCENTILE, max_batches: int | None = -1
+        self, method: Method = "mse", *, percentile: float = DEFAULT_PERCENTILE, max_batches: int | None = -1
     ) -> CalibrationRanges:  # type: ignore[assignment]
         return self.statistics(max_batches).ranges(method, percentile=percentile)
 

@@ -49,7 +49,7 @@ class CalibrationStatistics(Artifact):
 
     def ranges(
         self,
-        method: Method = "entropy",
+        method: Method = "mse",
         *,
         percentile: float = DEFAULT_PERCENTILE,
         overrides: Mapping[str, float] | None = None,

@@ -36,7 +36,9 @@ class QuickstartConfig(Artifact):
 
     model: str = DEFAULT_MODEL
     precision: PrecisionChoice = "auto"
-    calibration_method: CalibrationMethod = "entropy"
+    # mse: the best or near-best INT8 on every zoo model; entropy (TensorRT's old default) gives ocr-rec 0.0000 exact
+    # match and EfficientNet-Lite0 0.869 against mse's 0.953 and 0.907 (measured 2026-12-05, full calibration splits)
+    calibration_method: CalibrationMethod = "mse"
     streams: int = 2
     batch: int = 8
     calibration_samples: int = 128  # rounded up to whole batches of CALIBRATION_BATCH

@@ -29,7 +29,7 @@ def precision_dropdown(value: str = "auto", options: Sequence[tuple[str, str]] =
     return widgets.Dropdown(options=list(options), value=value, description="precision", style=_STYLE, layout=_LAYOUT)
 
 
-def calibration_method_dropdown(value: str = "entropy") -> widgets.Dropdown:
+def calibration_method_dropdown(value: str = "mse") -> widgets.Dropdown:
     return widgets.Dropdown(
         options=list(CALIBRATION_METHODS), value=value, description="calibration", style=_STYLE, layout=_LAYOUT
     )
