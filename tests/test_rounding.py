@@ -222,3 +222,28 @@ def test_the_search_rounds_weights_the_way_its_start_plan_scores_better(digits_s
         assert result.int8_metric == pytest.approx(gptq if result.weight_rounding == "gptq" else nearest)
     finally:
         session.weight_rounding = "nearest"
+
+
+def test_layers_past_the_hessian_memory_cap_keep_nearest_with_a_warning(monkeypatch) -> None:
+    import workbench.calib.rounding as rounding
+
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    model = _single_layer("Conv", (2, 3, 9, 9), weight, {})
+    feeds = [{"x": rng.standard_normal((2, 3, 9, 9)).astype(np.float32)} for _ in range(2)]
+    assert set(layer_inputs(model, feeds, ["w"])) == {"w"}
+    monkeypatch.setattr(rounding, "MAX_HESSIAN_BYTES", 27 * 27 * 16 - 1)  # one byte short of this layer's two halves
+    with pytest.warns(UserWarning, match="1 of 1 weighted layers keep nearest rounding"):
+        assert layer_inputs(model, feeds, ["w"]) == {}
+
+
+def test_gptq_on_one_calibration_batch_says_it_rounded_to_nearest() -> None:
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=8, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False, weight_rounding="gptq")
+    quantized = session.quantize(session.ranges("mse"))
+    assert not quantized.weight_rounding
+    assert any("no layer could take it" in note for note in quantized.notes), quantized.notes

@@ -35,6 +35,7 @@ CHUNK_VALUES = 16_000_000
 ROUNDABLE_OPS = ("Conv", "Gemm", "MatMul")
 # GPTQ's rounding is kept when it lowers the held-out output error by at least this much (else nearest)
 MIN_GAIN_DB = 0.5
+MAX_HESSIAN_BYTES = 2 * 2**30  # all layers' Hessians held at once while the calibration data stream through
 BLOCK = 128  # columns rounded one by one before their errors are moved onto the rest at once
 WeightRounding = Literal["nearest", "gptq"]
 InputNoise = tuple[str, float]  # how a layer's input is quantized: ("int8" or "fp8", its per-tensor scale)
@@ -120,6 +121,37 @@ def _matmul_rows(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
 
 
+def _hessian_bytes(node: object, shape: tuple[int, ...]) -> int:
+    """Both halves' Hessians of one layer in float64: groups x columns^2 x 8 bytes x 2."""
+    if getattr(node, "op_type", "") == "Conv":
+        groups = int(_attributes(node).get("group", 1))  # type: ignore[call-overload]
+        columns = int(np.prod(shape[1:]))
+    else:
+        groups, columns = 1, int(shape[0])  # MatMul (K, N); a Gemm reads K of either layout: the larger bound
+        columns = max(columns, int(shape[-1]))
+    return groups * columns * columns * 16
+
+
+def _within_memory(readers: list[tuple[str, object, tuple[int, ...]]]) -> list[tuple[str, object, tuple[int, ...]]]:
+    """The layers whose Hessians fit :data:`MAX_HESSIAN_BYTES` together, in graph order; the rest keep nearest
+    rounding, with a warning (a transformer's 4096-wide layers take 268 MB each)."""
+    import warnings
+
+    kept, total = [], 0
+    for reader in readers:
+        size = _hessian_bytes(reader[1], reader[2])
+        if total + size <= MAX_HESSIAN_BYTES:
+            kept.append(reader)
+            total += size
+    if len(kept) < len(readers):
+        warnings.warn(
+            f"GPTQ: {len(readers) - len(kept)} of {len(readers)} weighted layers keep nearest rounding: their input "
+            f"Hessians would take more than {MAX_HESSIAN_BYTES / 2**30:.0f} GiB with the others.",
+            stacklevel=3,
+        )
+    return kept
+
+
 def layer_inputs(
     proto: object, feeds: Iterable[Mapping[str, np.ndarray]], weights: Iterable[str], *, what: str = "the model"
 ) -> dict[str, LayerInput]:
@@ -146,6 +178,7 @@ def layer_inputs(
         if node.op_type in ("Gemm", "MatMul") and len(shape) != 2:
             continue
         readers.append((node.input[1], node, shape))
+    readers = _within_memory(readers)
     if not readers:
         return {}
     names = list(dict.fromkeys(node.input[0] for _, node, _ in readers))

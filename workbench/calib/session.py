@@ -226,6 +226,15 @@ class CalibrationSession:
             from workbench.model.profile import write_profile_metadata
 
             write_profile_metadata(quantized.proto, self.entry.input_profiles(), f"calibrated with {self.entry.name}")
+        if self.weight_rounding == "gptq" and not quantized.weight_rounding and quantized.placement.weights:
+            quantized = replace(
+                quantized,
+                notes=(
+                    *quantized.notes,
+                    "GPTQ weight rounding was asked for but no layer could take it (it needs at least two "
+                    "calibration batches, one to fit and one to check on): weights rounded to nearest",
+                ),
+            )
         return quantized
 
     def layer_inputs(self) -> dict[str, LayerInput]:
