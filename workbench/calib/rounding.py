@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from workbench.calib.fp8 import QuantFormat, fake_quantize_as
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
 
 # GPTQ's damping: a fraction of the mean diagonal added to H so that it can be inverted (the reference's percdamp)
 DAMPING = 0.01
@@ -132,7 +135,10 @@ def _hessian_bytes(node: object, shape: tuple[int, ...]) -> int:
     return groups * columns * columns * 16
 
 
-def _within_memory(readers: list[tuple[str, object, tuple[int, ...]]]) -> list[tuple[str, object, tuple[int, ...]]]:
+Reader = tuple[str, "onnx.NodeProto", tuple[int, ...]]  # (weight, the node that reads it, the weight's shape)
+
+
+def _within_memory(readers: list[Reader]) -> list[Reader]:
     """The layers whose Hessians fit :data:`MAX_HESSIAN_BYTES` together, in graph order; the rest keep nearest
     rounding, with a warning (a transformer's 4096-wide layers take 268 MB each)."""
     import warnings
@@ -158,14 +164,13 @@ def layer_inputs(
     """The input Hessian of every Conv/Gemm/MatMul that reads one of ``weights`` (initializer names) as its weight,
     from one ONNX Runtime pass of the FP32 ``proto`` over ``feeds``. Layers it cannot describe (a Gemm with
     ``transA``, a Conv with ``auto_pad``, an N-d MatMul weight) are left out: they keep nearest rounding."""
-    import onnx
 
     from workbench.ort import cpu_session
 
     model: onnx.ModelProto = proto  # type: ignore[assignment]
     initializers = {i.name: i for i in model.graph.initializer}
     wanted = set(weights)
-    readers: list[tuple[str, onnx.NodeProto, tuple[int, ...]]] = []  # (weight, node, weight shape)
+    readers: list[Reader] = []
     for node in model.graph.node:
         if node.op_type not in ROUNDABLE_OPS or len(node.input) < 2 or node.input[1] not in wanted:
             continue
