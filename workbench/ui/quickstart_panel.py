@@ -253,20 +253,22 @@ class QuickstartPanel:
 
     def _clear(self, why: str) -> None:
         """Remove every result from the panel (a model switch): tables say why, figures say so, and the outputs of
-        the cells below (the old run's tables and figures) are marked stale until they run again."""
-        self.stale.mark(why)
-        self.fit.mark_below_stale(f"{why}; these outputs are from the previous run: run the cells again")
-        self.stage_table.value = f"<p>{html.escape(why)}.</p>"
-        for table in (self.metrics_table, self.timing_table, self.diagnosis):
+        the cells below (the old run's tables and figures) are marked stale until they run again.
+
+        Two passes: everything of the old model is blanked first, then the reasons are written. The page receives
+        widget updates in order, so once any reason shows, nothing of the old model is left on screen (a user, or the
+        browser test, reading the panel as the first reason appears sees no stale engine name)."""
+        figures = (self.cleaning_figure, self.diff_figure, self.metrics_figure, self.timing_figure)
+        for table in (self.stage_table, self.metrics_table, self.timing_table, self.diagnosis, self.fusion_view):
             table.value = ""
-        self.fusion_view.value = f"<p>{html.escape(why)}.</p>"
-        for figure in (
-            self.cleaning_figure,
-            self.diff_figure,
-            self.metrics_figure,
-            self.timing_figure,
-        ):
+        for figure in figures:
+            show_note(figure, "")
+        for figure in figures:
             show_note(figure, why)
+        self.stage_table.value = f"<p>{html.escape(why)}.</p>"
+        self.fusion_view.value = f"<p>{html.escape(why)}.</p>"
+        self.fit.mark_below_stale(f"{why}; these outputs are from the previous run: run the cells again")
+        self.stale.mark(why)
 
     # --- rendering -------------------------------------------------------------------------------------------
     def refresh(self) -> None:
