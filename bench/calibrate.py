@@ -1072,6 +1072,90 @@ def _paired_cell(paired: dict[str, Any]) -> str:
     return f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
 
 
+def _without_qdq(proto: Any, keep_weights: bool) -> Any:
+    """A copy of a Q/DQ model with only its weight pairs (``keep_weights``) or only its activation pairs left: the
+    other pairs are bypassed, so that part computes in float."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    bypass: dict[str, str] = {}
+    dropped = []
+    for node in graph.node:
+        quantize = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if quantize is None or quantize.op_type != "QuantizeLinear":
+            continue
+        if (quantize.input[0] in initializers) != keep_weights:
+            bypass[node.output[0]] = quantize.input[0]
+            dropped += [node, quantize]
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = bypass.get(name, name)
+    for node in dropped:
+        graph.node.remove(node)
+    return model
+
+
+def loss_sources_main(args: argparse.Namespace) -> int:
+    """``--loss-sources``: the all-INT8 task metric of every model by range method on its whole calibration split
+    (the default a user gets), and with mse ranges the weights' and the activations' share of the loss (the other
+    half left in float)."""
+    import datetime
+
+    from workbench._io import write_json_atomic, write_text_atomic
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        session = CalibrationSession(entry.load(), entry=entry, progress=False)
+        row: dict[str, Any] = {"model": name, "calibration_samples": session.statistics().num_samples}
+        row["fp32"] = float(session.evaluate(limit=args.eval_limit).value)
+        for method in ("entropy", "mse", "percentile", "max"):
+            quantized = session.quantize(session.ranges(method), session.default_plan("int8"))
+            result = session.evaluate(quantized, limit=args.eval_limit)
+            row[method] = {"metric": float(result.value), "n": int(result.n_samples), "interval_95": _interval(result)}
+            if method == "mse":
+                for label, keep_weights in (("mse_weights_only", True), ("mse_activations_only", False)):
+                    part = session.evaluate(_without_qdq(quantized.proto, keep_weights), limit=args.eval_limit)
+                    row[label] = {"metric": float(part.value), "interval_95": _interval(part)}
+        print(f"[{name}] " + ", ".join(f"{k} {v['metric']:.4f}" for k, v in row.items() if isinstance(v, dict)))
+        rows.append(row)
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    output = RESULTS / f"calibrate_loss_sources_{stamp:%Y-%m-%d}.json"
+    document = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date_utc": stamp.isoformat(timespec="seconds"),
+        "rows": rows,
+        "versions": _versions(),
+    }
+    write_json_atomic(output, document)
+    lines = [
+        "# All-INT8 by range method, and where the mse loss comes from (bench/calibrate.py --loss-sources)",
+        "",
+        f"Command: `{document['command']}` ({document['date_utc']}). Each model's whole calibration split, its default "
+        "INT8 plan, nearest weight rounding, ORT CPU with optimizations off; weights only / activations only: the mse "
+        "model with the other Q/DQ pairs bypassed.",
+        "",
+        "| model (calibration samples) | FP32 | entropy | mse | percentile | max | mse weights only | mse activations only |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cells = " | ".join(
+            f"{row[k]['metric']:.4f}"
+            for k in ("entropy", "mse", "percentile", "max", "mse_weights_only", "mse_activations_only")
+        )
+        lines.append(f"| {row['model']} ({row['calibration_samples']}) | {row['fp32']:.4f} | {cells} |")
+    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {output} and {output.with_suffix('.md')}")
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1369,6 +1453,11 @@ def main() -> int:
         action="store_true",
         help="issue 25: EfficientNet-Lite0's FP32 agreement with its input alone quantized, and with pixel noise",
     )
+    parser.add_argument(
+        "--loss-sources",
+        action="store_true",
+        help="all-INT8 per range method on the whole calibration splits, and mse's weight / activation shares",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -1382,6 +1471,8 @@ def main() -> int:
         return formats_main(args)
     if args.input_floor:
         return input_floor_main(args)
+    if args.loss_sources:
+        return loss_sources_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:

@@ -177,7 +177,7 @@ def insert_qdq(
         source: gs.Tensor = weight
         layer = (weight_inputs or {}).get(quant.tensor)
         if layer is not None:
-            noise = _input_noise(nodes_by_name[quant.consumers[0]], scales)
+            noise = _input_noise(nodes_by_name[quant.consumers[0]])
             rounded, report = _gptq_cached(weight.values, scale, quant.axis, fmt, layer, noise, rounding_cache)
             source = gs.Constant(f"{key.replace('|', '_')}_gptq", rounded)
             roundings.append(report)
@@ -210,7 +210,7 @@ def insert_qdq(
     return result
 
 
-def _input_noise(node: gs.Node, scales: Mapping[str, float]) -> InputNoise | None:
+def _input_noise(node: gs.Node) -> InputNoise | None:
     """The (format, scale) of the Q/DQ pair on ``node``'s data input, None when that input stays float."""
     data = node.inputs[0] if node.inputs else None
     if data is not None and data.inputs and data.inputs[0].op == "Pad":  # Q/DQ moved before a Pad (qdq_rules)

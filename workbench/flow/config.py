@@ -36,8 +36,8 @@ class QuickstartConfig(Artifact):
 
     model: str = DEFAULT_MODEL
     precision: PrecisionChoice = "auto"
-    # mse: the best or near-best INT8 on every zoo model; entropy (TensorRT's old default) gives ocr-rec 0.0000 exact
-    # match and EfficientNet-Lite0 0.869 against mse's 0.953 and 0.907 (measured 2026-12-05, full calibration splits)
+    # mse: entropy (TensorRT's old default) gives ocr-rec 0.0000 exact match and EfficientNet-Lite0 0.869 against
+    # mse's 0.9533 and 0.9070 (bench/calibrate.py --loss-sources, bench/results/calibrate_loss_sources_2026-12-05.md)
     calibration_method: CalibrationMethod = "mse"
     streams: int = 2
     batch: int = 8
