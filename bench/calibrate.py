@@ -1072,6 +1072,29 @@ def _paired_cell(paired: dict[str, Any]) -> str:
     return f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
 
 
+def _write_dated(prefix: str, fields: dict[str, Any], table: list[str]) -> dict[str, Any]:
+    """``bench/results/<prefix>_<date>.json`` (command, date, ``fields``, versions) and its ``.md`` table; the JSON's
+    document is returned (its command and date head the table)."""
+    import datetime
+
+    from workbench._io import write_json_atomic, write_text_atomic
+
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    output = RESULTS / f"{prefix}_{stamp:%Y-%m-%d}.json"
+    document = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date_utc": stamp.isoformat(timespec="seconds"),
+        **fields,
+        "versions": _versions(),
+    }
+    write_json_atomic(output, document)
+    lines = [table[0], "", f"Command: `{document['command']}` ({document['date_utc']}). {table[1]}", "", *table[2:]]
+    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {output} and {output.with_suffix('.md')}")
+    return document
+
+
 def _without_qdq(proto: Any, keep_weights: bool) -> Any:
     """A copy of a Q/DQ model with only its weight pairs (``keep_weights``) or only its activation pairs left: the
     other pairs are bypassed, so that part computes in float."""
@@ -1103,9 +1126,7 @@ def loss_sources_main(args: argparse.Namespace) -> int:
     """``--loss-sources``: the all-INT8 task metric of every model by range method on its whole calibration split
     (the default a user gets), and with mse ranges the weights' and the activations' share of the loss (the other
     half left in float)."""
-    import datetime
 
-    from workbench._io import write_json_atomic, write_text_atomic
     from workbench.calib.session import CalibrationSession
     from workbench.zoo import get_entry
 
@@ -1125,22 +1146,10 @@ def loss_sources_main(args: argparse.Namespace) -> int:
                     row[label] = {"metric": float(part.value), "interval_95": _interval(part)}
         print(f"[{name}] " + ", ".join(f"{k} {v['metric']:.4f}" for k, v in row.items() if isinstance(v, dict)))
         rows.append(row)
-    stamp = datetime.datetime.now(datetime.timezone.utc)
-    output = RESULTS / f"calibrate_loss_sources_{stamp:%Y-%m-%d}.json"
-    document = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date_utc": stamp.isoformat(timespec="seconds"),
-        "rows": rows,
-        "versions": _versions(),
-    }
-    write_json_atomic(output, document)
-    lines = [
+    table = [
         "# All-INT8 by range method, and where the mse loss comes from (bench/calibrate.py --loss-sources)",
-        "",
-        f"Command: `{document['command']}` ({document['date_utc']}). Each model's whole calibration split, its default "
-        "INT8 plan, nearest weight rounding, ORT CPU with optimizations off; weights only / activations only: the mse "
-        "model with the other Q/DQ pairs bypassed.",
-        "",
+        "Each model's whole calibration split, its default INT8 plan, nearest weight rounding, ORT CPU with "
+        "optimizations off; weights only / activations only: the mse model with the other Q/DQ pairs bypassed.",
         "| model (calibration samples) | FP32 | entropy | mse | percentile | max | mse weights only | mse activations only |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -1149,10 +1158,8 @@ def loss_sources_main(args: argparse.Namespace) -> int:
             f"{row[k]['metric']:.4f}"
             for k in ("entropy", "mse", "percentile", "max", "mse_weights_only", "mse_activations_only")
         )
-        lines.append(f"| {row['model']} ({row['calibration_samples']}) | {row['fp32']:.4f} | {cells} |")
-    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {output} and {output.with_suffix('.md')}")
+        table.append(f"| {row['model']} ({row['calibration_samples']}) | {row['fp32']:.4f} | {cells} |")
+    _write_dated("calibrate_loss_sources", {"rows": rows}, table)
     return 0
 
 
@@ -1161,9 +1168,7 @@ def input_floor_main(args: argparse.Namespace) -> int:
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
     8-bit pixel step of uniform noise (seeded), against the FP32 model on the clean input: the floor under any plan
     that quantizes the first Conv's input."""
-    import datetime
 
-    from workbench._io import write_json_atomic, write_text_atomic
     from workbench.calib.methods import fake_quantize
     from workbench.calib.session import CalibrationSession, ort_predict
     from workbench.zoo import get_entry
@@ -1193,31 +1198,17 @@ def input_floor_main(args: argparse.Namespace) -> int:
         result = entry.evaluate(predict, limit=args.eval_limit)
         rows[label] = {"metric": float(result.value), "n": int(result.n_samples), "interval_95": _interval(result)}
         print(f"[efficientnet-lite0] FP32 on {label}: {result.value:.4f} {rows[label]['interval_95']}", flush=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc)
-    output = RESULTS / f"calibrate_input_floor_{stamp:%Y-%m-%d}.json"
-    document = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date_utc": stamp.isoformat(timespec="seconds"),
-        "input_amax_mse": amax,
-        "rows": rows,
-        "versions": _versions(),
-    }
-    write_json_atomic(output, document)
-    lines = [
+    table = [
         "# What the input alone costs EfficientNet-Lite0 (bench/calibrate.py --input-floor)",
-        "",
-        f"Command: `{document['command']}` ({document['date_utc']}). Top-1 agreement of the FP32 model on a perturbed "
-        "input with the FP32 model on the clean input (ORT CPU, optimizations off).",
-        "",
+        "Top-1 agreement of the FP32 model on a perturbed input with the FP32 model on the clean input (ORT CPU, "
+        "optimizations off).",
         "| FP32 model on | agreement (95 % interval) | n |",
         "|---|---|---|",
     ]
     for label, row in rows.items():
         low, high = row["interval_95"] or (float("nan"), float("nan"))
-        lines.append(f"| {label} | {row['metric']:.4f} [{low:.4f}, {high:.4f}] | {row['n']} |")
-    write_text_atomic(output.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"wrote {output} and {output.with_suffix('.md')}")
+        table.append(f"| {label} | {row['metric']:.4f} [{low:.4f}, {high:.4f}] | {row['n']} |")
+    _write_dated("calibrate_input_floor", {"input_amax_mse": amax, "rows": rows}, table)
     return 0
 
 
