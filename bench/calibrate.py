@@ -778,6 +778,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
         progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
         weight_rounding="auto" if getattr(args, "gptq", False) else None,
+        align_grids=True if getattr(args, "align", False) else None,
     )
     seconds = time.perf_counter() - start
     chosen = result.chosen
@@ -808,6 +809,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "phase_cpu_seconds": result.phase_cpu_seconds,
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
         "weight_rounding": result.weight_rounding,
+        "align_grids": result.align_grids,
         "notes": list(result.notes),
     }
 
@@ -890,7 +892,8 @@ def search_table(document: dict[str, Any]) -> str:
         ops = ", ".join(f"{op} {v[0]}/{v[1]}" for op, v in row["ops_8bit"].items())
         counts = ", ".join(f"{k} {v}" for k, v in row["format_counts"].items())
         lines.append(
-            f"| {row['model']}{' (GPTQ weights)' if row.get('weight_rounding') == 'gptq' else ''} | "
+            f"| {row['model']}{' (GPTQ weights)' if row.get('weight_rounding') == 'gptq' else ''}"
+            f"{' (grid-aligned)' if row.get('align_grids') else ''} | "
             f"{row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
             f"{row['start_metric']:.4f} ({row['start']}) | {row['metric']:.4f}{interval(row)} | "
             f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
@@ -1432,6 +1435,12 @@ def main() -> int:
         action="store_true",
         help="--fp8-quality: also our INT8 and FP8 with GPTQ weight rounding (paired against ModelOpt's FP8); "
         "--search-only: the search chooses nearest or GPTQ rounding by its start plan's score (weight_rounding auto)",
+    )
+    parser.add_argument(
+        "--align",
+        action="store_true",
+        help="--search-only: every plan with grid alignment (INT8 inputs on their pixel grid, non-negative "
+        "activations shifted; workbench.calib.align)",
     )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(

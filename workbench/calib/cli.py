@@ -65,6 +65,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "agreement 0.907 -> 0.946 but drops ocr-rec 0.983 -> 0.890",
     )
     calibrate.add_argument(
+        "--align-grids",
+        action="store_true",
+        help="put INT8 inputs made from 8-bit pixels on their own grid (quantized exactly) and shift non-negative "
+        "activations (Relu/Clip outputs read by Convs) by half their range, which halves their INT8 step; exact in "
+        "float, folded into the Convs' weights and biases, same engine layers. Measured 2026-12-05: EfficientNet-Lite0 "
+        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.958",
+    )
+    calibrate.add_argument(
         "--percentile",
         type=bounded_float(0.0, 100.0, low_inclusive=False),
         default=None,
@@ -367,6 +375,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             quantize_attention=args.quantize_attention,
             weight_rounding="gptq" if args.weight_rounding == "gptq" else "nearest",  # auto: the search chooses
+            align_grids=args.align_grids,
         )
         if (data or entry)
         else None
@@ -385,6 +394,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             session = _cacheless_session(model, entry)
             if args.weight_rounding == "gptq":  # asked for, but there is no data to fit it on (auto needs a target)
                 _say("note: weights rounded to nearest: GPTQ needs calibration data and only a cache was given")
+            if args.align_grids:
+                _say("note: no grid alignment: it reads the calibration inputs and only a cache was given")
         if loaded.statistics is not None:
             session.use_statistics(loaded.statistics)
     if session is None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.artifact import NOT_SERIALIZED, Artifact
+from workbench.calib.align import GridAlignment
 from workbench.calib.fp8 import FP8_MIN_IR_VERSION, QuantFormat, fp8_weight_scales, scale_for
 from workbench.calib.methods import per_channel_amax
 from workbench.calib.rounding import InputNoise, LayerInput, LayerRounding, gptq_round
@@ -77,6 +78,7 @@ class QdqModel(Artifact):
     fp16_nodes: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     weight_rounding: tuple[LayerRounding, ...] = ()  # one entry per weight rounded by GPTQ (none: nearest)
+    alignment: GridAlignment | None = None  # what grid alignment rewrote (workbench.calib.align), when asked for
     proto: Any = field(default=None, repr=False, compare=False, metadata=NOT_SERIALIZED)  # the onnx.ModelProto
 
     def save(self, path: Any) -> Any:

@@ -130,6 +130,7 @@ class MixedPrecisionResult(Artifact):
     phase_cpu_seconds: dict[str, float] = field(default_factory=dict)  # CPU seconds (all threads) per part
     cpu_seconds: float = 0.0  # CPU seconds of the whole search (all threads of this process)
     weight_rounding: str = "nearest"  # how the plans' weights were rounded (nearest or GPTQ)
+    align_grids: bool = False  # the plans' INT8 inputs on their pixel grid, non-negative activations shifted
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -260,6 +261,7 @@ def search_mixed_precision(
     screen: int | None = None,
     reach_check: bool = True,
     weight_rounding: str | None = None,
+    align_grids: bool | None = None,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -281,6 +283,8 @@ def search_mixed_precision(
     (:mod:`workbench.calib.rounding`) on the screening samples and searches with the better one (GPTQ must gain on
     average, paired per sample); the session keeps that choice, so the plan it quantizes afterwards is the one the
     search scored. ``None``, ``"nearest"`` or ``"gptq"``: that rounding (None: the session's own).
+    ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`; None: the session's
+    own setting, which the session keeps).
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -390,6 +394,8 @@ def search_mixed_precision(
         goal = target + (raise_by if higher else -raise_by) if on_screen else target  # type: ignore[operator]
         return value >= goal - 1e-9 if higher else value <= goal + 1e-9
 
+    if align_grids is not None:
+        session.align_grids = bool(align_grids)
     if weight_rounding not in (None, "auto"):
         from workbench.calib.rounding import check_weight_rounding
 
@@ -750,4 +756,5 @@ def search_mixed_precision(
         phase_cpu_seconds={k: round(v, 3) for k, v in phases_cpu.items()},
         cpu_seconds=time.process_time() - start_cpu,
         weight_rounding=str(getattr(session, "weight_rounding", "nearest")),
+        align_grids=bool(getattr(session, "align_grids", False)),
     )

@@ -23,6 +23,8 @@ from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
+ALIGN_BATCHES = 4  # calibration batches whose inputs give the input grids (an 8-bit image shows all its levels)
+
 if TYPE_CHECKING:
     import onnx
 
@@ -78,6 +80,7 @@ class CalibrationSession:
         optimized_statistics: bool = False,
         quantize_attention: bool = False,
         weight_rounding: WeightRounding = "nearest",
+        align_grids: bool = False,
     ) -> None:
         from workbench.model import OnnxModel, load_onnx
 
@@ -106,6 +109,9 @@ class CalibrationSession:
         # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
         self.quantize_attention = quantize_attention
         self.weight_rounding = check_weight_rounding(weight_rounding)
+        # put INT8 inputs on their pixel grid and shift non-negative activations (workbench.calib.align)
+        self.align_grids = bool(align_grids)
+        self._grid_samples: dict[str, np.ndarray] | None = None
         self._layer_inputs: dict[str, LayerInput] | None = None
         self._rounding_cache: dict[tuple[str, str, bytes], tuple[np.ndarray, LayerRounding]] = {}
         self._statistics: dict[int | None, CalibrationStatistics] = {}
@@ -222,6 +228,8 @@ class CalibrationSession:
             weight_inputs=self.layer_inputs() if self.weight_rounding == "gptq" else None,
             rounding_cache=self._rounding_cache,
         )
+        if self.align_grids:
+            quantized = self._aligned(quantized)
         if self.entry is not None:  # the profile it was calibrated for travels with it: `build` needs no --shapes
             from workbench.model.profile import write_profile_metadata
 
@@ -236,6 +244,32 @@ class CalibrationSession:
                 ),
             )
         return quantized
+
+    def _aligned(self, quantized: QdqModel) -> QdqModel:
+        """``quantized`` with grid alignment (:func:`workbench.calib.align.align_qdq`) on the calibration inputs."""
+        from workbench.calib.align import align_qdq
+
+        if self._grid_samples is None:  # the first batches' inputs: the grids, and one sample for the shapes
+            batches = list(self.source.batches(ALIGN_BATCHES))
+            self._grid_samples = (
+                {name: np.concatenate([np.asarray(batch[name]) for batch in batches]) for name in batches[0]}
+                if batches
+                else {}
+            )
+        proto, alignment = align_qdq(quantized.proto, self._grid_samples)
+        if not alignment.rewritten:
+            return replace(quantized, notes=(*quantized.notes, "grid alignment: no tensor qualified"))
+        scales = dict(quantized.scales)
+        for tensor in alignment.shifted:
+            scales[tensor] = scales.get(tensor, 0.0) / 2.0
+        for tensor in alignment.input_grids:
+            scales[tensor] = 1.0
+        note = (
+            f"grid alignment: {len(alignment.input_grids)} input(s) on their pixel grid (scale 1), "
+            f"{len(alignment.shifted)} non-negative activation(s) shifted by half their range (half the INT8 step), "
+            f"{len(alignment.border_maps)} Conv border map(s)"
+        )
+        return replace(quantized, proto=proto, scales=scales, alignment=alignment, notes=(*quantized.notes, note))
 
     def layer_inputs(self) -> dict[str, LayerInput]:
         """The input Hessian of every weighted layer on the calibration data (GPTQ rounding), one ORT pass, cached."""
