@@ -120,7 +120,7 @@ class _Graph:
 
         return numpy_helper.to_array(self.initializers[name]) if name in self.initializers else None
 
-    def constant(self, base: str, value: np.ndarray) -> str:
+    def constant(self, base: str, value: np.ndarray | np.floating[Any]) -> str:
         from onnx import numpy_helper
 
         self._fresh += 1
@@ -332,6 +332,16 @@ def align_qdq(
     wanted += sorted({c.pad.input[1] for p in plans for c in p[7] if c.pad is not None})
     first = {name: np.asarray(batch)[:1] for name, batch in samples.items() if name in graph.inputs}
     observed = _shapes(model, sorted(set(wanted)), first) if wanted else {}
+    for plan in list(plans):  # a Pad that crops or pads the batch / channel axes has no border map here
+        for consumer in plan[7]:
+            if consumer.pad is None:
+                continue
+            values = np.asarray(observed[consumer.pad.input[1]]).ravel()
+            rank = values.size // 2
+            if np.any(values < 0) or np.any(values[:2]) or np.any(values[rank : rank + 2]):
+                skipped[plan[0]] = f"{consumer.pad.name}: crops or pads the batch or channel axis"
+                plans.remove(plan)
+                break
 
     shifted: list[str] = []
     borders: list[str] = []
@@ -393,9 +403,7 @@ def align_qdq(
                 image_shape = [1, unpadded_shape[1]] + [
                     unpadded_shape[2 + i] - begins[2 + i] - ends[2 + i] for i in range(spatial)
                 ]
-                pads = [*begins[2:], *ends[2:]] if not any(begins[:2]) and not any(ends[:2]) else None
-                if pads is None:
-                    raise ValueError(f"{consumer.pad.name} pads the batch or channel axis")  # refused in _consumers
+                pads = [*begins[2:], *ends[2:]]  # batch / channel padding was refused above
                 conv_pads = _attr(conv, "pads", [0] * 2 * spatial)
                 pads = [a + b for a, b in zip(pads, conv_pads, strict=True)]
             else:
