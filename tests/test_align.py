@@ -4,6 +4,7 @@ real TensorRT-RTX build, the tensors it must leave alone, and the session / CLI 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -231,3 +232,14 @@ def test_cli_and_search_take_the_option(tmp_path, capsys) -> None:
     result = search_mixed_precision(session, target_drop=0.05, budget=2, limit=64, build_costs=False, align_grids=True)
     assert result.align_grids and session.align_grids
     assert session.quantize(session.ranges("mse"), result.plan).alignment is not None
+    # auto: the start plan scored both ways; the choice is the one the recorded scores support
+    result = search_mixed_precision(
+        session, target_drop=0.05, budget=2, limit=64, screen=32, build_costs=False, align_grids="auto"
+    )
+    note = next(n for n in result.notes if n.startswith("grid alignment"))
+    without, with_it = (float(x) for x in re.findall(r"scores (\S+) without and (\S+) with it", note)[0])
+    assert result.align_grids == session.align_grids == (with_it > without)
+    assert ("grid alignment on" in note) == result.align_grids
+    # auto needs the search's task metric
+    assert cli_main(["calibrate", "digits-cnn", "--data", "zoo", "--align-grids", "auto", "--output", str(output)]) == 2
+    assert "--target-drop" in capsys.readouterr().err

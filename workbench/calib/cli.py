@@ -66,11 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     calibrate.add_argument(
         "--align-grids",
-        action="store_true",
-        help="put INT8 inputs made from 8-bit pixels on their own grid (quantized exactly) and shift non-negative "
+        nargs="?",
+        const="on",
+        default="off",
+        choices=("on", "off", "auto"),
+        help="on (the flag alone): put INT8 inputs made from 8-bit pixels on their own grid (quantized exactly) and shift non-negative "
         "activations (Relu/Clip outputs read by Convs) by half their range, which halves their INT8 step; exact in "
         "float, folded into the Convs' weights and biases, same engine layers. Measured 2026-12-05: EfficientNet-Lite0 "
-        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.958",
+        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.958; auto (with --target-drop): the search scores its start plan "
+        "with and without and keeps the better",
     )
     calibrate.add_argument(
         "--percentile",
@@ -284,6 +288,12 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             f"--percentile {args.percentile} is used by --method percentile only; --method {args.method} ignores it.",
             expected="--method percentile --percentile P, or no --percentile",
         )
+    if args.target_drop is None and args.align_grids == "auto":
+        raise WorkbenchError(
+            "--align-grids auto lets the accuracy-target search choose by its task metric, which runs only with "
+            "--target-drop.",
+            expected="--target-drop D --align-grids auto, or --align-grids on / off",
+        )
     if args.target_drop is None and args.weight_rounding == "auto":
         raise WorkbenchError(
             "--weight-rounding auto lets the accuracy-target search choose by its task metric, which runs only with "
@@ -375,7 +385,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             quantize_attention=args.quantize_attention,
             weight_rounding="gptq" if args.weight_rounding == "gptq" else "nearest",  # auto: the search chooses
-            align_grids=args.align_grids,
+            align_grids=args.align_grids == "on",
         )
         if (data or entry)
         else None
@@ -394,7 +404,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             session = _cacheless_session(model, entry)
             if args.weight_rounding == "gptq":  # asked for, but there is no data to fit it on (auto needs a target)
                 _say("note: weights rounded to nearest: GPTQ needs calibration data and only a cache was given")
-            if args.align_grids:
+            if args.align_grids != "off":
                 _say("note: no grid alignment: it reads the calibration inputs and only a cache was given")
         if loaded.statistics is not None:
             session.use_statistics(loaded.statistics)
@@ -449,6 +459,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             keep_8bit=_op_types(args.keep_8bit, session),
             screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
             weight_rounding=args.weight_rounding or "auto",
+            align_grids="auto" if args.align_grids == "auto" else None,  # on / off: the session's own setting
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)

@@ -218,7 +218,9 @@ def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
 
 
-def _choose_weight_rounding(session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None) -> str:
+def _choose_weight_rounding(
+    session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
+) -> tuple[np.ndarray, str]:
     """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` samples, leave the better one
     on the session and say what was measured (GPTQ helps some models and hurts others: EfficientNet-Lite0 all-INT8
     0.907 -> 0.946, ocr-rec 0.983 -> 0.890, measured 2026-12-05)."""
@@ -232,10 +234,39 @@ def _choose_weight_rounding(session: Any, ranges: CalibrationRanges, plan: Preci
     higher = bool(session.entry.higher_is_better)
     gain = (scores["gptq"] - scores["nearest"]) * (1.0 if higher else -1.0)
     session.weight_rounding = "gptq" if gain.size and gain.mean() > 0 else "nearest"
-    return (
+    return scores[session.weight_rounding], (
         f"weights rounded by {'GPTQ' if session.weight_rounding == 'gptq' else 'nearest'}: the start plan scores "
         f"{values['nearest']:.4f} rounded to nearest and {values['gptq']:.4f} with GPTQ on {gain.size} samples "
         "(2 evaluations outside the budget)"
+    )
+
+
+def _choose_alignment(
+    session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None, plain_scores: np.ndarray | None
+) -> str:
+    """Score ``plan`` with and without grid alignment (:mod:`workbench.calib.align`) on the first ``limit``
+    samples, leave the better on the session (alignment must gain on average, paired per sample) and say what was
+    measured. Nothing is scored when no tensor of the model qualifies; ``plain_scores``: the plan's scores without
+    alignment when already measured."""
+    session.align_grids = True
+    aligned = session.quantize(ranges, plan)
+    if aligned.alignment is None or not aligned.alignment.rewritten:
+        session.align_grids = False
+        return "grid alignment: no tensor qualifies (no 8-bit-pixel input, no non-negative tensor read by Convs only)"
+    evaluations = 1
+    if plain_scores is None:
+        session.align_grids = False
+        plain_scores = np.asarray(session.evaluate(session.quantize(ranges, plan), limit=limit).scores, np.float64)
+        evaluations = 2
+    result = session.evaluate(aligned, limit=limit)
+    aligned_scores = np.asarray(result.scores, dtype=np.float64)
+    higher = bool(session.entry.higher_is_better)
+    gain = (aligned_scores - plain_scores) * (1.0 if higher else -1.0)
+    session.align_grids = bool(gain.size and gain.mean() > 0)
+    return (
+        f"grid alignment {'on' if session.align_grids else 'off'}: the start plan scores {float(plain_scores.mean()):.4f} "
+        f"without and {float(result.value):.4f} with it on {gain.size} samples ({evaluations} evaluation(s) outside "
+        "the budget)"
     )
 
 
@@ -261,7 +292,7 @@ def search_mixed_precision(
     screen: int | None = None,
     reach_check: bool = True,
     weight_rounding: str | None = None,
-    align_grids: bool | None = None,
+    align_grids: bool | str | None = None,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -283,8 +314,9 @@ def search_mixed_precision(
     (:mod:`workbench.calib.rounding`) on the screening samples and searches with the better one (GPTQ must gain on
     average, paired per sample); the session keeps that choice, so the plan it quantizes afterwards is the one the
     search scored. ``None``, ``"nearest"`` or ``"gptq"``: that rounding (None: the session's own).
-    ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`; None: the session's
-    own setting, which the session keeps).
+    ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
+    scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better;
+    None: the session's own setting. The session keeps the choice.
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -394,15 +426,22 @@ def search_mixed_precision(
         goal = target + (raise_by if higher else -raise_by) if on_screen else target  # type: ignore[operator]
         return value >= goal - 1e-9 if higher else value <= goal + 1e-9
 
-    if align_grids is not None:
+    if align_grids not in (None, "auto"):
         session.align_grids = bool(align_grids)
+    elif align_grids == "auto":
+        session.align_grids = False  # the rounding is chosen on the plain model, alignment after it
+    start_scores: np.ndarray | None = None
     if weight_rounding not in (None, "auto"):
         from workbench.calib.rounding import check_weight_rounding
 
         session.weight_rounding = check_weight_rounding(weight_rounding)
     elif weight_rounding == "auto":
         with timed("weight rounding: nearest vs GPTQ"):
-            notes.append(_choose_weight_rounding(session, ranges, base, trial_limit))
+            start_scores, note = _choose_weight_rounding(session, ranges, base, trial_limit)
+            notes.append(note)
+    if align_grids == "auto":
+        with timed("grid alignment: with vs without"):
+            notes.append(_choose_alignment(session, ranges, base, trial_limit, start_scores))
     full = session.quantize(ranges, base)
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None
