@@ -778,7 +778,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
         progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
         weight_rounding="auto" if getattr(args, "gptq", False) else None,
-        align_grids=True if getattr(args, "align", False) else None,
+        align_grids={"on": True, "auto": "auto"}.get(getattr(args, "align", None) or "", None),
     )
     seconds = time.perf_counter() - start
     chosen = result.chosen
@@ -1438,9 +1438,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--align",
-        action="store_true",
+        nargs="?",
+        const="on",
+        default=None,
+        choices=("on", "auto"),
         help="--search-only: every plan with grid alignment (INT8 inputs on their pixel grid, non-negative "
-        "activations shifted; workbench.calib.align)",
+        "activations shifted; workbench.calib.align); auto: the search scores its start plan with and without",
     )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(

@@ -234,8 +234,9 @@ def _group_expand(values: np.ndarray, out_channels: int, in_per_group: int, grou
 def _conv_of_constant(conv: Any, weight: np.ndarray, image: np.ndarray, pads: list[int]) -> np.ndarray:
     """Conv(weight, pad0(image)) with the Conv's strides, dilations and group, no bias (ONNX Runtime)."""
     import onnx
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
+
+    from workbench.ort import cpu_predict
 
     attrs = {k: _attr(conv, k) for k in ("strides", "dilations", "group", "kernel_shape") if _attr(conv, k) is not None}
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=pads, **attrs)
@@ -248,25 +249,14 @@ def _conv_of_constant(conv: Any, weight: np.ndarray, image: np.ndarray, pads: li
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = min(model.ir_version, 10)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return np.asarray(session.run(None, {"x": image.astype(np.float32)})[0])
+    return np.asarray(cpu_predict(model, what="a border map")({"x": image.astype(np.float32)})["y"])
 
 
 def _shapes(proto: onnx.ModelProto, names: list[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The values of ``names`` (conv inputs, Pad pads) on one sample: the border maps' shapes and pads."""
-    import onnx
-    import onnxruntime as ort
+    from workbench.ort import cpu_session
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    known = {o.name for o in model.graph.output}
-    for name in names:
-        if name not in known:
-            model.graph.output.append(onnx.ValueInfoProto(name=name))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = cpu_session(proto, extra_outputs=names, what="the Q/DQ model (grid alignment's shapes)", quiet=True)
     return dict(zip(names, session.run(names, dict(feed)), strict=True))
 
 
