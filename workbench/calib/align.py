@@ -19,8 +19,9 @@ epilogue: the engine's layers and precisions do not change; the map costs engine
 spatial shape, so padded consumers are rewritten only when the model's inputs have static shapes apart from the
 batch. A tensor is left alone unless every reader of its Q/DQ pair is such a Conv with an INT8 per-channel weight.
 
-Measured on EfficientNet-Lite0 (``bench/calibrate.py --align``): the input alone costs the FP32 model 2.3 points of
-top-1 agreement under INT8 rounding; with both rewrites the all-INT8 model's logit error falls by more than half.
+Measured on EfficientNet-Lite0 (``bench/calibrate.py --formats int8,fp8,fp16 --search-only --gptq --align``): the
+all-INT8 model's output noise against FP32 falls from 7.4e-3 to 2.7e-3 of the output energy, and its top-1
+agreement on 1,000 crops from 0.946 to 0.953.
 Hand-written because no quantization library we know does this for TensorRT's symmetric INT8 (ORT and ModelOpt use
 a zero point or leave the input to the user).
 """
