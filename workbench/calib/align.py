@@ -88,17 +88,21 @@ def find_input_grid(values: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.n
 
 @dataclass
 class _Consumer:
-    conv: Any  # onnx.NodeProto
-    pad: Any = None  # the zero Pad node between the DQ and the Conv, if any
+    conv: onnx.NodeProto
+    pad: onnx.NodeProto | None = None  # the zero Pad node between the DQ and the Conv, if any
 
 
-def _attr(node: Any, name: str, default: Any = None) -> Any:
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     from onnx import helper
 
     for attribute in node.attribute:
         if attribute.name == name:
             return helper.get_attribute_value(attribute)
     return default
+
+
+# (tensor, is an input grid, its QuantizeLinear, its DequantizeLinear, step, anchor, new scale, the reading Convs)
+_Plan = tuple[str, bool, "onnx.NodeProto", "onnx.NodeProto", np.ndarray, np.ndarray, float, list[_Consumer]]
 
 
 class _Graph:
@@ -109,7 +113,7 @@ class _Graph:
         self.graph = proto.graph
         self.initializers = {i.name: i for i in self.graph.initializer}
         self.producer = {o: n for n in self.graph.node for o in n.output}
-        self.consumers: dict[str, list[Any]] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in self.graph.node:
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
@@ -121,7 +125,7 @@ class _Graph:
 
         return numpy_helper.to_array(self.initializers[name]) if name in self.initializers else None
 
-    def constant(self, base: str, value: np.ndarray | np.floating[Any]) -> str:
+    def constant(self, base: str, value: np.ndarray | np.float32) -> str:
         from onnx import numpy_helper
 
         self._fresh += 1
@@ -130,12 +134,12 @@ class _Graph:
         self.initializers[name] = self.graph.initializer[-1]
         return name
 
-    def insert_before(self, anchor: Any, node: Any) -> None:
+    def insert_before(self, anchor: onnx.NodeProto, node: onnx.NodeProto) -> None:
         self.graph.node.insert(list(self.graph.node).index(anchor), node)
         for output in node.output:
             self.producer[output] = node
 
-    def insert_after(self, anchor: Any, node: Any) -> None:
+    def insert_after(self, anchor: onnx.NodeProto, node: onnx.NodeProto) -> None:
         self.graph.node.insert(list(self.graph.node).index(anchor) + 1, node)
 
 
@@ -144,7 +148,7 @@ def _scalar(graph: _Graph, name: str) -> float | None:
     return float(value) if value is not None and value.size == 1 else None
 
 
-def _is_int8_pair(graph: _Graph, quantize: Any) -> Any:
+def _is_int8_pair(graph: _Graph, quantize: onnx.NodeProto) -> onnx.NodeProto | None:
     """The pair's DequantizeLinear when ``quantize`` is a per-tensor INT8 quantizer with zero point 0 read by one
     DequantizeLinear sharing its scale and zero point; else None."""
     if len(quantize.input) < 3 or _scalar(graph, quantize.input[1]) is None:
@@ -159,7 +163,7 @@ def _is_int8_pair(graph: _Graph, quantize: Any) -> Any:
     return dequantize if list(dequantize.input[1:3]) == list(quantize.input[1:3]) else None
 
 
-def _int8_weight(graph: _Graph, conv: Any) -> tuple[Any, np.ndarray, np.ndarray] | None:
+def _int8_weight(graph: _Graph, conv: onnx.NodeProto) -> tuple[onnx.NodeProto, np.ndarray, np.ndarray] | None:
     """(weight QuantizeLinear, float weight, per-output-channel scale) of a Conv whose weight is an INT8 Q/DQ pair."""
     dequantize = graph.producer.get(conv.input[1]) if len(conv.input) > 1 else None
     quantize = graph.producer.get(dequantize.input[0]) if dequantize is not None else None
@@ -181,7 +185,7 @@ def _quantized(weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return (np.clip(np.round(weight / scale.reshape(shape)), -128, 127) * scale.reshape(shape)).astype(np.float32)
 
 
-def _consumers(graph: _Graph, dequantize: Any) -> tuple[list[_Consumer], str]:
+def _consumers(graph: _Graph, dequantize: onnx.NodeProto) -> tuple[list[_Consumer], str]:
     """The Convs reading the pair (directly or through a zero Pad), or ([], why not)."""
     found: list[_Consumer] = []
     for reader in graph.consumers.get(dequantize.output[0], []):
@@ -232,7 +236,7 @@ def _group_expand(values: np.ndarray, out_channels: int, in_per_group: int, grou
     return per_group[np.arange(out_channels) // (out_channels // groups)]
 
 
-def _conv_of_constant(conv: Any, weight: np.ndarray, image: np.ndarray, pads: list[int]) -> np.ndarray:
+def _conv_of_constant(conv: onnx.NodeProto, weight: np.ndarray, image: np.ndarray, pads: list[int]) -> np.ndarray:
     """Conv(weight, pad0(image)) with the Conv's strides, dilations and group, no bias (ONNX Runtime)."""
     import onnx
     from onnx import helper, numpy_helper
@@ -287,7 +291,7 @@ def align_qdq(
         )
     skipped: dict[str, str] = {}
     grids: dict[str, list[float]] = {}
-    plans: list[tuple[str, bool, Any, Any, np.ndarray, np.ndarray, float, list[_Consumer]]] = []
+    plans: list[_Plan] = []
     for quantize in [n for n in model.graph.node if n.op_type == "QuantizeLinear"]:
         tensor = quantize.input[0]
         if tensor in graph.initializers:
