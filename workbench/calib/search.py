@@ -244,25 +244,11 @@ def _choose_weight_rounding(
 
 def _relative_output_noise(session: Any, protos: Sequence[Any], samples: int = NOISE_SAMPLES) -> list[float]:
     """Each model's output error energy over the FP32 output energy on the first ``samples`` evaluation samples."""
-    from workbench.calib.session import ort_predict
+    from workbench.calib.session import ort_predict, relative_output_noise
 
     feeds = [feed for feed, _ in session.entry.evaluation_batches(limit=samples)]
     references = [ort_predict(session.prepared)(feed) for feed in feeds]
-    noise = []
-    for proto in protos:
-        predict = ort_predict(getattr(proto, "proto", proto))
-        signal = error = 0.0
-        for feed, reference in zip(feeds, references, strict=True):
-            outputs = predict(feed)
-            for name, expected in reference.items():
-                if expected.dtype.kind != "f" or name not in outputs:
-                    continue
-                ref = expected.astype(np.float64).ravel()
-                diff = ref - np.asarray(outputs[name], dtype=np.float64).ravel()
-                signal += float(ref @ ref)
-                error += float(diff @ diff)
-        noise.append(error / signal if signal > 0 else 0.0)
-    return noise
+    return [relative_output_noise(getattr(proto, "proto", proto), feeds, references) for proto in protos]
 
 
 def _choose_alignment(

@@ -60,6 +60,24 @@ def _refuse_float16(model: OnnxModel) -> None:
         )
 
 
+def relative_output_noise(
+    proto: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], references: Sequence[dict[str, np.ndarray]]
+) -> float:
+    """The model's float-output error energy against ``references`` (the FP32 outputs on ``feeds``), over theirs."""
+    predict = ort_predict(proto)
+    signal = noise = 0.0
+    for feed, reference in zip(feeds, references, strict=True):
+        outputs = predict(feed)
+        for name, expected in reference.items():
+            if expected.dtype.kind != "f" or name not in outputs:
+                continue
+            ref = expected.astype(np.float64).ravel()
+            err = ref - np.asarray(outputs[name], dtype=np.float64).ravel()
+            signal += float(ref @ ref)
+            noise += float(err @ err)
+    return noise / signal if signal > 0 else 0.0
+
+
 def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     """The first ``n`` of ``ranked`` (fallback candidates, worst first), but never all of them: at least one stays
     INT8, since a "mixed" plan without INT8 would be the FP32 model under another name."""
@@ -437,18 +455,7 @@ class CalibrationSession:
         references = [reference_predict(feed) for feed in feeds]
 
         def output_noise(proto: onnx.ModelProto) -> float:
-            predict = ort_predict(proto)
-            signal = noise = 0.0
-            for feed, reference in zip(feeds, references):
-                outputs = predict(feed)
-                for name, expected in reference.items():
-                    if expected.dtype.kind != "f" or name not in outputs:
-                        continue
-                    ref = expected.astype(np.float64).ravel()
-                    err = ref - np.asarray(outputs[name], dtype=np.float64).ravel()
-                    signal += float(ref @ ref)
-                    noise += float(err @ err)
-            return noise / signal if signal > 0 else 0.0
+            return relative_output_noise(proto, feeds, references)
 
         proto = quantized.proto
         q_source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
