@@ -1099,30 +1099,10 @@ def _write_dated(prefix: str, fields: dict[str, Any], table: list[str]) -> dict[
 
 
 def _without_qdq(proto: Any, keep_weights: bool) -> Any:
-    """A copy of a Q/DQ model with only its weight pairs (``keep_weights``) or only its activation pairs left: the
-    other pairs are bypassed, so that part computes in float."""
-    import onnx
+    """A copy of a Q/DQ model with only its weight pairs (``keep_weights``) or only its activation pairs left."""
+    from workbench.calib.qdq import bypass_qdq_pairs
 
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    graph = model.graph
-    initializers = {i.name for i in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-    bypass: dict[str, str] = {}
-    dropped = []
-    for node in graph.node:
-        quantize = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
-        if quantize is None or quantize.op_type != "QuantizeLinear":
-            continue
-        if (quantize.input[0] in initializers) != keep_weights:
-            bypass[node.output[0]] = quantize.input[0]
-            dropped += [node, quantize]
-    for node in graph.node:
-        for index, name in enumerate(node.input):
-            node.input[index] = bypass.get(name, name)
-    for node in dropped:
-        graph.node.remove(node)
-    return model
+    return bypass_qdq_pairs(proto, lambda _tensor, is_weight: is_weight == keep_weights)
 
 
 def loss_sources_main(args: argparse.Namespace) -> int:

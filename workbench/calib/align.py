@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.artifact import Artifact
+from workbench.calib.methods import fake_quantize
+from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
     import onnx
@@ -179,12 +181,6 @@ def _int8_weight(graph: _Graph, conv: onnx.NodeProto) -> tuple[onnx.NodeProto, n
     return quantize, weight.astype(np.float32), scale.astype(np.float32)
 
 
-def _quantized(weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """What TensorRT computes with: the weight rounded to its INT8 grid (per output channel)."""
-    shape = (-1,) + (1,) * (weight.ndim - 1)
-    return (np.clip(np.round(weight / scale.reshape(shape)), -128, 127) * scale.reshape(shape)).astype(np.float32)
-
-
 def _consumers(graph: _Graph, dequantize: onnx.NodeProto) -> tuple[list[_Consumer], str]:
     """The Convs reading the pair (directly or through a zero Pad), or ([], why not)."""
     found: list[_Consumer] = []
@@ -193,6 +189,8 @@ def _consumers(graph: _Graph, dequantize: onnx.NodeProto) -> tuple[list[_Consume
             value = graph.array(reader.input[2]) if len(reader.input) > 2 and reader.input[2] else np.zeros(1)
             if _attr(reader, "mode", b"constant") not in (b"constant", "constant") or value is None or np.any(value):
                 return [], f"{reader.name}: only a zero constant Pad can sit between the pair and a Conv"
+            if len(reader.input) < 2 or not reader.input[1]:
+                return [], f"{reader.name}: a Pad without a pads input (opset < 11) is not handled"
             if len(reader.input) > 3 and reader.input[3]:
                 return [], f"{reader.name}: a Pad over chosen axes is not handled"
             convs = graph.consumers.get(reader.output[0], [])
@@ -206,6 +204,8 @@ def _consumers(graph: _Graph, dequantize: onnx.NodeProto) -> tuple[list[_Consume
     for consumer in found:
         if _int8_weight(graph, consumer.conv) is None:
             return [], f"{consumer.conv.name}: its weight is not an INT8 per-channel Q/DQ pair"
+        if len(graph.consumers.get(consumer.conv.input[1], [])) != 1:  # the input grid rescales the weight in place
+            return [], f"{consumer.conv.name}: its weight is shared with another node"
         if _attr(consumer.conv, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
             return [], f"{consumer.conv.name}: auto_pad is not handled"
     return found, ""
@@ -257,12 +257,22 @@ def _conv_of_constant(conv: onnx.NodeProto, weight: np.ndarray, image: np.ndarra
     return np.asarray(cpu_predict(model, what="a border map")({"x": image.astype(np.float32)})["y"])
 
 
+def _declared_batch(model: onnx.ModelProto, name: str) -> int:
+    """The batch size the model declares for input ``name`` when it fixes one, else 1 (one sample suffices)."""
+    for declared in model.graph.input:
+        dims = declared.type.tensor_type.shape.dim
+        if declared.name == name and dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+            return int(dims[0].dim_value)
+    return 1
+
+
 def _shapes(proto: onnx.ModelProto, names: list[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The values of ``names`` (conv inputs, Pad pads) on one sample: the border maps' shapes and pads."""
-    from workbench.ort import cpu_session
+    from workbench.ort import cpu_session, session_predict
 
-    session = cpu_session(proto, extra_outputs=names, what="the Q/DQ model (grid alignment's shapes)", quiet=True)
-    return dict(zip(names, session.run(names, dict(feed)), strict=True))
+    what = "the Q/DQ model (grid alignment's shapes)"
+    outputs = session_predict(cpu_session(proto, extra_outputs=names, what=what, quiet=True), what=what)(dict(feed))
+    return {name: outputs[name] for name in names}
 
 
 def align_qdq(
@@ -325,11 +335,24 @@ def align_qdq(
 
     wanted = sorted({c.conv.input[0] for p in plans for c in p[7] if _padded(c)})
     wanted += sorted({c.pad.input[1] for p in plans for c in p[7] if c.pad is not None})
-    first = {name: np.asarray(batch)[:1] for name, batch in samples.items() if name in graph.inputs}
-    observed = _shapes(model, sorted(set(wanted)), first) if wanted else {}
+    first = {
+        name: np.asarray(batch)[: _declared_batch(model, name)]
+        for name, batch in samples.items()
+        if name in graph.inputs
+    }
+    observed: dict[str, np.ndarray] = {}
+    if wanted:
+        try:
+            observed = _shapes(model, sorted(set(wanted)), first)
+        except WorkbenchError as error:  # e.g. fewer samples than a batch the graph fixes: no border maps
+            for plan in [p for p in plans if any(_padded(c) for c in p[7])]:
+                skipped[plan[0]] = f"a padded Conv reads it and the samples could not be run ({error.problem[:120]})"
+                plans.remove(plan)
     for plan in list(plans):  # a Pad that crops or pads the batch / channel axes has no border map here
         for consumer in plan[7]:
             if consumer.pad is None:
+                continue
+            if consumer.pad.input[1] not in observed:
                 continue
             values = np.asarray(observed[consumer.pad.input[1]]).ravel()
             rank = values.size // 2
@@ -365,7 +388,7 @@ def align_qdq(
             out_channels, in_per_group = weight.shape[:2]
             trailing = (1,) * (weight.ndim - 2)
             if channels is None:
-                effective = _quantized(weight, weight_scale)
+                effective = fake_quantize(weight, weight_scale, axis=0)
                 per_input = np.full(in_per_group * groups, anchors[0])
             else:
                 step = _group_expand(steps, out_channels, in_per_group, groups).reshape(weight.shape[:2] + trailing)
@@ -377,7 +400,7 @@ def align_qdq(
                 reader = graph.producer[conv.input[1]]
                 reader.input[1] = weight_quantize.input[1]
                 requantized.append(conv.name)
-                effective = (_quantized(scaled_weight, new_weight_scale) / step).astype(np.float32)
+                effective = (fake_quantize(scaled_weight, new_weight_scale, axis=0) / step).astype(np.float32)
                 per_input = anchors
             constant = _group_expand(per_input, out_channels, in_per_group, groups).reshape(weight.shape[:2] + trailing)
             interior = (effective * constant).reshape(out_channels, -1).sum(axis=1).astype(np.float32)

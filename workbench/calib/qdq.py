@@ -3,7 +3,7 @@ calibrated scales (activations per tensor, weights per channel), in INT8 or FP8 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -269,3 +269,30 @@ def _apply_fp16(result: QdqModel) -> QdqModel:
             + ", ".join(f"{k} ({v})" for k, v in list(casted.kept_fp32.items())[:5]),
         )
     return replace(result, proto=casted.proto, fp16_nodes=tuple(casted.fp16_nodes), notes=notes)
+
+
+def bypass_qdq_pairs(proto: onnx.ModelProto, keep: Callable[[str, bool], bool]) -> onnx.ModelProto:
+    """A copy of a Q/DQ model where only the pairs ``keep(tensor, is_weight)`` accepts are left; the others are
+    bypassed, so that part computes in float (where a model's quantization loss comes from)."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    bypass: dict[str, str] = {}
+    dropped = []
+    for node in graph.node:
+        quantize = producer.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if quantize is None or quantize.op_type != "QuantizeLinear":
+            continue
+        if not keep(quantize.input[0], quantize.input[0] in initializers):
+            bypass[node.output[0]] = quantize.input[0]
+            dropped += [node, quantize]
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            node.input[index] = bypass.get(name, name)
+    for node in dropped:
+        graph.node.remove(node)
+    return model

@@ -446,6 +446,8 @@ def search_mixed_precision(
         goal = target + (raise_by if higher else -raise_by) if on_screen else target  # type: ignore[operator]
         return value >= goal - 1e-9 if higher else value <= goal + 1e-9
 
+    if align_grids not in (None, True, False, "auto"):
+        raise WorkbenchError(f"align_grids={align_grids!r} is not a choice.", expected="True, False, 'auto' or None")
     if align_grids not in (None, "auto"):
         session.align_grids = bool(align_grids)
     elif align_grids == "auto":

@@ -276,7 +276,9 @@ class CalibrationSession:
             )
         proto, alignment = align_qdq(quantized.proto, self._grid_samples)
         if not alignment.rewritten:
-            return replace(quantized, notes=(*quantized.notes, "grid alignment: no tensor qualified"))
+            reasons = "; ".join(f"{tensor}: {why}" for tensor, why in list(alignment.skipped.items())[:3])
+            note = "grid alignment: no tensor qualified" + (f" ({reasons})" if reasons else "")
+            return replace(quantized, alignment=alignment, notes=(*quantized.notes, note))
         scales = dict(quantized.scales)
         for tensor in alignment.shifted:
             scales[tensor] = scales.get(tensor, 0.0) / 2.0
