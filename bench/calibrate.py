@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -779,6 +780,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
         weight_rounding="auto" if getattr(args, "gptq", False) else None,
         align_grids={"on": True, "auto": "auto"}.get(getattr(args, "align", None) or "", None),
+        confidence=getattr(args, "confidence", None),
     )
     seconds = time.perf_counter() - start
     chosen = result.chosen
@@ -810,6 +812,8 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         "reverts": [(r.group, r.format, r.metric_after, r.kept) for r in result.reverts],
         "weight_rounding": result.weight_rounding,
         "align_grids": result.align_grids,
+        "confidence": result.confidence,
+        "metric_bound": None if math.isnan(result.metric_bound) else result.metric_bound,
         "notes": list(result.notes),
     }
 
@@ -877,6 +881,11 @@ def search_table(document: dict[str, Any]) -> str:
         low_high = row.get("interval_95")
         return f" [{low_high[0]:.4f}, {low_high[1]:.4f}]" if low_high else ""
 
+    def bound(row: dict[str, Any]) -> str:  # the search's own criterion with --confidence (paired, normal)
+        if not row.get("confidence") or row.get("metric_bound") is None:
+            return ""
+        return f" (at {row['confidence']:.0%}: paired low end {row['metric_bound']:.4f})"
+
     lines = [
         "# The accuracy-target search over formats (bench/calibrate.py --formats ... --search-only)",
         "",
@@ -896,7 +905,8 @@ def search_table(document: dict[str, Any]) -> str:
             f"{' (grid-aligned)' if row.get('align_grids') else ''} | "
             f"{row['n']} ({row['screening_samples'] or 'all'}) | {row['fp32']:.4f} | "
             f"{row['start_metric']:.4f} ({row['start']}) | {row['metric']:.4f}{interval(row)} | "
-            f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'} | {ops} | {counts} | {row['evaluations']} | "
+            f"{row['target']:.4f} {'met' if row['met'] else 'NOT met'}{bound(row)} | {ops} | {counts} | "
+            f"{row['evaluations']} | "
             f"{row['seconds']:.1f} ({row.get('cpu_seconds', float('nan')):.1f}) | {row['total_seconds']:.1f} "
             f"({row.get('total_cpu_seconds', float('nan')):.1f}) | "
             f"{row['load_average_before'][0]:.2f} -> {row['load_average_after'][0]:.2f} |"
@@ -1424,6 +1434,13 @@ def main() -> int:
         choices=("on", "auto"),
         help="--search-only: every plan with grid alignment (INT8 inputs on their pixel grid, non-negative "
         "activations shifted; workbench.calib.align); auto: the search scores its start plan with and without",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=None,
+        help="--search-only: the target is met only at the low end of the plan's paired interval at this level "
+        "(e.g. 0.95), as workbench calibrate --confidence",
     )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(

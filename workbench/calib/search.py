@@ -22,6 +22,7 @@ build, :mod:`.cost`) for the Pareto view. The FP32 reference costs one more task
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,7 +51,12 @@ DEFAULT_BUDGET = 30
 # a 2-point difference, and a 1,000-sample set costs 4x as much per trial
 DEFAULT_SCREEN = 256
 MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats
+# the first trial of a search that misses: every residual Add's skip input out of 8 bits, every math op kept in 8
+SKIP_GROUP = "residual skips (math ops stay 8-bit)"
 NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two quantizations of one plan
+# one quantization's output noise at most this share of the other's is a clear difference (32 samples repeat it);
+# EfficientNet-Lite0's alignment: 2.7e-3 vs 7.4e-3
+CLEAR_NOISE_RATIO = 0.8
 EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
 
 
@@ -132,6 +138,10 @@ class MixedPrecisionResult(Artifact):
     cpu_seconds: float = 0.0  # CPU seconds of the whole search (all threads of this process)
     weight_rounding: str = "nearest"  # how the plans' weights were rounded (nearest or GPTQ)
     align_grids: bool = False  # the plans' INT8 inputs on their pixel grid, non-negative activations shifted
+    # with a confidence (e.g. 0.95) the target is met only when the plan's metric stays within it at the low end
+    # (high end for lower-is-better) of that two-sided interval, paired per sample with FP32; 0: the point estimate
+    confidence: float = 0.0
+    metric_bound: float = math.nan  # that end of the chosen plan's interval (nan without a confidence)
 
     @property
     def chosen(self) -> EvaluatedPlan:
@@ -177,7 +187,13 @@ class MixedPrecisionResult(Artifact):
         return (
             f"{self.metric_name} {self.metric:.4f}{' (GPTQ weights)' if self.weight_rounding == 'gptq' else ''} "
             f"(FP32 {self.fp32_metric:.4f}, {start} {self.int8_metric:.4f}, "
-            f"target {self.target:.4f}: {'met' if self.met else 'NOT met'}); "
+            f"target {self.target:.4f}"
+            + (
+                f" at {self.confidence:.0%} confidence, interval end {self.metric_bound:.4f}"
+                if self.confidence and not math.isnan(self.metric_bound)
+                else ""
+            )
+            + f": {'met' if self.met else 'NOT met'}); "
             f"{'8-bit' if self.formats else 'INT8'} {share}"
             + (" (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")" if counts else "")
             + f"; {moved}; {self.evaluations_used} task "
@@ -242,6 +258,24 @@ def _choose_weight_rounding(
     )
 
 
+def paired_bound(
+    scores: Sequence[float], fp32_scores: Sequence[float], fp32_metric: float, confidence: float, higher: bool
+) -> float:
+    """The worst end of a plan's metric at ``confidence`` (two-sided, normal approximation): FP32's metric plus the
+    mean per-sample difference to FP32, less (plus, for lower-is-better) its half-width. Paired, so samples both
+    get wrong cost nothing; nan when the per-sample scores are missing or not on the same samples."""
+    from statistics import NormalDist
+
+    plan = np.asarray(scores, dtype=np.float64)
+    reference = np.asarray(fp32_scores[: plan.size], dtype=np.float64)
+    if plan.size < 2 or reference.size != plan.size:
+        return math.nan
+    difference = plan - reference
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * difference.std(ddof=1) / math.sqrt(plan.size)
+    mean = fp32_metric + float(difference.mean())
+    return mean - half if higher else mean + half
+
+
 def _relative_output_noise(session: Any, protos: Sequence[Any], samples: int = NOISE_SAMPLES) -> list[float]:
     """Each model's output error energy over the FP32 output energy on the first ``samples`` evaluation samples."""
     from workbench.calib.session import ort_predict, relative_output_noise
@@ -255,17 +289,27 @@ def _choose_alignment(
     session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None, plain_scores: np.ndarray | None
 ) -> str:
     """Score ``plan`` with and without grid alignment (:mod:`workbench.calib.align`) and leave the choice on the
-    session. The task metric decides when its paired 99 % interval is clear of zero; otherwise the model-output
-    noise against FP32 does: a top-1 agreement on a few hundred samples moves by points under any perturbation
-    (EfficientNet-Lite0: alignment scored 0.961 vs 0.965 on the first 256 crops and 0.953 vs 0.946 on all 1,000,
-    while it halved the logits' error), and lower output noise is what alignment is for. Nothing is scored when
-    no tensor of the model qualifies; ``plain_scores``: the plan's scores without alignment when already measured."""
+    session. Alignment is exact in float and only makes quantization steps finer, so the model-output noise
+    against FP32 measures what it does: when one side's noise is at most :data:`CLEAR_NOISE_RATIO` of the other's,
+    that decides on :data:`NOISE_SAMPLES` samples with no task evaluation (a top-1 agreement on a few hundred samples
+    moves by points under any perturbation: EfficientNet-Lite0's alignment scored 0.961 vs 0.965 on the first 256
+    crops and 0.953 vs 0.946 on all 1,000, while it more than halved the logits' error). Otherwise the task metric
+    decides when its paired 99 % interval is clear of zero, else the lower noise. Nothing is scored when no tensor of
+    the model qualifies; ``plain_scores``: the plan's scores without alignment when already measured."""
     session.align_grids = True
     aligned = session.quantize(ranges, plan)
     session.align_grids = False
     if aligned.alignment is None or not aligned.alignment.rewritten:
         return "grid alignment: no tensor qualifies (no 8-bit-pixel input, no non-negative tensor read by Convs only)"
     plain = session.quantize(ranges, plan)
+    noise_plain, noise_aligned = _relative_output_noise(session, (plain, aligned))
+    noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
+    if min(noise_plain, noise_aligned) <= CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
+        session.align_grids = noise_aligned < noise_plain
+        return (
+            f"grid alignment {'on' if session.align_grids else 'off'}: {noise}, a clear difference "
+            f"(at most {CLEAR_NOISE_RATIO:.0%} of the other side), so it decides (no task evaluation)"
+        )
     evaluations = 1
     if plain_scores is None:
         plain_scores = np.asarray(session.evaluate(plain, limit=limit).scores, dtype=np.float64)
@@ -274,19 +318,17 @@ def _choose_alignment(
     higher = bool(session.entry.higher_is_better)
     gain = (np.asarray(result.scores, dtype=np.float64) - plain_scores) * (1.0 if higher else -1.0)
     half = EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else np.inf
-    noise_plain, noise_aligned = _relative_output_noise(session, (plain, aligned))
     if gain.size and gain.mean() - half > 0:
         session.align_grids, why = True, "the task metric gains (paired 99 % interval above 0)"
     elif gain.size and gain.mean() + half < 0:
         session.align_grids, why = False, "the task metric loses (paired 99 % interval below 0)"
     else:
         session.align_grids = noise_aligned < noise_plain
-        why = "the task metric cannot tell, so the output noise decides"
+        why = "neither the noise nor the task metric shows a clear difference; the lower noise decides"
     return (
-        f"grid alignment {'on' if session.align_grids else 'off'}: the start plan scores "
-        f"{float(plain_scores.mean()):.4f} without and {float(result.value):.4f} with it on {gain.size} samples, "
-        f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples; {why} "
-        f"({evaluations} evaluation(s) outside the budget)"
+        f"grid alignment {'on' if session.align_grids else 'off'}: {noise}; the start plan scores "
+        f"{float(plain_scores.mean()):.4f} without and {float(result.value):.4f} with it on {gain.size} samples; "
+        f"{why} ({evaluations} evaluation(s) outside the budget)"
     )
 
 
@@ -313,6 +355,7 @@ def search_mixed_precision(
     reach_check: bool = True,
     weight_rounding: str | None = None,
     align_grids: bool | str | None = None,
+    confidence: float | None = None,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -337,6 +380,14 @@ def search_mixed_precision(
     ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
     scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better;
     None: the session's own setting. The session keeps the choice.
+    ``confidence`` (e.g. 0.95): the whole set meets the target only when the plan's metric does at the low end (high
+    end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
+    (:func:`paired_bound`); a screened plan is confirmed on the whole set only when its screening score clears the
+    target by the half-width that interval would have there. None: the point estimate decides.
+
+    A search whose start plan misses first tries every residual Add's skip input out of 8 bits (one trial, the
+    math ops stay in their 8-bit format): quantizing the skip saves no engine layer in a TensorRT-RTX build
+    (EfficientNet-Lite0: 102 layers, all INT8, either way) yet adds noise to the residual stream of every block.
     """
     ladder = tuple(formats) if formats else ("int8", fallback)
     if (
@@ -365,6 +416,10 @@ def search_mixed_precision(
         raise WorkbenchError("give one of target and target_drop, not both.", expected="--target-drop 0.01")
     if target is None and target_drop is None:
         target_drop = 0.01
+    if confidence is not None and not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1):
+        raise WorkbenchError(
+            f"confidence={confidence!r} is not a level to use.", expected="a number in [0.5, 1), e.g. 0.95"
+        )
 
     def say(text: str) -> None:  # one ProgressEvent per evaluation: "evaluation 3 of 8, 38%: ..."
         report(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
@@ -445,6 +500,18 @@ def search_mixed_precision(
         # 1e-9: a target computed as FP32 - 0.0 must be met by the FP32 value itself
         goal = target + (raise_by if higher else -raise_by) if on_screen else target  # type: ignore[operator]
         return value >= goal - 1e-9 if higher else value <= goal + 1e-9
+
+    def bound_of(record: EvaluatedPlan) -> float:
+        """The plan's metric at the worst end of its ``confidence`` interval (nan without one)."""
+        if confidence is None:
+            return math.nan
+        return paired_bound(record.scores, fp32_result.scores, fp32, float(confidence), higher)
+
+    def meets_confidently(record: EvaluatedPlan) -> bool:
+        """The whole-set rule: the point estimate meets the target, and with a confidence its interval's end too
+        (missing per-sample scores leave the point estimate to decide)."""
+        bound = bound_of(record)
+        return meets(record.metric) and (math.isnan(bound) or meets(bound))
 
     if align_grids not in (None, True, False, "auto"):
         raise WorkbenchError(f"align_grids={align_grids!r} is not a choice.", expected="True, False, 'auto' or None")
@@ -575,7 +642,10 @@ def search_mixed_precision(
         return {
             n: cast(Precision, fmt)
             for n in group.nodes
-            if not (wide and ops.get(n) in eight_bit_only) and plan.precision_of(n) != fmt
+            if not (wide and ops.get(n) in eight_bit_only)
+            and plan.precision_of(n) != fmt
+            # a node already out of 8 bits (a residual skip) is not pulled back into them
+            and (wide or plan.precision_of(n) not in ("fp16", "fp32"))
         }
 
     plan = base
@@ -591,22 +661,46 @@ def search_mixed_precision(
     next_rung = {group.name: 1 for group in groups}
     stop = ""
 
+    def passes_screen() -> bool:
+        """The current plan's screening score clears the (raised) target; with a confidence, by the half-width its
+        paired interval would have on the whole set too (the screen's per-sample spread over the whole set's
+        count), so a whole-set confirmation whose interval could not clear the target is not spent."""
+        if confidence is None or screening is None:
+            return meets(current, on_screen=True)
+        scores = np.asarray(evaluated[current_index].scores, dtype=np.float64)
+        reference = np.asarray(fp32_result.scores[: scores.size], dtype=np.float64)
+        if scores.size < 2 or reference.size != scores.size:
+            return meets(current, on_screen=True)
+        from statistics import NormalDist
+
+        half = NormalDist().inv_cdf(0.5 + confidence / 2) * float((scores - reference).std(ddof=1))
+        half /= math.sqrt(total_samples)
+        return meets(current - half if higher else current + half, on_screen=True)
+
     def confirm() -> bool:
         """The current plan on the whole set (screening searches): True when it meets the target there too."""
         nonlocal raise_by, confirmed_index
         if screening is None:
-            return meets(current)
+            met = meets_confidently(evaluated[current_index])
+            if not met and meets(current):
+                say(
+                    f"{current:.4f} meets the target, its {confidence:.0%} interval's end {bound_of(evaluated[current_index]):.4f} does not"
+                )
+            return met
         with timed("whole-set confirmations"):
             whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
         confirmed_index = len(evaluated) - 1
-        met = meets(whole)
+        met = meets_confidently(evaluated[confirmed_index])
+        bound = bound_of(evaluated[confirmed_index])
         say(
-            f"whole set ({total_samples} samples): {whole:.4f} ({current:.4f} on the screening samples), target "
+            f"whole set ({total_samples} samples): {whole:.4f}"
+            + (f" ({confidence:.0%} interval end {bound:.4f})" if not math.isnan(bound) else "")
+            + f" ({current:.4f} on the screening samples), target "
             f"{target:.4f} {'met' if met else 'NOT met'} [{evaluations}/{budget} evaluations, "
             f"{time.perf_counter() - start:.0f} s]"
         )
-        if not met:
-            raise_by = max(raise_by, abs(current - whole) + 1e-9)  # the screen must now clear the target by the gap
+        if not met:  # the screen must now clear the target by the gap it showed (passes_screen adds the half-width)
+            raise_by = max(raise_by, abs(current - whole) + 1e-9)
         return met
 
     def upper_bound(record: EvaluatedPlan) -> float:
@@ -665,19 +759,55 @@ def search_mixed_precision(
             f"{scored.metric:.4f} on {scored.n_samples} samples, its 99 % interval short of {target:.4f}"
         )
 
-    if meets(current, on_screen=True) and confirm():
+    if passes_screen() and confirm():
         stop = f"target met by {start_label}"
-    # a caller's own start plan is kept as given; the default start (the CLI passes it explicitly) gets the mix
-    default_start = base_plan is None or base_plan.to_json() == session.default_plan(ladder[0]).to_json()
-    mix = eight_bit_mix() if not stop and default_start and len(eight_bit) == 2 and evaluations < budget else {}
-    if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
-        trial = plan.with_overrides(mix)
+    skips = [n for n in placement.residual_skips if plan.precision_of(n) in ("int8", "fp8")]
+    wide_rung = ladder[-1] in ("fp16", "fp32")  # a ladder of 8-bit formats only keeps the skips in 8 bits too
+    if not stop and skips and wide_rung and evaluations < budget:  # the skips out of 8 bits, every math op kept
+        trial = plan.with_overrides(dict.fromkeys(skips, cast(Precision, fallback)))
         with timed("trials"):
-            value = record(trial, session.quantize(ranges, trial), tuple(mix), None)
+            value = record(trial, session.quantize(ranges, trial), fallen + tuple(skips), None)
         kept = better(value, current) and not evaluated[-1].stopped_early
         reverts.append(
             Revert(
-                step=1,
+                step=len(reverts) + 1,
+                group=SKIP_GROUP,
+                nodes=tuple(skips),
+                score=0.0,
+                metric_before=current,
+                metric_after=value,
+                kept=kept,
+                evaluations_used=evaluations,
+                seconds=time.perf_counter() - start,
+                format=fallback,
+            )
+        )
+        say(
+            f"{SKIP_GROUP}, {len(skips)} Add(s) to {fallback}: {current:.4f} -> {value:.4f} "
+            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+            f"{time.perf_counter() - start:.0f} s]"
+        )
+        if kept:
+            plan, fallen, current, current_index = trial, fallen + tuple(skips), value, len(evaluated) - 1
+            confirmed_index = None
+            if cache is not None:
+                cache.adopt()
+                cached_plan = trial
+            if passes_screen() and confirm():
+                stop = "target met"
+    # a caller's own start plan is kept as given; the default start (the CLI passes it explicitly) gets the mix
+    default_start = base_plan is None or base_plan.to_json() == session.default_plan(ladder[0]).to_json()
+    mix = eight_bit_mix() if not stop and default_start and len(eight_bit) == 2 and evaluations < budget else {}
+    # nodes already out of 8 bits (the residual skips) stay there
+    mix = {n: f for n, f in mix.items() if plan.precision_of(n) not in ("fp16", "fp32")}
+    if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
+        trial = plan.with_overrides(mix)
+        with timed("trials"):
+            value = record(trial, session.quantize(ranges, trial), fallen + tuple(mix), None)
+        kept = better(value, current) and not evaluated[-1].stopped_early
+        reverts.append(
+            Revert(
+                step=len(reverts) + 1,
                 group=MIX_GROUP,
                 nodes=tuple(mix),
                 score=0.0,
@@ -695,11 +825,12 @@ def search_mixed_precision(
             f"{time.perf_counter() - start:.0f} s]"
         )
         if kept:
-            plan, fallen, current, current_index = trial, tuple(mix), value, len(evaluated) - 1
+            plan, fallen, current, current_index = trial, fallen + tuple(mix), value, len(evaluated) - 1
+            confirmed_index = None
             if cache is not None:
                 cache.adopt()
                 cached_plan = trial
-            if meets(current, on_screen=True) and confirm():
+            if passes_screen() and confirm():
                 stop = "target met"
     if not stop and keep_8bit and reach_check and evaluations < budget:
         stop = reachable()
@@ -762,7 +893,7 @@ def search_mixed_precision(
                         cache.adopt()
                         cached_plan = trial
                     moved = True
-                    if meets(current, on_screen=True) and confirm():
+                    if passes_screen() and confirm():
                         stop = "target met"
                     break
             if moved or stop:
@@ -790,7 +921,7 @@ def search_mixed_precision(
         target=float(target),
         target_drop=target_drop,
         fallback=fallback,
-        met=meets(final_metric),
+        met=meets_confidently(final),
         metric=final_metric,
         plan=PrecisionPlan(plan.default, plan.overrides, note=f"mixed-precision search ({fallback} fallback)"),
         fallback_nodes=fallen,
@@ -818,4 +949,6 @@ def search_mixed_precision(
         cpu_seconds=time.process_time() - start_cpu,
         weight_rounding=str(getattr(session, "weight_rounding", "nearest")),
         align_grids=bool(getattr(session, "align_grids", False)),
+        confidence=float(confidence or 0.0),
+        metric_bound=bound_of(final),
     )

@@ -1,0 +1,134 @@
+"""The accuracy-target search's confidence rule and its residual-skip trial, on real models and real ONNX Runtime.
+
+* ``confidence``: a plan meets the target only when its metric does at the low end of its paired interval with FP32
+  (not the point estimate alone); a screened plan is confirmed on the whole set only when its screening score clears
+  the target by the half-width the whole set's interval would have.
+* the first trial of a search that misses takes every residual Add's skip input out of 8 bits and keeps every math
+  op in its 8-bit format.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from workbench.calib.search import SKIP_GROUP, paired_bound, search_mixed_precision
+from workbench.errors import WorkbenchError
+
+
+@pytest.fixture(scope="module")
+def digits():  # type: ignore[no-untyped-def]
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=32, batch_size=8))
+    return CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+
+
+def test_paired_bound_is_the_normal_interval_of_the_per_sample_difference() -> None:
+    plan = np.array([1.0] * 90 + [0.0] * 10)
+    fp32 = np.ones(100)
+    # the difference is -0.1 on average with sd sqrt(0.1 * 0.9 * 100 / 99): 0.9 - 1.96 * sd / 10
+    expected = 0.9 - 1.959963984540054 * math.sqrt(0.09 * 100 / 99) / 10
+    assert paired_bound(plan, fp32, 1.0, 0.95, higher=True) == pytest.approx(expected)
+    # samples both get wrong cost nothing: a plan that errs exactly where FP32 errs has a zero-width interval
+    same = np.array([1.0] * 95 + [0.0] * 5)
+    assert paired_bound(same, same, 0.95, 0.95, higher=True) == pytest.approx(0.95)
+    # lower-is-better metrics take the high end
+    assert paired_bound(np.zeros(100) + plan * 0.1, np.zeros(100), 0.0, 0.95, higher=False) > 0.09
+    assert math.isnan(paired_bound([1.0], [1.0], 1.0, 0.95, higher=True))  # one sample: no interval
+
+
+def test_confidence_holds_back_a_plan_whose_interval_misses_the_target(digits) -> None:  # type: ignore[no-untyped-def]
+    """On 120 digits, all-INT8 meets FP32 - 0.005 by its point estimate; at 99.9 % confidence with the target at the
+    point estimate itself its interval's low end cannot, so the search goes on (and reports the bound)."""
+    kwargs = {"limit": 120, "build_costs": False, "budget": 2}
+    plain = search_mixed_precision(digits, target_drop=0.005, **kwargs)
+    assert plain.met and plain.confidence == 0.0 and math.isnan(plain.metric_bound)
+    start = plain.evaluated[0]
+    fp32 = digits.evaluate(limit=120)
+    differing = sum(a != b for a, b in zip(start.scores, fp32.scores, strict=True))
+    strict = search_mixed_precision(digits, target=start.metric, confidence=0.999, **kwargs)
+    if differing:  # the interval has a width: its low end lies below the point estimate that equals the target
+        assert strict.metric_bound < strict.metric and (strict.met is (strict.metric_bound >= strict.target - 1e-9))
+        assert strict.stop_reason != "target met by all-INT8"
+    else:  # all-INT8 agrees with FP32 on every sample: a zero-width interval, met at any confidence
+        assert strict.met and strict.metric_bound == pytest.approx(strict.metric)
+    assert "confidence" in strict.summary()
+    with pytest.raises(WorkbenchError, match="confidence"):
+        search_mixed_precision(digits, target_drop=0.01, confidence=1.0, **kwargs)
+
+
+def test_cli_confidence_needs_target_drop_and_a_level(tmp_path: Path) -> None:
+    from cli_runner import run_cli_forked
+
+    out = str(tmp_path / "q.onnx")
+    alone = run_cli_forked(["calibrate", "digits-cnn", "--confidence", "0.95", "-o", out], cwd=tmp_path)
+    assert alone.returncode == 2 and "--confidence" in alone.stderr and "--target-drop" in alone.stderr
+    too_high = run_cli_forked(
+        ["calibrate", "digits-cnn", "--target-drop", "0.01", "--confidence", "1.5", "-o", out], cwd=tmp_path
+    )
+    assert too_high.returncode == 2 and "--confidence" in too_high.stderr
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def _residual_cnn(path: Path) -> Path:
+    """Conv -> Relu -> Conv -> Add(skip) -> Relu -> GlobalAveragePool -> Flatten -> MatMul: one residual block."""
+    rng = np.random.default_rng(7)
+
+    def weight(name: str, *shape: int) -> TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["s"], name="residual_add"),
+        helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="pool"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten", axis=1),
+        helper.make_node("MatMul", ["f", "wf"], ["y"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])],
+        [weight("w1", 8, 3, 3, 3), weight("b1", 8), weight("w2", 8, 8, 3, 3), weight("b2", 8), weight("wf", 8, 6)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_missing_search_first_takes_the_residual_skips_out_of_8_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unreachable target: the first trial moves only the residual Add (its skip input loses its Q/DQ pair), every
+    Conv and the MatMul stay INT8; later group trials never pull the Add back into 8 bits."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    entry = OnnxFileEntry(_residual_cnn(tmp_path / "residual.onnx"))
+    session = CalibrationSession(entry.load(), entry=entry, data="zoo", progress=False)
+    assert session.placement(session.default_plan("int8")).residual_skips == {"residual_add": "r1"}
+    result = search_mixed_precision(session, target=1.01, budget=3, limit=64, build_costs=False)
+    first = result.reverts[0]
+    assert first.group == SKIP_GROUP and first.nodes == ("residual_add",) and first.format == "fp16"
+    trial = result.evaluated[1]
+    plan = result.plan_of(1)
+    assert plan.precision_of("residual_add") == "fp16"
+    assert {plan.precision_of(n) for n in ("conv1", "conv2", "fc")} == {"int8"}
+    assert trial.int8_math_nodes == trial.math_nodes == 3
+    quantized = session.quantize(session.ranges("mse"), plan)
+    assert "r1" not in quantized.placement.activations or quantized.placement.activations["r1"] != ["residual_add"]
+    assert "residual_add" not in quantized.placement.residual_skips
+    if first.kept:  # later trials leave the Add where the skip trial put it
+        assert result.plan.precision_of("residual_add") == "fp16"
