@@ -701,6 +701,26 @@ def _fp8_build_share(proto: Any, shapes: Any) -> dict[str, Any]:
     }
 
 
+# zoo models whose evaluation samples are generated from (seed, index), so a larger split only adds samples
+GENERATED_DATA = ("ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0")
+
+
+def _evaluation_sizes(text: str | None) -> dict[str, int]:
+    """``--evaluation-size ocr-cls=2000,...`` as {model: samples}; only models whose data are generated."""
+    sizes: dict[str, int] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, count = item.partition("=")
+        if name.strip() not in GENERATED_DATA or not count.strip().isdigit() or int(count) < 1:
+            raise SystemExit(
+                f"--evaluation-size {item!r}: expected MODEL=N with MODEL one of {', '.join(GENERATED_DATA)} "
+                "(their samples are generated per index) and N >= 1"
+            )
+        sizes[name.strip()] = int(count)
+    return sizes
+
+
 def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[Any, list[Any], Path, Path, Any]:
     """A zoo model's calibration feeds (also saved as .npz for ModelOpt's worker), its prepared ONNX file and a
     calibration session on those feeds: (entry, feeds, data folder, model path, session)."""
@@ -711,6 +731,9 @@ def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[
     from workbench.zoo import get_entry
 
     entry = get_entry(name)
+    sizes = _evaluation_sizes(getattr(args, "evaluation_size", None))
+    if name in sizes:  # more generated samples than the zoo's default split (the same first ones: seeded per index)
+        entry.split_sizes = {**entry.split_sizes, "evaluation": sizes[name]}  # type: ignore[misc]
     model = entry.load()
     feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
     data = workdir / f"{name}_data"
@@ -1441,6 +1464,12 @@ def main() -> int:
         default=None,
         help="--search-only: the target is met only at the low end of the plan's paired interval at this level "
         "(e.g. 0.95), as workbench calibrate --confidence",
+    )
+    parser.add_argument(
+        "--evaluation-size",
+        default=None,
+        help="--fp8-quality / --formats: MODEL=N[,MODEL=N] evaluates those models on N generated samples instead "
+        "of the zoo's split (ocr-cls=2000: a tie at 400 lines becomes a comparison); the first samples are the same",
     )
     parser.add_argument("--fp8-output", default=None, help="--fp8-quality: the JSON path (default: dated)")
     parser.add_argument(

@@ -238,6 +238,8 @@ README_INSTANCES = [
         "fp16",
         "--budget",
         "1",
+        "--confidence",
+        "0.95",
         "-o",
         "m.onnx",
     ],

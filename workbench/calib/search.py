@@ -2,7 +2,9 @@
 
 NNCF's accuracy-control loop, over groups that follow the engine's fusions (:mod:`.groups`):
 
-1. evaluate the all-INT8 plan on the task metric; stop if it meets the target;
+1. evaluate the all-INT8 plan on the task metric; stop if it meets the target (with ``confidence``: at the low end
+   of its interval paired with FP32); if not, first try every residual Add's skip input out of 8 bits (the math ops
+   stay 8-bit: TensorRT-RTX fuses the Add into the Conv's epilogue either way);
 2. rank the INT8 groups by the damage of the *current* plan attributed to them, summed over the group: by the
    per-layer diff (``ranking="diff"``, :meth:`~workbench.calib.session.CalibrationSession.score_int8_nodes`) or by
    leave-one-out output noise (``ranking="sensitivity"``, one ORT session per candidate, no task evaluation);
