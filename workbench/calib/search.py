@@ -907,6 +907,11 @@ def search_mixed_precision(
     chosen_index = confirmed_index if confirmed_index is not None else current_index
     evaluated[chosen_index] = replace(evaluated[chosen_index], chosen=True)
     final = evaluated[chosen_index]
+    if confidence is not None and math.isnan(bound_of(final)):
+        notes.append(
+            f"--confidence {confidence}: the metric gave no per-sample scores on the same samples as FP32's, so the "
+            "point estimate decided"
+        )
     final_metric = final.metric
     eight_bit_final = set(session.quantized_nodes(plan))
     by_type: dict[str, list[int]] = {}
