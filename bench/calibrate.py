@@ -712,13 +712,28 @@ def _evaluation_sizes(text: str | None) -> dict[str, int]:
         if not item.strip():
             continue
         name, _, count = item.partition("=")
-        if name.strip() not in GENERATED_DATA or not count.strip().isdigit() or int(count) < 1:
-            raise SystemExit(
-                f"--evaluation-size {item!r}: expected MODEL=N with MODEL one of {', '.join(GENERATED_DATA)} "
+        try:
+            samples = int(count.strip())
+        except ValueError:
+            samples = 0
+        if name.strip() not in GENERATED_DATA or samples < 1:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected MODEL=N with MODEL one of {', '.join(GENERATED_DATA)} "
                 "(their samples are generated per index) and N >= 1"
             )
-        sizes[name.strip()] = int(count)
+        sizes[name.strip()] = samples
     return sizes
+
+
+def _confidence_level(text: str) -> float:
+    """``--confidence``: a level in [0.5, 1), checked before any model is loaded."""
+    try:
+        level = float(text)
+    except ValueError:
+        level = float("nan")
+    if not 0.5 <= level < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a level in [0.5, 1), e.g. 0.95")
+    return level
 
 
 def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[Any, list[Any], Path, Path, Any]:
@@ -731,7 +746,7 @@ def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[
     from workbench.zoo import get_entry
 
     entry = get_entry(name)
-    sizes = _evaluation_sizes(getattr(args, "evaluation_size", None))
+    sizes = getattr(args, "evaluation_size", None) or {}
     if name in sizes:  # more generated samples than the zoo's default split (the same first ones: seeded per index)
         entry.split_sizes = {**entry.split_sizes, "evaluation": sizes[name]}  # type: ignore[misc]
     model = entry.load()
@@ -907,7 +922,7 @@ def search_table(document: dict[str, Any]) -> str:
     def bound(row: dict[str, Any]) -> str:  # the search's own criterion with --confidence (paired, normal)
         if not row.get("confidence") or row.get("metric_bound") is None:
             return ""
-        return f" (at {row['confidence']:.0%}: paired low end {row['metric_bound']:.4f})"
+        return f" (at {row['confidence']:.0%}: paired interval's worst end {row['metric_bound']:.4f})"
 
     lines = [
         "# The accuracy-target search over formats (bench/calibrate.py --formats ... --search-only)",
@@ -1460,13 +1475,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--confidence",
-        type=float,
+        type=_confidence_level,
         default=None,
         help="--search-only: the target is met only at the low end of the plan's paired interval at this level "
         "(e.g. 0.95), as workbench calibrate --confidence",
     )
     parser.add_argument(
         "--evaluation-size",
+        type=_evaluation_sizes,
         default=None,
         help="--fp8-quality / --formats: MODEL=N[,MODEL=N] evaluates those models on N generated samples instead "
         "of the zoo's split (ocr-cls=2000: a tie at 400 lines becomes a comparison); the first samples are the same",

@@ -226,7 +226,7 @@ def test_the_search_uses_fp8_where_an_outlier_ruins_int8() -> None:
     assert result.met and result.metric >= fp32 - 0.01
     counts = result.chosen.format_counts
     assert counts.get("fp8", 0) >= 1 and "fp16" not in counts and "fp32" not in counts
-    first = result.reverts[0]  # the first trial: each node in its better 8-bit format by the per-layer diff
+    first = result.reverts[0]  # the first trial (no residual skips here): each node in its better 8-bit format
     assert first.group == "8-bit mix (per-layer diff)" and first.kept and first.metric_after >= fp32 - 0.01
 
 

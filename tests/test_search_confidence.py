@@ -132,3 +132,51 @@ def test_a_missing_search_first_takes_the_residual_skips_out_of_8_bits(
     assert "residual_add" not in quantized.placement.residual_skips
     if first.kept:  # later trials leave the Add where the skip trial put it
         assert result.plan.precision_of("residual_add") == "fp16"
+
+
+def test_screening_with_confidence_keeps_every_record_consistent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Screened trials, whole-set confirmations at 95 % confidence (a residual CNN on seeded random inputs, scored by
+    agreement with FP32): every whole-set record's ``meets_target`` is the point estimate AND the interval's end
+    against the target, a record whose point estimate meets it but whose interval does not ends no search, and the
+    result agrees with its chosen record."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    entry = OnnxFileEntry(_residual_cnn(tmp_path / "residual.onnx"))
+    session = CalibrationSession(entry.load(), entry=entry, data="zoo", progress=False)
+    fp32 = session.evaluate(limit=128)
+    kwargs = {"limit": 128, "screen": 32, "build_costs": False, "budget": 4}
+    for target in (0.8, 0.92):
+        result = search_mixed_precision(session, target=target, confidence=0.95, **kwargs)
+        for record in result.evaluated:
+            assert isinstance(record.meets_target, bool)
+            if record.n_samples == 128:
+                bound = paired_bound(record.scores, fp32.scores, fp32.value, 0.95, higher=True)
+                assert record.meets_target == (record.metric >= target - 1e-9 and bound >= target - 1e-9)
+        assert result.chosen.n_samples == 128 and result.met == result.chosen.meets_target
+        assert result.metric_bound == pytest.approx(
+            paired_bound(result.chosen.scores, fp32.scores, fp32.value, 0.95, higher=True)
+        )
+        if result.metric >= target and not result.met:  # the interval held it back: the search did not stop there
+            assert not result.stop_reason.startswith("target met")
+
+
+def test_kept_8bit_convs_and_the_skip_trial_keep_plan_and_fallback_nodes_in_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``keep_8bit`` the widest plan is scored after the skip trial: whichever plan the search ends on, its
+    overrides are exactly its fallback nodes at the fallback precision, and ``plan_of`` rebuilds it."""
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    entry = OnnxFileEntry(_residual_cnn(tmp_path / "residual.onnx"))
+    session = CalibrationSession(entry.load(), entry=entry, data="zoo", progress=False)
+    result = search_mixed_precision(session, target=1.01, budget=4, limit=64, build_costs=False, keep_8bit=("Conv",))
+    assert result.reverts[0].group == SKIP_GROUP
+    assert dict(result.plan.overrides) == dict.fromkeys(result.fallback_nodes, result.fallback)
+    assert result.plan_of(result.chosen.index).overrides == result.plan.overrides
+    assert {result.plan.precision_of(n) for n in ("conv1", "conv2")} == {"int8"}

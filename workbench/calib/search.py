@@ -52,7 +52,7 @@ DEFAULT_BUDGET = 30
 # the CLI's screening samples: at 0.95 agreement 256 samples give a paired comparison of two plans that decides
 # a 2-point difference, and a 1,000-sample set costs 4x as much per trial
 DEFAULT_SCREEN = 256
-MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats
+MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats (after SKIP_GROUP's)
 # the first trial of a search that misses: every residual Add's skip input out of 8 bits, every math op kept in 8
 SKIP_GROUP = "residual skips (math ops stay 8-bit)"
 NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two quantizations of one plan
@@ -275,7 +275,7 @@ def paired_bound(
     difference = plan - reference
     half = NormalDist().inv_cdf(0.5 + confidence / 2) * difference.std(ddof=1) / math.sqrt(plan.size)
     mean = fp32_metric + float(difference.mean())
-    return mean - half if higher else mean + half
+    return float(mean - half if higher else mean + half)
 
 
 def _relative_output_noise(session: Any, protos: Sequence[Any], samples: int = NOISE_SAMPLES) -> list[float]:
@@ -306,7 +306,7 @@ def _choose_alignment(
     plain = session.quantize(ranges, plan)
     noise_plain, noise_aligned = _relative_output_noise(session, (plain, aligned))
     noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
-    if min(noise_plain, noise_aligned) <= CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
+    if min(noise_plain, noise_aligned) < CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
         session.align_grids = noise_aligned < noise_plain
         return (
             f"grid alignment {'on' if session.align_grids else 'off'}: {noise}, a clear difference "
@@ -610,6 +610,10 @@ def search_mixed_precision(
                 cost, _ = build_plan_engine(model, name=f"plan{len(evaluated)}", shapes=shapes)
             except WorkbenchError as error:  # the metric stands; the plan's engine structure is unknown
                 notes.append(f"plan {len(evaluated)}: engine build failed ({error.problem[:200]})")
+        within_confidence = True  # a whole-set record (or an unscreened one) meets the target at its interval's end too
+        if confidence is not None and (whole or screening is None):
+            bound = paired_bound(getattr(measured, "scores", ()) or (), fp32_result.scores, fp32, confidence, higher)
+            within_confidence = bool(math.isnan(bound) or meets(bound))
         placed = session.placement(plan)
         int8 = [n for n in placed.int8_nodes if n in math_ops]
         fp8 = [n for n in placed.fp8_nodes if n in math_ops]
@@ -623,7 +627,7 @@ def search_mixed_precision(
                 index=len(evaluated),
                 fallback_nodes=fallen,
                 metric=value,
-                meets_target=meets(value, on_screen=not whole and screening is not None),
+                meets_target=meets(value, on_screen=not whole and screening is not None) and within_confidence,
                 int8_math_nodes=len(int8),
                 math_nodes=len(math_ops),
                 int8_share=len(int8) / max(len(math_ops), 1),
@@ -685,9 +689,8 @@ def search_mixed_precision(
         if screening is None:
             met = meets_confidently(evaluated[current_index])
             if not met and meets(current):
-                say(
-                    f"{current:.4f} meets the target, its {confidence:.0%} interval's end {bound_of(evaluated[current_index]):.4f} does not"
-                )
+                bound = bound_of(evaluated[current_index])
+                say(f"{current:.4f} meets the target, its {confidence:.0%} interval's end {bound:.4f} does not")
             return met
         with timed("whole-set confirmations"):
             whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
@@ -701,8 +704,9 @@ def search_mixed_precision(
             f"{target:.4f} {'met' if met else 'NOT met'} [{evaluations}/{budget} evaluations, "
             f"{time.perf_counter() - start:.0f} s]"
         )
-        if not met:  # the screen must now clear the target by the gap it showed (passes_screen adds the half-width)
-            raise_by = max(raise_by, abs(current - whole) + 1e-9)
+        flattered = current - whole if higher else whole - current
+        if not met and flattered > 0:  # the screen must now clear the target by the gap it showed (passes_screen
+            raise_by = max(raise_by, flattered + 1e-9)  # adds the half-width; a screen that undersold adds nothing)
         return met
 
     def upper_bound(record: EvaluatedPlan) -> float:
@@ -725,7 +729,7 @@ def search_mixed_precision(
         if not overrides:
             return ""
         widest = plan.with_overrides(overrides)
-        widest_fallen = tuple(overrides)
+        widest_fallen = fallen + tuple(n for n in overrides if n not in fallen)  # the skip trial's Adds stay listed
         widest_model = session.quantize(ranges, widest)
         with timed("trials"):
             value = record(widest, widest_model, widest_fallen, None, stop_early=False)
@@ -763,7 +767,11 @@ def search_mixed_precision(
 
     if passes_screen() and confirm():
         stop = f"target met by {start_label}"
-    skips = [n for n in placement.residual_skips if plan.precision_of(n) in ("int8", "fp8")]
+    skips = [
+        n
+        for n in placement.residual_skips
+        if plan.precision_of(n) in ("int8", "fp8") and ops.get(n) not in eight_bit_only
+    ]
     wide_rung = ladder[-1] in ("fp16", "fp32")  # a ladder of 8-bit formats only keeps the skips in 8 bits too
     if not stop and skips and wide_rung and evaluations < budget:  # the skips out of 8 bits, every math op kept
         trial = plan.with_overrides(dict.fromkeys(skips, cast(Precision, fallback)))
@@ -802,7 +810,7 @@ def search_mixed_precision(
     mix = eight_bit_mix() if not stop and default_start and len(eight_bit) == 2 and evaluations < budget else {}
     # nodes already out of 8 bits (the residual skips) stay there
     mix = {n: f for n, f in mix.items() if plan.precision_of(n) not in ("fp16", "fp32")}
-    if mix:  # the first trial: every node in its better 8-bit format by the per-layer diff
+    if mix:  # the next trial (after the residual skips'): every node in its better 8-bit format by the per-layer diff
         trial = plan.with_overrides(mix)
         with timed("trials"):
             value = record(trial, session.quantize(ranges, trial), fallen + tuple(mix), None)
