@@ -765,6 +765,44 @@ def search_mixed_precision(
             f"{scored.metric:.4f} on {scored.n_samples} samples, its 99 % interval short of {target:.4f}"
         )
 
+    def one_trial(group: str, overrides: dict[str, Precision], what: str) -> str:
+        """One trial outside the group ranking (the residual skips, the 8-bit mix): the current plan with
+        ``overrides``, kept when it scores better; returns "target met" when it is kept and confirmed."""
+        nonlocal plan, fallen, current, current_index, confirmed_index, cached_plan
+        fmt = next(iter(overrides.values()))
+        trial = plan.with_overrides(overrides)
+        trial_fallen = fallen + tuple(n for n in overrides if n not in fallen)
+        with timed("trials"):
+            value = record(trial, session.quantize(ranges, trial), trial_fallen, None)
+        kept = better(value, current) and not evaluated[-1].stopped_early
+        reverts.append(
+            Revert(
+                step=len(reverts) + 1,
+                group=group,
+                nodes=tuple(overrides),
+                score=0.0,
+                metric_before=current,
+                metric_after=value,
+                kept=kept,
+                evaluations_used=evaluations,
+                seconds=time.perf_counter() - start,
+                format=fmt,
+            )
+        )
+        say(
+            f"{group}, {len(overrides)} {what} to {fmt}: {current:.4f} -> {value:.4f} "
+            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
+            f"{time.perf_counter() - start:.0f} s]"
+        )
+        if not kept:
+            return ""
+        plan, fallen, current, current_index = trial, trial_fallen, value, len(evaluated) - 1
+        confirmed_index = None
+        if cache is not None:  # later plans start from this one's activations
+            cache.adopt()
+            cached_plan = trial
+        return "target met" if passes_screen() and confirm() else ""
+
     if passes_screen() and confirm():
         stop = f"target met by {start_label}"
     skips = [
@@ -774,74 +812,14 @@ def search_mixed_precision(
     ]
     wide_rung = ladder[-1] in ("fp16", "fp32")  # a ladder of 8-bit formats only keeps the skips in 8 bits too
     if not stop and skips and wide_rung and evaluations < budget:  # the skips out of 8 bits, every math op kept
-        trial = plan.with_overrides(dict.fromkeys(skips, cast(Precision, fallback)))
-        with timed("trials"):
-            value = record(trial, session.quantize(ranges, trial), fallen + tuple(skips), None)
-        kept = better(value, current) and not evaluated[-1].stopped_early
-        reverts.append(
-            Revert(
-                step=len(reverts) + 1,
-                group=SKIP_GROUP,
-                nodes=tuple(skips),
-                score=0.0,
-                metric_before=current,
-                metric_after=value,
-                kept=kept,
-                evaluations_used=evaluations,
-                seconds=time.perf_counter() - start,
-                format=fallback,
-            )
-        )
-        say(
-            f"{SKIP_GROUP}, {len(skips)} Add(s) to {fallback}: {current:.4f} -> {value:.4f} "
-            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
-            f"{time.perf_counter() - start:.0f} s]"
-        )
-        if kept:
-            plan, fallen, current, current_index = trial, fallen + tuple(skips), value, len(evaluated) - 1
-            confirmed_index = None
-            if cache is not None:
-                cache.adopt()
-                cached_plan = trial
-            if passes_screen() and confirm():
-                stop = "target met"
+        stop = one_trial(SKIP_GROUP, dict.fromkeys(skips, cast(Precision, fallback)), "Add(s)")
     # a caller's own start plan is kept as given; the default start (the CLI passes it explicitly) gets the mix
     default_start = base_plan is None or base_plan.to_json() == session.default_plan(ladder[0]).to_json()
     mix = eight_bit_mix() if not stop and default_start and len(eight_bit) == 2 and evaluations < budget else {}
     # nodes already out of 8 bits (the residual skips) stay there
     mix = {n: f for n, f in mix.items() if plan.precision_of(n) not in ("fp16", "fp32")}
     if mix:  # the next trial (after the residual skips'): every node in its better 8-bit format by the per-layer diff
-        trial = plan.with_overrides(mix)
-        with timed("trials"):
-            value = record(trial, session.quantize(ranges, trial), fallen + tuple(mix), None)
-        kept = better(value, current) and not evaluated[-1].stopped_early
-        reverts.append(
-            Revert(
-                step=len(reverts) + 1,
-                group=MIX_GROUP,
-                nodes=tuple(mix),
-                score=0.0,
-                metric_before=current,
-                metric_after=value,
-                kept=kept,
-                evaluations_used=evaluations,
-                seconds=time.perf_counter() - start,
-                format=eight_bit[1],
-            )
-        )
-        say(
-            f"{MIX_GROUP}, {len(mix)} node(s) to {eight_bit[1]}: {current:.4f} -> {value:.4f} "
-            f"{'kept' if kept else 'stepped back'} [{evaluations}/{budget} evaluations, "
-            f"{time.perf_counter() - start:.0f} s]"
-        )
-        if kept:
-            plan, fallen, current, current_index = trial, fallen + tuple(mix), value, len(evaluated) - 1
-            confirmed_index = None
-            if cache is not None:
-                cache.adopt()
-                cached_plan = trial
-            if passes_screen() and confirm():
-                stop = "target met"
+        stop = one_trial(MIX_GROUP, mix, "node(s)")
     if not stop and keep_8bit and reach_check and evaluations < budget:
         stop = reachable()
     while not stop:
