@@ -71,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="on: put INT8 inputs made from 8-bit pixels on their own grid (quantized exactly) and shift non-negative "
         "activations (Relu/Clip outputs read by Convs) by half their range, which halves their INT8 step; exact in "
         "float, folded into the Convs' weights and biases, same engine layers. Measured 2026-12-05: EfficientNet-Lite0 "
-        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.953; auto (with --target-drop): the search scores its start plan "
-        "with and without and keeps the better",
+        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.953; auto (with --target-drop): the search quantizes its start "
+        "plan with and without and keeps the one with less output noise against FP32 when the difference is clear "
+        "(under 80 %%), else the one its task metric prefers",
     )
     calibrate.add_argument(
         "--percentile",
