@@ -701,27 +701,21 @@ def _fp8_build_share(proto: Any, shapes: Any) -> dict[str, Any]:
     }
 
 
-# zoo models whose evaluation samples are generated from (seed, index), so a larger split only adds samples
-GENERATED_DATA = ("ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0")
-
-
 def _evaluation_sizes(text: str | None) -> dict[str, int]:
-    """``--evaluation-size ocr-cls=2000,...`` as {model: samples}; only models whose data are generated."""
+    """``--evaluation-size ocr-cls=2000,...`` as {model: samples} (each checked by ZooEntry.with_evaluation_size)."""
+    from workbench.errors import WorkbenchError
+    from workbench.zoo import get_entry
+
     sizes: dict[str, int] = {}
     for item in (text or "").split(","):
         if not item.strip():
             continue
         name, _, count = item.partition("=")
         try:
-            samples = int(count.strip())
-        except ValueError:
-            samples = 0
-        if name.strip() not in GENERATED_DATA or samples < 1:
-            raise argparse.ArgumentTypeError(
-                f"{item!r}: expected MODEL=N with MODEL one of {', '.join(GENERATED_DATA)} "
-                "(their samples are generated per index) and N >= 1"
-            )
-        sizes[name.strip()] = samples
+            get_entry(name.strip()).with_evaluation_size(int(count.strip()))
+        except (ValueError, WorkbenchError) as error:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=N ({error})") from error
+        sizes[name.strip()] = int(count.strip())
     return sizes
 
 
@@ -748,7 +742,7 @@ def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[
     entry = get_entry(name)
     sizes = getattr(args, "evaluation_size", None) or {}
     if name in sizes:  # more generated samples than the zoo's default split (the same first ones: seeded per index)
-        entry.split_sizes = {**entry.split_sizes, "evaluation": sizes[name]}  # type: ignore[misc]
+        entry = entry.with_evaluation_size(sizes[name])
     model = entry.load()
     feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
     data = workdir / f"{name}_data"

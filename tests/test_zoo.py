@@ -373,3 +373,24 @@ def test_calibration_images_round_trip_through_preprocessing(name: str, tmp_path
 def test_text_model_has_no_image_form(tmp_path: Path) -> None:
     with pytest.raises(WorkbenchError, match="takes no images"):
         _entry("minilm").write_calibration_images(tmp_path)
+
+
+def test_a_generated_evaluation_split_grows_and_keeps_its_first_samples() -> None:
+    """ocr-cls renders its lines from (seed, index): 480 samples hold the zoo's 400 first, unchanged; the shared entry
+    keeps its split; a fixed data set (digits-cnn) and a bad count are refused with what was expected."""
+    from workbench.zoo import get_entry
+
+    shared = get_entry("ocr-cls")
+    larger = shared.with_evaluation_size(480)
+    assert larger is not shared and larger.split_size("evaluation") == 480
+    assert shared.split_size("evaluation") == 400
+    (first, labels), *_ = larger.evaluation_batches(limit=8)
+    (zoo_first, zoo_labels), *_ = shared.evaluation_batches(limit=8)
+    for name in first:
+        np.testing.assert_array_equal(first[name], zoo_first[name])
+    assert list(labels) == list(zoo_labels)
+    assert sum(len(next(iter(feed.values()))) for feed, _ in larger.evaluation_batches()) == 480
+    with pytest.raises(WorkbenchError, match="cannot grow"):
+        get_entry("digits-cnn").with_evaluation_size(900)
+    with pytest.raises(WorkbenchError, match="sample count"):
+        shared.with_evaluation_size(0)

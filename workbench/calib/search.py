@@ -260,21 +260,32 @@ def _choose_weight_rounding(
     )
 
 
-def paired_bound(
-    scores: Sequence[float], fp32_scores: Sequence[float], fp32_metric: float, confidence: float, higher: bool
+def paired_half_width(
+    scores: Sequence[float], fp32_scores: Sequence[float], confidence: float, samples: int | None = None
 ) -> float:
-    """The worst end of a plan's metric at ``confidence`` (two-sided, normal approximation): FP32's metric plus the
-    mean per-sample difference to FP32, less (plus, for lower-is-better) its half-width. Paired, so samples both
-    get wrong cost nothing; nan when the per-sample scores are missing or not on the same samples."""
+    """Half the two-sided ``confidence`` interval (normal approximation) of the mean per-sample difference between a
+    plan's scores and FP32's on the same samples, for ``samples`` of them (default: as many as were scored; a
+    screen's spread projected onto the whole set); nan when the scores are missing or not on the same samples."""
     from statistics import NormalDist
 
     plan = np.asarray(scores, dtype=np.float64)
     reference = np.asarray(fp32_scores[: plan.size], dtype=np.float64)
     if plan.size < 2 or reference.size != plan.size:
         return math.nan
-    difference = plan - reference
-    half = NormalDist().inv_cdf(0.5 + confidence / 2) * difference.std(ddof=1) / math.sqrt(plan.size)
-    mean = fp32_metric + float(difference.mean())
+    spread = float((plan - reference).std(ddof=1))
+    return NormalDist().inv_cdf(0.5 + confidence / 2) * spread / math.sqrt(samples or plan.size)
+
+
+def paired_bound(
+    scores: Sequence[float], fp32_scores: Sequence[float], fp32_metric: float, confidence: float, higher: bool
+) -> float:
+    """The worst end of a plan's metric at ``confidence``: FP32's metric plus the mean per-sample difference to FP32,
+    less (plus, for lower-is-better) :func:`paired_half_width`. Paired, so samples both get wrong cost nothing; nan
+    when the per-sample scores are missing or not on the same samples."""
+    half = paired_half_width(scores, fp32_scores, confidence)
+    if math.isnan(half):
+        return math.nan
+    mean = fp32_metric + float(np.mean(np.asarray(scores, dtype=np.float64) - np.asarray(fp32_scores[: len(scores)])))
     return float(mean - half if higher else mean + half)
 
 
@@ -673,14 +684,9 @@ def search_mixed_precision(
         count), so a whole-set confirmation whose interval could not clear the target is not spent."""
         if confidence is None or screening is None:
             return meets(current, on_screen=True)
-        scores = np.asarray(evaluated[current_index].scores, dtype=np.float64)
-        reference = np.asarray(fp32_result.scores[: scores.size], dtype=np.float64)
-        if scores.size < 2 or reference.size != scores.size:
+        half = paired_half_width(evaluated[current_index].scores, fp32_result.scores, confidence, total_samples)
+        if math.isnan(half):
             return meets(current, on_screen=True)
-        from statistics import NormalDist
-
-        half = NormalDist().inv_cdf(0.5 + confidence / 2) * float((scores - reference).std(ddof=1))
-        half /= math.sqrt(total_samples)
         return meets(current - half if higher else current + half, on_screen=True)
 
     def confirm() -> bool:

@@ -176,6 +176,8 @@ class ZooEntry(ABC):
     max_batch: ClassVar[int | None] = None
     # metrics of a model (by its bytes) may be kept in the cache folder (:meth:`stored_metric`): the data are seeded
     metric_cache: ClassVar[bool] = True
+    # every sample is made from (split seed, index): the evaluation split can grow (:meth:`with_evaluation_size`)
+    generated_data: ClassVar[bool] = False
 
     # ----------------------------------------------------------------------------------------- model
     @property
@@ -251,6 +253,21 @@ class ZooEntry(ABC):
         return {name: (tuple(lo), tuple(opt), tuple(hi)) for name, (lo, opt, hi) in self.profiles.items()}
 
     # ------------------------------------------------------------------------------------------ data
+    def with_evaluation_size(self, samples: int) -> ZooEntry:
+        """A fresh entry of this model scored on ``samples`` evaluation samples (the first ones are the zoo's own, as
+        samples are made per index): a comparison that ties on the default split can then tell variants apart."""
+        if not self.generated_data:
+            raise WorkbenchError(
+                f"{self.name}'s evaluation set is fixed ({self.split_sizes['evaluation']} samples); it cannot grow.",
+                expected="a zoo model whose samples are generated per index (ocr-cls, ocr-rec, ocr-det, "
+                "efficientnet-lite0)",
+            )
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise WorkbenchError(f"evaluation size {samples!r} is not a sample count.", expected="an integer >= 1")
+        entry = type(self)()  # not the shared instance: its cached crops and metrics belong to the default split
+        entry.split_sizes = {**self.split_sizes, "evaluation": samples}  # type: ignore[misc]
+        return entry
+
     def split_size(self, split: str) -> int:
         _check_split(split)
         return self.split_sizes[split]

@@ -243,6 +243,7 @@ class _OcrEntry(ZooEntry):
     source_file: str
     source = "rapidocr-onnxruntime 1.4.4 (PaddleOCR PP-OCR models)"
     license = "Apache-2.0 (models), Bitstream Vera / DejaVu font license (rendered data)"
+    generated_data = True  # lines and pages rendered from (seed, index)
 
     def _materialize(self, target: Path) -> JsonObject:
         shutil.copyfile(rapidocr_model(self.source_file), target)
