@@ -958,6 +958,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
     entry, feeds, data, model_path, session = _formats_setup(name, args, workdir)
     limit = args.eval_limit
     our_fp8_scores: list[float] = []
+    nearest_scores: dict[str, list[float]] = {}  # per plan label: per-sample scores with nearest rounding
     fp32 = session.evaluate(limit=limit)
     report: dict[str, Any] = {
         "model": name,
@@ -987,6 +988,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
             "kept_out": {k: v for k, v in plan.overrides.items() if v not in ("int8", "fp8")},
         }
         print(f"[{name}] ours {label}: {result.value:.4f}", flush=True)
+        nearest_scores[label] = list(result.scores)
         if label == "fp8":
             our_fp8_scores = list(result.scores)
             try:
@@ -1012,10 +1014,15 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
                 "n": int(result.n_samples),
                 "seconds": time.perf_counter() - start,
                 "notes": list(quantized.notes),
+                "scores": list(result.scores),
             }
             if label == "fp8":
                 gptq_fp8_scores = list(result.scores)
             print(f"[{name}] ours {label} gptq: {result.value:.4f} ({quantized.notes[:1]})", flush=True)
+            ours[f"{label}_auto"] = _auto_rounding(
+                nearest_scores[label], list(result.scores), entry, (ours[label]["metric"], float(result.value))
+            )
+            print(f"[{name}] ours {label} auto (the CLI's default): {ours[f'{label}_auto']}", flush=True)
     report["ours"] = ours
     peers: dict[str, Any] = {}
     if args.modelopt_reason:
@@ -1026,8 +1033,31 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
             report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, scores)
             if gptq_fp8_scores:
                 report["fp8_gptq_vs_modelopt"] = paired_difference(gptq_fp8_scores, scores)
+                auto = gptq_fp8_scores if ours["fp8_auto"]["choice"] == "gptq" else our_fp8_scores
+                report["fp8_auto_vs_modelopt"] = paired_difference(auto, scores)
+        if mode == "int8" and scores and "int8_mse_auto" in ours:
+            auto = ours["int8_mse_gptq"]["scores"] if ours["int8_mse_auto"]["choice"] == "gptq" else None
+            report["int8_auto_vs_modelopt"] = paired_difference(auto or nearest_scores["int8_mse"], scores)
     report["modelopt"] = peers
     return report
+
+
+def _auto_rounding(nearest: list[float], gptq: list[float], entry: Any, metrics: tuple[float, float]) -> dict[str, Any]:
+    """What ``calibrate --weight-rounding auto`` (the CLI's default for zoo models) keeps: the rounding whose task
+    scores are better on the first :data:`DEFAULT_SCREEN` evaluation samples (``rounding.gptq_gains``, the CLI's own
+    rule), and that rounding's metric on all of them (``metrics``: nearest's and GPTQ's; the first samples are
+    scored too: a choice between two)."""
+    from workbench.calib.rounding import gptq_gains
+    from workbench.calib.search import DEFAULT_SCREEN
+
+    screen = min(DEFAULT_SCREEN, len(nearest))
+    better = gptq_gains(nearest[:screen], gptq[:screen], higher_is_better=bool(entry.higher_is_better))
+    return {
+        "choice": "gptq" if better else "nearest",
+        "chosen_on_samples": screen,
+        "metric": metrics[1] if better else metrics[0],
+        "n": len(nearest),
+    }
 
 
 def _modelopt_run(
@@ -1285,6 +1315,28 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
                 else ""
             )
         )
+    if any("fp8_auto" in r["ours"] for r in reports):
+        lines += [
+            "",
+            "## With `calibrate`'s default rule for zoo models (`--weight-rounding auto`): nearest or GPTQ, whichever "
+            "scores better on the first 256 evaluation samples (`rounding.gptq_gains`), on this bench's calibration "
+            "samples",
+            "",
+            "| model | n | FP32 | ours FP8 (rounding) | ModelOpt FP8 | ours - ModelOpt FP8 (paired 95 %) | "
+            "ours INT8 (rounding) | ModelOpt INT8 | ours - ModelOpt INT8 (paired 95 %) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in reports:
+            ours, peers = r["ours"], r["modelopt"]
+            if "fp8_auto" not in ours:
+                continue
+            fp8, int8 = ours["fp8_auto"], ours["int8_mse_auto"]
+            lines.append(
+                f"| {r['model']} | {r['evaluation_samples']} | {r['fp32']:.4f} | {cell(fp8)} ({fp8['choice']}) | "
+                f"{cell(peers.get('fp8', peers.get('skipped')))} | {_paired_cell(r.get('fp8_auto_vs_modelopt', {}))} | "
+                f"{cell(int8)} ({int8['choice']}) | {cell(peers.get('int8'))} | "
+                f"{_paired_cell(r.get('int8_auto_vs_modelopt', {}))} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -247,3 +247,87 @@ def test_gptq_on_one_calibration_batch_says_it_rounded_to_nearest() -> None:
     quantized = session.quantize(session.ranges("mse"))
     assert not quantized.weight_rounding
     assert any("no layer could take it" in note for note in quantized.notes), quantized.notes
+
+
+def test_gptq_gains_needs_a_paired_gain_and_keeps_nearest_on_a_tie() -> None:
+    from workbench.calib.rounding import gptq_gains
+
+    nearest, better = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]
+    assert gptq_gains(nearest, better, higher_is_better=True)
+    assert not gptq_gains(better, nearest, higher_is_better=True)
+    assert not gptq_gains(nearest, nearest, higher_is_better=True)  # a tie: nearest (no extra pass, no fitting)
+    assert gptq_gains([0.5, 0.4], [0.3, 0.4], higher_is_better=False)  # an error metric: lower is the gain
+    assert not gptq_gains(nearest, better[:3], higher_is_better=True)  # not the same samples: no evidence
+    assert not gptq_gains([], [], higher_is_better=True)
+
+
+def test_auto_rounding_on_one_calibration_batch_scores_nothing() -> None:
+    from workbench.calib.rounding import choose_weight_rounding
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=8, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 64)
+    assert choice.choice == "nearest" == session.weight_rounding
+    assert choice.evaluations == 0 and not choice.metrics and "fewer than two calibration batches" in choice.note
+
+
+def test_calibrate_on_a_zoo_model_keeps_the_rounding_that_scores_better(tmp_path) -> None:
+    """`calibrate MODEL` (no --weight-rounding) on a zoo model scores nearest and GPTQ on the first samples and
+    writes the better one; the printed scores are the session's own on those samples, and the weights written are
+    the chosen rounding's."""
+    import re
+
+    import onnx
+
+    from tests.cli_runner import run_cli_forked
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    output = tmp_path / "auto.onnx"
+    argv = ["calibrate", "digits-cnn", "--format", "fp8", "--max-batches", "4", "--eval-limit", "96"]
+    run = run_cli_forked([*argv, "-o", str(output), "--no-progress"], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "weight rounding auto: scoring nearest and GPTQ rounding on up to 96 evaluation samples" in run.stdout
+    found = re.findall(
+        r"weights rounded by (\S+): the plan scores (\S+) rounded to nearest and (\S+) with GPTQ", run.stdout
+    )
+    assert found, run.stdout
+    chosen, nearest, gptq = found[0][0], float(found[0][1]), float(found[0][2])
+    assert chosen == ("GPTQ" if gptq > nearest else "nearest")  # top-1 is a mean: its paired gain is the difference
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=32, batch_size=8))
+    for rounding, printed in (("nearest", nearest), ("gptq", gptq)):
+        session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False, weight_rounding=rounding)
+        plan = session.default_plan("fp8")
+        assert session.evaluate(session.quantize(session.ranges("mse"), plan), limit=96).value == pytest.approx(
+            printed, abs=5e-5
+        )
+    written = {i.name for i in onnx.load(str(output)).graph.initializer}
+    assert any(name.endswith("_gptq") for name in written) == (chosen == "GPTQ")
+
+
+def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_choice(tmp_path) -> None:
+    """The quickstart's calibrate stage applies `calibrate`'s default rule (the better of nearest and GPTQ on the
+    first samples): the INT8-all model written carries the chosen rounding, the stage's summary says what was
+    measured, and the search quantizes with the same rounding."""
+    import onnx
+
+    from workbench.flow import QuickstartConfig, QuickstartSession
+
+    config = QuickstartConfig(
+        model="digits-cnn", out_dir=str(tmp_path), search_budget=1, calibration_samples=32, evaluation_samples=64
+    )
+    run = QuickstartSession(config).run_stages(["calibrate", "search"])
+    calibration = run.calibration
+    assert calibration is not None and calibration.weight_rounding in ("nearest", "gptq")
+    assert calibration.weight_rounding_note.startswith(
+        f"weights rounded by {'GPTQ' if calibration.weight_rounding == 'gptq' else 'nearest'}"
+    )
+    assert "on the first 64 evaluation samples" in calibration.weight_rounding_note
+    assert calibration.weight_rounding_note in run.stage("calibrate").summary
+    written = {i.name for i in onnx.load(str(calibration.onnx_path)).graph.initializer}
+    assert any(name.endswith("_gptq") for name in written) == (calibration.weight_rounding == "gptq")
+    assert run.mixed_search is not None and run.mixed_search.result.weight_rounding == calibration.weight_rounding

@@ -237,29 +237,6 @@ def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
 
 
-def _choose_weight_rounding(
-    session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
-) -> tuple[np.ndarray, str]:
-    """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` samples, leave the better one
-    on the session and say what was measured (GPTQ helps some models and hurts others: EfficientNet-Lite0 all-INT8
-    0.907 -> 0.946, ocr-rec 0.983 -> 0.890, measured 2026-12-05)."""
-    scores: dict[str, np.ndarray] = {}
-    values: dict[str, float] = {}
-    for choice in ("nearest", "gptq"):
-        session.weight_rounding = choice
-        result = session.evaluate(session.quantize(ranges, plan), limit=limit)
-        scores[choice] = np.asarray(result.scores, dtype=np.float64)
-        values[choice] = float(result.value)
-    higher = bool(session.entry.higher_is_better)
-    gain = (scores["gptq"] - scores["nearest"]) * (1.0 if higher else -1.0)
-    session.weight_rounding = "gptq" if gain.size and gain.mean() > 0 else "nearest"
-    return scores[session.weight_rounding], (
-        f"weights rounded by {'GPTQ' if session.weight_rounding == 'gptq' else 'nearest'}: the start plan scores "
-        f"{values['nearest']:.4f} rounded to nearest and {values['gptq']:.4f} with GPTQ on {gain.size} samples "
-        "(2 evaluations outside the budget)"
-    )
-
-
 def paired_half_width(
     scores: Sequence[float], fp32_scores: Sequence[float], confidence: float, samples: int | None = None
 ) -> float:
@@ -538,9 +515,12 @@ def search_mixed_precision(
 
         session.weight_rounding = check_weight_rounding(weight_rounding)
     elif weight_rounding == "auto":
+        from workbench.calib.rounding import choose_weight_rounding
+
         with timed("weight rounding: nearest vs GPTQ"):
-            start_scores, note = _choose_weight_rounding(session, ranges, base, trial_limit)
-            notes.append(note)
+            rounding = choose_weight_rounding(session, ranges, base, trial_limit)
+            notes.append(rounding.note)
+            start_scores = np.asarray(rounding.scores, dtype=np.float64) if rounding.scores else None
     if align_grids == "auto":
         with timed("grid alignment: with vs without"):
             notes.append(_choose_alignment(session, ranges, base, trial_limit, start_scores))

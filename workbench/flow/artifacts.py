@@ -15,6 +15,7 @@ from typing import TypeVar
 from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
+from workbench.calib.rounding import WeightRounding
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanResult
 from workbench.engine import EngineArtifact, FusionStats
@@ -103,6 +104,10 @@ class Calibration(Artifact):
     cache_path: Path
     onnx_path: Path
     qdq_pairs: int
+    weight_rounding: WeightRounding = (
+        "nearest"  # nearest or gptq: the better task metric of the two (calibrate's default rule)
+    )
+    weight_rounding_note: str = ""  # what was measured to choose it
     quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from workbench._io import write_bytes_atomic, write_json_atomic
-from workbench.calib.search import search_mixed_precision
+from workbench.calib.rounding import choose_weight_rounding
+from workbench.calib.search import DEFAULT_SCREEN, search_mixed_precision
 from workbench.calib.session import Float16Model
 from workbench.clean import CleanOptions, clean_model
 from workbench.engine import EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -179,6 +180,11 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
+    # `calibrate`'s default for a model with a task metric: nearest or GPTQ weights, whichever scores better; every
+    # later stage (search, FP8, export) quantizes with the rounding left on the shared session
+    rounding = choose_weight_rounding(
+        session, ranges, session.default_plan(), min(DEFAULT_SCREEN, cfg.evaluation_samples)
+    )
     cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
     ranges.save(cache)
     quantized = session.quantize(ranges)
@@ -191,6 +197,8 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         cache_path=cache,
         onnx_path=onnx_path,
         qdq_pairs=quantized.counts().get("QuantizeLinear", 0),
+        weight_rounding=rounding.choice,
+        weight_rounding_note=rounding.note,
         quantized=quantized,
     )
 
@@ -198,7 +206,7 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
 def summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
     text = (
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
-        f"{calibration.qdq_pairs} Q/DQ pairs inserted"
+        f"{calibration.qdq_pairs} Q/DQ pairs inserted; {calibration.weight_rounding_note}"
     )
     notes = calibration.ranges.range_notes
     if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
@@ -225,7 +233,13 @@ def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
         raise StageOff("FP8 was not asked for (precision fp8 builds it; it runs on GPUs of compute capability 8.9+)")
     calibration = require(run.calibration, "calibrate")
     session = ws.calibration_session(run)
-    quantized = session.quantize(calibration.ranges, session.default_plan("fp8"))
+    plan = session.default_plan("fp8")
+    # chosen for this plan as `calibrate --format fp8` does; the session keeps the INT8 plan's choice for later stages
+    choose_weight_rounding(session, calibration.ranges, plan, min(DEFAULT_SCREEN, run.config.evaluation_samples))
+    try:
+        quantized = session.quantize(calibration.ranges, plan)
+    finally:
+        session.weight_rounding = calibration.weight_rounding
     onnx_path = ws.path(f"{Variant.FP8_ALL}.onnx")
     quantized.save(onnx_path)
     return VariantBuild(
