@@ -411,7 +411,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             ranges = loaded.statistics.ranges(args.method, percentile=args.percentile)  # switch method, no data re-read
         else:
             ranges = loaded
-        _say(f"calibration cache {cache_path}: {len(ranges.amax)} tensor ranges ({ranges.method}), no data read")
+        _say(f"calibration cache {cache_path}: {len(ranges.amax)} tensor ranges ({ranges.method}), no statistics gathered")
         if session is None:
             session = _cacheless_session(model, entry)
             if rounding == "gptq":  # asked for, but there is no data to fit it on
