@@ -1043,18 +1043,19 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
 
 
 def _auto_rounding(nearest: list[float], gptq: list[float], entry: Any, metrics: tuple[float, float]) -> dict[str, Any]:
-    """What ``calibrate --weight-rounding auto`` (the CLI's default for zoo models) keeps: the rounding whose task
-    scores are better on the first :data:`DEFAULT_SCREEN` evaluation samples (``rounding.gptq_gains``, the CLI's own
-    rule), and that rounding's metric on all of them (``metrics``: nearest's and GPTQ's; the first samples are
-    scored too: a choice between two)."""
-    from workbench.calib.rounding import gptq_gains
-    from workbench.calib.search import DEFAULT_SCREEN
+    """What ``calibrate --weight-rounding auto`` (the CLI's default for zoo models) keeps: GPTQ when its paired gain
+    over nearest is clear on the zoo's own evaluation samples (the first ones; ``rounding.gptq_gains``, the CLI's
+    rule), and that rounding's metric on every sample scored here (``metrics``: nearest's and GPTQ's)."""
+    from workbench.calib.rounding import gptq_gains, rounding_gain
+    from workbench.zoo import get_entry
 
-    screen = min(DEFAULT_SCREEN, len(nearest))
-    better = gptq_gains(nearest[:screen], gptq[:screen], higher_is_better=bool(entry.higher_is_better))
+    decided_on = min(len(nearest), get_entry(entry.name).split_size("evaluation"))
+    higher = bool(entry.higher_is_better)
+    better = gptq_gains(nearest[:decided_on], gptq[:decided_on], higher_is_better=higher)
     return {
         "choice": "gptq" if better else "nearest",
-        "chosen_on_samples": screen,
+        "chosen_on_samples": decided_on,
+        "gptq_gain": rounding_gain(nearest[:decided_on], gptq[:decided_on], higher_is_better=higher),
         "metric": metrics[1] if better else metrics[0],
         "n": len(nearest),
     }
@@ -1318,9 +1319,9 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
     if any("fp8_auto" in r["ours"] for r in reports):
         lines += [
             "",
-            "## With `calibrate`'s default rule for zoo models (`--weight-rounding auto`): nearest or GPTQ, whichever "
-            "scores better on the first 256 evaluation samples (`rounding.gptq_gains`), on this bench's calibration "
-            "samples",
+            "## With `calibrate`'s default rule for zoo models (`--weight-rounding auto`): GPTQ where its paired gain "
+            "over nearest is clear on the zoo's own evaluation samples (`rounding.gptq_gains`), on this bench's "
+            "calibration samples",
             "",
             "| model | n | FP32 | ours FP8 (rounding) | ModelOpt FP8 | ours - ModelOpt FP8 (paired 95 %) | "
             "ours INT8 (rounding) | ModelOpt INT8 | ours - ModelOpt INT8 (paired 95 %) |",

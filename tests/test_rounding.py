@@ -215,9 +215,10 @@ def test_the_search_rounds_weights_the_way_its_start_plan_scores_better(digits_s
             session, target=1.01, budget=1, limit=120, build_costs=False, weight_rounding="auto"
         )
         note = next(n for n in result.notes if n.startswith("weights rounded by"))
-        nearest, gptq = (float(x) for x in re.findall(r"scores (\S+) rounded to nearest and (\S+) with GPTQ", note)[0])
+        pattern = r"scores (\S+) rounded to nearest and (\S+) with GPTQ .*paired gain \S+ \[(\S+), "
+        nearest, gptq, low = (float(x) for x in re.findall(pattern, note)[0])
         assert result.weight_rounding == session.weight_rounding
-        assert result.weight_rounding == ("gptq" if gptq > nearest else "nearest")
+        assert result.weight_rounding == ("gptq" if low > 0 else "nearest")
         # the plans were scored with that rounding: the start plan's metric is the one the note gives for it
         assert result.int8_metric == pytest.approx(gptq if result.weight_rounding == "gptq" else nearest)
     finally:
@@ -249,20 +250,27 @@ def test_gptq_on_one_calibration_batch_says_it_rounded_to_nearest() -> None:
     assert any("no layer could take it" in note for note in quantized.notes), quantized.notes
 
 
-def test_gptq_gains_needs_a_paired_gain_and_keeps_nearest_on_a_tie() -> None:
-    from workbench.calib.rounding import gptq_gains
+def test_gptq_gains_needs_a_clear_paired_gain_and_keeps_nearest_on_a_tie() -> None:
+    from workbench.calib.rounding import gptq_gains, rounding_gain
 
-    nearest, better = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]
-    assert gptq_gains(nearest, better, higher_is_better=True)
-    assert not gptq_gains(better, nearest, higher_is_better=True)
+    nearest = [1.0] * 200 + [0.0] * 56
+    ten_better = [1.0] * 210 + [0.0] * 46  # 10 samples gained, none lost: mean 0.039, interval clear of zero
+    one_better = [1.0] * 201 + [0.0] * 55  # one sample: a float difference between CPUs could make it
+    assert gptq_gains(nearest, ten_better, higher_is_better=True)
+    assert not gptq_gains(ten_better, nearest, higher_is_better=True)
+    assert not gptq_gains(nearest, one_better, higher_is_better=True)
     assert not gptq_gains(nearest, nearest, higher_is_better=True)  # a tie: nearest (no extra pass, no fitting)
-    assert gptq_gains([0.5, 0.4], [0.3, 0.4], higher_is_better=False)  # an error metric: lower is the gain
-    assert not gptq_gains(nearest, better[:3], higher_is_better=True)  # not the same samples: no evidence
+    mean, low, high = rounding_gain(nearest, ten_better, higher_is_better=True)
+    half = 1.959964 * np.std(np.array(ten_better) - np.array(nearest), ddof=1) / np.sqrt(256)
+    assert mean == pytest.approx(10 / 256) and (low, high) == pytest.approx((mean - half, mean + half))
+    errors = np.linspace(0.5, 0.6, 64)
+    assert gptq_gains(errors, errors - 0.01, higher_is_better=False)  # an error metric: lower is the gain
+    assert not gptq_gains(nearest, ten_better[:3], higher_is_better=True)  # not the same samples: no evidence
     assert not gptq_gains([], [], higher_is_better=True)
 
 
 def test_auto_rounding_on_one_calibration_batch_scores_nothing() -> None:
-    from workbench.calib.rounding import choose_weight_rounding
+    from workbench.calib.rounding_choice import choose_weight_rounding
     from workbench.calib.session import CalibrationSession
     from workbench.zoo import get_entry
 
@@ -290,13 +298,15 @@ def test_calibrate_on_a_zoo_model_keeps_the_rounding_that_scores_better(tmp_path
     argv = ["calibrate", "digits-cnn", "--format", "fp8", "--max-batches", "4", "--eval-limit", "96"]
     run = run_cli_forked([*argv, "-o", str(output), "--no-progress"], cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "weight rounding auto: scoring nearest and GPTQ rounding on up to 96 evaluation samples" in run.stdout
+    assert "weight rounding auto: scoring the plan with nearest and with GPTQ weight rounding" in run.stdout
     found = re.findall(
-        r"weights rounded by (\S+): the plan scores (\S+) rounded to nearest and (\S+) with GPTQ", run.stdout
+        r"weights rounded by (\S+): the plan scores (\S+) rounded to nearest and (\S+) with GPTQ on the first 96 "
+        r"evaluation samples; GPTQ's paired gain \S+ \[(\S+), \S+\]",
+        run.stdout,
     )
     assert found, run.stdout
-    chosen, nearest, gptq = found[0][0], float(found[0][1]), float(found[0][2])
-    assert chosen == ("GPTQ" if gptq > nearest else "nearest")  # top-1 is a mean: its paired gain is the difference
+    chosen, nearest, gptq, low = found[0][0], float(found[0][1]), float(found[0][2]), float(found[0][3])
+    assert chosen == ("GPTQ" if low > 0 else "nearest")  # kept only when the paired gain is clear of zero
     entry = get_entry("digits-cnn")
     feeds = list(entry.calibration_batches(limit=32, batch_size=8))
     for rounding, printed in (("nearest", nearest), ("gptq", gptq)):

@@ -10,7 +10,8 @@ plain Q/DQ model: its float weights sit exactly on their grid and TensorRT quant
 Measured 2026-12-05 (``bench/calibrate.py --fp8-quality --gptq``, 64 calibration samples): EfficientNet-Lite0's
 all-INT8 top-1 agreement with FP32 on 1,000 crops 0.907 -> 0.946, all-FP8 0.844 -> 0.880; MiniLM a little better;
 ocr-rec **worse** (exact match 0.983 -> 0.890, though every layer's held-out output error falls). So it is asked for
-(``--weight-rounding gptq``) or chosen by the accuracy-target search on its task metric (``auto``), never assumed.
+(``--weight-rounding gptq``) or chosen on the task metric (``auto``, :mod:`workbench.calib.rounding_choice`), never
+assumed.
 
 Written here, not taken from a library: GPTQ's public implementations (AutoGPTQ, ModelOpt, NNCF's weight compression)
 are PyTorch/OpenVINO code for LLM linear layers at 2-4 bits; ours are ONNX Convs (grouped and depthwise included),
@@ -19,6 +20,7 @@ Gemms and MatMuls at 8 bits on ONNX Runtime activations, a few dozen lines of nu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -30,10 +32,6 @@ from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
     import onnx
-
-    from workbench.calib.session import CalibrationSession
-    from workbench.calib.stats import CalibrationRanges
-    from workbench.precision import PrecisionPlan
 
 # GPTQ's damping: a fraction of the mean diagonal added to H so that it can be inverted (the reference's percdamp)
 DAMPING = 0.01
@@ -47,6 +45,8 @@ BLOCK = 128  # columns rounded one by one before their errors are moved onto the
 WeightRounding = Literal["nearest", "gptq"]
 InputNoise = tuple[str, float]  # how a layer's input is quantized: ("int8" or "fp8", its per-tensor scale)
 WEIGHT_ROUNDINGS: tuple[WeightRounding, ...] = ("nearest", "gptq")
+# GPTQ is kept by weight rounding auto only when its paired task-metric gain's interval at this level is above zero
+ROUNDING_CONFIDENCE = 0.95
 
 
 def check_weight_rounding(value: object) -> WeightRounding:
@@ -331,65 +331,26 @@ def gptq_round(
 
 
 def gptq_gains(nearest_scores: Iterable[float], gptq_scores: Iterable[float], *, higher_is_better: bool) -> bool:
-    """Whether GPTQ's per-sample task scores beat nearest rounding's on the same samples (paired mean above zero; a
-    tie keeps nearest, which needs no extra pass and cannot fit the calibration data)."""
+    """Whether GPTQ's per-sample task scores beat nearest rounding's on the same samples with the paired gain's
+    two-sided :data:`ROUNDING_CONFIDENCE` interval above zero (:func:`rounding_gain`). A tie, or a gain of a few
+    samples that float differences between CPUs could flip, keeps nearest: the same command writes the same model on
+    another machine, and nearest needs no extra pass and cannot fit the calibration data."""
+    low = rounding_gain(nearest_scores, gptq_scores, higher_is_better=higher_is_better)[1]
+    return bool(low > 0)
+
+
+def rounding_gain(
+    nearest_scores: Iterable[float], gptq_scores: Iterable[float], *, higher_is_better: bool
+) -> tuple[float, float, float]:
+    """GPTQ's mean per-sample gain over nearest rounding and its paired :data:`ROUNDING_CONFIDENCE` interval (normal
+    approximation): (mean, low, high); nan when the scores are missing or not on the same samples."""
+    from statistics import NormalDist
+
     nearest = np.asarray(list(nearest_scores), dtype=np.float64)
     gptq = np.asarray(list(gptq_scores), dtype=np.float64)
-    if nearest.size == 0 or nearest.size != gptq.size:
-        return False
+    if nearest.size < 2 or nearest.size != gptq.size:
+        return math.nan, math.nan, math.nan
     gain = (gptq - nearest) * (1.0 if higher_is_better else -1.0)
-    return bool(gain.mean() > 0)
-
-
-@dataclass(frozen=True)
-class RoundingChoice:
-    """What ``weight_rounding="auto"`` measured and chose: the plan's task metric with each rounding on the same
-    first ``samples`` evaluation samples (none when GPTQ has no layer to round: nearest, nothing scored)."""
-
-    choice: WeightRounding
-    metrics: Mapping[str, float]  # {"nearest": value, "gptq": value}, empty when nothing was scored
-    samples: int
-    scores: tuple[float, ...]  # the chosen rounding's per-sample scores (the search reuses them)
-    note: str
-
-    @property
-    def evaluations(self) -> int:
-        return len(self.metrics)
-
-
-def choose_weight_rounding(
-    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
-) -> RoundingChoice:
-    """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
-    session's task metric, leave the better one on the session (:func:`gptq_gains`) and say what was measured. GPTQ
-    helps some models and hurts others (all-INT8, 2026-12-05: EfficientNet-Lite0 0.907 -> 0.946, ocr-rec 0.983 ->
-    0.890, where it drops the spaces between words that FP32 only just keeps), so it is measured, never assumed."""
-    session.weight_rounding = "nearest"
-    nearest_model = session.quantize(ranges, plan)
-    if not nearest_model.placement.weights or not session.layer_inputs():
-        return RoundingChoice(
-            "nearest",
-            {},
-            0,
-            (),
-            "weights rounded to nearest: GPTQ has no layer to round here (no 8-bit weight, or fewer than two "
-            "calibration batches: one fits it, one checks it)",
-        )
-    results = {"nearest": session.evaluate(nearest_model, limit=limit)}
-    session.weight_rounding = "gptq"
-    results["gptq"] = session.evaluate(session.quantize(ranges, plan), limit=limit)
-    higher = bool(session.entry.higher_is_better) if session.entry is not None else True
-    choice: WeightRounding = (
-        "gptq" if gptq_gains(results["nearest"].scores, results["gptq"].scores, higher_is_better=higher) else "nearest"
-    )
-    session.weight_rounding = choice
-    samples = int(results["nearest"].n_samples)
-    return RoundingChoice(
-        choice,
-        {name: float(result.value) for name, result in results.items()},
-        samples,
-        tuple(float(s) for s in results[choice].scores),
-        f"weights rounded by {'GPTQ' if choice == 'gptq' else 'nearest'}: the plan scores "
-        f"{results['nearest'].value:.4f} rounded to nearest and {results['gptq'].value:.4f} with GPTQ on the first "
-        f"{samples} evaluation samples (weight rounding auto: 2 evaluations)",
-    )
+    half = NormalDist().inv_cdf(0.5 + ROUNDING_CONFIDENCE / 2) * float(gain.std(ddof=1)) / math.sqrt(gain.size)
+    mean = float(gain.mean())
+    return mean, mean - half, mean + half

@@ -515,7 +515,7 @@ def search_mixed_precision(
 
         session.weight_rounding = check_weight_rounding(weight_rounding)
     elif weight_rounding == "auto":
-        from workbench.calib.rounding import choose_weight_rounding
+        from workbench.calib.rounding_choice import choose_weight_rounding
 
         with timed("weight rounding: nearest vs GPTQ"):
             rounding = choose_weight_rounding(session, ranges, base, trial_limit)

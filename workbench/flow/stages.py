@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from workbench._io import write_bytes_atomic, write_json_atomic
-from workbench.calib.rounding import choose_weight_rounding
-from workbench.calib.search import DEFAULT_SCREEN, search_mixed_precision
+from workbench.calib.rounding_choice import choose_weight_rounding
+from workbench.calib.search import search_mixed_precision
 from workbench.calib.session import Float16Model
 from workbench.clean import CleanOptions, clean_model
 from workbench.engine import EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
@@ -182,9 +182,7 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     statistics = session.statistics()
     # `calibrate`'s default for a model with a task metric: nearest or GPTQ weights, whichever scores better; every
     # later stage (search, FP8, export) quantizes with the rounding left on the shared session
-    rounding = choose_weight_rounding(
-        session, ranges, session.default_plan(), min(DEFAULT_SCREEN, cfg.evaluation_samples)
-    )
+    rounding = choose_weight_rounding(session, ranges, session.default_plan(), cfg.evaluation_samples)
     cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
     ranges.save(cache)
     quantized = session.quantize(ranges)
@@ -235,7 +233,7 @@ def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
     session = ws.calibration_session(run)
     plan = session.default_plan("fp8")
     # chosen for this plan as `calibrate --format fp8` does; the session keeps the INT8 plan's choice for later stages
-    choose_weight_rounding(session, calibration.ranges, plan, min(DEFAULT_SCREEN, run.config.evaluation_samples))
+    choose_weight_rounding(session, calibration.ranges, plan, run.config.evaluation_samples)
     try:
         quantized = session.quantize(calibration.ranges, plan)
     finally:

@@ -1,0 +1,78 @@
+"""Weight rounding ``auto``: nearest or GPTQ, whichever gives the plan the better task metric (measured, not assumed).
+
+GPTQ helps some models and hurts others (all-INT8, 2026-12-05: EfficientNet-Lite0 0.907 -> 0.946, ocr-rec 0.983 ->
+0.890, where it drops the spaces between words that FP32 only just keeps), and no per-layer error measure predicts
+which: so the plan is scored both ways on the same evaluation samples and GPTQ is kept only when its paired gain is
+clear (:func:`workbench.calib.rounding.gptq_gains`). ``calibrate``'s default for models with a task metric, the
+accuracy-target search's start, and the quickstart's calibrate and FP8 stages all choose here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workbench.calib.rounding import ROUNDING_CONFIDENCE, WeightRounding, gptq_gains, rounding_gain
+
+if TYPE_CHECKING:
+    from workbench.calib.session import CalibrationSession
+    from workbench.calib.stats import CalibrationRanges
+    from workbench.precision import PrecisionPlan
+
+
+@dataclass(frozen=True)
+class RoundingChoice:
+    """What ``weight_rounding="auto"`` measured and chose: the plan's task metric with each rounding on the same
+    first ``samples`` evaluation samples and GPTQ's paired gain (none when GPTQ has no layer to round: nearest)."""
+
+    choice: WeightRounding
+    metrics: Mapping[str, float]  # {"nearest": value, "gptq": value}, empty when nothing was scored
+    samples: int
+    scores: tuple[float, ...]  # the chosen rounding's per-sample scores (the search reuses them)
+    gain: tuple[float, float, float] | None  # GPTQ's mean per-sample gain and its paired interval (low, high)
+    note: str
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.metrics)
+
+
+def choose_weight_rounding(
+    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
+) -> RoundingChoice:
+    """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
+    session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`)."""
+    session.weight_rounding = "nearest"
+    nearest_model = session.quantize(ranges, plan)
+    if not nearest_model.placement.weights or not session.layer_inputs():
+        return RoundingChoice(
+            "nearest",
+            {},
+            0,
+            (),
+            None,
+            "weights rounded to nearest: GPTQ has no layer to round here (no 8-bit weight, or fewer than two "
+            "calibration batches: one fits it, one checks it)",
+        )
+    results = {"nearest": session.evaluate(nearest_model, limit=limit)}
+    session.weight_rounding = "gptq"
+    results["gptq"] = session.evaluate(session.quantize(ranges, plan), limit=limit)
+    higher = bool(session.entry.higher_is_better) if session.entry is not None else True
+    nearest_scores, gptq_scores = results["nearest"].scores, results["gptq"].scores
+    choice: WeightRounding = "gptq" if gptq_gains(nearest_scores, gptq_scores, higher_is_better=higher) else "nearest"
+    session.weight_rounding = choice
+    mean, low, high = rounding_gain(nearest_scores, gptq_scores, higher_is_better=higher)
+    samples = int(results["nearest"].n_samples)
+    why = "clear" if choice == "gptq" else "not clear of zero"
+    return RoundingChoice(
+        choice,
+        {name: float(result.value) for name, result in results.items()},
+        samples,
+        tuple(float(s) for s in results[choice].scores),
+        (mean, low, high),
+        f"weights rounded by {'GPTQ' if choice == 'gptq' else 'nearest'}: the plan scores "
+        f"{results['nearest'].value:.4f} rounded to nearest and {results['gptq'].value:.4f} with GPTQ on the first "
+        f"{samples} evaluation samples; GPTQ's paired gain {mean:+.4f} [{low:+.4f}, {high:+.4f}] "
+        f"({ROUNDING_CONFIDENCE:.0%}) is {why} (weight rounding auto: 2 evaluations)",
+    )
