@@ -168,7 +168,7 @@ def test_cli_calibrate_with_npz_folder_cache_and_diff(digits, tmp_path, capsys) 
     cached = json.loads(cache.read_text())
     assert cached["method"] == "entropy" and cached["model_sha256"] == entry.load().sha256 and cached["data_digest"]
     assert all(v["amax"] > 0 and v["histogram_digest"] for v in cached["tensors"].values())
-    # second run: method switched from the cached histograms, no data read, one layer kept in FP32
+    # second run: method switched from the cached histograms, no statistics gathered, one layer kept in FP32
     out2 = tmp_path / "q2.onnx"
     assert (
         cli_main(

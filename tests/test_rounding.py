@@ -251,7 +251,7 @@ def test_gptq_on_one_calibration_batch_says_it_rounded_to_nearest() -> None:
 
 
 def test_gptq_gains_needs_a_clear_paired_gain_and_keeps_nearest_on_a_tie() -> None:
-    from workbench.calib.rounding import gptq_gains, rounding_gain
+    from workbench.calib.rounding import gptq_gains, rounding_gain, sign_test_p
 
     nearest = [1.0] * 200 + [0.0] * 56
     ten_better = [1.0] * 210 + [0.0] * 46  # 10 samples gained, none lost: mean 0.039, interval clear of zero
@@ -260,6 +260,15 @@ def test_gptq_gains_needs_a_clear_paired_gain_and_keeps_nearest_on_a_tie() -> No
     assert not gptq_gains(ten_better, nearest, higher_is_better=True)
     assert not gptq_gains(nearest, one_better, higher_is_better=True)
     assert not gptq_gains(nearest, nearest, higher_is_better=True)  # a tie: nearest (no extra pass, no fitting)
+    # the exact sign test guards small counts the normal interval lets through
+    four, six = [1.0] * 204 + [0.0] * 52, [1.0] * 206 + [0.0] * 50
+    assert rounding_gain(nearest, four, higher_is_better=True)[1] > 0 and not gptq_gains(
+        nearest, four, higher_is_better=True
+    )
+    assert gptq_gains(nearest, six, higher_is_better=True)  # 6 of 6 differing: p = 2 / 64
+    assert not gptq_gains([0.0, 0.0], [1.0, 1.0], higher_is_better=True)  # two samples, no spread: no evidence
+    assert sign_test_p(6, 0) == pytest.approx(0.03125) and sign_test_p(4, 0) == pytest.approx(0.125)
+    assert sign_test_p(5, 5) == 1.0 and sign_test_p(0, 0) == 1.0
     mean, low, high = rounding_gain(nearest, ten_better, higher_is_better=True)
     half = 1.959964 * np.std(np.array(ten_better) - np.array(nearest), ddof=1) / np.sqrt(256)
     assert mean == pytest.approx(10 / 256) and (low, high) == pytest.approx((mean - half, mean + half))
@@ -279,7 +288,8 @@ def test_auto_rounding_on_one_calibration_batch_scores_nothing() -> None:
     session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
     choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 64)
     assert choice.choice == "nearest" == session.weight_rounding
-    assert choice.evaluations == 0 and not choice.metrics and "fewer than two calibration batches" in choice.note
+    assert choice.evaluations == 1 and set(choice.metrics) == {"nearest"} and choice.gain is None
+    assert "it needs two calibration batches" in choice.note
 
 
 def test_calibrate_on_a_zoo_model_keeps_the_rounding_that_scores_better(tmp_path) -> None:
@@ -317,6 +327,9 @@ def test_calibrate_on_a_zoo_model_keeps_the_rounding_that_scores_better(tmp_path
         )
     written = {i.name for i in onnx.load(str(output)).graph.initializer}
     assert any(name.endswith("_gptq") for name in written) == (chosen == "GPTQ")
+    # the metric printed at the end is the chosen rounding's, on the same samples (that evaluation is reused)
+    printed = float(re.findall(r"quantized (\S+)  \((\d+) samples\)", run.stdout)[0][0])
+    assert printed == pytest.approx(gptq if chosen == "GPTQ" else nearest, abs=5e-5)
 
 
 def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_choice(tmp_path) -> None:
@@ -341,3 +354,40 @@ def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_c
     written = {i.name for i in onnx.load(str(calibration.onnx_path)).graph.initializer}
     assert any(name.endswith("_gptq") for name in written) == (calibration.weight_rounding == "gptq")
     assert run.mixed_search is not None and run.mixed_search.result.weight_rounding == calibration.weight_rounding
+
+
+def test_a_metric_without_per_sample_scores_keeps_nearest_without_scoring_gptq() -> None:
+    """ocr-det's F-score is one number for the whole set: nothing to pair, so no GPTQ pass and no second evaluation."""
+    from workbench.calib.rounding_choice import choose_weight_rounding
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    entry = get_entry("ocr-det")
+    feeds = list(entry.calibration_batches(limit=16, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 8)
+    assert (
+        choice.choice == "nearest" == session.weight_rounding
+        and set(choice.metrics) == {"nearest"}
+        or not choice.metrics
+    )
+    assert "no per-sample scores" in choice.note and session._layer_inputs is None  # the GPTQ pass never ran
+
+
+def test_journey_rounding_follows_evaluation_samples_and_fp8_leaves_the_int8_choice(tmp_path) -> None:
+    """The rounding is chosen on the journey's evaluation samples, so changing them reruns calibrate; the FP8-all
+    stage chooses for its own plan and leaves the session with the INT8 plan's choice (what search and export use)."""
+    from workbench.flow import QuickstartConfig, QuickstartSession
+
+    config = QuickstartConfig(
+        model="digits-cnn", out_dir=str(tmp_path), precision="fp8", calibration_samples=32, evaluation_samples=64
+    )
+    journey = QuickstartSession(config)
+    run = journey.run_stages(["calibrate", "build_fp8_all"])
+    assert "on the first 64 evaluation samples" in run.calibration.weight_rounding_note
+    fp8 = run.stage("build_fp8_all")
+    assert fp8.ok, fp8.reason
+    assert run.fp8_all_build.source.endswith(("weights nearest)", "weights GPTQ)"))
+    session = journey.workspace.calibration_session(run)
+    assert session.weight_rounding == run.calibration.weight_rounding
+    assert journey.plan_update({"evaluation_samples": 96}).stages[0] == "calibrate"

@@ -3,7 +3,7 @@
 GPTQ helps some models and hurts others (all-INT8, 2026-12-05: EfficientNet-Lite0 0.907 -> 0.946, ocr-rec 0.983 ->
 0.890, where it drops the spaces between words that FP32 only just keeps), and no per-layer error measure predicts
 which: so the plan is scored both ways on the same evaluation samples and GPTQ is kept only when its paired gain is
-clear (:func:`workbench.calib.rounding.gptq_gains`). ``calibrate``'s default for models with a task metric, the
+clear (:func:`workbench.calib.rounding.gptq_gains`: a paired 95 % interval above zero and an exact sign test). ``calibrate``'s default for models with a task metric, the
 accuracy-target search's start, and the quickstart's calibrate and FP8 stages all choose here.
 """
 
@@ -27,7 +27,7 @@ class RoundingChoice:
     first ``samples`` evaluation samples and GPTQ's paired gain (none when GPTQ has no layer to round: nearest)."""
 
     choice: WeightRounding
-    metrics: Mapping[str, float]  # {"nearest": value, "gptq": value}, empty when nothing was scored
+    metrics: Mapping[str, float]  # what was scored: {"nearest": value, "gptq": value}, or fewer
     samples: int
     scores: tuple[float, ...]  # the chosen rounding's per-sample scores (the search reuses them)
     gain: tuple[float, float, float] | None  # GPTQ's mean per-sample gain and its paired interval (low, high)
@@ -38,6 +38,10 @@ class RoundingChoice:
         return len(self.metrics)
 
 
+def _nearest(note: str, metrics: Mapping[str, float] | None = None) -> RoundingChoice:
+    return RoundingChoice("nearest", dict(metrics or {}), 0, (), None, note)
+
+
 def choose_weight_rounding(
     session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
 ) -> RoundingChoice:
@@ -45,17 +49,21 @@ def choose_weight_rounding(
     session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`)."""
     session.weight_rounding = "nearest"
     nearest_model = session.quantize(ranges, plan)
-    if not nearest_model.placement.weights or not session.layer_inputs():
-        return RoundingChoice(
-            "nearest",
-            {},
-            0,
-            (),
-            None,
-            "weights rounded to nearest: GPTQ has no layer to round here (no 8-bit weight, or fewer than two "
-            "calibration batches: one fits it, one checks it)",
-        )
+    if not nearest_model.placement.weights:
+        return _nearest("weights rounded to nearest: the plan has no 8-bit weight for GPTQ to round")
     results = {"nearest": session.evaluate(nearest_model, limit=limit)}
+    if len(results["nearest"].scores) < 2:  # e.g. ocr-det's F-score: one number for the set, nothing to pair
+        return _nearest(
+            f"weights rounded to nearest: the task metric ({results['nearest'].name}) has no per-sample scores to "
+            "pair GPTQ's against (GPTQ not scored)",
+            {"nearest": float(results["nearest"].value)},
+        )
+    if not session.layer_inputs():
+        return _nearest(
+            "weights rounded to nearest: GPTQ has no layer to round here (it needs two calibration batches: one "
+            "fits it, one checks it)",
+            {"nearest": float(results["nearest"].value)},
+        )
     session.weight_rounding = "gptq"
     results["gptq"] = session.evaluate(session.quantize(ranges, plan), limit=limit)
     higher = bool(session.entry.higher_is_better) if session.entry is not None else True

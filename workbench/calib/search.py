@@ -363,9 +363,9 @@ def search_mixed_precision(
     target there on the whole set (``limit``); when the whole set misses, the search goes on with the screening
     target raised by the gap it saw. The result's metric is the whole set's. ``reach_check`` (with ``keep_8bit``):
     score the widest plan the rules allow first and stop when even its 99 % interval falls short of the target.
-    ``weight_rounding``: ``"auto"`` scores the start plan with nearest and with GPTQ weight rounding
-    (:mod:`workbench.calib.rounding`) on the screening samples and searches with the better one (GPTQ must gain on
-    average, paired per sample); the session keeps that choice, so the plan it quantizes afterwards is the one the
+    ``weight_rounding``: ``"auto"`` scores the start plan with nearest and with GPTQ weight rounding on the
+    screening samples and searches with GPTQ only when its paired gain is clear
+    (:func:`workbench.calib.rounding_choice.choose_weight_rounding`); the session keeps that choice, so the plan it quantizes afterwards is the one the
     search scored. ``None``, ``"nearest"`` or ``"gptq"``: that rounding (None: the session's own).
     ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
     scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better;

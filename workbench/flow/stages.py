@@ -220,7 +220,8 @@ def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
         calibration.onnx_path,
         _engine(ws, Variant.INT8_ALL, load_onnx(calibration.onnx_path)),
         calibration_cache=calibration.cache_path,
-        source=f"every quantizable node INT8 ({calibration.method} ranges)",
+        source=f"every quantizable node INT8 ({calibration.method} ranges, weights "
+        f"{'GPTQ' if calibration.weight_rounding == 'gptq' else 'nearest'})",
     )
 
 
@@ -233,8 +234,8 @@ def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
     session = ws.calibration_session(run)
     plan = session.default_plan("fp8")
     # chosen for this plan as `calibrate --format fp8` does; the session keeps the INT8 plan's choice for later stages
-    choose_weight_rounding(session, calibration.ranges, plan, run.config.evaluation_samples)
     try:
+        rounding = choose_weight_rounding(session, calibration.ranges, plan, run.config.evaluation_samples)
         quantized = session.quantize(calibration.ranges, plan)
     finally:
         session.weight_rounding = calibration.weight_rounding
@@ -245,7 +246,8 @@ def stage_build_fp8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
         onnx_path,
         _engine(ws, Variant.FP8_ALL, load_onnx(onnx_path, check=False)),
         calibration_cache=calibration.cache_path,
-        source=f"every quantizable node FP8 ({session.fp8_ranges(calibration.ranges).method} ranges)",
+        source=f"every quantizable node FP8 ({session.fp8_ranges(calibration.ranges).method} ranges, weights "
+        f"{'GPTQ' if rounding.choice == 'gptq' else 'nearest'})",
     )
 
 
@@ -557,7 +559,8 @@ STAGES: tuple[Stage[Any], ...] = (
     Stage(
         "calibrate",
         "Calibrate INT8 ranges",
-        ("calibration_method", "calibration_samples"),
+        # evaluation_samples: the weight rounding is chosen on them
+        ("calibration_method", "calibration_samples", "evaluation_samples"),
         (),
         "calibration",
         stage_calibrate,
