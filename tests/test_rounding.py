@@ -391,3 +391,27 @@ def test_journey_rounding_follows_evaluation_samples_and_fp8_leaves_the_int8_cho
     session = journey.workspace.calibration_session(run)
     assert session.weight_rounding == run.calibration.weight_rounding
     assert journey.plan_update({"evaluation_samples": 96}).stages[0] == "calibrate"
+
+
+def test_the_search_writes_the_weights_of_the_rounding_it_reports(tmp_path) -> None:
+    """`calibrate FILE --target-drop` on a small transformer (cosine agreement with FP32, per-sample scores that move
+    a little for every sample): the search report's weight rounding, its note and the written model's weights agree,
+    whichever rounding the rule keeps on this machine."""
+    import json
+
+    import onnx
+
+    from tests.cli_runner import run_cli_forked
+    from tests.fixtures.unseen_models import write_model
+
+    model = write_model("transformer", tmp_path)
+    argv = ["calibrate", str(model), "--data", "random", "--target-drop", "0.01", "--budget", "2", "-o", "q.onnx"]
+    run = run_cli_forked([*argv, "--no-progress"], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "q.mixed.json").read_text())
+    note = next(n for n in report["notes"] if n.startswith("weights rounded by"))
+    assert note.startswith(
+        "weights rounded by GPTQ" if report["weight_rounding"] == "gptq" else "weights rounded by nearest"
+    )
+    written = {i.name for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer}
+    assert any(name.endswith("_gptq") for name in written) == (report["weight_rounding"] == "gptq")
