@@ -68,11 +68,21 @@ def choose_weight_rounding(
     results["gptq"] = session.evaluate(session.quantize(ranges, plan), limit=limit)
     higher = bool(session.entry.higher_is_better) if session.entry is not None else True
     nearest_scores, gptq_scores = results["nearest"].scores, results["gptq"].scores
-    choice: WeightRounding = "gptq" if gptq_gains(nearest_scores, gptq_scores, higher_is_better=higher) else "nearest"
+    # a metric judged on the worst of several outputs pairs per sample only while both judge the same output
+    worst = {name: result.details.get("worst_output") for name, result in results.items()}
+    same_output = worst["nearest"] == worst["gptq"]
+    clear = same_output and gptq_gains(nearest_scores, gptq_scores, higher_is_better=higher)
+    choice: WeightRounding = "gptq" if clear else "nearest"
     session.weight_rounding = choice
     mean, low, high = rounding_gain(nearest_scores, gptq_scores, higher_is_better=higher)
     samples = int(results["nearest"].n_samples)
-    why = "clear" if choice == "gptq" else "not clear of zero"
+    why = (
+        "clear"
+        if choice == "gptq"
+        else "not clear of zero"
+        if same_output
+        else f"not comparable: the worst output moved from {worst['nearest']!r} to {worst['gptq']!r}"
+    )
     return RoundingChoice(
         choice,
         {name: float(result.value) for name, result in results.items()},
