@@ -1046,6 +1046,7 @@ def _auto_rounding(nearest: list[float], gptq: list[float], entry: Any, metrics:
     """What ``calibrate --weight-rounding auto`` (the CLI's default for zoo models) keeps: GPTQ when its paired gain
     over nearest is clear on the zoo's own evaluation samples (the first ones; ``rounding.gptq_gains``, the CLI's
     rule), and that rounding's metric on every sample scored here (``metrics``: nearest's and GPTQ's)."""
+    from workbench.calib.paired import gained_and_lost
     from workbench.calib.rounding import gptq_gains, rounding_gain
     from workbench.zoo import get_entry
 
@@ -1056,16 +1057,10 @@ def _auto_rounding(nearest: list[float], gptq: list[float], entry: Any, metrics:
         "choice": "gptq" if better else "nearest",
         "chosen_on_samples": decided_on,
         "gptq_gain": rounding_gain(nearest[:decided_on], gptq[:decided_on], higher_is_better=higher),
-        "samples_gained_lost": _gained_lost(nearest[:decided_on], gptq[:decided_on], higher),
+        "samples_gained_lost": gained_and_lost(gptq[:decided_on], nearest[:decided_on], higher_is_better=higher),
         "metric": metrics[1] if better else metrics[0],
         "n": len(nearest),
     }
-
-
-def _gained_lost(nearest: list[float], gptq: list[float], higher: bool) -> tuple[int, int]:
-    """Samples GPTQ scores better / worse on (what ``rounding.gptq_gains``'s sign test counts)."""
-    gain = (np.asarray(gptq, dtype=np.float64) - np.asarray(nearest, dtype=np.float64)) * (1.0 if higher else -1.0)
-    return int((gain > 0).sum()), int((gain < 0).sum())
 
 
 def _modelopt_run(

@@ -251,7 +251,8 @@ def test_gptq_on_one_calibration_batch_says_it_rounded_to_nearest() -> None:
 
 
 def test_gptq_gains_needs_a_clear_paired_gain_and_keeps_nearest_on_a_tie() -> None:
-    from workbench.calib.rounding import gptq_gains, rounding_gain, sign_test_p
+    from workbench.calib.paired import sign_test_p
+    from workbench.calib.rounding import gptq_gains, rounding_gain
 
     nearest = [1.0] * 200 + [0.0] * 56
     ten_better = [1.0] * 210 + [0.0] * 46  # 10 samples gained, none lost: mean 0.039, interval clear of zero
@@ -415,3 +416,12 @@ def test_the_search_writes_the_weights_of_the_rounding_it_reports(tmp_path) -> N
     )
     written = {i.name for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer}
     assert any(name.endswith("_gptq") for name in written) == (report["weight_rounding"] == "gptq")
+
+
+def test_auto_rounding_on_one_evaluation_sample_keeps_nearest_and_says_why(digits_sessions) -> None:
+    from workbench.calib.rounding_choice import choose_weight_rounding
+
+    session = digits_sessions["nearest"]
+    choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 1)
+    assert choice.choice == "nearest" == session.weight_rounding and "has one sample to pair" in choice.note
+    assert choice.samples == 1 and len(choice.scores) == 1 and set(choice.metrics) == {"nearest"}

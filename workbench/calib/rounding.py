@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from workbench.calib.fp8 import QuantFormat, fake_quantize_as
+from workbench.calib.paired import gained_and_lost, paired_half_width, sign_test_p
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -333,41 +334,27 @@ def gptq_round(
 def gptq_gains(nearest_scores: Iterable[float], gptq_scores: Iterable[float], *, higher_is_better: bool) -> bool:
     """Whether GPTQ's per-sample task scores beat nearest rounding's on the same samples clearly: the paired gain's
     two-sided :data:`ROUNDING_CONFIDENCE` interval lies above zero (:func:`rounding_gain`) *and* an exact sign test
-    on the samples that differ agrees (:func:`sign_test_p`; the normal interval alone passes 4 samples gained of 4
-    that differ, or 2 of 2 with no spread). A tie, or a gain of a few samples that float differences between CPUs
-    could flip, keeps nearest: the same command writes the same model on another machine, and nearest needs no extra
-    pass and cannot fit the calibration data."""
-    nearest = np.asarray(list(nearest_scores), dtype=np.float64)
-    gptq = np.asarray(list(gptq_scores), dtype=np.float64)
-    low = rounding_gain(nearest, gptq, higher_is_better=higher_is_better)[1]
-    if not low > 0:
+    on the samples that differ agrees (:func:`workbench.calib.paired.sign_test_p`; the normal interval alone passes 4
+    samples gained of 4 that differ, or 2 of 2 with no spread). A tie, or a gain of a few samples that float
+    differences between CPUs could flip, keeps nearest: the same command writes the same model on another machine,
+    and nearest needs no extra pass and cannot fit the calibration data."""
+    nearest, gptq = list(nearest_scores), list(gptq_scores)
+    if not rounding_gain(nearest, gptq, higher_is_better=higher_is_better)[1] > 0:
         return False
-    gain = (gptq - nearest) * (1.0 if higher_is_better else -1.0)
-    return sign_test_p(int((gain > 0).sum()), int((gain < 0).sum())) < 1.0 - ROUNDING_CONFIDENCE
-
-
-def sign_test_p(wins: int, losses: int) -> float:
-    """Two-sided exact sign test: the chance of a split at least this uneven between ``wins`` and ``losses`` when
-    either side is equally likely (ties left out)."""
-    total = wins + losses
-    if total == 0:
-        return 1.0
-    tail = sum(math.comb(total, k) for k in range(min(wins, losses) + 1))
-    return min(1.0, 2.0 * tail / 2.0**total)
+    wins, losses = gained_and_lost(gptq, nearest, higher_is_better=higher_is_better)
+    return sign_test_p(wins, losses) < 1.0 - ROUNDING_CONFIDENCE
 
 
 def rounding_gain(
     nearest_scores: Iterable[float], gptq_scores: Iterable[float], *, higher_is_better: bool
 ) -> tuple[float, float, float]:
     """GPTQ's mean per-sample gain over nearest rounding and its paired :data:`ROUNDING_CONFIDENCE` interval (normal
-    approximation): (mean, low, high); nan when the scores are missing or not on the same samples."""
-    from statistics import NormalDist
-
-    nearest = np.asarray(list(nearest_scores), dtype=np.float64)
-    gptq = np.asarray(list(gptq_scores), dtype=np.float64)
-    if nearest.size < 2 or nearest.size != gptq.size:
+    approximation, :func:`workbench.calib.paired.paired_half_width`): (mean, low, high); nan when the scores are
+    missing or not on the same samples."""
+    nearest, gptq = list(nearest_scores), list(gptq_scores)
+    half = paired_half_width(gptq, nearest, ROUNDING_CONFIDENCE) if len(nearest) == len(gptq) else math.nan
+    if math.isnan(half):
         return math.nan, math.nan, math.nan
-    gain = (gptq - nearest) * (1.0 if higher_is_better else -1.0)
-    half = NormalDist().inv_cdf(0.5 + ROUNDING_CONFIDENCE / 2) * float(gain.std(ddof=1)) / math.sqrt(gain.size)
-    mean = float(gain.mean())
+    mean = float(np.mean(np.asarray(gptq, dtype=np.float64) - np.asarray(nearest, dtype=np.float64)))
+    mean = mean if higher_is_better else -mean
     return mean, mean - half, mean + half

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import CalibrationRanges
     from workbench.precision import PrecisionPlan
+    from workbench.zoo.base import MetricResult
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,12 @@ class RoundingChoice:
         return len(self.metrics)
 
 
-def _nearest(note: str, metrics: Mapping[str, float] | None = None) -> RoundingChoice:
-    return RoundingChoice("nearest", dict(metrics or {}), 0, (), None, note)
+def _nearest(note: str, scored: MetricResult | None = None) -> RoundingChoice:
+    """Nearest kept without GPTQ being scored; ``scored``: the plan's nearest-rounded metric when it was measured."""
+    if scored is None:
+        return RoundingChoice("nearest", {}, 0, (), None, note)
+    scores = tuple(float(s) for s in scored.scores)
+    return RoundingChoice("nearest", {"nearest": float(scored.value)}, int(scored.n_samples), scores, None, note)
 
 
 def choose_weight_rounding(
@@ -52,17 +57,19 @@ def choose_weight_rounding(
     if not nearest_model.placement.weights:
         return _nearest("weights rounded to nearest: the plan has no 8-bit weight for GPTQ to round")
     results = {"nearest": session.evaluate(nearest_model, limit=limit)}
-    if len(results["nearest"].scores) < 2:  # e.g. ocr-det's F-score: one number for the set, nothing to pair
+    scored = len(results["nearest"].scores)
+    if scored < 2:  # ocr-det's F-score is one number for the set; --eval-limit 1 scores one sample
+        what = "no per-sample scores" if not scored else "one sample"
         return _nearest(
-            f"weights rounded to nearest: the task metric ({results['nearest'].name}) has no per-sample scores to "
-            "pair GPTQ's against (GPTQ not scored)",
-            {"nearest": float(results["nearest"].value)},
+            f"weights rounded to nearest: the task metric ({results['nearest'].name}) has {what} to pair GPTQ's "
+            "against (GPTQ not scored)",
+            results["nearest"],
         )
     if not session.layer_inputs():
         return _nearest(
             "weights rounded to nearest: GPTQ has no layer to round here (it needs two calibration batches: one "
             "fits it, one checks it)",
-            {"nearest": float(results["nearest"].value)},
+            results["nearest"],
         )
     session.weight_rounding = "gptq"
     results["gptq"] = session.evaluate(session.quantize(ranges, plan), limit=limit)

@@ -35,6 +35,7 @@ import numpy as np
 from workbench.artifact import Artifact
 from workbench.calib.cost import EngineCost, build_plan_engine
 from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
+from workbench.calib.paired import paired_half_width
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
@@ -235,22 +236,6 @@ def pareto_front(plans: Any, higher_is_better: bool = True) -> tuple[int, ...]:
 
 def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
-
-
-def paired_half_width(
-    scores: Sequence[float], fp32_scores: Sequence[float], confidence: float, samples: int | None = None
-) -> float:
-    """Half the two-sided ``confidence`` interval (normal approximation) of the mean per-sample difference between a
-    plan's scores and FP32's on the same samples, for ``samples`` of them (default: as many as were scored; a
-    screen's spread projected onto the whole set); nan when the scores are missing or not on the same samples."""
-    from statistics import NormalDist
-
-    plan = np.asarray(scores, dtype=np.float64)
-    reference = np.asarray(fp32_scores[: plan.size], dtype=np.float64)
-    if plan.size < 2 or reference.size != plan.size:
-        return math.nan
-    spread = float((plan - reference).std(ddof=1))
-    return NormalDist().inv_cdf(0.5 + confidence / 2) * spread / math.sqrt(samples or plan.size)
 
 
 def paired_bound(
