@@ -81,6 +81,42 @@ def test_calibration_panel_is_driven_by_its_widgets() -> None:
     assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp16+fp32)"
 
 
+def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_layer() -> None:
+    """The weights dropdown starts on auto, calibrate's default for zoo models: all-INT8 is scored with both roundings
+    on the panel's evaluation samples (GPTQ's layer inputs read the panel's calibration batches); GPTQ can be forced,
+    and any layer can be put in FP8."""
+    import onnx
+
+    from workbench.ui.calib_panel import CalibrationPanel
+
+    panel = CalibrationPanel("ocr-cls", method="max", max_batches=1, eval_limit=16)
+    assert panel.rounding.value == "auto"
+    panel.run()
+    # one calibration batch: nothing to check GPTQ on, so auto keeps nearest without scoring it, and says why
+    assert panel.status.kind == "ok" and "GPTQ has no layer to round here" in panel.status.text, panel.status.text
+    assert panel.session.weight_rounding == "nearest" and panel.metric_rows[1]["variant"] == "INT8 (max)"
+
+    panel.batches.value = 2  # new statistics; auto measures again, now on two batches
+    assert panel.status.kind == "ok", panel.status.text
+    assert "with GPTQ on the first 16 evaluation samples" in panel.status.text
+    assert "(weight rounding auto: 2 evaluations)" in panel.status.text
+    # GPTQ's layer inputs were read on the panel's batches (1, then 2), never on all 16 calibration batches
+    assert set(panel.session._layer_inputs) == {1, 2} and not panel.session._layer_inputs[1]
+
+    panel.rounding.value = "gptq"
+    assert panel.status.kind == "ok" and "GPTQ (chosen in the panel)" in panel.status.text, panel.status.text
+    assert panel.session.weight_rounding == "gptq" and panel.metric_rows[1]["variant"] == "INT8 (max, GPTQ weights)"
+    assert panel.quantized.weight_rounding  # the Q/DQ model's weights were rounded by GPTQ
+
+    node = panel.node.options[-1]
+    panel.set_precision(node, "fp8")
+    assert panel.status.kind == "ok", panel.status.text
+    assert panel.plan.precision_of(node) == "fp8" and node in panel.quantized.placement.quantized_nodes
+    assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp8)"
+    fp8 = onnx.TensorProto.FLOAT8E4M3FN  # FP8 Q/DQ in the graph: their zero points are E4M3
+    assert any(init.data_type == fp8 for init in panel.quantized.proto.graph.initializer)
+
+
 def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() -> None:
     """The panel's "fall back worst N" is the session's (the journey's rule too): one INT8 layer always stays."""
     from workbench.ui.calib_panel import CalibrationPanel

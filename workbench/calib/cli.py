@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from workbench._args import bounded_float, bounded_int, finite_float, positive_int
 from workbench._io import validate_outputs
+from workbench.calib.rounding import WEIGHT_ROUNDING_CHOICES
 from workbench.calib.search import DEFAULT_SCREEN
 from workbench.errors import WorkbenchError
 
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate.add_argument(
         "--weight-rounding",
         default=None,
-        choices=("nearest", "gptq", "auto"),
+        choices=WEIGHT_ROUNDING_CHOICES,
         help="how weights are rounded onto their per-channel grid: nearest (each weight on its own), gptq (each "
         "layer's output error on the calibration data is minimised, one extra pass over the data, kept per layer only "
         "where it gains on held-out batches) or auto: the plan is scored both ways on the evaluation samples and GPTQ "

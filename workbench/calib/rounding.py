@@ -46,6 +46,14 @@ BLOCK = 128  # columns rounded one by one before their errors are moved onto the
 WeightRounding = Literal["nearest", "gptq"]
 InputNoise = tuple[str, float]  # how a layer's input is quantized: ("int8" or "fp8", its per-tensor scale)
 WEIGHT_ROUNDINGS: tuple[WeightRounding, ...] = ("nearest", "gptq")
+# what a user may ask for: a rounding, or auto (measured per plan: workbench.calib.rounding_choice)
+WeightRoundingChoice = Literal["auto", "nearest", "gptq"]
+WEIGHT_ROUNDING_CHOICES: tuple[WeightRoundingChoice, ...] = ("auto", "nearest", "gptq")
+WEIGHT_ROUNDING_LABELS: dict[WeightRoundingChoice, str] = {
+    "auto": "auto (measured)",
+    "nearest": "nearest",
+    "gptq": "GPTQ",
+}
 # GPTQ is kept by weight rounding auto only when its paired task-metric gain's interval at this level is above zero
 ROUNDING_CONFIDENCE = 0.95
 

@@ -130,8 +130,9 @@ class CalibrationSession:
         # put INT8 inputs on their pixel grid and shift non-negative activations (workbench.calib.align)
         self.align_grids = bool(align_grids)
         self._grid_samples: dict[str, np.ndarray] | None = None
-        self._layer_inputs: dict[str, LayerInput] | None = None
-        self._rounding_cache: dict[tuple[str, str, bytes], tuple[np.ndarray, LayerRounding]] = {}
+        # GPTQ's layer inputs and the roundings made from them, per number of calibration batches (max_batches)
+        self._layer_inputs: dict[int | None, dict[str, LayerInput]] = {}
+        self._rounding_caches: dict[int | None, dict[tuple[str, str, bytes], tuple[np.ndarray, LayerRounding]]] = {}
         self._statistics: dict[int | None, CalibrationStatistics] = {}
         self._metric_cache: dict[str, MetricResult] = {}
         self._prepared_proto: onnx.ModelProto | None = None
@@ -244,7 +245,7 @@ class CalibrationSession:
             quantize_attention=self.quantize_attention,
             fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
             weight_inputs=self.layer_inputs() if self.weight_rounding == "gptq" else None,
-            rounding_cache=self._rounding_cache,
+            rounding_cache=self._rounding_caches.setdefault(self.max_batches, {}),
         )
         if self.align_grids:
             quantized = self._aligned(quantized)
@@ -292,8 +293,9 @@ class CalibrationSession:
         return replace(quantized, proto=proto, scales=scales, alignment=alignment, notes=(*quantized.notes, note))
 
     def layer_inputs(self) -> dict[str, LayerInput]:
-        """The input Hessian of every weighted layer on the calibration data (GPTQ rounding), one ORT pass, cached."""
-        if self._layer_inputs is None:
+        """The input Hessian of every weighted layer on the first ``max_batches`` calibration batches (GPTQ
+        rounding), one ORT pass, cached per number of batches."""
+        if self.max_batches not in self._layer_inputs:
             from tqdm.auto import tqdm
 
             from workbench.calib.rounding import layer_inputs
@@ -308,8 +310,10 @@ class CalibrationSession:
                 disable=not self.progress,
                 leave=False,
             )
-            self._layer_inputs = layer_inputs(self.prepared, batches, weights, what="the FP32 model for GPTQ")
-        return self._layer_inputs
+            self._layer_inputs[self.max_batches] = layer_inputs(
+                self.prepared, batches, weights, what="the FP32 model for GPTQ"
+            )
+        return self._layer_inputs[self.max_batches]
 
     def placement(self, plan: PrecisionPlan | None = None) -> QdqPlacement:
         """The Q/DQ placement a plan gives on this model (cached per plan)."""

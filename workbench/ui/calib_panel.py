@@ -1,4 +1,5 @@
-"""Notebook panel for INT8 calibration: method, percentile, batches, per-layer precision, "fall back worst N".
+"""Notebook panel for INT8 calibration: method, percentile, batches, weight rounding, per-layer precision (INT8,
+FP8, FP16, FP32), "fall back worst N".
 
 Thin by design: every widget forwards to one :class:`workbench.calib.CalibrationSession` (statistics are gathered
 once per number of batches; switching method or precision re-reads no data) and redraws figures from
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.calib.methods import check_percentile
+from workbench.calib.rounding import WEIGHT_ROUNDING_LABELS, WeightRoundingChoice
 from workbench.errors import WorkbenchError
 from workbench.flow.uncertainty import versus_reference
 from workbench.precision import PrecisionPlan
@@ -32,6 +34,7 @@ class CalibrationPanel:
         *,
         method: str = "max",
         percentile: float = 99.99,
+        weight_rounding: WeightRoundingChoice = "auto",
         max_batches: int = 4,
         batch_choices: Sequence[int] = (1, 2, 4, 8, 16),
         diff_batches: int = 1,
@@ -44,6 +47,10 @@ class CalibrationPanel:
 
         from workbench.ui.controls import StatusArea, calibration_method_dropdown
 
+        if weight_rounding not in WEIGHT_ROUNDING_LABELS:
+            raise WorkbenchError(
+                f"weight rounding {weight_rounding!r} is not known.", expected=" or ".join(WEIGHT_ROUNDING_LABELS)
+            )
         self.model_name = model
         self.data = data
         self.diff_batches = diff_batches
@@ -57,6 +64,9 @@ class CalibrationPanel:
         self.diff: Any = None
         self.metric_rows: list[dict[str, Any]] = []
         self.worst: list[str] = []
+        self.rounding_note = ""  # what the weights' rounding is and why (auto: what it measured)
+        self._rounding_for: tuple[str, int] | None = None  # (dropdown value, ranges version) the rounding was set for
+        self._ranges_version = 0
 
         self.method = calibration_method_dropdown(method)
         # plain text fields: a bounded field clamps 100.5 to 100 silently; the panel refuses out-of-range values
@@ -64,9 +74,16 @@ class CalibrationPanel:
         self._in_use = {"percentile": percentile, "worst_n": worst_n}
         choices = sorted(set(batch_choices) | {max_batches})
         self.batches = widgets.Dropdown(options=choices, value=max_batches, description="batches")
+        # auto is calibrate's default for zoo models: the all-INT8 plan is scored with both roundings and GPTQ is kept
+        # only on a clear gain (workbench.calib.rounding_choice); a mixed plan keeps what all-INT8 chose, as the search
+        self.rounding = widgets.Dropdown(
+            options=[(label, value) for value, label in WEIGHT_ROUNDING_LABELS.items()],
+            value=weight_rounding,
+            description="weights",
+        )
         self.node = widgets.Dropdown(options=[], description="layer")
         self.node_precision = widgets.ToggleButtons(
-            options=["int8", "fp16", "fp32"], value="int8", description="precision"
+            options=["int8", "fp8", "fp16", "fp32"], value="int8", description="precision"
         )
         self.tensor = widgets.Dropdown(options=[], description="histogram of")
         self.worst_n = widgets.IntText(value=worst_n, description="N")
@@ -83,13 +100,14 @@ class CalibrationPanel:
         self.fallback_button.on_click(lambda _: self.fall_back_worst())
         for control in (self.method, self.percentile, self.batches):
             control.observe(lambda change: self._recalibrate(), names="value")
+        self.rounding.observe(lambda change: self._change_rounding(), names="value")
         self.worst_n.observe(lambda change: self._check_worst_n(), names="value")
         self.node.observe(lambda change: self._show_node_precision(), names="value")
         self.node_precision.observe(lambda change: self._set_node_precision(), names="value")
         self.tensor.observe(lambda change: self._draw_histogram(), names="value")
         self.widget = widgets.VBox(
             [
-                widgets.HBox([self.method, self.percentile, self.batches, self.run_button]),
+                widgets.HBox([self.method, self.percentile, self.batches, self.rounding, self.run_button]),
                 widgets.HBox([self.node, self.node_precision]),
                 widgets.HBox([self.worst_n, self.fallback_button]),
                 self.progress.widget,
@@ -110,8 +128,10 @@ class CalibrationPanel:
             self.progress.start("loading the model", total=4)
             self._ensure_session()
             self.progress.step(f"statistics over {self.batches.value} batch(es)", 1)
+            self.session.max_batches = self.batches.value  # GPTQ's layer inputs read the same batches
             self.statistics = self.session.statistics(self.batches.value)
             self.ranges = self.statistics.ranges(self.method.value, percentile=self.percentile.value)
+            self._ranges_version += 1
             self._quiet = True
             try:
                 self.tensor.options = list(self.statistics.histograms)
@@ -126,7 +146,7 @@ class CalibrationPanel:
             self.progress.done("calibrated")
             self.status.ok(
                 f"{len(self.statistics.histograms)} tensors from {self.statistics.num_samples} samples "
-                f"({self.statistics.seconds:.1f} s), method {self.method.value}"
+                f"({self.statistics.seconds:.1f} s), method {self.method.value}; {self.rounding_note}"
                 + (f" — {warnings}" if warnings else "")
             )
         except Exception as error:  # shown in the panel, never as a traceback
@@ -210,7 +230,37 @@ class CalibrationPanel:
         finally:
             self._quiet = False
 
+    def _change_rounding(self) -> None:
+        if self._quiet or self.session is None or self.ranges is None:
+            return
+        try:
+            self.status.busy(f"weights: {self.rounding.label}…")
+            self.progress.start(f"weights: {self.rounding.label}", total=4)
+            self._requantize()
+            self.progress.done("done")
+            self.status.ok(self.rounding_note)
+        except Exception as error:
+            self.progress.failed("failed")
+            self.status.error(error)
+
+    def _apply_rounding(self) -> None:
+        """Put the dropdown's weight rounding on the session; auto measures it (once per ranges) on all-INT8."""
+        wanted: WeightRoundingChoice = self.rounding.value
+        if self._rounding_for == (wanted, self._ranges_version):
+            return
+        if wanted == "auto":
+            from workbench.calib.rounding_choice import choose_weight_rounding
+
+            self.progress.step("weight rounding: all-INT8 scored with nearest and with GPTQ", 2)
+            plan = self.session.default_plan("int8")
+            self.rounding_note = choose_weight_rounding(self.session, self.ranges, plan, self.eval_limit).note
+        else:
+            self.session.weight_rounding = wanted
+            self.rounding_note = f"weights rounded by {WEIGHT_ROUNDING_LABELS[wanted]} (chosen in the panel)"
+        self._rounding_for = (wanted, self._ranges_version)
+
     def _requantize(self) -> None:
+        self._apply_rounding()
         self.progress.step("inserting Q/DQ and diffing every layer", 2)
         int8_model = self.session.quantize(self.ranges)
         self.quantized = int8_model if not self.plan.overrides else self.session.quantize(self.ranges, self.plan)
@@ -249,7 +299,7 @@ class CalibrationPanel:
             rows.append({"variant": "FP32", "metric": fp32.name, "value": fp32.value, "int8_nodes": 0, "fallback": 0})
             rows.append(
                 {
-                    "variant": f"INT8 ({self.method.value})",
+                    "variant": f"INT8 ({self.method.value}{', GPTQ weights' if self._gptq else ''})",
                     "metric": int8.name,
                     "value": int8.value,
                     "int8_nodes": total,
@@ -272,6 +322,10 @@ class CalibrationPanel:
             self._add_intervals(rows, [fp32, int8] + ([mixed] if self.plan.overrides else []))
         self.metric_rows = rows
         replace_figure(self.table, metric_table_figure(rows))
+
+    @property
+    def _gptq(self) -> bool:
+        return self.session is not None and self.session.weight_rounding == "gptq"
 
     @staticmethod
     def _add_intervals(rows: list[dict[str, Any]], results: list[Any]) -> None:
