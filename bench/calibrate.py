@@ -974,6 +974,11 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         from workbench.precision import PrecisionPlan
 
         plans["fp8_every_layer"] = PrecisionPlan(default="fp8")
+    if args.fp8_modelopt_rules:  # ModelOpt's FP8 coverage (its conv rules) with our ranges: like for like
+        from workbench.precision.qdq_rules import fp8_conv_exclusions
+
+        excluded = fp8_conv_exclusions(session.prepared)
+        plans["fp8_modelopt_rules"] = session.default_plan("fp8").with_overrides(dict.fromkeys(excluded, "fp32"))
     ours: dict[str, Any] = {}
     for label, plan in plans.items():
         start = time.perf_counter()
@@ -989,13 +994,15 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         }
         print(f"[{name}] ours {label}: {result.value:.4f}", flush=True)
         nearest_scores[label] = list(result.scores)
-        if label == "fp8":
-            our_fp8_scores = list(result.scores)
+        if label in ("fp8", "fp8_modelopt_rules"):
+            if label == "fp8":
+                our_fp8_scores = list(result.scores)
+            build = f"{label}_build" if label != "fp8" else "fp8_build"
             try:
-                ours["fp8_build"] = _fp8_build_share(quantized, dict(entry.input_profiles()))
+                ours[build] = _fp8_build_share(quantized, dict(entry.input_profiles()))
             except Exception as error:  # a failed build is a result to record, not a crash
-                ours["fp8_build"] = {"error": str(error)[:300]}
-            print(f"[{name}] FP8 build: {ours['fp8_build']}", flush=True)
+                ours[build] = {"error": str(error)[:300]}
+            print(f"[{name}] {label} build: {ours[build]}", flush=True)
     gptq_fp8_scores: list[float] = []
     if args.gptq:  # the same ranges and plans, weights rounded by GPTQ (a second session: its own rounding cache)
         from workbench.calib.session import CalibrationSession
@@ -1031,6 +1038,10 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         peers[mode], scores = _modelopt_run(entry, mode, model_path, data, workdir, args)
         if mode == "fp8" and scores:
             report["fp8_vs_modelopt"] = paired_difference(our_fp8_scores, scores)
+            if "fp8_modelopt_rules" in nearest_scores:
+                report["fp8_modelopt_rules_vs_modelopt"] = paired_difference(
+                    nearest_scores["fp8_modelopt_rules"], scores
+                )
             if gptq_fp8_scores:
                 report["fp8_gptq_vs_modelopt"] = paired_difference(gptq_fp8_scores, scores)
                 auto = gptq_fp8_scores if ours["fp8_auto"]["choice"] == "gptq" else our_fp8_scores
@@ -1084,6 +1095,11 @@ def _modelopt_run(
             scores = list(peer.scores)
         except Exception as error:  # ORT may refuse a peer's graph: record why
             run["metric_error"] = str(error)[:300]
+        if mode == "fp8":  # how much of ModelOpt's FP8 model runs FP8 once built (its rules keep some convs out)
+            try:
+                run["fp8_build"] = _fp8_build_share(load_onnx(output, check=False).proto, dict(entry.input_profiles()))
+            except Exception as error:
+                run["fp8_build"] = {"error": str(error)[:300]}
     print(f"[{entry.name}] ModelOpt {mode}: {run.get('metric', run.get('error', run.get('metric_error')))}", flush=True)
     return run, scores
 
@@ -1340,6 +1356,32 @@ def fp8_quality_table(reports: list[dict[str, Any]], document: dict[str, Any]) -
                 f"{cell(int8)} ({int8['choice']}) | {cell(peers.get('int8'))} | "
                 f"{_paired_cell(r.get('int8_auto_vs_modelopt', {}))} |"
             )
+    if any("fp8_modelopt_rules" in r["ours"] for r in reports):
+        lines += [
+            "",
+            "## Like for like: our FP8 with ModelOpt's FP8 conv rules (convolutions of at most 16 channels per group or "
+            "more than 32 taps kept FP32, `qdq_rules.fp8_conv_exclusions`), our ranges and nearest rounding",
+            "",
+            "| model | n | ours FP8 (default plan) | its build: FP8 Conv/GEMM | ours FP8, ModelOpt's rules | its build | "
+            "ModelOpt FP8 | its build | ours (ModelOpt's rules) - ModelOpt FP8 (paired 95 %) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+
+        def share(build: dict[str, Any] | None) -> str:
+            if not build or "math_layers" not in build:
+                return (build or {}).get("error", "-")[:60]
+            return f"{build['fp8_math_layers']}/{build['math_layers']} ({100 * build['fp8_share']:.0f} %)"
+
+        for r in reports:
+            ours, peers = r["ours"], r["modelopt"]
+            if "fp8_modelopt_rules" not in ours:
+                continue
+            lines.append(
+                f"| {r['model']} | {r['evaluation_samples']} | {cell(ours['fp8'])} | {share(ours.get('fp8_build'))} | "
+                f"{cell(ours['fp8_modelopt_rules'])} | {share(ours.get('fp8_modelopt_rules_build'))} | "
+                f"{cell(peers.get('fp8', peers.get('skipped')))} | {share(peers.get('fp8', {}).get('fp8_build'))} | "
+                f"{_paired_cell(r.get('fp8_modelopt_rules_vs_modelopt', {}))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -1507,6 +1549,12 @@ def main() -> int:
         "Conv/GEMM share; writes calibrate_fp8_<date>.json / .md",
     )
     parser.add_argument("--fp8-every-layer", action="store_true", help="--fp8-quality: also FP8 with no stem kept out")
+    parser.add_argument(
+        "--fp8-modelopt-rules",
+        action="store_true",
+        help="--fp8-quality: also our FP8 with ModelOpt's FP8 conv rules (its coverage, our ranges), paired against "
+        "ModelOpt's FP8, and the FP8 layer share of both builds",
+    )
     parser.add_argument(
         "--gptq",
         action="store_true",

@@ -1,6 +1,7 @@
 """Paired comparisons of two variants scored on the same samples: the normal interval of the mean per-sample
-difference and an exact sign test on the samples that differ. The confidence-bounded search (a plan against FP32)
-and weight rounding ``auto`` (GPTQ against nearest) both decide with these."""
+difference and an exact sign test on the samples that differ. The confidence-bounded search (a plan against FP32),
+its early stops (a trial against the current plan, grid alignment against none) and weight rounding ``auto`` (GPTQ
+against nearest) all decide with these."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two 
 # one quantization's output noise under this share of the other's is a clear difference; EfficientNet-Lite0's
 # alignment: 2.7e-3 vs 7.4e-3 on 32 samples (2.98e-3 vs 7.19e-3 on 128)
 CLEAR_NOISE_RATIO = 0.8
-EARLY_STOP_Z = 2.576  # two-sided 99 %: a trial is stopped only when the paired interval lies below zero
+EARLY_STOP_CONFIDENCE = 0.99  # two-sided: a trial is stopped only when its paired interval lies below zero
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def _choose_alignment(
     result = session.evaluate(aligned, limit=limit)
     higher = bool(session.entry.higher_is_better)
     gain = (np.asarray(result.scores, dtype=np.float64) - plain_scores) * (1.0 if higher else -1.0)
-    half = EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else np.inf
+    half = paired_half_width(result.scores, plain_scores, EARLY_STOP_CONFIDENCE) if gain.size > 1 else np.inf
     if gain.size and gain.mean() - half > 0:
         session.align_grids, why = True, "the task metric gains (paired 99 % interval above 0)"
     elif gain.size and gain.mean() + half < 0:
@@ -544,7 +544,7 @@ def search_mixed_precision(
         if scores.size < 2 or reference.size != scores.size:
             return False
         gain = scores - reference if higher else reference - scores
-        return bool(gain.mean() + EARLY_STOP_Z * gain.std(ddof=1) / np.sqrt(gain.size) < 0)
+        return bool(gain.mean() + paired_half_width(scores, reference, EARLY_STOP_CONFIDENCE) < 0)
 
     def record(
         plan: PrecisionPlan,
@@ -685,7 +685,7 @@ def search_mixed_precision(
         values = np.asarray(record.scores, dtype=np.float64)
         if values.size < 2:
             return record.metric if higher else -record.metric
-        half = EARLY_STOP_Z * values.std(ddof=1) / np.sqrt(values.size)
+        half = paired_half_width(values, np.zeros_like(values), EARLY_STOP_CONFIDENCE)  # the scores' own interval
         return float(values.mean() + half if higher else -(values.mean() - half))
 
     def reachable() -> str:
