@@ -223,6 +223,33 @@ def test_sigint_on_the_cli_leaves_no_temp_files(ws: Path) -> None:
         assert not _temps(work)
 
 
+def test_a_signal_that_lands_while_a_temp_file_is_made_is_acted_on_once_it_is_registered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python runs a signal handler at the next bytecode after the signal arrived, so a SIGINT delivered just before
+    the temp file's creation is held can still fire inside mkstemp, after the file exists: the handler must wait
+    until the file is registered (the race behind a temp file left by the SIGINT test above under load)."""
+    import tempfile
+
+    from workbench import _io
+
+    real_mkstemp = tempfile.mkstemp
+
+    def interrupted_mkstemp(*args, **kwargs):  # the file exists, then the tripped handler runs
+        made = real_mkstemp(*args, **kwargs)
+        _io._on_signal(signal.SIGINT, None)
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", interrupted_mkstemp)
+    _io.install_cleanup_handlers()
+    (tmp_path / "out.bin").write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt):
+        with _io.atomic_path(tmp_path / "out.bin") as tmp:
+            tmp.write_bytes(b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"] and (tmp_path / "out.bin").read_bytes() == b"old"
+    assert not _io._PENDING and not _io._HOLDING
+
+
 # --- sealed bundles -------------------------------------------------------------------------------------------
 
 

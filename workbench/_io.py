@@ -65,7 +65,21 @@ def cleanup_temps() -> None:
         _remove_path(path)
 
 
+# set while the main thread creates and registers a temp file: a signal arriving then is acted on when it ends.
+# Blocking the signal (pthread_sigmask) is not enough: one delivered just before the block has already tripped
+# Python's handler, which then runs at the next bytecode inside the block, e.g. in mkstemp after the file exists
+_HOLDING = 0
+_PENDING: list[int] = []
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _HOLDING and threading.current_thread() is threading.main_thread():
+        _PENDING.append(signum)
+        return
+    _act_on(signum)
+
+
+def _act_on(signum: int) -> None:
     if signum == signal.SIGINT:
         # unwinds through every atomic_path/staging_directory `finally` (which remove their temp files); what is
         # still registered at exit is removed by the atexit hook. Not removed here: a caller may catch it.
@@ -111,14 +125,21 @@ def _unregister(path: str | Path) -> None:
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """Hold SIGINT/SIGTERM (main thread, POSIX) for a few statements; pending ones arrive when the block ends."""
+    global _HOLDING
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    _HOLDING += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _HOLDING -= 1
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal blocked until now runs its handler here
+        if not _HOLDING and _PENDING:
+            signum = _PENDING[0]
+            _PENDING.clear()
+            _act_on(signum)
 
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
@@ -232,7 +253,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         with _signals_held():  # a signal between creating and registering the temp file would leak it
             fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
             _register(tmp_name)
-        os.close(fd)
+            os.close(fd)
         tmp = Path(tmp_name)
         yield tmp
         # mkstemp creates 0600 files; give the result the permissions a plain open() would have
