@@ -719,14 +719,24 @@ def _evaluation_sizes(text: str | None) -> dict[str, int]:
     return sizes
 
 
-def _confidence_level(text: str) -> float:
-    """``--confidence``: a level in [0.5, 1), checked before any model is loaded."""
+def _search_confidence(args: argparse.Namespace) -> float | None:
+    """The search's level: ``--confidence`` (off: None, the point estimate), else the library's default."""
+    from workbench.calib.search import DEFAULT_CONFIDENCE
+
+    given = getattr(args, "confidence", None)
+    return None if given == "off" else given or DEFAULT_CONFIDENCE
+
+
+def _confidence_level(text: str) -> float | str:
+    """``--confidence``: a level in [0.5, 1) or off, checked before any model is loaded."""
+    if text.strip().lower() == "off":
+        return "off"
     try:
         level = float(text)
     except ValueError:
         level = float("nan")
     if not 0.5 <= level < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a level in [0.5, 1), e.g. 0.95")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a level in [0.5, 1), e.g. 0.95, or off")
     return level
 
 
@@ -812,7 +822,7 @@ def search_row(name: str, session: Any, args: argparse.Namespace) -> dict[str, A
         progress=lambda event: print(f"[{name}] {event.text()}", flush=True),
         weight_rounding="auto" if getattr(args, "gptq", False) else None,
         align_grids={"on": True, "auto": "auto"}.get(getattr(args, "align", None) or "", None),
-        confidence=getattr(args, "confidence", None),
+        confidence=_search_confidence(args),
     )
     seconds = time.perf_counter() - start
     chosen = result.chosen
@@ -1575,7 +1585,7 @@ def main() -> int:
         type=_confidence_level,
         default=None,
         help="--search-only: the target is met only at the low end of the plan's paired interval at this level "
-        "(e.g. 0.95), as workbench calibrate --confidence",
+        "(default 0.95, as workbench calibrate; off: the point estimate decides)",
     )
     parser.add_argument(
         "--evaluation-size",

@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from workbench.calib.search import SKIP_GROUP, paired_bound, search_mixed_precision
+from workbench.calib.search import DEFAULT_CONFIDENCE, SKIP_GROUP, paired_bound, search_mixed_precision
 from workbench.errors import WorkbenchError
 
 
@@ -49,8 +49,11 @@ def test_confidence_holds_back_a_plan_whose_interval_misses_the_target(digits) -
     """On 120 digits, all-INT8 meets FP32 - 0.005 by its point estimate; at 99.9 % confidence with the target at the
     point estimate itself its interval's low end cannot, so the search goes on (and reports the bound)."""
     kwargs = {"limit": 120, "build_costs": False, "budget": 2}
-    plain = search_mixed_precision(digits, target_drop=0.005, **kwargs)
+    plain = search_mixed_precision(digits, target_drop=0.005, confidence=None, **kwargs)  # the point estimate
     assert plain.met and plain.confidence == 0.0 and math.isnan(plain.metric_bound)
+    default = search_mixed_precision(digits, target_drop=0.005, **kwargs)  # 95 % unless asked otherwise
+    assert default.confidence == DEFAULT_CONFIDENCE == 0.95 and not math.isnan(default.metric_bound)
+    assert "at 95% confidence, interval end" in default.summary()
     start = plain.evaluated[0]
     fp32 = digits.evaluate(limit=120)
     differing = sum(a != b for a, b in zip(start.scores, fp32.scores, strict=True))
@@ -74,8 +77,18 @@ def test_cli_confidence_needs_target_drop_and_a_level(tmp_path: Path) -> None:
     too_high = run_cli_forked(
         ["calibrate", "digits-cnn", "--target-drop", "0.01", "--confidence", "1.5", "-o", out], cwd=tmp_path
     )
-    assert too_high.returncode == 2 and "--confidence" in too_high.stderr
+    assert too_high.returncode == 2 and "--confidence" in too_high.stderr and "or off" in too_high.stderr
     assert not (tmp_path / "q.onnx").exists()
+    # off: the point estimate decides (the summary names no level); the default: 95 %
+    for flag, level in ((["--confidence", "off"], None), ([], "at 95% confidence")):
+        run = run_cli_forked(
+            ["calibrate", "digits-cnn", "--target-drop", "0.01", "--budget", "1", "--eval-limit", "60", *flag]
+            + ["-o", out, "--no-progress"],
+            cwd=tmp_path,
+        )
+        assert run.returncode == 0, run.stderr
+        summary = next(line for line in run.stdout.splitlines() if line.startswith("mixed precision:"))
+        assert (level in summary) if level else ("confidence" not in summary), summary
 
 
 def _residual_cnn(path: Path) -> Path:

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+Scores = Sequence[float] | np.ndarray  # per-sample scores, as a metric gives them or as an array
 
-def paired_half_width(
-    scores: Sequence[float], reference_scores: Sequence[float], confidence: float, samples: int | None = None
-) -> float:
+
+def paired_half_width(scores: Scores, reference_scores: Scores, confidence: float, samples: int | None = None) -> float:
     """Half the two-sided ``confidence`` interval (normal approximation) of the mean per-sample difference between
     ``scores`` and ``reference_scores`` (e.g. a plan's and FP32's) on the same samples, for ``samples`` of them
     (default: as many as were scored; a screen's spread projected onto the whole set); nan when the scores are

@@ -60,6 +60,9 @@ NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two 
 # one quantization's output noise under this share of the other's is a clear difference; EfficientNet-Lite0's
 # alignment: 2.7e-3 vs 7.4e-3 on 32 samples (2.98e-3 vs 7.19e-3 on 128)
 CLEAR_NOISE_RATIO = 0.8
+# a target is met at the worst end of the plan's paired interval at this level, not by a point estimate that a few
+# samples, or another CPU's float rounding, could move (confidence=None: the point estimate decides)
+DEFAULT_CONFIDENCE = 0.95
 EARLY_STOP_CONFIDENCE = 0.99  # two-sided: a trial is stopped only when its paired interval lies below zero
 
 
@@ -176,6 +179,16 @@ class MixedPrecisionResult(Artifact):
             base | dict.fromkeys(plan.fallback_nodes, cast(Precision, self.fallback)),
             note=f"mixed-precision search plan {index} ({len(plan.fallback_nodes)} node(s) to {self.fallback})",
         )
+
+    @property
+    def target_verdict(self) -> str:
+        """ "met" or "NOT met", with how: at a confidence level (the interval's end) or by the point estimate."""
+        how = (
+            f"at {self.confidence:.0%} confidence, interval end {self.metric_bound:.4f}"
+            if self.confidence and not math.isnan(self.metric_bound)
+            else "point estimate"
+        )
+        return f"{'met' if self.met else 'NOT met'} ({how})"
 
     def summary(self) -> str:
         share = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in self.ops_by_type.items())
@@ -330,7 +343,7 @@ def search_mixed_precision(
     reach_check: bool = True,
     weight_rounding: str | None = None,
     align_grids: bool | str | None = None,
-    confidence: float | None = None,
+    confidence: float | None = DEFAULT_CONFIDENCE,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -355,8 +368,8 @@ def search_mixed_precision(
     ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
     scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better;
     None: the session's own setting. The session keeps the choice.
-    ``confidence`` (e.g. 0.95): the whole set meets the target only when the plan's metric does at the low end (high
-    end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
+    ``confidence`` (default 0.95): the whole set meets the target only when the plan's metric does at the low end
+    (high end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
     (:func:`paired_bound`); a screened plan is confirmed on the whole set only when its screening score clears the
     target by the half-width that interval would have there. None: the point estimate decides.
 

@@ -303,7 +303,7 @@ def summary_search(search: MixedSearch, run: QuickstartRun) -> str:
     chosen = search.intervals[result.chosen.index]
     return (
         f"pick: plan {result.chosen.index}, {result.metric_name} {chosen.text()} with INT8 {result.int8_math_nodes}/"
-        f"{result.math_nodes} math nodes (target {result.target:.4f}: {'met' if result.met else 'NOT met'}); "
+        f"{result.math_nodes} math nodes (target {result.target:.4f}: {result.target_verdict}); "
         f"{result.evaluations_used} plan(s) evaluated, {len(search.front)} on the Pareto front; stopped: "
         f"{result.stop_reason}"
     )

@@ -97,7 +97,7 @@ def _search_verdicts(search: MixedSearch, run: QuickstartRun) -> list[Verdict]:
     text = (
         f"the search picked plan {pick.index}: {result.metric_name} {interval.text()}, INT8 "
         f"{pick.int8_math_nodes}/{pick.math_nodes} math nodes, target {result.target:.4f} "
-        f"{'met' if result.met else 'NOT met'} ({result.evaluations_used} evaluation(s); stopped: {result.stop_reason})"
+        f"{result.target_verdict}, {result.evaluations_used} evaluation(s); stopped: {result.stop_reason}"
     )
     engine = run.search_pick or Variant.INT8_MIXED
     built = run.builds.get(engine)
