@@ -553,6 +553,7 @@ def mixed_main(args: argparse.Namespace) -> int:
             limit=args.eval_limit,
             ranking=args.mixed_ranking,
             progress=lambda event, name=name: print(f"[{name}] {event.text()}", flush=True),
+            confidence=_search_confidence(args),
         )
         final = session.evaluate(session.quantize(mse_ranges, result.plan), limit=args.eval_limit)
         int8, total = result.ops_by_type.get(op_type, [0, 0])
@@ -1007,7 +1008,7 @@ def fp8_quality_model(name: str, args: argparse.Namespace, workdir: Path) -> dic
         if label in ("fp8", "fp8_modelopt_rules"):
             if label == "fp8":
                 our_fp8_scores = list(result.scores)
-            build = f"{label}_build" if label != "fp8" else "fp8_build"
+            build = f"{label}_build"
             try:
                 ours[build] = _fp8_build_share(quantized, dict(entry.input_profiles()))
             except Exception as error:  # a failed build is a result to record, not a crash
@@ -1584,8 +1585,9 @@ def main() -> int:
         "--confidence",
         type=_confidence_level,
         default=None,
-        help="--search-only: the target is met only at the low end of the plan's paired interval at this level "
-        "(default 0.95, as workbench calibrate; off: the point estimate decides)",
+        help="--search-only, --formats, --mixed: the target is met only at the low end of the plan's paired interval "
+        "at this level (default 0.95, as workbench calibrate; off: the point estimate decides, as it did for every search "
+        "result in bench/results whose command does not say --confidence)",
     )
     parser.add_argument(
         "--evaluation-size",

@@ -113,6 +113,7 @@ def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_l
     assert panel.status.kind == "ok", panel.status.text
     assert panel.plan.precision_of(node) == "fp8" and node in panel.quantized.placement.quantized_nodes
     assert panel.metric_rows[-1]["variant"] == "mixed (int8+fp8)"
+    assert panel.metric_rows[-1]["fp8_nodes"] == 1 and panel.metric_rows[-1]["fallback"] == 0  # FP8 is not "wider"
     fp8 = onnx.TensorProto.FLOAT8E4M3FN  # FP8 Q/DQ in the graph: their zero points are E4M3
     assert any(init.data_type == fp8 for init in panel.quantized.proto.graph.initializer)
 

@@ -425,3 +425,22 @@ def test_auto_rounding_on_one_evaluation_sample_keeps_nearest_and_says_why(digit
     choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 1)
     assert choice.choice == "nearest" == session.weight_rounding and "has one sample to pair" in choice.note
     assert choice.samples == 1 and len(choice.scores) == 1 and set(choice.metrics) == {"nearest"}
+
+
+def test_auto_rounding_that_fails_midway_leaves_the_session_on_its_rounding(digits_sessions, monkeypatch) -> None:
+    """An error while GPTQ's plan is scored (here the evaluation raises) must not leave the session rounding by GPTQ:
+    notebook 03's search reads the session's rounding after the panel reported the error."""
+    from workbench.calib.rounding_choice import choose_weight_rounding
+
+    session = digits_sessions["nearest"]
+    evaluate = session.evaluate
+
+    def fails_on_gptq(model=None, *, limit=None):
+        if session.weight_rounding == "gptq":
+            raise OSError("disk full while scoring")
+        return evaluate(model, limit=limit)
+
+    monkeypatch.setattr(session, "evaluate", fails_on_gptq)
+    with pytest.raises(OSError, match="disk full"):
+        choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 32)
+    assert session.weight_rounding == "nearest"

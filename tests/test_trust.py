@@ -248,6 +248,15 @@ def test_a_signal_that_lands_while_a_temp_file_is_made_is_acted_on_once_it_is_re
             tmp.write_bytes(b"new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"] and (tmp_path / "out.bin").read_bytes() == b"old"
     assert not _io._PENDING and not _io._HOLDING
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask is back as it was
+    # two signals during one hold: acted on once, nothing left over to fire in a later, unrelated hold
+    with pytest.raises(KeyboardInterrupt):
+        with _io._signals_held():
+            _io._on_signal(signal.SIGINT, None)
+            _io._on_signal(signal.SIGINT, None)
+    with _io._signals_held():
+        pass
+    assert not _io._PENDING and not _io._HOLDING
 
 
 # --- sealed bundles -------------------------------------------------------------------------------------------

@@ -66,8 +66,9 @@ def cleanup_temps() -> None:
 
 
 # set while the main thread creates and registers a temp file: a signal arriving then is acted on when it ends.
-# Blocking the signal (pthread_sigmask) is not enough: one delivered just before the block has already tripped
-# Python's handler, which then runs at the next bytecode inside the block, e.g. in mkstemp after the file exists
+# Blocking the signal in the main thread (pthread_sigmask) is not enough: one delivered to another thread (ONNX
+# Runtime's, tqdm's) still trips Python's handler, which the main thread then runs at its next bytecode, e.g. in
+# mkstemp after the file exists
 _HOLDING = 0
 _PENDING: list[int] = []
 
@@ -129,17 +130,23 @@ def _signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    _HOLDING += 1
+    _HOLDING += 1  # first: a handler that runs from here on defers, so the mask below is always restored
+    previous = None
     try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         yield
     finally:
         _HOLDING -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal blocked until now runs its handler here
-        if not _HOLDING and _PENDING:
-            signum = _PENDING[0]
+        pending = None
+        if not _HOLDING and _PENDING:  # taken before the mask is restored, which may run a handler that raises
+            pending = signal.SIGTERM if signal.SIGTERM in _PENDING else _PENDING[0]  # SIGTERM ends the process
             _PENDING.clear()
-            _act_on(signum)
+        try:
+            if previous is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal blocked until now is handled here
+        finally:
+            if pending is not None:
+                _act_on(pending)
 
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")

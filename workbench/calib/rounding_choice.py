@@ -51,7 +51,19 @@ def choose_weight_rounding(
     session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
 ) -> RoundingChoice:
     """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
-    session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`)."""
+    session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`); on an error the
+    session keeps the rounding it had."""
+    before = session.weight_rounding
+    try:
+        return _choose(session, ranges, plan, limit)
+    except BaseException:
+        session.weight_rounding = before
+        raise
+
+
+def _choose(
+    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
+) -> RoundingChoice:
     session.weight_rounding = "nearest"
     nearest_model = session.quantize(ranges, plan)
     if not nearest_model.placement.weights:

@@ -879,8 +879,8 @@ def search_mixed_precision(
     final = evaluated[chosen_index]
     if confidence is not None and math.isnan(bound_of(final)):
         notes.append(
-            f"--confidence {confidence}: the metric gave no per-sample scores on the same samples as FP32's, so the "
-            "point estimate decided"
+            f"target at {confidence:.0%} confidence: the metric gave no per-sample scores on the same samples as "
+            "FP32's, so the point estimate decided"
         )
     final_metric = final.metric
     eight_bit_final = set(session.quantized_nodes(plan))

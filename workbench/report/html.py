@@ -227,8 +227,8 @@ def _mixed_section(run: QuickstartRun) -> str:
         f"<p>Target: {esc(result.metric_name)} {'&ge;' if result.higher_is_better else '&le;'} "
         f"{result.target:.4f} (FP32 {result.fp32_metric:.4f} {'minus' if result.higher_is_better else 'plus'} "
         f"{run.config.max_metric_drop:g}); all-INT8 {result.int8_metric:.4f}. The search chose "
-        f"<b>{esc(chosen.text())}</b> with {result.int8_math_nodes}/{result.math_nodes} Conv/Gemm/MatMul nodes INT8 "
-        f"(target {esc(result.target_verdict)}); {result.evaluations_used} plan(s) evaluated "
+        f"<b>{esc(chosen.text())}</b> with {result.int8_math_nodes}/{result.math_nodes} Conv/Gemm/MatMul nodes INT8"
+        f"; target {esc(result.target_verdict)}. {result.evaluations_used} plan(s) evaluated "
         f"(+1 FP32) in {result.seconds:.1f} s, budget {result.budget}; stopped: {esc(result.stop_reason)}. "
         f"{esc(_pick_text(run))}</p>"
         + _figure_html(figure, "fig-pareto")

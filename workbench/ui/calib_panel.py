@@ -47,7 +47,7 @@ class CalibrationPanel:
 
         from workbench.ui.controls import StatusArea, calibration_method_dropdown
 
-        if weight_rounding not in WEIGHT_ROUNDING_LABELS:
+        if not isinstance(weight_rounding, str) or weight_rounding not in WEIGHT_ROUNDING_LABELS:
             raise WorkbenchError(
                 f"weight rounding {weight_rounding!r} is not known.", expected=" or ".join(WEIGHT_ROUNDING_LABELS)
             )
@@ -233,14 +233,21 @@ class CalibrationPanel:
     def _change_rounding(self) -> None:
         if self._quiet or self.session is None or self.ranges is None:
             return
+        in_use, applied = self.session.weight_rounding, self._rounding_for
         try:
             self.status.busy(f"weights: {self.rounding.label}…")
             self.progress.start(f"weights: {self.rounding.label}", total=4)
             self._requantize()
             self.progress.done("done")
             self.status.ok(self.rounding_note)
-        except Exception as error:
+        except Exception as error:  # the session, the dropdown and the drawn results stay on the rounding in use
             self.progress.failed("failed")
+            self.session.weight_rounding, self._rounding_for = in_use, applied
+            self._quiet = True
+            try:
+                self.rounding.value = applied[0] if applied else in_use
+            finally:
+                self._quiet = False
             self.status.error(error)
 
     def _apply_rounding(self) -> None:
@@ -296,26 +303,38 @@ class CalibrationPanel:
         if self.session.entry is not None:
             fp32 = self.session.evaluate(limit=self.eval_limit)
             int8 = self.session.evaluate(int8_model, limit=self.eval_limit)
-            rows.append({"variant": "FP32", "metric": fp32.name, "value": fp32.value, "int8_nodes": 0, "fallback": 0})
+            rows.append(
+                {
+                    "variant": "FP32",
+                    "metric": fp32.name,
+                    "value": fp32.value,
+                    "int8_nodes": 0,
+                    "fp8_nodes": 0,
+                    "fallback": 0,
+                }
+            )
             rows.append(
                 {
                     "variant": f"INT8 ({self.method.value}{', GPTQ weights' if self._gptq else ''})",
                     "metric": int8.name,
                     "value": int8.value,
                     "int8_nodes": total,
+                    "fp8_nodes": 0,
                     "fallback": 0,
                 }
             )
             if self.plan.overrides:
                 mixed = self.session.evaluate(self.quantized, limit=self.eval_limit)
                 kept = len(self.quantized.placement.int8_nodes)
+                fp8 = len(self.quantized.placement.fp8_nodes)
                 rows.append(
                     {
                         "variant": f"mixed ({self.plan.label})",
                         "metric": mixed.name,
                         "value": mixed.value,
                         "int8_nodes": kept,
-                        "fallback": total - kept,
+                        "fp8_nodes": fp8,
+                        "fallback": total - kept - fp8,  # FP16 / FP32
                     }
                 )
         if rows:

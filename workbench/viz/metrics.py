@@ -90,9 +90,19 @@ def metrics_figure(rows: Sequence[MetricRow], highlight: str | None = None) -> g
 
 def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Task-metric table: one row per variant (FP32 / INT8 / mixed) with its value, 95 % interval, sample count,
-    paired difference to FP32, and INT8 node counts. Every cell has text (a dash where there is no number)."""
-    keys = ("variant", "metric", "value", "interval", "n", "vs_fp32", "int8_nodes", "fallback")
-    header = ["variant", "metric", "value", "95% interval", "samples", "vs FP32 [paired 95%]", "INT8 nodes", "fallback"]
+    paired difference to FP32, and INT8 / FP8 node counts. Every cell has text (a dash where there is no number)."""
+    keys = ("variant", "metric", "value", "interval", "n", "vs_fp32", "int8_nodes", "fp8_nodes", "fallback")
+    header = [
+        "variant",
+        "metric",
+        "value",
+        "95% interval",
+        "samples",
+        "vs FP32 [paired 95%]",
+        "INT8 nodes",
+        "FP8 nodes",
+        "wider",
+    ]
     columns = [
         [f"{r[key]:.4f}" if isinstance(r.get(key), float) else str(r.get(key, "-")) for r in rows] for key in keys
     ]
@@ -100,7 +110,7 @@ def metric_table_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
         go.Table(
             header={"values": header, "fill_color": palette.HEADER_FILL, "align": "left"},
             cells={"values": columns, "align": "left"},
-            columnwidth=[110, 110, 60, 120, 60, 200, 70, 60],
+            columnwidth=[110, 110, 60, 120, 60, 200, 70, 70, 60],
         )
     )
     figure.update_layout(height=70 + 30 * max(1, len(rows)), margin={"l": 10, "r": 10, "t": 10, "b": 10})
