@@ -193,3 +193,28 @@ def test_kept_8bit_convs_and_the_skip_trial_keep_plan_and_fallback_nodes_in_step
     assert dict(result.plan.overrides) == dict.fromkeys(result.fallback_nodes, result.fallback)
     assert result.plan_of(result.chosen.index).overrides == result.plan.overrides
     assert {result.plan.precision_of(n) for n in ("conv1", "conv2")} == {"int8"}
+
+
+def test_a_missing_search_then_takes_the_stem_out_of_8_bits_unless_convs_stay_8_bit() -> None:
+    """ocr-cls against an unreachable target: after the residual-skip trial the search tries its stem (the two
+    leading convolutions of few channels per group) in FP16, every other node as it was; with ``keep_8bit=("Conv",)``
+    the stem stays in 8 bits and no such trial runs."""
+    from workbench.calib.search import STEM_GROUP
+    from workbench.calib.session import CalibrationSession
+    from workbench.precision.qdq_rules import fp8_stem_layers
+    from workbench.zoo import get_entry
+
+    entry = get_entry("ocr-cls")
+    session = CalibrationSession(entry.load(), entry=entry, max_batches=2, progress=False)
+    stem = tuple(fp8_stem_layers(session.prepared, prepared=True))
+    assert len(stem) == 2
+    kwargs = {"target": 1.01, "limit": 48, "build_costs": False, "confidence": None}
+    result = search_mixed_precision(session, budget=3, **kwargs)
+    trial = next(r for r in result.reverts if r.group == STEM_GROUP)
+    assert trial.nodes == stem and trial.format == "fp16"
+    tried = result.plan_of(next(p.index for p in result.evaluated if set(stem) <= set(p.fallback_nodes)))
+    assert all(tried.precision_of(n) == "fp16" for n in stem)
+    assert {tried.precision_of(n) for n, _ in session.quantizable_nodes() if n not in stem} == {"int8"}  # math ops
+    kept_8bit = search_mixed_precision(session, budget=3, keep_8bit=("Conv",), **kwargs)
+    assert all(r.group != STEM_GROUP for r in kept_8bit.reverts)
+    assert all(kept_8bit.plan.precision_of(n) == "int8" for n in stem)
