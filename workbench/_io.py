@@ -81,6 +81,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _act_on(signum: int) -> None:
+    if _PENDING:  # signals still deferred from a hold are acted on now, and SIGTERM (the process ends) comes first
+        signum = signal.SIGTERM if signal.SIGTERM in (*_PENDING, signum) else signum
+        _PENDING.clear()
     if signum == signal.SIGINT:
         # unwinds through every atomic_path/staging_directory `finally` (which remove their temp files); what is
         # still registered at exit is removed by the atexit hook. Not removed here: a caller may catch it.
@@ -136,17 +139,14 @@ def _signals_held() -> Iterator[None]:
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         yield
     finally:
-        _HOLDING -= 1
-        pending = None
-        if not _HOLDING and _PENDING:  # taken before the mask is restored, which may run a handler that raises
-            pending = signal.SIGTERM if signal.SIGTERM in _PENDING else _PENDING[0]  # SIGTERM ends the process
-            _PENDING.clear()
         try:
-            if previous is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal blocked until now is handled here
+            if previous is not None:  # still holding: a signal blocked until now, handled here, defers too
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         finally:
-            if pending is not None:
-                _act_on(pending)
+            _HOLDING -= 1
+            # a handler that runs from here on acts at once, and _act_on takes what is pending with it
+            if not _HOLDING and _PENDING:
+                _act_on(_PENDING[0])
 
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")

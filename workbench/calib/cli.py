@@ -141,7 +141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="OPS",
         help="--target-drop: op types that stay in 8 bits (INT8 or FP8), e.g. Conv: their groups try only the 8-bit "
-        "formats of --formats, and only the group's other nodes (a fused Add) may go wider",
+        "formats of --formats, and only the group's other nodes (a fused Add) may go wider; with Conv the search's "
+        "stem trial (the leading convs of few channels per group in the fallback format) does not run",
     )
     calibrate.add_argument(
         "--screen",

@@ -53,11 +53,12 @@ DEFAULT_BUDGET = 30
 # the CLI's screening samples: at 0.95 agreement 256 samples give a paired comparison of two plans that decides
 # a 2-point difference, and a 1,000-sample set costs 4x as much per trial
 DEFAULT_SCREEN = 256
-MIX_GROUP = "8-bit mix (per-layer diff)"  # the first trial of a ladder with both 8-bit formats (after SKIP_GROUP's)
+# the first trial of a ladder with both 8-bit formats (after SKIP_GROUP's and STEM_GROUP's)
+MIX_GROUP = "8-bit mix (per-layer diff)"
 # the first trial of a search that misses: every residual Add's skip input out of 8 bits, every math op kept in 8
 SKIP_GROUP = "residual skips (math ops stay 8-bit)"
-# the next trial when the start plan still misses: the stem (the leading convolutions of at most 16 channels per group
-# that TensorRT's FP8 rules flag, qdq_rules.fp8_stem_layers) out of 8 bits. EfficientNet-Lite0, GPTQ weights,
+# the next trial when the start plan still misses: the stem (the leading convolutions that TensorRT's FP8 rules flag:
+# few channels per group or more than 32 taps, qdq_rules.fp8_stem_layers) out of 8 bits. EfficientNet-Lite0, GPTQ weights,
 # 2026-12-05: all-INT8 0.944 on 1,000 crops; its two stem convs in FP16, 0.971 (95 % paired low end 0.961)
 STEM_GROUP = "stem (leading convs of few channels per group)"
 NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two quantizations of one plan
@@ -645,8 +646,10 @@ def search_mixed_precision(
             for n in group.nodes
             if not (wide and ops.get(n) in eight_bit_only)
             and plan.precision_of(n) != fmt
-            # a node already out of 8 bits (a residual skip) is not pulled back into them
+            # a node already out of 8 bits (a residual skip, the stem) is not pulled back into them, nor from FP32
+            # down to FP16
             and (wide or plan.precision_of(n) not in ("fp16", "fp32"))
+            and not (fmt == "fp16" and plan.precision_of(n) == "fp32")
         }
 
     plan = base
@@ -756,7 +759,7 @@ def search_mixed_precision(
         )
 
     def one_trial(group: str, overrides: dict[str, Precision], what: str) -> str:
-        """One trial outside the group ranking (the residual skips, the 8-bit mix): the current plan with
+        """One trial outside the group ranking (the residual skips, the stem, the 8-bit mix): the current plan with
         ``overrides``, kept when it scores better; returns "target met" when it is kept and confirmed."""
         nonlocal plan, fallen, current, current_index, confirmed_index, cached_plan
         fmt = next(iter(overrides.values()))
@@ -803,12 +806,16 @@ def search_mixed_precision(
     wide_rung = ladder[-1] in ("fp16", "fp32")  # a ladder of 8-bit formats only keeps the skips in 8 bits too
     if not stop and skips and wide_rung and evaluations < budget:  # the skips out of 8 bits, every math op kept
         stop = one_trial(SKIP_GROUP, dict.fromkeys(skips, cast(Precision, fallback)), "Add(s)")
-    stem = [
-        n
-        for n in fp8_stem_layers(session.prepared, prepared=True)
-        if plan.precision_of(n) in ("int8", "fp8") and ops.get(n) not in eight_bit_only
-    ]
-    if not stop and stem and wide_rung and evaluations < budget:  # the stem out of 8 bits, the rest as it is
+    stem = (
+        [
+            n
+            for n in fp8_stem_layers(session.prepared, prepared=True)
+            if n in session.placement(plan).quantized_nodes and ops.get(n) not in eight_bit_only
+        ]
+        if not stop and wide_rung and evaluations < budget
+        else []
+    )
+    if stem:  # the stem out of 8 bits, the rest as it is
         stop = one_trial(STEM_GROUP, dict.fromkeys(stem, cast(Precision, fallback)), "Conv(s)")
     # a caller's own start plan is kept as given; the default start (the CLI passes it explicitly) gets the mix
     default_start = base_plan is None or base_plan.to_json() == session.default_plan(ladder[0]).to_json()

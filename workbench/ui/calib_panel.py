@@ -240,7 +240,7 @@ class CalibrationPanel:
             self._requantize()
             self.progress.done("done")
             self.status.ok(self.rounding_note)
-        except Exception as error:  # the session, the dropdown and the drawn results stay on the rounding in use
+        except Exception as error:  # the session and the dropdown go back to the rounding in use
             self.progress.failed("failed")
             self.session.weight_rounding, self._rounding_for = in_use, applied
             self._quiet = True
