@@ -117,6 +117,22 @@ def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_l
     fp8 = onnx.TensorProto.FLOAT8E4M3FN  # FP8 Q/DQ in the graph: their zero points are E4M3
     assert any(init.data_type == fp8 for init in panel.quantized.proto.graph.initializer)
 
+    # a rounding whose scoring fails: the error is shown, and the session, the dropdown and the table go back
+    panel.rounding.value = "nearest"
+    assert panel.status.kind == "ok" and panel.metric_rows[1]["variant"] == "INT8 (max)", panel.status.text
+    evaluate = panel.session.evaluate
+
+    def fails_with_gptq(model=None, *, limit=None):
+        if panel.session.weight_rounding == "gptq":
+            raise OSError("disk full while scoring")
+        return evaluate(model, limit=limit)
+
+    panel.session.evaluate = fails_with_gptq
+    panel.rounding.value = "gptq"
+    assert panel.status.kind == "error" and "disk full" in panel.status.text
+    assert panel.rounding.value == "nearest" == panel.session.weight_rounding
+    assert panel.metric_rows[1]["variant"] == "INT8 (max)" and not panel.quantized.weight_rounding
+
 
 def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() -> None:
     """The panel's "fall back worst N" is the session's (the journey's rule too): one INT8 layer always stays."""

@@ -9,6 +9,7 @@ once per number of batches; switching method or precision re-reads no data) and 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -240,12 +241,14 @@ class CalibrationPanel:
             self._requantize()
             self.progress.done("done")
             self.status.ok(self.rounding_note)
-        except Exception as error:  # the session and the dropdown go back to the rounding in use
+        except Exception as error:  # the session, the dropdown and the drawn results go back to the rounding in use
             self.progress.failed("failed")
             self.session.weight_rounding, self._rounding_for = in_use, applied
             self._quiet = True
             try:
                 self.rounding.value = applied[0] if applied else in_use
+                with contextlib.suppress(Exception):  # the first error is the one to show
+                    self._requantize()  # its metrics are cached by the model's bytes: a redraw, no new evaluation
             finally:
                 self._quiet = False
             self.status.error(error)
