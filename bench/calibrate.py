@@ -721,24 +721,10 @@ def _evaluation_sizes(text: str | None) -> dict[str, int]:
 
 
 def _search_confidence(args: argparse.Namespace) -> float | None:
-    """The search's level: ``--confidence`` (off: None, the point estimate), else the library's default."""
-    from workbench.calib.search import DEFAULT_CONFIDENCE
+    """The search's level from ``--confidence`` (workbench's own rule: off -> point estimate, none -> 95 %)."""
+    from workbench.calib.search import resolve_confidence
 
-    given = getattr(args, "confidence", None)
-    return None if given == "off" else given or DEFAULT_CONFIDENCE
-
-
-def _confidence_level(text: str) -> float | str:
-    """``--confidence``: a level in [0.5, 1) or off, checked before any model is loaded."""
-    if text.strip().lower() == "off":
-        return "off"
-    try:
-        level = float(text)
-    except ValueError:
-        level = float("nan")
-    if not 0.5 <= level < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a level in [0.5, 1), e.g. 0.95, or off")
-    return level
+    return resolve_confidence(getattr(args, "confidence", None))
 
 
 def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[Any, list[Any], Path, Path, Any]:
@@ -1513,6 +1499,8 @@ def formats_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> st
 
 
 def main() -> int:
+    from workbench._args import level_or_off
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--samples", type=int, default=64, help="calibration samples per model")
@@ -1583,7 +1571,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--confidence",
-        type=_confidence_level,
+        type=level_or_off,
         default=None,
         help="--search-only, --formats, --mixed: the target is met only at the low end of the plan's paired interval "
         "at this level (default 0.95, as workbench calibrate; off: the point estimate decides, as it did for every search "

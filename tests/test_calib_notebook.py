@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from notebook_runner import execute_notebook
 
+from workbench.errors import WorkbenchError
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_int8_calibration.ipynb"
 
 
@@ -89,8 +91,16 @@ def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_l
 
     from workbench.ui.calib_panel import CalibrationPanel
 
+    with pytest.raises(WorkbenchError, match="weight rounding 'round' is not known"):
+        CalibrationPanel("ocr-cls", weight_rounding="round")  # type: ignore[arg-type]
     panel = CalibrationPanel("ocr-cls", method="max", max_batches=1, eval_limit=16)
     assert panel.rounding.value == "auto"
+    panel.rounding.value = "gptq"  # before a run: nothing to redo yet
+    assert panel.session is None
+    panel.run()
+    # GPTQ forced on one calibration batch cannot round (no held-out batch): the row says what the weights are
+    assert panel.status.kind == "ok" and panel.metric_rows[1]["variant"] == "INT8 (max)", panel.status.text
+    panel.rounding.value = "auto"
     panel.run()
     # one calibration batch: nothing to check GPTQ on, so auto keeps nearest without scoring it, and says why
     assert panel.status.kind == "ok" and "GPTQ has no layer to round here" in panel.status.text, panel.status.text

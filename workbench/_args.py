@@ -75,6 +75,16 @@ def bounded_float(
     return parse
 
 
+def level_or_off(text: str) -> float | str:
+    """An argparse type for a confidence level: a number in [0.5, 1), or ``off`` (no level: a point estimate)."""
+    if str(text).strip().lower() == "off":
+        return "off"
+    try:
+        return bounded_float(0.5, 1.0, high_inclusive=False)(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error}, or off") from None
+
+
 positive_int = bounded_int(1)
 non_negative_int = bounded_int(0)
 finite_float = bounded_float()

@@ -9,10 +9,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from workbench._args import bounded_float, bounded_int, finite_float, positive_int
+from workbench._args import bounded_float, bounded_int, finite_float, level_or_off, positive_int
 from workbench._io import validate_outputs
 from workbench.calib.rounding import WEIGHT_ROUNDING_CHOICES
-from workbench.calib.search import DEFAULT_CONFIDENCE, DEFAULT_SCREEN
+from workbench.calib.search import DEFAULT_SCREEN, resolve_confidence
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     calibrate.add_argument(
         "--confidence",
-        type=_confidence_level,
+        type=level_or_off,
         default=None,
         help="--target-drop: the target is met only when the plan's metric meets it at the worst end of its two-sided "
         "interval at this level (default 0.95; the low end, or the high end for a lower-is-better metric), paired per "
@@ -201,16 +201,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
     diff.set_defaults(func=_warnings_once(_cli_diff))
-
-
-def _confidence_level(text: str) -> float | str:
-    """``--confidence``: a level in [0.5, 1), or ``off`` (the point estimate decides)."""
-    if text.strip().lower() == "off":
-        return "off"
-    try:
-        return bounded_float(0.5, 1.0, high_inclusive=False)(text)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{error}, or off") from None
 
 
 def resolve_model(value: str) -> tuple[OnnxModel, ZooEntry | None]:
@@ -494,7 +484,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
             weight_rounding=rounding,
             align_grids="auto" if args.align_grids == "auto" else None,  # on / off: the session's own setting
-            confidence=None if args.confidence == "off" else args.confidence or DEFAULT_CONFIDENCE,
+            confidence=resolve_confidence(args.confidence),
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))
         mixed.save(report)

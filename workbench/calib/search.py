@@ -71,6 +71,14 @@ DEFAULT_CONFIDENCE = 0.95
 EARLY_STOP_CONFIDENCE = 0.99  # two-sided: a trial is stopped only when its paired interval lies below zero
 
 
+def resolve_confidence(given: float | str | None) -> float | None:
+    """A ``--confidence`` value (``workbench._args.level_or_off``) as the search takes it: ``off`` is None (the point
+    estimate decides), nothing given is :data:`DEFAULT_CONFIDENCE`."""
+    if given == "off":
+        return None
+    return DEFAULT_CONFIDENCE if given is None else float(given)
+
+
 @dataclass(frozen=True)
 class Revert(Artifact):
     """One revert the search tried: the group, the metric before and after, and whether it was kept."""

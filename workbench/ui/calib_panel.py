@@ -318,7 +318,8 @@ class CalibrationPanel:
             )
             rows.append(
                 {
-                    "variant": f"INT8 ({self.method.value}{', GPTQ weights' if self._gptq else ''})",
+                    # what the model's weights are, not what was asked: GPTQ on one batch rounds to nearest
+                    "variant": f"INT8 ({self.method.value}{', GPTQ weights' if int8_model.weight_rounding else ''})",
                     "metric": int8.name,
                     "value": int8.value,
                     "int8_nodes": total,
@@ -344,10 +345,6 @@ class CalibrationPanel:
             self._add_intervals(rows, [fp32, int8] + ([mixed] if self.plan.overrides else []))
         self.metric_rows = rows
         replace_figure(self.table, metric_table_figure(rows))
-
-    @property
-    def _gptq(self) -> bool:
-        return self.session is not None and self.session.weight_rounding == "gptq"
 
     @staticmethod
     def _add_intervals(rows: list[dict[str, Any]], results: list[Any]) -> None:
