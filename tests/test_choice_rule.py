@@ -6,10 +6,17 @@ hands it (MetricRow with scores).
 
 from __future__ import annotations
 
-import pytest
+import math
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench.calib.search import paired_bound
+from workbench.errors import WorkbenchError
 from workbench.flow import MetricRow, choose, recommend
 from workbench.flow.choose import EngineCandidate
+from workbench.flow.config import QuickstartConfig
 from workbench.flow.uncertainty import bootstrap_interval, estimate, paired_difference, wilson_interval
 
 
@@ -48,16 +55,65 @@ def test_efficientnet_mixed_int8_losing_eleven_points_is_not_chosen_under_green(
 def test_max_calibration_all_int8_beats_mixed_so_mixed_is_not_chosen() -> None:
     """Recorded: int8-all 0.9950, int8-mixed 0.9925 (400 samples) and mixed was chosen."""
     rows = [_row("fp32", 400, 400), _row("fp16", 400, 400), _row("int8-all", 398, 400), _row("int8-mixed", 397, 400)]
+    # the point-estimate rule (confidence=None): within the allowed drop, but 400 samples cannot rule out a loss past
+    # it: amber, not green (issue 24)
     for precision in ("int8", "auto"):
-        choice = choose(rows, precision, 0.01)
+        choice = choose(rows, precision, 0.01, confidence=None)
         assert choice.variant == "int8-all", choice
-        # within the allowed drop, but 400 samples cannot rule out a loss past it: amber, not green (issue 24)
         judged = next(j for j in choice.judgements if j.variant == "int8-all")
         assert judged.acceptable and not judged.resolved and judged.loss_high > 0.01
         assert choice.level == "warning" and not choice.ok and "cannot rule out" in choice.reason
     # with a tighter tolerance the samples cannot say whether all-INT8 loses too much: amber, not red, not green
-    tight = choose(rows, "int8", 0.001)
+    tight = choose(rows, "int8", 0.001, confidence=None)
     assert tight.level == "warning" and "not resolved" in tight.reason and tight.rule_variant == "fp16"
+
+
+def test_rule_decides_at_the_searchs_confidence_by_default() -> None:
+    """The same 400 samples under the default rule (95 %, the search's criterion): all-INT8's 2 wrong samples are
+    within 0.01 by the point estimate, but its paired interval reaches 0.0119, so the search would call it not met;
+    the rule does not pick it either (auto takes FP16), and asked for INT8 it says why in amber."""
+    rows = [_row("fp32", 400, 400), _row("fp16", 400, 400), _row("int8-all", 398, 400), _row("int8-mixed", 397, 400)]
+    auto = choose(rows, "auto", 0.01)
+    assert auto.variant == auto.rule_variant == "fp16" and auto.ok
+    assert "at 95% confidence" in auto.rule
+    asked = choose(rows, "int8", 0.01)
+    judged = next(j for j in asked.judgements if j.variant == "int8-all")
+    assert judged.point_within and not judged.acceptable and judged.decided_by_interval
+    assert judged.confidence == 0.95 and judged.loss_high == pytest.approx(0.0119, abs=1e-4)
+    assert asked.variant == "int8-all" and asked.level == "warning" and "may lose up to 0.0119" in asked.reason
+    assert "the rule picks fp16" in asked.reason
+    # a mixed plan the search met at 95 % is what the rule takes over an all-INT8 plan that only its point estimate met
+    met = [_row("fp32", 400, 400), _row("int8-all", 398, 400), _row("int8-mixed", 400, 400)]
+    assert choose(met, "int8", 0.01).variant == choose(met, "auto", 0.01).variant == "int8-mixed"
+    # an interval wholly within the drop is green, and says the bound
+    wide = choose(rows, "auto", 0.05)
+    assert wide.variant == "int8-all" and wide.ok and "at 95% confidence" in wide.reason
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=2, max_value=300),
+    st.data(),
+    st.sampled_from([0.0, 0.005, 0.01, 0.05]),
+    st.sampled_from([0.9, 0.95, 0.99]),
+)
+def test_rule_and_search_agree_on_every_score_table(n: int, data: st.DataObject, drop: float, level: float) -> None:
+    """For any per-sample scores, the rule's "within the drop" is the search's "target met" (point estimate and the
+    paired bound, :func:`workbench.calib.search.paired_bound`), so the journey never exports a variant its own search
+    would reject, nor rejects one the search met."""
+    fp32_scores = data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
+    plan_scores = data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
+    fp32_value, plan_value = sum(fp32_scores) / n, sum(plan_scores) / n
+    rows = [
+        MetricRow("fp32", "a", "acc", fp32_value, n, True, 0.0, tuple(fp32_scores)),
+        MetricRow("int8-all", "b", "acc", plan_value, n, True, plan_value - fp32_value, tuple(plan_scores)),
+    ]
+    judged = next(j for j in choose(rows, "int8", drop, confidence=level).judgements if j.variant == "int8-all")
+    target = fp32_value - drop
+    bound = paired_bound(plan_scores, fp32_scores, fp32_value, level, True)
+    search_met = plan_value >= target - 1e-9 and (math.isnan(bound) or bound >= target - 1e-9)
+    if abs(bound - target) > 1e-9 and abs(plan_value - target) > 1e-9:  # float ties aside
+        assert judged.acceptable == search_met
 
 
 def test_differences_small_samples_cannot_resolve_are_called_noise() -> None:
@@ -94,3 +150,21 @@ def test_recommend_over_candidates_uses_the_same_rule() -> None:
     fp32 = candidate("fp32", "fp32", 0.0, 500.0)  # faster on this CPU, but not the cheaper TensorRT engine
     assert recommend([fast_but_bad, fp16, fp32], 0.01) is fp16
     assert recommend([fast_but_bad], 0.01) is None
+
+
+def test_recommend_and_the_config_decide_at_the_rules_confidence() -> None:
+    def candidate(variant: str, delta: float, bound: float) -> EngineCandidate:
+        return EngineCandidate(
+            variant[:4], variant, "", 1.0, 10, "acc", 1 + delta, delta, True, 100.0, 1.0, "cpu", loss_bound=bound
+        )
+
+    only_point = candidate("int8-all", -0.005, 0.0119)  # within 0.01 by the point estimate, not at 95 %
+    fp16 = candidate("fp16", 0.0, 0.0)
+    assert recommend([only_point, fp16], 0.01) is fp16
+    assert recommend([only_point, fp16], 0.02) is only_point
+    assert recommend([candidate("int8-all", -0.005, math.nan)], 0.01) is not None  # no interval: the point estimate
+    assert QuickstartConfig().decision_confidence == 0.95
+    assert QuickstartConfig(confidence=0.0).decision_confidence is None
+    for bad in (0.3, 1.0, "0.95", True):
+        with pytest.raises(WorkbenchError, match="confidence"):
+            QuickstartConfig(confidence=bad)  # type: ignore[arg-type]

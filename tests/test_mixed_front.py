@@ -65,6 +65,18 @@ def test_search_stage_carries_every_plan_with_its_interval(panel) -> None:
     assert run.search_pick is Variant.INT8_MIXED and build is not None and f"plan {pick}" in build.source
     assert build.plan.overrides == result.plan_of(pick).overrides and build.plan_path.is_file()
     assert run.chosen_variant is Variant.INT8_MIXED and run.selection.build is build  # all-INT8 misses the target
+    # one criterion: the rule's "within the drop" for all-INT8 is the search's whole-set "met" for the same plan on the
+    # same samples (both at the config's confidence), so the rule cannot pick what the search rejected
+    judged = {j.variant: j for j in run.selection.choice.judgements}
+    int8_row = next(row for row in run.metrics.rows if row.variant is Variant.INT8_ALL)
+    whole_set = [
+        p for p in result.evaluated if not (p.overrides or p.fallback_nodes) and p.n_samples == int8_row.n_samples
+    ]
+    assert whole_set, "the search scored its all-INT8 start on the whole set"
+    for record in whole_set:
+        assert record.metric == pytest.approx(int8_row.value), "the search's all-INT8 plan is the int8-all engine's"
+        assert record.meets_target == judged[Variant.INT8_ALL].acceptable
+    assert judged[Variant.INT8_ALL].confidence == run.config.decision_confidence == result.confidence
     from workbench.report.diagnosis import diagnose
 
     verdict = next(v for v in diagnose(run) if v.topic == "mixed-precision search")

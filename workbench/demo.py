@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench._args import level_or_off
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.flow.config import SEARCH_BUDGET_RANGE, SettingValue
@@ -160,6 +161,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         help=f"task-metric loss vs FP32 an engine may have and be chosen (default {DEFAULTS.max_metric_drop:g})",
     )
+    parser.add_argument(
+        "--confidence",
+        type=level_or_off,
+        help=f"level at which the search calls its target met and the rule calls a loss within --max-metric-drop "
+        f"(the worst end of the paired interval against FP32; default {DEFAULTS.confidence:g}), or off: the point "
+        "estimate decides both",
+    )
     parser.add_argument("--calibration-method", choices=CALIBRATION_METHODS, help="INT8 range method")
     parser.add_argument("--streams", type=int, help=f"pipeline streams (lanes), {STREAMS_EXPECTED}")
     parser.add_argument("--batch", type=int, help="samples per request")
@@ -215,6 +223,7 @@ def _cli(args: argparse.Namespace) -> int:
             "calibration_samples": args.calibration_samples,
             "evaluation_samples": args.eval_samples,
             "max_metric_drop": args.max_metric_drop,
+            "confidence": None if args.confidence is None else 0.0 if args.confidence == "off" else args.confidence,
             "search_budget": args.search_budget,
             "data": args.data,
             "export_bad": True if args.export_anyway else None,

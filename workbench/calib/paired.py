@@ -12,6 +12,11 @@ import numpy as np
 
 Scores = Sequence[float] | np.ndarray  # per-sample scores, as a metric gives them or as an array
 
+# a target is met at the worst end of the plan's paired interval at this level, not by a point estimate that a few
+# samples, or another CPU's float rounding, could move (None: the point estimate decides). The accuracy-target search
+# and the quickstart's engine rule both decide at it, so the engine the journey picks is the one its search calls met.
+DEFAULT_CONFIDENCE = 0.95
+
 
 def paired_half_width(scores: Scores, reference_scores: Scores, confidence: float, samples: int | None = None) -> float:
     """Half the two-sided ``confidence`` interval (normal approximation) of the mean per-sample difference between

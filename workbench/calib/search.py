@@ -35,7 +35,7 @@ import numpy as np
 from workbench.artifact import Artifact
 from workbench.calib.cost import EngineCost, build_plan_engine
 from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
-from workbench.calib.paired import paired_half_width
+from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_half_width
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS, fp8_stem_layers
@@ -65,9 +65,6 @@ NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two 
 # one quantization's output noise under this share of the other's is a clear difference; EfficientNet-Lite0's
 # alignment: 2.7e-3 vs 7.4e-3 on 32 samples (2.98e-3 vs 7.19e-3 on 128)
 CLEAR_NOISE_RATIO = 0.8
-# a target is met at the worst end of the plan's paired interval at this level, not by a point estimate that a few
-# samples, or another CPU's float rounding, could move (confidence=None: the point estimate decides)
-DEFAULT_CONFIDENCE = 0.95
 EARLY_STOP_CONFIDENCE = 0.99  # two-sided: a trial is stopped only when its paired interval lies below zero
 
 

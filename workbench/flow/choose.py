@@ -43,6 +43,9 @@ class EngineCandidate(Artifact):
     interval_method: str = ""
     verdict: str = ""  # the rule's verdict on this engine (ok / warning / bad) ...
     verdict_reason: str = ""  # ... and why
+    # the worst end of the loss vs FP32 at the rule's confidence (nan: none, the point estimate decides) and that level
+    loss_bound: float = math.nan
+    confidence: float | None = None
 
 
 def compare_precisions(
@@ -73,6 +76,8 @@ def compare_precisions(
         estimate = row.estimate if row else None
         timed = trial.timing.chosen if trial.timing else None
         choice = trial.selection.choice
+        judged = next((j for j in choice.judgements if j.variant is trial.selection.variant), None)
+        decided = judged is not None and judged.confidence is not None
         candidates.append(
             EngineCandidate(
                 precision=precision,
@@ -93,6 +98,8 @@ def compare_precisions(
                 interval_method=estimate.method if estimate else "",
                 verdict=choice.level,
                 verdict_reason=choice.reason,
+                loss_bound=judged.loss_high if decided and judged else math.nan,
+                confidence=judged.confidence if decided and judged else None,
             )
         )
     return candidates
@@ -102,14 +109,16 @@ def recommend(
     candidates: Iterable[EngineCandidate], max_metric_drop: float = DEFAULT_MAX_DROP
 ) -> EngineCandidate | None:
     """The rule of :mod:`workbench.flow.rule` over built engines: the one expected to cost least on TensorRT
-    (INT8 < mixed INT8 < FP16 < FP32) whose task metric is at most ``max_metric_drop`` worse than FP32's.
+    (INT8 < mixed INT8 < FP16 < FP32) whose task metric is at most ``max_metric_drop`` worse than FP32's, at the
+    confidence the rule decided at (the worst end of the loss's paired interval, ``loss_bound``, within the drop too).
 
     CPU timings do not rank TensorRT engines, so speed measured here does not decide."""
 
     def acceptable(candidate: EngineCandidate) -> bool:
         if candidate.delta_vs_fp32 is None or math.isnan(candidate.delta_vs_fp32):
             return False
-        return within_drop(loss_of(candidate.delta_vs_fp32, candidate.higher_is_better), max_metric_drop)
+        point = within_drop(loss_of(candidate.delta_vs_fp32, candidate.higher_is_better), max_metric_drop)
+        return point and (math.isnan(candidate.loss_bound) or within_drop(candidate.loss_bound, max_metric_drop))
 
     fine = [c for c in candidates if acceptable(c)]
     return min(fine, key=lambda c: VARIANTS[c.variant].cost_rank, default=None)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 from typing import TypeAlias
 
 from workbench.artifact import Artifact
+from workbench.calib.paired import DEFAULT_CONFIDENCE
 from workbench.errors import WorkbenchError
-from workbench.flow.rule import DEFAULT_MAX_DROP
+from workbench.flow.rule import DEFAULT_MAX_DROP, check_confidence
 from workbench.precision.variant import (
     CalibrationMethod,
     PrecisionChoice,
@@ -48,6 +49,10 @@ class QuickstartConfig(Artifact):
     # search's pick is the mixed engine; 0 turns the search off (and with it the mixed engine)
     search_budget: int = DEFAULT_SEARCH_BUDGET
     max_metric_drop: float = DEFAULT_MAX_DROP  # the task-metric loss vs FP32 an engine may have and still be chosen
+    # the level at which the search calls its target met and the engine rule calls a loss within max_metric_drop: the
+    # worst end of the paired interval against FP32, one criterion for both so the journey exports what its search
+    # calls met; 0: the point estimate decides both
+    confidence: float = DEFAULT_CONFIDENCE
     timing_window_s: float = 0.25
     sweep: bool = True  # also time streams=1 and batch=1 so the diagnosis can say whether streams/batching help
     out_dir: str = "out"
@@ -76,6 +81,8 @@ class QuickstartConfig(Artifact):
             raise WorkbenchError(
                 f"max_metric_drop={self.max_metric_drop} is out of range.", expected=f"{low_drop:g}..{high_drop:g}"
             )
+        if self.confidence != 0:
+            check_confidence(self.confidence)
         if not math.isfinite(self.timing_window_s) or not self.timing_window_s > 0:
             raise WorkbenchError(f"timing_window_s={self.timing_window_s} must be a positive number of seconds.")
 
@@ -89,6 +96,7 @@ class QuickstartConfig(Artifact):
             ("evaluation_samples", int),
             ("search_budget", int),
             ("max_metric_drop", float),
+            ("confidence", float),
             ("timing_window_s", float),
             ("sweep", bool),
             ("export", bool),
@@ -119,6 +127,11 @@ class QuickstartConfig(Artifact):
             raise WorkbenchError(
                 f"out_dir={self.out_dir!r} is not a folder path.", expected="out_dir as a string or pathlib.Path"
             )
+
+    @property
+    def decision_confidence(self) -> float | None:
+        """``confidence`` as the search and the rule take it: None (the point estimate) for 0."""
+        return float(self.confidence) if self.confidence else None
 
     def validated(self, **changes: SettingValue) -> QuickstartConfig:
         """This config with ``changes``; an unknown setting or a value out of range raises (nothing is clamped)."""

@@ -1,11 +1,18 @@
 """The rule that chooses an engine from measured task metrics, and the verdict on any choice: said to the user.
 
-Rule: among the variants whose task metric is at most ``max_drop`` worse than FP32's (point estimate on the
-evaluation samples), take the one expected to cost least on TensorRT: all-INT8, then mixed INT8 (some layers kept
-FP32), then FP16, then FP32 itself. A mixed plan is never taken over all-INT8 unless it measured better: it costs more
-(wider layers, extra reformats), so it must buy accuracy. Every comparison carries its sample count and a 95 %
-interval (:mod:`workbench.flow.uncertainty`); a difference whose interval contains 0 is reported as within noise, and a
-verdict whose interval straddles the allowed drop is reported as unresolved (more samples would settle it).
+Rule: among the variants whose task metric is at most ``max_drop`` worse than FP32's, take the one expected to cost
+least on TensorRT: all-INT8, then mixed INT8 (some layers kept wider), then FP16, then FP32 itself. A mixed plan is
+never taken over all-INT8 unless it measured better: it costs more (wider layers, extra reformats), so it must buy
+accuracy.
+
+"At most ``max_drop`` worse" is decided the way the accuracy-target search decides "met"
+(:func:`workbench.calib.search.search_mixed_precision`): at ``confidence`` (95 % by default) the worst end of the
+variant's paired interval against FP32 (:func:`workbench.calib.paired.paired_half_width`, normal, on the same
+samples) must be within the drop, not only its point estimate. So a plan the search rejected as not met is not
+picked here on its point estimate, and the journey exports the engine its own search calls met. ``confidence=None``
+brings back the point estimate, with a pick whose interval reaches past the drop reported as unresolved (amber).
+Every comparison shown carries its sample count and a 95 % interval (:mod:`workbench.flow.uncertainty`); a
+difference whose interval contains 0 is reported as within noise.
 
 Rows are anything with ``variant``, ``metric``, ``value``, ``n_samples``, ``higher_is_better`` and ``scores``
 (a quickstart :class:`~workbench.flow.artifacts.MetricRow`). Variants are :class:`~workbench.precision.Variant`
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from workbench.artifact import Artifact
+from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_half_width
 from workbench.errors import WorkbenchError
 from workbench.flow.uncertainty import Difference, Estimate, estimate, paired_difference
 from workbench.precision.variant import COST_ORDER, VARIANTS, PrecisionChoice, Variant, parse_variant, variants_for
@@ -54,13 +62,26 @@ class MeasuredRow(Protocol):
     def scores(self) -> tuple[float, ...]: ...
 
 
-def rule_text(max_drop: float, metric: str = "task metric", variants: Iterable[Variant] = COST_ORDER) -> str:
+def confidence_text(confidence: float | None) -> str:
+    """How "within the drop" is decided, in words."""
+    if confidence is None:
+        return "by its point estimate"
+    return f"at {confidence:.0%} confidence (the worst end of its paired interval, as the search decides)"
+
+
+def rule_text(
+    max_drop: float,
+    metric: str = "task metric",
+    variants: Iterable[Variant] = COST_ORDER,
+    confidence: float | None = DEFAULT_CONFIDENCE,
+) -> str:
     """The rule in words, over ``variants`` (those that were built), cheapest first."""
     considered = set(variants)
     order = " < ".join(VARIANTS[v].label for v in COST_ORDER if v in considered)
     return (
-        f"Rule: the engine expected to cost least on TensorRT ({order}) whose {metric} is at "
-        f"most {max_drop:g} below FP32's; a mixed plan only where it measured better than its all-quantized variant."
+        f"Rule: the engine expected to cost least on TensorRT ({order}) whose {metric} is at most {max_drop:g} below "
+        f"FP32's {confidence_text(confidence)}; a mixed plan only where it measured better than its all-quantized "
+        "variant."
     )
 
 
@@ -72,9 +93,16 @@ class Judgement(Artifact):
     estimate: Estimate
     vs_fp32: Difference  # variant - FP32, in the metric's own direction
     loss: float  # how much worse than FP32 (positive = worse, whatever the metric's direction)
-    loss_high: float  # the upper end of the loss's 95 % interval (NaN without one)
-    acceptable: bool  # loss <= max_drop
+    loss_high: float  # the worst end of the loss's interval that decides (NaN without one)
+    acceptable: bool  # loss <= max_drop, and with a confidence loss_high too
     resolved: bool  # the loss's interval lies on one side of max_drop
+    confidence: float | None = DEFAULT_CONFIDENCE  # the level loss_high is at (None: the 95 % bootstrap, shown only)
+    point_within: bool = False  # loss <= max_drop: within the drop by the point estimate alone
+
+    @property
+    def decided_by_interval(self) -> bool:
+        """Within by the point estimate but not at the rule's confidence: rejected by the interval's end."""
+        return self.point_within and not self.acceptable
 
     def text(self) -> str:
         if self.variant is Variant.FP32:
@@ -99,10 +127,25 @@ def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float,
     return loss_of(difference.delta, higher_is_better), low, high
 
 
-def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> dict[Variant, Judgement]:
-    """Every measured variant against FP32 (empty when FP32 has no row)."""
+def _confident_loss(fp32: MeasuredRow, row: MeasuredRow, loss: float, confidence: float) -> tuple[float, float] | None:
+    """(low, high) of the loss at ``confidence``: the search's paired normal interval on the same samples (None when
+    the rows have no per-sample scores on the same samples)."""
+    half = paired_half_width(row.scores, fp32.scores, confidence)
+    if math.isnan(half) or len(row.scores) != len(fp32.scores):
+        return None
+    return loss - half, loss + half
+
+
+def judge(
+    rows: Sequence[MeasuredRow],
+    max_drop: float = DEFAULT_MAX_DROP,
+    confidence: float | None = DEFAULT_CONFIDENCE,
+) -> dict[Variant, Judgement]:
+    """Every measured variant against FP32 (empty when FP32 has no row). ``confidence``: the level at which "within
+    the drop" is decided (the search's criterion); None: the point estimate decides."""
     if not (isinstance(max_drop, (int, float)) and math.isfinite(max_drop) and max_drop >= 0):
         raise WorkbenchError(f"max_metric_drop={max_drop} must be a number >= 0.", expected="e.g. 0.01")
+    check_confidence(confidence)
     by_variant = {parse_variant(row.variant, "metric row variant"): row for row in rows}
     fp32 = by_variant.get(Variant.FP32)
     if fp32 is None:
@@ -111,16 +154,39 @@ def judge(rows: Sequence[MeasuredRow], max_drop: float = DEFAULT_MAX_DROP) -> di
     for variant, row in by_variant.items():
         difference = paired_difference(fp32.value, fp32.scores, row.value, row.scores)
         loss, low, high = _loss(difference, row.higher_is_better)
+        has_interval = difference.has_interval
+        decided_at = None
+        if confidence is not None:
+            confident = _confident_loss(fp32, row, loss, confidence)
+            if confident is not None:
+                (low, high), has_interval, decided_at = confident, True, confidence
+        point_within = within_drop(loss, max_drop)
+        # without scores on the same samples the point estimate decides (as in the search)
+        acceptable = point_within and (decided_at is None or within_drop(high, max_drop))
         out[variant] = Judgement(
             variant,
             estimate(row.value, row.n_samples, row.scores),
             difference,
             loss,
             high,
-            within_drop(loss, max_drop),
-            difference.has_interval and (high <= max_drop or low > max_drop),
+            acceptable,
+            has_interval and (high <= max_drop + 1e-12 or low > max_drop),
+            decided_at,
+            point_within,
         )
     return out
+
+
+def check_confidence(confidence: float | None) -> None:
+    """A decision level is None (the point estimate) or a probability in [0.5, 1) (``--confidence``'s range)."""
+    if confidence is None:
+        return
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+        raise WorkbenchError(
+            f"confidence={confidence!r} is not a decision level.",
+            expected="a level between 0.5 and 1 such as 0.95, or None (0 in the quickstart's config) for the point "
+            "estimate",
+        )
 
 
 @dataclass(frozen=True)
@@ -158,15 +224,17 @@ def choose(
     max_drop: float = DEFAULT_MAX_DROP,
     *,
     available: Sequence[Variant | str] = (),
+    confidence: float | None = DEFAULT_CONFIDENCE,
 ) -> Choice:
     """The variant to build/export for ``precision`` ("auto" follows the rule) and the verdict on it.
 
-    ``available`` lists the variants that have an engine (default: every variant with a metric row, plus fp32).
+    ``available`` lists the variants that have an engine (default: every variant with a metric row, plus fp32);
+    ``confidence``: the level "within the drop" is decided at, the search's (None: the point estimate).
     """
-    judged = judge(rows, max_drop)
+    judged = judge(rows, max_drop, confidence)
     metric = rows[0].metric if rows else "task metric"
     usable = {parse_variant(v, "available variant") for v in available} if available else set(judged) | {Variant.FP32}
-    rule = rule_text(max_drop, metric, usable)
+    rule = rule_text(max_drop, metric, usable, confidence)
     candidates = [v for v in COST_ORDER if v in usable]
     rule_variant = next((v for v in candidates if v in judged and judged[v].acceptable), Variant.FP32)
     if precision == "auto":
@@ -187,17 +255,29 @@ def choose(
         level = "ok"
         reason = f"FP32 is the reference ({metric} {chosen.estimate.text()})"
     elif chosen.acceptable:
-        # amber, not green, for a loss the data cannot rule out: the interval reaches past the allowed drop
+        # point-estimate rule only: amber, not green, for a loss the data cannot rule out (the interval reaches past
+        # the allowed drop); at a confidence, acceptable already means the interval's worst end is within the drop
         unresolved = not chosen.resolved and chosen.vs_fp32.has_interval
         level = "warning" if unresolved else "ok"
         reason = f"{variant} {_loss_text(chosen.loss, metric)} vs FP32 (allowed loss {max_drop:g}) on {n} samples"
-        if unresolved:
+        if chosen.confidence is not None:
+            reason += f", at most {max(chosen.loss_high, 0.0):.4f} at {chosen.confidence:.0%} confidence"
+        elif unresolved:
             reason += f"; but {n} samples cannot rule out a loss up to {chosen.loss_high:.4f}"
+    elif chosen.decided_by_interval:
+        level = "warning"
+        reason = (
+            f"{variant} {_loss_text(chosen.loss, metric)} vs FP32, within the allowed {max_drop:g} by its point "
+            f"estimate, but at {chosen.confidence:.0%} confidence it may lose up to {chosen.loss_high:.4f} on {n} "
+            "samples: not within the drop by the rule (nor met by the search's criterion); more evaluation samples "
+            "could settle it"
+        )
     else:
         level = "bad" if chosen.resolved else "warning"
+        level_text = f"{chosen.confidence:.0%} paired interval" if chosen.confidence is not None else "95% interval"
         reason = (
-            f"{variant} loses {chosen.loss:.4f} of {metric} vs FP32 (95% interval up to {chosen.loss_high:.4f}), more "
-            f"than the allowed {max_drop:g}, on {n} samples"
+            f"{variant} loses {chosen.loss:.4f} of {metric} vs FP32 ({level_text} up to {chosen.loss_high:.4f}), "
+            f"more than the allowed {max_drop:g}, on {n} samples"
         )
         if not chosen.resolved:
             reason += " (not resolved: evaluate more samples to be sure)"

@@ -291,6 +291,7 @@ def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
         target_drop=cfg.max_metric_drop,
         budget=cfg.search_budget,
         limit=cfg.evaluation_samples,
+        confidence=cfg.decision_confidence,  # the rule of the select stage decides at the same level
         progress=ws.progress,  # ProgressEvent(task="evaluation", index of budget): the panel shows "evaluation 3 of 8"
     )
     path = ws.path("mixed.json")
@@ -407,7 +408,9 @@ def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:
             expected="another precision, or auto",
         )
     rows = run.metrics.rows if run.metrics else ()
-    choice = choose(rows, cfg.precision, cfg.max_metric_drop, available=tuple(builds))
+    choice = choose(
+        rows, cfg.precision, cfg.max_metric_drop, available=tuple(builds), confidence=cfg.decision_confidence
+    )
     if choice.variant not in builds:
         raise WorkbenchError(
             f"the rule picks {choice.variant}, which was not built: {_why_not_built(run, choice.variant)}",
@@ -588,7 +591,7 @@ STAGES: tuple[Stage[Any], ...] = (
     Stage(
         "search",
         "Mixed-precision search (accuracy target)",
-        ("search_budget", "max_metric_drop", "evaluation_samples"),
+        ("search_budget", "max_metric_drop", "evaluation_samples", "confidence"),
         ("calibrate",),
         "mixed_search",
         stage_search,
@@ -620,7 +623,7 @@ STAGES: tuple[Stage[Any], ...] = (
     Stage(
         "select",
         "Choose the engine",
-        ("precision", "max_metric_drop"),
+        ("precision", "max_metric_drop", "confidence"),
         ("build_fp32",),
         "selection",
         stage_select,

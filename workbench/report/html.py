@@ -207,7 +207,7 @@ def _metrics_section(run: QuickstartRun) -> str:
     rows, chosen = run.metrics.rows, run.chosen_variant
     return (
         (choice_html(run.selection.choice) if run.selection else "")
-        + metrics_table_html(rows, chosen, run.config.max_metric_drop)
+        + metrics_table_html(rows, chosen, run.config.max_metric_drop, run.config.decision_confidence)
         + _figure_html(metric_figures.metrics_figure(rows, chosen), "fig-metrics")
         + f'<p class="muted">{esc(run.metrics.how)}.</p>'
     )

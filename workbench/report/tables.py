@@ -7,6 +7,7 @@ import math
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from workbench.calib.paired import DEFAULT_CONFIDENCE
 from workbench.flow.artifacts import MetricRow, QuickstartRun
 from workbench.flow.choose import EngineCandidate
 from workbench.flow.formats import FormatFront
@@ -64,11 +65,14 @@ def stage_table_html(run: QuickstartRun, pending: Collection[str] = ()) -> str:
 
 
 def metrics_table_html(
-    rows: Sequence[MetricRow], chosen: Variant | None = None, max_drop: float = DEFAULT_MAX_DROP
+    rows: Sequence[MetricRow],
+    chosen: Variant | None = None,
+    max_drop: float = DEFAULT_MAX_DROP,
+    confidence: float | None = DEFAULT_CONFIDENCE,
 ) -> str:
     """The task metric per precision variant with its 95 % interval and sample count, the paired difference to FP32
     (and whether it is within noise), and whether it is within the allowed drop; ``chosen`` (a variant) is marked."""
-    judged = judge(rows, max_drop)
+    judged = judge(rows, max_drop, confidence)
     body = []
     for row in rows:
         verdict = judged.get(row.variant)
@@ -78,7 +82,12 @@ def metrics_table_html(
             versus, allowed = ("reference" if row.variant is Variant.FP32 else f"{row.delta_vs_fp32:+.4f}"), "-"
         else:
             versus = verdict.vs_fp32.text() + (" (within noise)" if verdict.vs_fp32.within_noise else "")
-            allowed = ("yes" if verdict.acceptable else "no") + ("" if verdict.resolved else " (unresolved)")
+            allowed = "yes" if verdict.acceptable else "no"
+            if verdict.confidence is not None:  # decided at the worst end of the interval: say where it lies
+                allowed += f" (loss at most {verdict.loss_high:.4f})" if verdict.acceptable else ""
+                allowed += f" (loss up to {verdict.loss_high:.4f})" if verdict.decided_by_interval else ""
+            elif not verdict.resolved:
+                allowed += " (unresolved)"
         body.append(
             [
                 ("&#9654; " if row.variant == chosen else "") + esc(row.variant),
@@ -95,7 +104,7 @@ def metrics_table_html(
             (rows[0].metric if rows else "metric") + (f" [{method}]" if method else ""),
             "value",
             "vs FP32 [paired 95%]",
-            f"within {max_drop:g} of FP32",
+            f"within {max_drop:g} of FP32" + (f" at {confidence:.0%}" if confidence is not None else ""),
             "samples",
             "ONNX evaluated",
         ],

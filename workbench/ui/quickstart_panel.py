@@ -298,7 +298,7 @@ class QuickstartPanel:
         rows = run.metrics.rows if run.metrics else ()
         self.metrics_table.value = (
             (choice_html(run.selection.choice) if run.selection else "")
-            + metrics_table_html(rows, run.chosen_variant, run.config.max_metric_drop)
+            + metrics_table_html(rows, run.chosen_variant, run.config.max_metric_drop, run.config.decision_confidence)
             if rows
             else html.escape(run.stage("metrics").text)
         )
