@@ -211,6 +211,8 @@ def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytes
     from workbench.cli import main
 
     assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--search-budget", "99"]) == 2
+    for level in ("0.2", "1", "sure"):  # the decision level of the search and the rule: [0.5, 1) or off
+        assert main(["demo", "--model", "digits-cnn", "--out", str(tmp_path / "out"), "--confidence", level]) == 2
     assert "search_budget=99 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

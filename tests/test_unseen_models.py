@@ -265,9 +265,12 @@ def test_an_engine_with_a_bad_verdict_is_blocked_from_export_and_the_printed_com
     cli_out = tmp_path / "cli"
     argv = ["demo", "--model", str(models / "multi-io.onnx"), "--out", str(cli_out), "--precision", "int8"]
     argv += ["--max-metric-drop", "1e-6", "--search-budget", "0", "--calibration-samples", "16", "--eval-samples", "16"]
-    cli = run_cli_forked([*argv, "--export-anyway"], tmp_path, timeout=240)
+    cli = run_cli_forked([*argv, "--export-anyway", "--confidence", "off"], tmp_path, timeout=240)
     _ok(cli, "demo --export-anyway")
     assert "int8-all (bad)" in cli.stdout and "exported to" in cli.stdout, cli.stdout[-2000:]
+    # --confidence off: the point estimate decides the rule (the config records 0, and the rule says so)
+    assert json.loads((cli_out / "run.json").read_text())["config"]["confidence"] == 0.0
+    assert "by its point estimate" in cli.stdout
     assert [p for p in (cli_out / "export").iterdir() if (p / "manifest.json").is_file()]
 
 
