@@ -22,6 +22,7 @@ members; their cost order and precision come from :data:`~workbench.precision.VA
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -96,7 +97,7 @@ class Judgement(Artifact):
     loss_high: float  # the worst end of the loss's interval that decides (NaN without one)
     acceptable: bool  # loss <= max_drop, and with a confidence loss_high too
     resolved: bool  # the loss's interval lies on one side of max_drop
-    confidence: float | None = DEFAULT_CONFIDENCE  # the level loss_high is at (None: the 95 % bootstrap, shown only)
+    confidence: float | None = None  # the level loss_high is at (None: the 95 % bootstrap, the point estimate decided)
     point_within: bool = False  # loss <= max_drop: within the drop by the point estimate alone
 
     @property
@@ -118,7 +119,7 @@ def loss_of(delta_vs_fp32: float, higher_is_better: bool) -> float:
 
 def within_drop(loss: float, max_drop: float) -> bool:
     """The rule's acceptability: a loss vs FP32 of at most ``max_drop`` (float round-off forgiven)."""
-    return loss <= max_drop + 1e-12
+    return loss <= max_drop + 1e-9  # the search's own slack (search.meets), so the two cannot split on round-off
 
 
 def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float, float]:
@@ -156,10 +157,13 @@ def judge(
         loss, low, high = _loss(difference, row.higher_is_better)
         has_interval = difference.has_interval
         decided_at = None
+        resolved_low, resolved_high = low, high
         if confidence is not None:
             confident = _confident_loss(fp32, row, loss, confidence)
             if confident is not None:
                 (low, high), has_interval, decided_at = confident, True, confidence
+                # red (resolved, which blocks export) needs at least 95 %, whatever level decides acceptability
+                resolved_low, resolved_high = _confident_loss(fp32, row, loss, max(confidence, 0.95)) or (low, high)
         point_within = within_drop(loss, max_drop)
         # without scores on the same samples the point estimate decides (as in the search)
         acceptable = point_within and (decided_at is None or within_drop(high, max_drop))
@@ -170,7 +174,7 @@ def judge(
             loss,
             high,
             acceptable,
-            has_interval and (high <= max_drop + 1e-12 or low > max_drop),
+            has_interval and (within_drop(resolved_high, max_drop) or resolved_low > max_drop),
             decided_at,
             point_within,
         )
@@ -181,7 +185,7 @@ def check_confidence(confidence: float | None) -> None:
     """A decision level is None (the point estimate) or a probability in [0.5, 1) (``--confidence``'s range)."""
     if confidence is None:
         return
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.5 <= confidence < 1:
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0.5 <= confidence < 1:
         raise WorkbenchError(
             f"confidence={confidence!r} is not a decision level.",
             expected="a level between 0.5 and 1 such as 0.95, or None (0 in the quickstart's config) for the point "
@@ -261,7 +265,9 @@ def choose(
         level = "warning" if unresolved else "ok"
         reason = f"{variant} {_loss_text(chosen.loss, metric)} vs FP32 (allowed loss {max_drop:g}) on {n} samples"
         if chosen.confidence is not None:
-            reason += f", at most {max(chosen.loss_high, 0.0):.4f} at {chosen.confidence:.0%} confidence"
+            reason += f", loss at most {max(chosen.loss_high, 0.0):.4f} at {chosen.confidence:.0%} confidence"
+        elif confidence is not None:
+            reason += " (no per-sample scores to pair with FP32's: the point estimate decided)"
         elif unresolved:
             reason += f"; but {n} samples cannot rule out a loss up to {chosen.loss_high:.4f}"
     elif chosen.decided_by_interval:

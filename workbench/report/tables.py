@@ -83,9 +83,10 @@ def metrics_table_html(
         else:
             versus = verdict.vs_fp32.text() + (" (within noise)" if verdict.vs_fp32.within_noise else "")
             allowed = "yes" if verdict.acceptable else "no"
-            if verdict.confidence is not None:  # decided at the worst end of the interval: say where it lies
-                allowed += f" (loss at most {verdict.loss_high:.4f})" if verdict.acceptable else ""
-                allowed += f" (loss up to {verdict.loss_high:.4f})" if verdict.decided_by_interval else ""
+            if verdict.confidence is not None and verdict.acceptable:  # decided at the interval's worst end
+                allowed += f" (loss at most {max(verdict.loss_high, 0.0):.4f})"
+            elif verdict.decided_by_interval:
+                allowed += f" (loss up to {verdict.loss_high:.4f})"
             elif not verdict.resolved:
                 allowed += " (unresolved)"
         body.append(
