@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from workbench.artifact import Artifact
 from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_half_width
 from workbench.errors import WorkbenchError
@@ -128,13 +130,16 @@ def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float,
     return loss_of(difference.delta, higher_is_better), low, high
 
 
-def _confident_loss(fp32: MeasuredRow, row: MeasuredRow, loss: float, confidence: float) -> tuple[float, float] | None:
-    """(low, high) of the loss at ``confidence``: the search's paired normal interval on the same samples (None when
-    the rows have no per-sample scores on the same samples)."""
+def _confident_loss(fp32: MeasuredRow, row: MeasuredRow, confidence: float) -> tuple[float, float] | None:
+    """(low, high) of the loss at ``confidence``: the search's paired normal interval (``search.paired_bound``: the
+    mean per-sample difference, which is the metric's own difference unless the metric is not a per-sample mean, e.g.
+    a ratio of sums) on the same samples; None when the rows have no per-sample scores on the same samples."""
     half = paired_half_width(row.scores, fp32.scores, confidence)
     if math.isnan(half) or len(row.scores) != len(fp32.scores):
         return None
-    return loss - half, loss + half
+    mean = float(np.mean(np.asarray(row.scores, dtype=np.float64) - np.asarray(fp32.scores, dtype=np.float64)))
+    center = loss_of(mean, row.higher_is_better)
+    return center - half, center + half
 
 
 def judge(
@@ -159,11 +164,11 @@ def judge(
         decided_at = None
         resolved_low, resolved_high = low, high
         if confidence is not None:
-            confident = _confident_loss(fp32, row, loss, confidence)
+            confident = _confident_loss(fp32, row, confidence)
             if confident is not None:
                 (low, high), has_interval, decided_at = confident, True, confidence
                 # red (resolved, which blocks export) needs at least 95 %, whatever level decides acceptability
-                resolved_low, resolved_high = _confident_loss(fp32, row, loss, max(confidence, 0.95)) or (low, high)
+                resolved_low, resolved_high = _confident_loss(fp32, row, max(confidence, 0.95)) or (low, high)
         point_within = within_drop(loss, max_drop)
         # without scores on the same samples the point estimate decides (as in the search)
         acceptable = point_within and (decided_at is None or within_drop(high, max_drop))
