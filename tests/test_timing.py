@@ -463,3 +463,31 @@ def test_cpu_lanes_keep_a_failure_to_its_own_slot(cls_executor: OrtCpuExecutor) 
         np.testing.assert_allclose(lanes.output_rows(0, 1, 0, 0, 2), lanes.output_rows(0, 0, 0, 0, 2), rtol=1e-5)
     finally:
         lanes.close()
+
+
+def test_cpu_pipeline_times_a_model_whose_integer_input_indexes_a_two_row_table(tmp_path: Path) -> None:
+    """BERT's token types index a table of two rows: timing feeds ids 0 or 1 (ids 1..99 failed MiniLM's Gather and
+    with it the quickstart's timing stage on every BERT-style model)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "token_type_embeddings")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["token_type_embeddings", "token_type_ids"], ["embedded"]),
+            helper.make_node("ReduceMean", ["embedded"], ["y"], keepdims=0),
+        ],
+        "token_types",
+        [helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [table],
+    )
+    path = tmp_path / "token_types.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    executor = OrtCpuExecutor(path, shapes={"token_type_ids": (1, 8)})
+    result = run_pipeline(executor, RunConfig(streams=2, batch=2, **FAST))
+    assert result.n_requests > 3 and result.throughput_per_s > 0
+    lane = executor.bind_lane(0, [2])
+    lane.enqueue(2)
+    ids = lane._feeds[2]["token_type_ids"]
+    assert set(np.unique(ids)) == {0, 1}  # both rows used, none past the table

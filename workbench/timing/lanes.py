@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from workbench.errors import WorkbenchError
-from workbench.timing.executors import Executor, TensorSlot, random_feed
+from workbench.timing.executors import TIMING_INT_RANGE, Executor, TensorSlot, random_feed
 
 HARDWARE_QUEUES = 32
 
@@ -159,7 +159,7 @@ class CudaLanes:
                 for buf, t in zip(ins, executor.inputs):  # non-zero data, written once
                     view = buf.array.view(t.dtype)
                     view[:] = (
-                        rng.integers(1, 100, size=view.size)
+                        rng.integers(*TIMING_INT_RANGE, size=view.size)
                         if np.issubdtype(t.dtype, np.integer)
                         else rng.standard_normal(view.size)
                     ).astype(t.dtype)
