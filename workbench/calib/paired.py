@@ -33,6 +33,25 @@ def paired_half_width(scores: Scores, reference_scores: Scores, confidence: floa
     return NormalDist().inv_cdf(0.5 + confidence / 2) * spread / math.sqrt(samples or plan.size)
 
 
+def paired_interval(scores: Scores, reference_scores: Scores, confidence: float) -> tuple[float, float]:
+    """(mean per-sample difference ``scores - reference_scores``, :func:`paired_half_width` at ``confidence``) on the
+    same samples: the interval the search's target and the quickstart's engine rule both decide on; (nan, nan) when
+    the scores are missing or not on the same samples."""
+    half = paired_half_width(scores, reference_scores, confidence)
+    if math.isnan(half):
+        return math.nan, math.nan
+    plan = np.asarray(scores, dtype=np.float64)
+    return float(np.mean(plan - np.asarray(reference_scores[: plan.size], dtype=np.float64))), half
+
+
+def paired_bound(scores: Scores, fp32_scores: Scores, fp32_metric: float, confidence: float, higher: bool) -> float:
+    """The worst end of a plan's metric at ``confidence``: FP32's metric plus the mean per-sample difference to FP32,
+    less (plus, for lower-is-better) :func:`paired_half_width`. Paired, so samples both get wrong cost nothing; nan
+    when the per-sample scores are missing or not on the same samples."""
+    mean, half = paired_interval(scores, fp32_scores, confidence)
+    return float(fp32_metric + mean - half if higher else fp32_metric + mean + half)
+
+
 def gained_and_lost(
     scores: Sequence[float], reference_scores: Sequence[float], *, higher_is_better: bool
 ) -> tuple[int, int]:

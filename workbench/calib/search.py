@@ -35,7 +35,7 @@ import numpy as np
 from workbench.artifact import Artifact
 from workbench.calib.cost import EngineCost, build_plan_engine
 from workbench.calib.groups import PrecisionGroup, block_groups, fusion_groups
-from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_half_width
+from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_bound, paired_half_width
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS, fp8_stem_layers
@@ -259,19 +259,6 @@ def pareto_front(plans: Any, higher_is_better: bool = True) -> tuple[int, ...]:
 
 def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
-
-
-def paired_bound(
-    scores: Sequence[float], fp32_scores: Sequence[float], fp32_metric: float, confidence: float, higher: bool
-) -> float:
-    """The worst end of a plan's metric at ``confidence``: FP32's metric plus the mean per-sample difference to FP32,
-    less (plus, for lower-is-better) :func:`paired_half_width`. Paired, so samples both get wrong cost nothing; nan
-    when the per-sample scores are missing or not on the same samples."""
-    half = paired_half_width(scores, fp32_scores, confidence)
-    if math.isnan(half):
-        return math.nan
-    mean = fp32_metric + float(np.mean(np.asarray(scores, dtype=np.float64) - np.asarray(fp32_scores[: len(scores)])))
-    return float(mean - half if higher else mean + half)
 
 
 def _relative_output_noise(session: Any, protos: Sequence[Any], samples: int = NOISE_SAMPLES) -> list[float]:

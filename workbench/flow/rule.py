@@ -7,7 +7,7 @@ accuracy.
 
 "At most ``max_drop`` worse" is decided the way the accuracy-target search decides "met"
 (:func:`workbench.calib.search.search_mixed_precision`): at ``confidence`` (95 % by default) the worst end of the
-variant's paired interval against FP32 (:func:`workbench.calib.paired.paired_half_width`, normal, on the same
+variant's paired interval against FP32 (:func:`workbench.calib.paired.paired_interval`, normal, on the same
 samples) must be within the drop, not only its point estimate. So a plan the search rejected as not met is not
 picked here on its point estimate, and the journey exports the engine its own search calls met. ``confidence=None``
 brings back the point estimate, with a pick whose interval reaches past the drop reported as unresolved (amber).
@@ -27,10 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from workbench.artifact import Artifact
-from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_half_width
+from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_interval
 from workbench.errors import WorkbenchError
 from workbench.flow.uncertainty import Difference, Estimate, estimate, paired_difference
 from workbench.precision.variant import COST_ORDER, VARIANTS, PrecisionChoice, Variant, parse_variant, variants_for
@@ -131,13 +129,15 @@ def _loss(difference: Difference, higher_is_better: bool) -> tuple[float, float,
 
 
 def _confident_loss(fp32: MeasuredRow, row: MeasuredRow, confidence: float) -> tuple[float, float] | None:
-    """(low, high) of the loss at ``confidence``: the search's paired normal interval (``search.paired_bound``: the
-    mean per-sample difference, which is the metric's own difference unless the metric is not a per-sample mean, e.g.
-    a ratio of sums) on the same samples; None when the rows have no per-sample scores on the same samples."""
-    half = paired_half_width(row.scores, fp32.scores, confidence)
-    if math.isnan(half) or len(row.scores) != len(fp32.scores):
+    """(low, high) of the loss at ``confidence``: the search's own interval (:func:`workbench.calib.paired.
+    paired_interval`, centred on the mean per-sample difference as ``paired_bound`` is, which is the metric's own
+    difference unless the metric is not a per-sample mean, e.g. a ratio of sums); None when the rows have no
+    per-sample scores on the same samples."""
+    if len(row.scores) != len(fp32.scores):
         return None
-    mean = float(np.mean(np.asarray(row.scores, dtype=np.float64) - np.asarray(fp32.scores, dtype=np.float64)))
+    mean, half = paired_interval(row.scores, fp32.scores, confidence)
+    if math.isnan(half):
+        return None
     center = loss_of(mean, row.higher_is_better)
     return center - half, center + half
 
