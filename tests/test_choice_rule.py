@@ -17,7 +17,9 @@ from workbench.errors import WorkbenchError
 from workbench.flow import MetricRow, choose, recommend
 from workbench.flow.choose import EngineCandidate
 from workbench.flow.config import QuickstartConfig
+from workbench.flow.rule import judge
 from workbench.flow.uncertainty import bootstrap_interval, estimate, paired_difference, wilson_interval
+from workbench.precision import Variant
 
 
 def _row(variant: str, right: int, n: int, wrong_first: bool = False, metric: str = "top1_agreement") -> MetricRow:
@@ -128,6 +130,29 @@ def test_rule_and_search_agree_on_every_score_table(
     if min(abs(bound - target), abs(plan_value - target)) > 1e-9:  # sums in another order may land either side
         assert judged.acceptable == search_met
         assert judged.confidence == (None if math.isnan(bound) else level)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=2, max_value=300), st.data(), st.booleans(), st.booleans())
+def test_the_difference_a_table_shows_is_the_interval_that_decides(
+    n: int, data: st.DataObject, higher: bool, binary: bool
+) -> None:
+    """The "vs FP32" interval of the metrics table is the paired interval the rule (and the search) decide on at
+    95 %: its worst end is the "loss at most / up to" beside it, so the two columns cannot disagree."""
+    values = st.sampled_from([0.0, 1.0]) if binary else st.floats(0.0, 1.0, allow_nan=False).map(lambda v: round(v, 3))
+    fp32_scores = data.draw(st.lists(values, min_size=n, max_size=n))
+    plan_scores = data.draw(st.lists(values, min_size=n, max_size=n))
+    fp32_value, plan_value = sum(fp32_scores) / n, sum(plan_scores) / n
+    rows = [
+        MetricRow("fp32", "a", "m", fp32_value, n, higher, 0.0, tuple(fp32_scores)),
+        MetricRow("int8-all", "b", "m", plan_value, n, higher, plan_value - fp32_value, tuple(plan_scores)),
+    ]
+    judged = judge(rows, 0.01, confidence=0.95)[Variant.INT8_ALL]
+    shown = judged.vs_fp32
+    assert shown.method == "paired normal 95%" and shown.n == n and judged.confidence == 0.95
+    worst_loss = -shown.low if higher else shown.high  # a loss is a fall (higher-is-better) or a rise
+    assert judged.loss_high == pytest.approx(worst_loss, abs=1e-12)
+    assert shown.low <= shown.delta + 1e-12 and shown.delta <= shown.high + 1e-12
 
 
 def test_differences_small_samples_cannot_resolve_are_called_noise() -> None:

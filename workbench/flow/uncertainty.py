@@ -2,8 +2,10 @@
 
 An accuracy-like metric (each sample right or wrong) gets a Wilson score interval, which stays inside [0, 1] and
 behaves at 0 or n successes where the normal approximation does not. Any other per-sample mean (e.g. cosine
-similarity) gets a percentile bootstrap. Two variants evaluated on the same samples are compared *paired*: the
-bootstrap resamples the per-sample differences, which resolves far smaller differences than two separate intervals.
+similarity) gets a percentile bootstrap. Two variants evaluated on the same samples are compared *paired*, on the
+per-sample differences, which resolves far smaller differences than two separate intervals: the 95 % normal interval
+of their mean (:func:`workbench.calib.paired.paired_interval`), the very interval the accuracy-target search and the
+engine rule decide "within the drop" on, so the "vs FP32" a table shows and the verdict beside it cannot disagree.
 Bootstraps use a fixed seed, so a report shows the same interval every time it is rendered.
 """
 
@@ -20,6 +22,7 @@ import numpy.typing as npt
 from workbench.artifact import Artifact
 
 Z95 = 1.959963984540054  # two-sided 95 %
+PAIRED_CONFIDENCE = 0.95  # the level of every interval shown: Wilson, bootstrap and paired
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 20240601
 
@@ -90,7 +93,7 @@ def estimate(value: float, n: int, scores: Sequence[float] = ()) -> Estimate:
 
 @dataclass(frozen=True)
 class Difference(Artifact):
-    """``value(b) - value(a)`` on the same samples, with a paired-bootstrap 95 % interval when scores allow."""
+    """``value(b) - value(a)`` on the same samples, with its paired 95 % interval when scores allow."""
 
     delta: float
     low: float = math.nan
@@ -113,16 +116,23 @@ class Difference(Artifact):
         return f"{self.delta:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
 
 
+PAIRED_METHOD = "paired normal 95%"
+
+
 def paired_difference(
     a_value: float, a_scores: Sequence[float], b_value: float, b_scores: Sequence[float]
 ) -> Difference:
-    """b - a. Paired bootstrap over the per-sample differences when both have scores for the same samples."""
+    """b - a, with the paired 95 % interval of the mean per-sample difference when both have scores for the same
+    (at least two) samples: the interval the search and the engine rule decide on (:mod:`workbench.calib.paired`)."""
+    from workbench.calib.paired import paired_interval
+
     delta = float(b_value) - float(a_value)
     if not a_scores or len(a_scores) != len(b_scores):
         return Difference(delta)
-    differences = np.asarray(b_scores, dtype=np.float64) - np.asarray(a_scores, dtype=np.float64)
-    low, high = bootstrap_interval(differences)
-    return Difference(delta, low, high, len(differences), "paired bootstrap 95%")
+    mean, half = paired_interval(b_scores, a_scores, PAIRED_CONFIDENCE)
+    if math.isnan(half):
+        return Difference(delta)
+    return Difference(delta, mean - half, mean + half, len(a_scores), PAIRED_METHOD)
 
 
 class Scored(Protocol):
