@@ -19,10 +19,14 @@ def pytest_configure(config: pytest.Config) -> None:
 # Real-browser tests assert on what a user sees within a second or two: under pytest-xdist (make test) they share
 # one worker and run one after another, never two Chromium + JupyterLab pairs at once.
 BROWSER_TEST_FILES = frozenset({"test_browser.py", "test_explore_browser.py"})
+# The longest units, started first (longest first): xdist hands out files by their number of tests, which left the
+# browser unit (5 minutes, 6 tests) for last, running alone while the other worker sat idle.
+LONGEST_FIRST = ("browser", "test_quickstart.py", "test_calib_notebook.py", "test_mixed_front.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadfile`` with the browser files as one unit (each file's fixtures stay in one worker)."""
+    """``--dist loadfile`` with the browser files as one unit (each file's fixtures stay in one worker), the longest
+    units first."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -31,6 +35,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
             return "browser" if Path(path).name in BROWSER_TEST_FILES else path
+
+        def _assign_work_unit(self, node: object) -> None:
+            for name in reversed(LONGEST_FIRST):
+                scope = next((s for s in self.workqueue if s == name or Path(s).name == name), None)
+                if scope is not None:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return BrowserFilesTogether(config, log)
 

@@ -520,6 +520,9 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             _type_into(panel, "streams", "99")
             _wait_status(page, "streams=99 is out of range. Expected: 1..64.", 10_000)
             assert panel.locator(".widget-text", has_text="streams").locator("input").input_value() == "2"
+            _type_into(panel, "max drop", "2")
+            _wait_status(page, "max_metric_drop=2.0 is out of range. Expected: 0..1.", 10_000)
+            assert float(panel.locator(".widget-text", has_text="max drop").locator("input").input_value()) == 0.01
             assert panel.locator("table").first.inner_text() == stages_before
             assert "Stale" not in _panel_text(page)
 

@@ -162,6 +162,23 @@ def test_quickstart_panel_widgets_drive_figures_and_tables(tmp_path: Path) -> No
     assert panel.status.text == "Error: streams=99 is out of range. Expected: 1..64."
     assert "Traceback" not in panel.status.widget.value
     assert panel.streams.value == 5 and panel.session.run is before and not panel.stale.is_stale
+    panel.max_metric_drop.value = 2.0
+    assert panel.status.text == "Error: max_metric_drop=2.0 is out of range. Expected: 0..1."
+    assert panel.max_metric_drop.value == 0.01 and panel.session.run is before
+
+    # the allowed drop and the confidence re-run the search and the choice, and the table says what decided
+    assert "within 0.01 of FP32 at 95%" in panel.metrics_table.value
+    panel.max_metric_drop.value = 0.05
+    assert panel.status.kind == "ok", panel.status.text
+    assert panel.session.config.max_metric_drop == 0.05 and panel.session.run.mixed_search.result.target == (
+        pytest.approx(panel.session.run.mixed_search.result.fp32_metric - 0.05)
+    )
+    assert "within 0.05 of FP32 at 95%" in panel.metrics_table.value
+    panel.confidence.value = 0.0  # off: the point estimate decides, in the search and in the rule
+    assert panel.status.kind == "ok", panel.status.text
+    assert panel.session.config.decision_confidence is None
+    assert "within 0.05 of FP32</th>" in panel.metrics_table.value and "loss at most" not in panel.metrics_table.value
+    assert [label for label, _ in panel.confidence.options][:2] == ["95%", "99%"]
 
 
 def _streams_timed(panel, series: str) -> set[str]:
@@ -208,6 +225,10 @@ def test_shared_controls() -> None:
     assert controls.calibration_method_dropdown("mse").value == "mse"
     assert controls.model_picker("ocr-cls").value == "ocr-cls"
     assert controls.batch_dropdown(4, options=(1, 4)).options == (1, 4)
+    assert controls.max_drop_input(0.03).value == 0.03
+    assert controls.confidence_dropdown(0.0).label == "off (point estimate)"
+    odd = controls.confidence_dropdown(0.8)  # a level set in the config is offered as it is, not snapped to a choice
+    assert odd.value == 0.8 and odd.label == "80.0%"
     status = controls.StatusArea()
     status.error(WorkbenchError("x.onnx: no such file.", expected="an ONNX path"))
     assert status.kind == "error" and status.text == "Error: x.onnx: no such file. Expected: an ONNX path."

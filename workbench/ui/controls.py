@@ -13,7 +13,9 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from workbench.calib.paired import DEFAULT_CONFIDENCE
 from workbench.errors import WorkbenchError
+from workbench.flow.rule import DEFAULT_MAX_DROP
 from workbench.precision.variant import CALIBRATION_METHOD_LABELS, PRECISION_CHOICE_LABELS
 from workbench.timing.limits import BATCH_CHOICES, MAX_STREAMS, MIN_STREAMS
 from workbench.viz.palette import STATUS_COLORS
@@ -42,6 +44,42 @@ def streams_input(value: int = 2) -> widgets.IntText:
     message the CLI gives (:func:`workbench.timing.limits.check_streams`)."""
     return widgets.IntText(
         value=value, description=f"streams ({MIN_STREAMS}-{MAX_STREAMS})", style=_STYLE, layout=_LAYOUT
+    )
+
+
+# the decision levels offered for "within the drop" (the search's met and the engine rule's verdict); 0: point estimate
+CONFIDENCE_CHOICES = (("95%", 0.95), ("99%", 0.99), ("90%", 0.9), ("off (point estimate)", 0.0))
+
+
+def max_drop_input(value: float = DEFAULT_MAX_DROP) -> widgets.FloatText:
+    """The task-metric loss vs FP32 an engine may have and still be chosen (the search's target drop).
+
+    A text field, not a bounded one: a bounded field clamps an out-of-range value without a word; the panel refuses it
+    with the message the CLI gives (:class:`workbench.flow.QuickstartConfig`)."""
+    return widgets.FloatText(
+        value=value,
+        step=0.005,
+        description="max drop",
+        tooltip="the task-metric loss vs FP32 an engine may have and still be chosen (the search's target)",
+        style=_STYLE,
+        layout=_LAYOUT,
+    )
+
+
+def confidence_dropdown(value: float = DEFAULT_CONFIDENCE) -> widgets.Dropdown:
+    """The level at which a loss is called within the drop (the search's "met" and the engine rule's verdict)."""
+    options = list(CONFIDENCE_CHOICES)
+    if all(abs(level - value) > 1e-12 for _, level in options):  # a level set in the config is offered as it is
+        options.append((f"{value:.1%}", value))
+    chosen = next(level for _, level in options if abs(level - value) <= 1e-12)
+    return widgets.Dropdown(
+        options=options,
+        value=chosen,
+        description="confidence",
+        tooltip='the level at which a loss counts as within the drop: the worst end of its paired interval ("off": '
+        "the point estimate)",
+        style=_STYLE,
+        layout=_LAYOUT,
     )
 
 

@@ -38,11 +38,14 @@ from workbench.viz import engine_view
 from workbench.viz import metrics as metric_figures
 from workbench.viz import timing as timing_figures
 
+# the config fields a widget of the panel sets (each widget is the attribute of that name)
+_SETTINGS = ("model", "precision", "calibration_method", "streams", "batch", "max_metric_drop", "confidence")
 _TABS = ("Stages", "Cleaning", "Fusion", "Per-layer diff", "Task metric", "Timing", "Diagnosis")
 
 
 class QuickstartPanel:
-    """Precision, calibration method, streams, batch and model widgets over a QuickstartSession.
+    """Model, precision, calibration method, allowed drop, confidence, streams and batch widgets over a
+    QuickstartSession.
 
     Show ``panel.widget`` first, then call :meth:`run`: the progress bar, the current stage and the elapsed time show
     while it works. Changes made in the widgets run on a background thread (``background=True``), so the Cancel button
@@ -72,6 +75,8 @@ class QuickstartPanel:
         self.calibration_method = controls.calibration_method_dropdown(cfg.calibration_method)
         self.streams = controls.streams_input(cfg.streams)
         self.batch = controls.batch_dropdown(cfg.batch)
+        self.max_metric_drop = controls.max_drop_input(cfg.max_metric_drop)
+        self.confidence = controls.confidence_dropdown(cfg.confidence)
         self.run_button = widgets.Button(description="Run all stages", button_style="primary", icon="play")
         self.stage_table = widgets.HTML()
         self.metrics_table = widgets.HTML()
@@ -86,7 +91,7 @@ class QuickstartPanel:
         self._quiet = False  # set while the panel itself puts a value back into a widget
         self._pending: list[str] = []  # stages of the current action not re-run yet (shown as stale)
         self.run_button.on_click(lambda _button: self.run(wait=False))
-        for name in ("model", "precision", "calibration_method", "streams", "batch"):
+        for name in _SETTINGS:
             getattr(self, name).observe(self._observer(name), names="value")
         tabs = widgets.Tab(
             children=[
@@ -107,8 +112,8 @@ class QuickstartPanel:
             [
                 widgets.HBox(
                     [
-                        widgets.VBox([self.model, self.precision, self.calibration_method]),
-                        widgets.VBox([self.streams, self.batch, self.run_button]),
+                        widgets.VBox([self.model, self.precision, self.calibration_method, self.max_metric_drop]),
+                        widgets.VBox([self.streams, self.batch, self.confidence, self.run_button]),
                     ]
                 ),
                 self.progress.widget,
@@ -240,7 +245,7 @@ class QuickstartPanel:
         """Put the values in use back into the widgets (without triggering a run)."""
         self._quiet = True
         try:
-            for name in ("model", "precision", "calibration_method", "streams", "batch"):
+            for name in _SETTINGS:
                 widget = getattr(self, name)
                 if widget.value != getattr(config, name):
                     widget.value = getattr(config, name)
