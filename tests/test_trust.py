@@ -176,8 +176,11 @@ def test_sigkill_during_export_overwrite_keeps_a_whole_bundle(ws: Path) -> None:
 _HOLD_TEMP = textwrap.dedent(
     """
     import signal, sys, time
-    # a test run started in the background (`make test &`) hands its children SIGINT ignored: take Python's default
+    # a test run started in the background (`make test &`) hands its children SIGINT ignored, and a test worker may
+    # hand them SIGTERM ignored or blocked (seen once under xdist): start as a shell would start the CLI
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from workbench._io import atomic_path, staging_directory
     with staging_directory(sys.argv[1] + "/bundle") as staging, atomic_path(sys.argv[1] + "/out.json") as tmp:
         tmp.write_text("partial")
