@@ -394,3 +394,30 @@ def test_a_generated_evaluation_split_grows_and_keeps_its_first_samples() -> Non
         get_entry("digits-cnn").with_evaluation_size(900)
     with pytest.raises(WorkbenchError, match="sample count"):
         shared.with_evaluation_size(0)
+
+
+def test_the_reference_is_computed_for_the_samples_asked_for() -> None:
+    """EfficientNet-Lite0 is scored against its FP32 model's predictions: a metric on the first 16 samples computes
+    (and caches) those 16, a later one on 24 adds the next 8, and the merged cache equals a whole pass, prediction
+    for prediction."""
+    from workbench._arrays import read_npz
+    from workbench.zoo.base import make_ort_predict
+    from workbench.zoo.efficientnet import EfficientNetLite0Entry
+
+    def entry() -> EfficientNetLite0Entry:  # a fresh object (no memo) on a 40-sample split of its own cache file
+        made = EfficientNetLite0Entry()
+        made.split_sizes = {**made.split_sizes, "evaluation": 40}
+        return made
+
+    first = entry()
+    for stale in first.cache_folder.glob("reference-*-n40.npz"):
+        stale.unlink()
+    sixteen = first.evaluate_onnx(first.onnx_path(), limit=16)
+    (cache,) = first.cache_folder.glob("reference-*-n40.npz")
+    assert int(read_npz(cache)["known"].sum()) == 16
+    twenty_four = entry().evaluate_onnx(first.onnx_path(), limit=24)
+    assert int(read_npz(cache)["known"].sum()) == 24 and twenty_four.scores[:16] == sixteen.scores
+    merged = entry()._reference()
+    predict = make_ort_predict(first.onnx_path(), disable_optimizations=True)
+    whole = [p for feed, _, _ in first._batches("evaluation", None, 8) for p in first._reduce(predict(feed), feed)]
+    assert [int(p) for p in merged] == [int(p) for p in whole] and bool(read_npz(cache)["known"].all())

@@ -154,6 +154,10 @@ def make_ort_predict(path: str | os.PathLike[str], *, disable_optimizations: boo
     return cpu_predict(Path(path), optimized=not disable_optimizations, what=str(path))
 
 
+# the FP32 reference's batch: predictions are cached per sample, computed in these blocks as a whole pass does
+_REFERENCE_BATCH = 8
+
+
 class ZooEntry(ABC):
     """A built-in model with its data, preprocessing and task metric. Subclasses fill in the class attributes."""
 
@@ -407,30 +411,47 @@ class ZooEntry(ABC):
         """Combine per-sample predictions with labels into the task metric."""
 
     # ------------------------------------------------------------------------------------- reference
-    def _reference(self) -> list[Prediction]:
-        """Per-sample predictions of the FP32 model (ORT, optimizations off) on the whole evaluation set, cached."""
+    def _reference(self, indices: Sequence[int] | None = None) -> list[Prediction | None]:
+        """Per-sample predictions of the FP32 model (ORT, optimizations off) on the evaluation set, indexed by sample,
+        computed for ``indices`` (all when None) and cached: a metric on the first 64 of 1,000 crops does not pay for
+        the other 936 (samples not asked for yet are None).
+
+        Computed in the blocks of 8 consecutive samples a whole pass uses, so each prediction is the very one a
+        whole pass gives (a kernel may sum in another order for another batch); later calls add what they lack."""
         model_path = self.onnx_path()
         digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
         size = self.split_sizes["evaluation"]
         cache = self.cache_folder / f"reference-{digest}-v{self.recipe_version}-n{size}.npz"
         memo = self.__dict__.get("_reference_memo")
-        if memo is not None and memo[0] == cache:  # a search scores every plan, batch by batch, against it
-            return memo[1]
-        if cache.is_file():
-            from workbench._arrays import read_npz
+        if memo is None or memo[0] != cache:  # a search scores every plan, batch by batch, against it
+            predictions: list[Prediction | None] = [None] * size
+            if cache.is_file():
+                from workbench._arrays import read_npz
 
-            stored = read_npz(cache, expected="a reference cache written by the zoo (delete it to recompute)")
-            if "predictions" in stored and len(stored["predictions"]) == size:
-                self.__dict__["_reference_memo"] = (cache, list(stored["predictions"]))
-                return self.__dict__["_reference_memo"][1]
+                stored = read_npz(cache, expected="a reference cache written by the zoo (delete it to recompute)")
+                if "predictions" in stored and len(stored["predictions"]) == size:
+                    known = stored["known"] if "known" in stored else np.ones(size, dtype=bool)
+                    for index in np.flatnonzero(known):
+                        predictions[int(index)] = stored["predictions"][index]
+            memo = (cache, predictions)
+            self.__dict__["_reference_memo"] = memo
+        predictions = memo[1]
+        wanted = range(size) if indices is None else indices
+        batch_size = min(_REFERENCE_BATCH, self.max_batch or _REFERENCE_BATCH)
+        blocks = sorted({(int(i) // batch_size) * batch_size for i in wanted if predictions[int(i)] is None})
+        if not blocks:
+            return predictions
         predict = make_ort_predict(model_path, disable_optimizations=True)
-        predictions: list[Prediction] = []
-        for feed, _, _ in self._batches("evaluation", None, 8):
-            predictions.extend(self._reduce(predict(feed), feed))
+        for first in blocks:
+            for feed, _, block in self._batches("evaluation", min(first + batch_size, size), batch_size, first):
+                for index, prediction in zip(block, self._reduce(predict(feed), feed)):
+                    predictions[index] = prediction
+        template = next(p for p in predictions if p is not None)
+        known = np.asarray([p is not None for p in predictions])
+        rows = np.stack([p if p is not None else np.zeros_like(template) for p in predictions])
         with atomic_path(cache) as tmp:
             with open(tmp, "wb") as handle:
-                np.savez(handle, predictions=np.stack(predictions))
-        self.__dict__["_reference_memo"] = (cache, predictions)
+                np.savez(handle, predictions=rows, known=known)
         return predictions
 
     def stored_metric(self, model_sha256: str, limit: int | None, compute: Callable[[], MetricResult]) -> MetricResult:

@@ -264,7 +264,7 @@ class EfficientNetLite0Entry(ZooEntry):
         return list(_flat_rows(self._output(outputs, self.metric_output)).argmax(axis=1))
 
     def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
-        reference = self._reference()
+        reference = self._reference(indices)
         expected = np.asarray([reference[i] for i in indices], dtype=np.int64)
         predicted = np.asarray(predictions, dtype=np.int64)
         agree = predicted == expected

@@ -220,5 +220,6 @@ class MiniLmEntry(ZooEntry):
         return list(mean_pool(hidden, feed["attention_mask"]).astype(np.float32))
 
     def _metric(self, predictions: list[Prediction], labels: list[Label], indices: list[int]) -> MetricResult:
-        reference = np.asarray(self._reference(), dtype=np.float64)[indices]
+        computed = self._reference(indices)
+        reference = np.asarray([computed[i] for i in indices], dtype=np.float64)
         return cosine_metric(self.metric_name, predictions, reference)
