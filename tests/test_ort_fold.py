@@ -11,10 +11,10 @@ from onnx import TensorProto, helper, numpy_helper
 from workbench.ort import cpu_session, fold_constant_qdq, session_predict
 
 
-@pytest.mark.parametrize(("name", "fmt"), [("minilm", "int8"), ("ocr-rec", "int8"), ("digits-cnn", "fp8")])
+@pytest.mark.parametrize(("name", "fmt"), [("minilm", "int8"), ("ocr-rec", "int8"), ("ocr-cls", "fp8")])
 def test_folding_changes_no_output_bit_on_real_models(name: str, fmt: str) -> None:
     """MiniLM's MatMuls are where it could: a GEMM prepacks constant weights and sums in another order (FP8 weights:
-    digits-cnn's Convs and Gemm). The folded graph has no weight Q/DQ left, and its outputs and task metric equal the
+    ocr-cls's Convs and MatMuls). The folded graph has no weight Q/DQ left, and its outputs and task metric equal the
     graph's as written, bit for bit."""
     from workbench.calib.session import CalibrationSession
     from workbench.zoo import get_entry
@@ -113,3 +113,13 @@ def test_a_graph_without_qdq_or_with_external_weights_is_left_as_it_is(tmp_path)
     assert fold_constant_qdq(external) is None  # its weights are not in memory here
     feed = {"x": np.ones((2, 4), np.float32)}
     assert session_predict(cpu_session(path))(feed)["y"].shape == (2, 3)  # a file with external data still runs
+
+
+def test_a_gemm_left_in_float_keeps_the_model_as_written() -> None:
+    """Folding needs weight prepacking off, which would move a MatMul that reads a weight left in float (a mixed plan's
+    FP32 GEMM): such a model is not folded, so its outputs stay the graph's as written."""
+    model, w = _weight_model()
+    model.graph.initializer.append(numpy_helper.from_array(w.T.copy(), "w_float"))
+    model.graph.node.append(helper.make_node("MatMul", ["y", "w_float"], ["z"], name="mm_float"))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]))
+    assert fold_constant_qdq(model) is None
