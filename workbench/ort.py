@@ -209,6 +209,8 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     import onnx
     from onnx import helper, numpy_helper
 
+    from workbench.model.graph import subgraph_reads
+
     if isinstance(model, bytes):
         if b"DequantizeLinear" not in model:
             return None
@@ -224,13 +226,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     if any(init.data_location == onnx.TensorProto.EXTERNAL for init in stored.values()):
         return None  # its bytes are not in memory here
     pinned = set(keep) | {value.name for value in graph.output}
-    subgraph_reads = {
-        name
-        for node in graph.node
-        for attribute in node.attribute
-        if attribute.type == attribute.GRAPH
-        for name in _graph_reads(attribute.g)
-    }
+    read_by_bodies = subgraph_reads(graph.node)
     folded: list[onnx.NodeProto] = []
     while True:  # a fixed point: dropping a Q (its output needed as it is) un-folds the DequantizeLinear after it
         constant = set(stored)
@@ -254,7 +250,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
             for node in folded
             if node.op_type == "QuantizeLinear"
             for output in node.output
-            if output in subgraph_reads
+            if output in read_by_bodies
             or any(id(r) not in folded_ids or r.op_type != "DequantizeLinear" for r in readers.get(output, []))
         }
         if not blocked:
@@ -265,7 +261,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
         for node in folded
         if node.op_type == "DequantizeLinear"
         for output in node.output
-        if output in subgraph_reads or any(id(r) not in folded_ids for r in readers.get(output, []))
+        if output in read_by_bodies or any(id(r) not in folded_ids for r in readers.get(output, []))
     ]
     if not needed:
         return None
@@ -288,7 +284,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     weights_model.ir_version = model.ir_version
     values = session_predict(cpu_session(weights_model, fold_weights=False, what="the weights' Q/DQ"))({})
     kept_nodes = [node for node in graph.node if id(node) not in folded_ids]
-    still_read = {name for node in kept_nodes for name in node.input} | subgraph_reads | pinned
+    still_read = {name for node in kept_nodes for name in node.input} | read_by_bodies | pinned
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -299,16 +295,6 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
         + [numpy_helper.from_array(np.asarray(values[name]), name) for name in needed]
     )
     return out
-
-
-def _graph_reads(graph: onnx.GraphProto) -> set[str]:
-    """Tensor names a subgraph body reads (a superset of what it takes from the outer scope)."""
-    names = {name for node in graph.node for name in node.input if name}
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == attribute.GRAPH:
-                names |= _graph_reads(attribute.g)
-    return names
 
 
 _SHAPE_INPUT = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding the output's shape

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.model.graph import subgraph_reads
 
 if TYPE_CHECKING:
     import onnx
@@ -240,7 +241,7 @@ class PrefixCache:
         prefix = self._prefix(proto, cut.position)
         nodes = [n for n in proto.graph.node if n.name not in prefix]
         read = {name for node in nodes for name in node.input if name}
-        read |= {name for node in nodes for a in node.attribute if a.type == a.GRAPH for name in _outer_reads(a.g)}
+        read |= subgraph_reads(nodes)  # what If/Loop bodies take from the outer scope
         made = {out for node in nodes for out in node.output}
         read |= {output.name for output in proto.graph.output} - made  # made in the prefix: passed through
         inits = [i for i in proto.graph.initializer if i.name in read]
@@ -280,13 +281,3 @@ class PrefixCache:
             return self._run(proto, cut, stop=stop)
         self.last_cut = 0
         return self._run(proto, None, stop=stop)
-
-
-def _outer_reads(graph: onnx.GraphProto) -> set[str]:
-    """Tensor names a subgraph body reads (a superset of what it takes from the outer scope)."""
-    names = {name for node in graph.node for name in node.input if name}
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == attribute.GRAPH:
-                names |= _outer_reads(attribute.g)
-    return names

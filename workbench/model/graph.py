@@ -7,6 +7,7 @@ the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -148,3 +149,23 @@ def subgraph_node_count(graph: onnx.GraphProto) -> int:
             for body in bodies:
                 total += len(body.node) + subgraph_node_count(body)
     return total
+
+
+def subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    """Every tensor name the If/Loop/Scan bodies of ``nodes`` (a graph's ``.node``; any depth) read or pass out as
+    outputs: a superset of what the bodies take from outer scopes."""
+    names: set[str] = set()
+    nodes = list(nodes)
+    stack = [attr.g for node in nodes for attr in node.attribute if attr.type == attr.GRAPH]
+    stack += [g for node in nodes for attr in node.attribute if attr.type == attr.GRAPHS for g in attr.graphs]
+    while stack:
+        body = stack.pop()
+        for node in body.node:
+            names.update(name for name in node.input if name)
+            for attr in node.attribute:
+                if attr.type == attr.GRAPH:
+                    stack.append(attr.g)
+                elif attr.type == attr.GRAPHS:
+                    stack.extend(attr.graphs)
+        names.update(output.name for output in body.output)
+    return names

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 from workbench.artifact import NOT_SERIALIZED, Artifact, JsonObject
 from workbench.errors import WorkbenchError
 from workbench.model import OnnxModel, has_qdq, onnx_node_name
+from workbench.model.graph import subgraph_reads
 from workbench.precision.plan import PrecisionPlan
 
 FP16_MAX = 65504.0
@@ -224,24 +225,6 @@ def _tensor_types(proto: onnx.ModelProto) -> _TensorTypes:
     return _TensorTypes(dtype, initializers, constants)
 
 
-def _subgraph_reads(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name any If/Loop/Scan body (any depth) reads: a superset of what bodies take from outer scopes."""
-    names: set[str] = set()
-    stack = [attr.g for node in graph.node for attr in node.attribute if attr.type == attr.GRAPH]
-    stack += [g for node in graph.node for attr in node.attribute if attr.type == attr.GRAPHS for g in attr.graphs]
-    while stack:
-        body = stack.pop()
-        for node in body.node:
-            names.update(name for name in node.input if name)
-            for attr in node.attribute:
-                if attr.type == attr.GRAPH:
-                    stack.append(attr.g)
-                elif attr.type == attr.GRAPHS:
-                    stack.extend(attr.graphs)
-        names.update(output.name for output in body.output)
-    return names
-
-
 def _keep_fp32_reason(node: onnx.NodeProto, shape_only: bool, types: _TensorTypes) -> str:
     """The rule (module docstring) that keeps a node planned for FP16 in FP32, or "" to convert it."""
     import numpy as np
@@ -278,7 +261,7 @@ def _choose_fp16_nodes(
 ) -> tuple[set[int], list[str], dict[str, str]]:
     """(indices of the nodes to convert, their names, node -> rule for those the plan wanted FP16 but stay FP32)."""
     shape_only = _shape_only_nodes(graph)
-    read_by_bodies = _subgraph_reads(graph)
+    read_by_bodies = subgraph_reads(graph.node)
     fp16_set: set[int] = set()
     fp16_names: list[str] = []
     kept: dict[str, str] = {}
@@ -384,7 +367,7 @@ class _CastInserter:
         graph = self.graph
         # drop what the conversion left unused (FP32 originals of converted constants)
         used = {name for node in self.new_nodes for name in node.input} | {output.name for output in graph.output}
-        used |= _subgraph_reads(graph)  # If/Loop/Scan bodies read weights of the outer scope by name
+        used |= subgraph_reads(graph.node)  # If/Loop/Scan bodies read weights of the outer scope by name
         nodes = [node for node in self.new_nodes if node.op_type != "Constant" or any(o in used for o in node.output)]
         initializers = [init for init in graph.initializer if init.name in used] + self.new_initializers
         del graph.node[:]
