@@ -123,3 +123,33 @@ def test_a_gemm_left_in_float_keeps_the_model_as_written() -> None:
     model.graph.node.append(helper.make_node("MatMul", ["y", "w_float"], ["z"], name="mm_float"))
     model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]))
     assert fold_constant_qdq(model) is None
+
+
+def test_a_weight_read_inside_an_if_body_is_folded_where_the_body_finds_it() -> None:
+    """An If branch reads the dequantized weight from the outer scope: the folded value is a top-level initializer of
+    that name, and both branches give what the graph as written gives."""
+    model, _ = _weight_model()
+    then_graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "wd"], ["branch_out"], name="then_mm")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("branch_out", TensorProto.FLOAT, [2, 3])],
+    )
+    else_graph = helper.make_graph(
+        [helper.make_node("Identity", ["y"], ["branch_out2"], name="else_id")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("branch_out2", TensorProto.FLOAT, [2, 3])],
+    )
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.node.append(
+        helper.make_node("If", ["flag"], ["chosen"], then_branch=then_graph, else_branch=else_graph, name="if")
+    )
+    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [2, 3]))
+    folded = fold_constant_qdq(model)
+    assert folded is not None and "wd" in {init.name for init in folded.graph.initializer}
+    for flag in (True, False):
+        feed = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), "flag": np.array(flag)}
+        got = session_predict(cpu_session(model))(feed)
+        expected = session_predict(cpu_session(model, fold_weights=False))(feed)
+        assert all(np.array_equal(got[k], expected[k]) for k in expected)
