@@ -125,27 +125,34 @@ def test_a_gemm_left_in_float_keeps_the_model_as_written() -> None:
     assert fold_constant_qdq(model) is None
 
 
-def test_a_weight_read_inside_an_if_body_is_folded_where_the_body_finds_it() -> None:
-    """An If branch reads the dequantized weight from the outer scope: the folded value is a top-level initializer of
-    that name, and both branches give what the graph as written gives."""
-    model, _ = _weight_model()
+def _with_if(model: onnx.ModelProto, then_op: str) -> onnx.ModelProto:
+    """``model`` plus If(flag): the then-branch applies ``then_op`` to the dequantized weight ``wd`` (read from the
+    outer scope), the else-branch negates it."""
+    then_inputs = ["wd", "wd"] if then_op in ("Mul", "MatMul") else ["wd"]
     then_graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "wd"], ["branch_out"], name="then_mm")],
+        [helper.make_node(then_op, then_inputs, ["then_out"], name="then_op")],
         "then",
         [],
-        [helper.make_tensor_value_info("branch_out", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, None)],
     )
     else_graph = helper.make_graph(
-        [helper.make_node("Identity", ["y"], ["branch_out2"], name="else_id")],
+        [helper.make_node("Neg", ["wd"], ["else_out"], name="else_neg")],
         "else",
         [],
-        [helper.make_tensor_value_info("branch_out2", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, None)],
     )
     model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
     model.graph.node.append(
         helper.make_node("If", ["flag"], ["chosen"], then_branch=then_graph, else_branch=else_graph, name="if")
     )
-    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [2, 3]))
+    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, None))
+    return model
+
+
+def test_a_weight_read_inside_an_if_body_is_folded_where_the_body_finds_it() -> None:
+    """An If branch reads the dequantized weight from the outer scope: the folded value is a top-level initializer of
+    that name, and both branches give what the graph as written gives."""
+    model = _with_if(_weight_model()[0], "Mul")
     folded = fold_constant_qdq(model)
     assert folded is not None and "wd" in {init.name for init in folded.graph.initializer}
     for flag in (True, False):
@@ -153,3 +160,16 @@ def test_a_weight_read_inside_an_if_body_is_folded_where_the_body_finds_it() -> 
         got = session_predict(cpu_session(model))(feed)
         expected = session_predict(cpu_session(model, fold_weights=False))(feed)
         assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+def test_constants_onnx_runtime_may_prepack_elsewhere_keep_the_model_as_written() -> None:
+    """Prepacking goes off for a folded model as a whole: a GEMM in an If body, or one reading a Constant node's
+    output, could be prepacked in the graph as written, so such a model is not folded."""
+    assert fold_constant_qdq(_with_if(_weight_model()[0], "MatMul")) is None
+    model, w = _weight_model()
+    model.graph.node.append(
+        helper.make_node("Constant", [], ["w_const"], value=numpy_helper.from_array(w.T.copy()), name="const")
+    )
+    model.graph.node.append(helper.make_node("MatMul", ["y", "w_const"], ["z"], name="mm_const"))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]))
+    assert fold_constant_qdq(model) is None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
@@ -141,6 +141,26 @@ def cpu_session(
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
 
 
+def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    """Every If/Loop/Scan body under ``nodes``, at any depth."""
+    for node in nodes:
+        for attribute in node.attribute:
+            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                yield body
+                yield from _bodies(body.node)
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every stored tensor of ``graph`` and its bodies: initializers and tensor attributes (a Constant's value)."""
+    for current in [graph, *_bodies(graph.node)]:
+        yield from current.initializer
+        for node in current.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+
+
 # a file is read whole to look for Q/DQ: above this its weights are folded by nobody (ONNX Runtime runs it as written)
 _FOLD_MAX_FILE_BYTES = 1 << 30
 
@@ -157,9 +177,7 @@ def _folded(source: onnx.ModelProto | bytes | str, keep: Iterable[str]) -> onnx.
             data = Path(source).read_bytes()
             if b"DequantizeLinear" not in data:
                 return None
-            source = onnx.load_from_string(data)
-            if any(init.data_location == onnx.TensorProto.EXTERNAL for init in source.graph.initializer):
-                return None  # its weights live in other files: run as written
+            source = onnx.load_from_string(data)  # external data stays unread: fold_constant_qdq refuses it
         return fold_constant_qdq(source, keep)
     except Exception:  # noqa: BLE001  (an optimization only: whatever stops it, the model runs as written)
         return None
@@ -221,10 +239,15 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     graph = model.graph
     if not any(node.op_type == "DequantizeLinear" for node in graph.node):
         return None
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in _all_tensors(graph)):
+        return None  # its bytes live in other files, found relative to the model's folder: run as written
+    if any(node.op_type in _PREPACKING_OPS for body in _bodies(graph.node) for node in body.node):
+        return None  # a GEMM inside an If/Loop/Scan body may prepack what it reads: prepacking stays on
     inputs = {value.name for value in graph.input}  # an initializer that is also an input can be fed: not constant
     stored = {init.name: init for init in graph.initializer if init.name not in inputs}
-    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in stored.values()):
-        return None  # its bytes are not in memory here
+    # what ONNX Runtime also holds as constants (and may prepack): Constant nodes' outputs, sparse initializers
+    other_constants = {out for node in graph.node if node.op_type == "Constant" for out in node.output}
+    other_constants |= {sparse.values.name for sparse in graph.sparse_initializer}
     pinned = set(keep) | {value.name for value in graph.output}
     read_by_bodies = subgraph_reads(graph.node)
     folded: list[onnx.NodeProto] = []
@@ -266,7 +289,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     if not needed:
         return None
     if any(
-        node.op_type in _PREPACKING_OPS and any(name in stored for name in node.input)
+        node.op_type in _PREPACKING_OPS and any(name in stored or name in other_constants for name in node.input)
         for node in graph.node
         if id(node) not in folded_ids
     ):
@@ -282,7 +305,10 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     )
     weights_model = helper.make_model(weights, opset_imports=list(model.opset_import))
     weights_model.ir_version = model.ir_version
-    values = session_predict(cpu_session(weights_model, fold_weights=False, what="the weights' Q/DQ"))({})
+    try:  # an output type declared wrong here (a scale that is itself folded) fails the run: nothing is folded
+        values = session_predict(cpu_session(weights_model, fold_weights=False, what="the weights' Q/DQ"))({})
+    except WorkbenchError:
+        return None
     kept_nodes = [node for node in graph.node if id(node) not in folded_ids]
     still_read = {name for node in kept_nodes for name in node.input} | read_by_bodies | pinned
     out = onnx.ModelProto()

@@ -420,24 +420,33 @@ class ZooEntry(ABC):
         whole pass gives (a kernel may sum in another order for another batch); later calls add what they lack."""
         model_path = self.onnx_path()
         digest = json.loads(self._manifest_path.read_text(encoding="utf-8"))["sha256"][:16]
+        from workbench.ort import intra_op_threads
+
         size = self.split_sizes["evaluation"]
-        cache = self.cache_folder / f"reference-{digest}-v{self.recipe_version}-n{size}.npz"
+        batch_size = min(_REFERENCE_BATCH, self.max_batch or _REFERENCE_BATCH)
+        # a partial cache has its own name (older code reads the whole-pass name only, and would take the rows not
+        # computed yet for predictions); the thread count is in it, so rows added later are made the same way
+        whole = self.cache_folder / f"reference-{digest}-v{self.recipe_version}-n{size}.npz"
+        cache = whole.with_name(f"{whole.stem}-t{intra_op_threads()}-blocks{batch_size}.npz")
         memo = self.__dict__.get("_reference_memo")
         if memo is None or memo[0] != cache:  # a search scores every plan, batch by batch, against it
             predictions: list[Prediction | None] = [None] * size
-            if cache.is_file():
+            for path in (whole, cache):  # a whole pass an older version cached, then the rows cached since
+                if not path.is_file():
+                    continue
                 from workbench._arrays import read_npz
 
-                stored = read_npz(cache, expected="a reference cache written by the zoo (delete it to recompute)")
-                if "predictions" in stored and len(stored["predictions"]) == size:
-                    known = stored["known"] if "known" in stored else np.ones(size, dtype=bool)
-                    for index in np.flatnonzero(known):
-                        predictions[int(index)] = stored["predictions"][index]
+                stored = read_npz(path, expected="a reference cache written by the zoo (delete it to recompute)")
+                rows = stored.get("predictions")
+                known = stored.get("known", np.ones(size, dtype=bool))
+                if rows is None or len(rows) != size or known.shape != (size,) or known.dtype != bool:
+                    continue  # not this split's: recomputed
+                for index in np.flatnonzero(known):
+                    predictions[int(index)] = rows[index]
             memo = (cache, predictions)
             self.__dict__["_reference_memo"] = memo
         predictions = memo[1]
         wanted = range(size) if indices is None else indices
-        batch_size = min(_REFERENCE_BATCH, self.max_batch or _REFERENCE_BATCH)
         blocks = sorted({(int(i) // batch_size) * batch_size for i in wanted if predictions[int(i)] is None})
         if not blocks:
             return predictions
