@@ -120,29 +120,30 @@ def test_backend_module_type_checks_against_tensorrt_10_stubs(stubs: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_type_check_catches_calls_tensorrt_removed(stubs: Path, tmp_path: Path) -> None:
-    # Negative control: prove the check really sees the stubs (a silent `Any` would pass everything).
-    probe = tmp_path / "probe_removed_api.py"
+def test_type_check_catches_calls_the_stubs_do_not_have(stubs: Path, tmp_path: Path) -> None:
+    # Negative control: prove the check really sees the stubs (a silent `Any` would pass everything): an attribute
+    # and a method no TensorRT class has are reported.
+    probe = tmp_path / "probe_missing_api.py"
     probe.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    import tensorrt as trt\n"
         "def f(config: 'trt.IBuilderConfig', context: 'trt.IExecutionContext') -> None:\n"
-        "    config.max_workspace_size = 1 << 30\n"
-        "    context.execute_async_v2([], 0)\n"
+        "    config.workspace_probe_limit = 1 << 30\n"
+        "    context.enqueue_probe([], 0)\n"
     )
     result = _mypy([str(probe)], stubs)
     assert result.returncode != 0
-    assert "max_workspace_size" in result.stdout and "execute_async_v2" in result.stdout
+    assert "workspace_probe_limit" in result.stdout and "enqueue_probe" in result.stdout
 
 
 def test_type_check_sees_the_stubs_inside_the_backend_module(stubs: Path, tmp_path: Path) -> None:
-    # Negative control on the checked module itself: the backend with a removed call slipped in fails the check
+    # Negative control on the checked module itself: the backend with a call the stubs lack slipped in fails the check
     # (its own ``import tensorrt`` resolves to the stubs, not to an Any the skipped imports would give).
     source = (REPO / "workbench" / "engine" / "backend.py").read_text()
     anchor = "    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED\n"
     assert anchor in source
     broken = tmp_path / "workbench" / "engine" / "backend.py"
     broken.parent.mkdir(parents=True)
-    broken.write_text(source.replace(anchor, anchor + "    config.max_workspace_size = 1 << 30\n"))
+    broken.write_text(source.replace(anchor, anchor + "    config.workspace_probe_limit = 1 << 30\n"))
     result = _mypy([str(broken)], stubs)
-    assert result.returncode != 0 and "max_workspace_size" in result.stdout, result.stdout
+    assert result.returncode != 0 and "workspace_probe_limit" in result.stdout, result.stdout
