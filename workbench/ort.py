@@ -141,18 +141,11 @@ def cpu_session(
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
 
 
-def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
-    """Every If/Loop/Scan body under ``nodes``, at any depth."""
-    for node in nodes:
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                yield body
-                yield from _bodies(body.node)
-
-
 def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every stored tensor of ``graph`` and its bodies: initializers and tensor attributes (a Constant's value)."""
-    for current in [graph, *_bodies(graph.node)]:
+    from workbench.model.graph import subgraph_bodies
+
+    for current in [graph, *subgraph_bodies(graph.node)]:
         yield from current.initializer
         for node in current.node:
             for attribute in node.attribute:
@@ -227,7 +220,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
     import onnx
     from onnx import helper, numpy_helper
 
-    from workbench.model.graph import subgraph_reads
+    from workbench.model.graph import subgraph_bodies, subgraph_reads
 
     if isinstance(model, bytes):
         if b"DequantizeLinear" not in model:
@@ -241,7 +234,7 @@ def fold_constant_qdq(model: onnx.ModelProto | bytes, keep: Iterable[str] = ()) 
         return None
     if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in _all_tensors(graph)):
         return None  # its bytes live in other files, found relative to the model's folder: run as written
-    if any(node.op_type in _PREPACKING_OPS for body in _bodies(graph.node) for node in body.node):
+    if any(node.op_type in _PREPACKING_OPS for body in subgraph_bodies(graph.node) for node in body.node):
         return None  # a GEMM inside an If/Loop/Scan body may prepack what it reads: prepacking stays on
     inputs = {value.name for value in graph.input}  # an initializer that is also an input can be fed: not constant
     stored = {init.name: init for init in graph.initializer if init.name not in inputs}

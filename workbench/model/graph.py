@@ -7,7 +7,7 @@ the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -142,30 +142,24 @@ def producer(tensor: gs.Tensor) -> gs.Node | None:
 
 def subgraph_node_count(graph: onnx.GraphProto) -> int:
     """Nodes inside the If/Loop/Scan bodies of an ONNX GraphProto (recursively), not counting the top level."""
-    total = 0
-    for node in graph.node:
+    return sum(len(body.node) for body in subgraph_bodies(graph.node))
+
+
+def subgraph_bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    """Every If/Loop/Scan body under ``nodes`` (a graph's ``.node``), at any depth."""
+    for node in nodes:
         for attribute in node.attribute:
-            bodies = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
-            for body in bodies:
-                total += len(body.node) + subgraph_node_count(body)
-    return total
+            for body in [attribute.g] if attribute.type == attribute.GRAPH else list(attribute.graphs):
+                yield body
+                yield from subgraph_bodies(body.node)
 
 
 def subgraph_reads(nodes: Iterable[onnx.NodeProto]) -> set[str]:
     """Every tensor name the If/Loop/Scan bodies of ``nodes`` (a graph's ``.node``; any depth) read or pass out as
     outputs: a superset of what the bodies take from outer scopes."""
     names: set[str] = set()
-    nodes = list(nodes)
-    stack = [attr.g for node in nodes for attr in node.attribute if attr.type == attr.GRAPH]
-    stack += [g for node in nodes for attr in node.attribute if attr.type == attr.GRAPHS for g in attr.graphs]
-    while stack:
-        body = stack.pop()
+    for body in subgraph_bodies(nodes):
         for node in body.node:
             names.update(name for name in node.input if name)
-            for attr in node.attribute:
-                if attr.type == attr.GRAPH:
-                    stack.append(attr.g)
-                elif attr.type == attr.GRAPHS:
-                    stack.extend(attr.graphs)
         names.update(output.name for output in body.output)
     return names
