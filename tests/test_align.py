@@ -231,6 +231,39 @@ def test_cli_and_search_take_the_option(tmp_path, capsys) -> None:
         assert result.align_grids == (noise_aligned < noise_plain)
     else:
         assert result.align_grids == ("gains" in note)
-    # auto needs the search's task metric
-    assert cli_main(["calibrate", "digits-cnn", "--data", "zoo", "--align-grids", "auto", "--output", str(output)]) == 2
-    assert "--target-drop" in capsys.readouterr().err
+    # calibrate's default for a model with a task metric: auto, chosen on the plan it writes
+    capsys.readouterr()
+    assert cli_main(["calibrate", "digits-cnn", "--data", "zoo", "--output", str(output), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    choice = re.search(r"grid alignment (on|off): output noise \S+ -> \S+ on 32 samples", printed)
+    assert choice is not None, printed
+    assert ("warning: grid alignment: " in printed) == (choice.group(1) == "on")  # the model written follows it
+
+
+def test_auto_alignment_falls_back_and_restores_the_session(monkeypatch) -> None:
+    """auto is calibrate's default: a plan that cannot be aligned keeps its plain quantization (with the reason),
+    and an error while the choice is scored leaves the session on the setting it had."""
+    import workbench.calib.alignment_choice as alignment_choice
+    from workbench.calib.alignment_choice import choose_grid_alignment
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    feeds = list(entry.calibration_batches(limit=16, batch_size=8))
+    session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+    ranges, plan = session.ranges("mse"), session.default_plan("int8")
+
+    def refuses(quantized):
+        raise ValueError("border map of an unknown shape")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(session, "_aligned", refuses)
+        choice = choose_grid_alignment(session, ranges, plan, 32)
+    assert not choice.choice and not session.align_grids and choice.noise is None
+    assert "aligning this plan failed (border map of an unknown shape)" in choice.note
+    # equal noise both ways: the task metric is scored, and here the evaluation fails
+    monkeypatch.setattr(alignment_choice, "relative_output_noise", lambda session, protos: [1e-4, 1e-4])
+    monkeypatch.setattr(session, "evaluate", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("disk full")))
+    session.align_grids = True
+    with pytest.raises(OSError, match="disk full"):
+        choose_grid_alignment(session, ranges, plan, 32)
+    assert session.align_grids is True

@@ -183,17 +183,19 @@ def test_target_drop_on_your_file_needs_data(two_outputs: Path, tmp_path: Path, 
     assert "needs samples" in capsys.readouterr().err and not out.exists()
 
 
-def test_auto_weight_rounding_on_your_file_needs_a_task_metric(two_outputs: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("option", ["--weight-rounding", "--align-grids"])
+def test_auto_choices_on_your_file_need_a_task_metric(two_outputs: Path, tmp_path: Path, capsys, option: str) -> None:
     """Without --target-drop your own file has no task metric, so auto cannot choose: exit 2, nothing written; its
-    default there is nearest rounding (nothing to score it by)."""
+    defaults there are nearest rounding and no grid alignment (nothing to score them by)."""
     out = tmp_path / "q.onnx"
-    argv = ["calibrate", str(two_outputs), "--data", "random", "--weight-rounding", "auto", "-o", str(out)]
+    argv = ["calibrate", str(two_outputs), "--data", "random", option, "auto", "-o", str(out)]
     assert cli_main(argv) == 2
     error = capsys.readouterr().err
-    assert "--weight-rounding auto" in error and "--target-drop D --data DIR" in error and not out.exists()
+    assert f"{option} auto" in error and "--target-drop D --data DIR" in error and not out.exists()
     assert cli_main([*argv[:4], "--max-batches", "2", "-o", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr()
     assert "weight rounding auto" not in printed.out + printed.err
+    assert "grid alignment" not in printed.out + printed.err
     import onnx
 
     assert not any(i.name.endswith("_gptq") for i in onnx.load(str(out)).graph.initializer)

@@ -334,9 +334,9 @@ def test_calibrate_on_a_zoo_model_keeps_the_rounding_that_scores_better(tmp_path
 
 
 def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_choice(tmp_path) -> None:
-    """The quickstart's calibrate stage applies `calibrate`'s default rule (the better of nearest and GPTQ on the
-    first samples): the INT8-all model written carries the chosen rounding, the stage's summary says what was
-    measured, and the search quantizes with the same rounding."""
+    """The quickstart's calibrate stage applies `calibrate`'s default rules (the better of nearest and GPTQ on the
+    first samples, then grid alignment where it lowers the error): the INT8-all model written carries both choices,
+    the stage's summary says what was measured, and the search quantizes the same way."""
     import onnx
 
     from workbench.flow import QuickstartConfig, QuickstartSession
@@ -355,6 +355,12 @@ def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_c
     written = {i.name for i in onnx.load(str(calibration.onnx_path)).graph.initializer}
     assert any(name.endswith("_gptq") for name in written) == (calibration.weight_rounding == "gptq")
     assert run.mixed_search is not None and run.mixed_search.result.weight_rounding == calibration.weight_rounding
+    # grid alignment likewise: chosen after the rounding, written into the INT8-all model, kept by the search
+    assert calibration.grid_alignment_note.startswith(f"grid alignment {'on' if calibration.grid_alignment else 'off'}")
+    assert calibration.grid_alignment_note in run.stage("calibrate").summary
+    nodes = onnx.load(str(calibration.onnx_path)).graph.node
+    assert any(node.name.endswith("_AlignSub") for node in nodes) == calibration.grid_alignment
+    assert run.mixed_search.result.align_grids == calibration.grid_alignment
 
 
 def test_a_metric_without_per_sample_scores_keeps_nearest_without_scoring_gptq() -> None:

@@ -69,14 +69,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     calibrate.add_argument(
         "--align-grids",
-        default="off",
+        default=None,
         choices=("on", "off", "auto"),
         help="on: put INT8 inputs made from 8-bit pixels on their own grid (quantized exactly) and shift non-negative "
         "activations (Relu/Clip outputs read by Convs) by half their range, which halves their INT8 step; exact in "
-        "float, folded into the Convs' weights and biases, same engine layers. Measured 2026-12-05: EfficientNet-Lite0 "
-        "all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.953; auto (with --target-drop): the search quantizes its start "
-        "plan with and without and keeps the one with less output noise against FP32 when the difference is clear "
-        "(under 80 %%), else the one its task metric prefers",
+        "float, folded into the Convs' weights and biases, same engine layers. auto: the plan (with --target-drop: "
+        "the search's start plan) is quantized with and without, and the one with less output noise against FP32 is "
+        "kept when the difference is clear (under 80 %%), else the one its task metric prefers. Default: auto for "
+        "models with a task metric (zoo models, your own file with --target-drop), else off. Measured 2026-12-05: "
+        "EfficientNet-Lite0 all-INT8 (GPTQ) top-1 agreement 0.946 -> 0.953, and its 0.95 target met with every Conv "
+        "in INT8 (without: its stem in FP16)",
     )
     calibrate.add_argument(
         "--percentile",
@@ -301,12 +303,6 @@ def _refuse_ignored_options(args: argparse.Namespace) -> None:
             f"--percentile {args.percentile} is used by --method percentile only; --method {args.method} ignores it.",
             expected="--method percentile --percentile P, or no --percentile",
         )
-    if args.target_drop is None and args.align_grids == "auto":
-        raise WorkbenchError(
-            "--align-grids auto lets the accuracy-target search choose by its task metric, which runs only with "
-            "--target-drop.",
-            expected="--target-drop D --align-grids auto, or --align-grids on / off",
-        )
     if args.target_drop is None:
         given = [
             flag
@@ -357,6 +353,13 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             "with --target-drop (its --data is split in half: calibration, evaluation).",
             expected="--target-drop D --data DIR, or --weight-rounding nearest / gptq",
         )
+    alignment = args.align_grids or ("auto" if entry is not None else "off")
+    if alignment == "auto" and entry is None:
+        raise WorkbenchError(
+            f"--align-grids auto keeps alignment only where it measurably helps, and {model.path} has a task metric "
+            "to judge that only with --target-drop (its --data is split in half: calibration, evaluation).",
+            expected="--target-drop D --data DIR, or --align-grids on / off",
+        )
     # the cache is read when it exists, so it is an output only when it will be (re)written
     search_report = None
     if getattr(args, "target_drop", None) is not None:
@@ -400,7 +403,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             quantize_attention=args.quantize_attention,
             weight_rounding="gptq" if rounding == "gptq" else "nearest",  # auto: chosen on the plan below
-            align_grids=args.align_grids == "on",
+            align_grids=alignment == "on",  # auto: chosen on the plan below
         )
         if (data or entry)
         else None
@@ -421,8 +424,9 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             session = _cacheless_session(model, entry)
             if rounding == "gptq":  # asked for, but there is no data to fit it on
                 _say("note: weights rounded to nearest: GPTQ needs calibration data and only a cache was given")
-            if args.align_grids != "off":
+            if args.align_grids in ("on", "auto"):  # asked for; the default goes without quietly
                 _say("note: no grid alignment: it reads the calibration inputs and only a cache was given")
+            alignment = "off"
         if loaded.statistics is not None:
             session.use_statistics(loaded.statistics)
     if session is None:
@@ -451,13 +455,21 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
                 expected="node names of the model (see `workbench diff` output)",
             )
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
+    plain_scores: tuple[float, ...] = ()
     if rounding == "auto" and args.target_drop is None:  # with a target, the search chooses on its start plan
         from workbench.calib.rounding_choice import choose_weight_rounding
 
         # on the samples the metric printed below is scored on (that evaluation is then reused): a gain of a few
         # points needs them all to be clear of zero (EfficientNet-Lite0 FP8 on 256 crops: +0.027 [-0.015, +0.070])
         _say("weight rounding auto: scoring the plan with nearest and with GPTQ weight rounding")
-        _say(choose_weight_rounding(session, ranges, plan, args.eval_limit).note)
+        rounding_choice = choose_weight_rounding(session, ranges, plan, args.eval_limit)
+        plain_scores = rounding_choice.scores  # the plan's scores without alignment, for its choice below
+        _say(rounding_choice.note)
+    if alignment == "auto" and args.target_drop is None:
+        from workbench.calib.alignment_choice import choose_grid_alignment
+
+        _say("grid alignment auto: quantizing the plan with and without it")
+        _say(choose_grid_alignment(session, ranges, plan, args.eval_limit, plain_scores).note)
     quantized = session.quantize(ranges, plan)
     diff = session.diff(quantized) if args.diff else None
     mixed = None
@@ -483,7 +495,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             keep_8bit=_op_types(args.keep_8bit, session),
             screen=(DEFAULT_SCREEN if args.screen is None else args.screen) or None,
             weight_rounding=rounding,
-            align_grids="auto" if args.align_grids == "auto" else None,  # on / off: the session's own setting
+            align_grids="auto" if alignment == "auto" else None,  # on / off: the session's own setting
             confidence=resolve_confidence(args.confidence),
         )
         report = Path(args.search_report or Path(args.output).with_suffix(".mixed.json"))

@@ -61,10 +61,6 @@ SKIP_GROUP = "residual skips (math ops stay 8-bit)"
 # few channels per group or more than 32 taps, qdq_rules.fp8_stem_layers) out of 8 bits. EfficientNet-Lite0, GPTQ weights,
 # 2026-12-05: all-INT8 0.944 on 1,000 crops; its two stem convs in FP16, 0.971 (95 % paired low end 0.961)
 STEM_GROUP = "stem (leading convs of few channels per group)"
-NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of two quantizations of one plan
-# one quantization's output noise under this share of the other's is a clear difference; EfficientNet-Lite0's
-# alignment: 2.7e-3 vs 7.4e-3 on 32 samples (2.98e-3 vs 7.19e-3 on 128)
-CLEAR_NOISE_RATIO = 0.8
 EARLY_STOP_CONFIDENCE = 0.99  # two-sided: a trial is stopped only when its paired interval lies below zero
 
 
@@ -261,62 +257,6 @@ def _math_ops(session: CalibrationSession) -> dict[str, str]:
     return {name: op for name, op in session.quantizable_nodes() if op in QUANTIZABLE_OPS}
 
 
-def _relative_output_noise(session: Any, protos: Sequence[Any], samples: int = NOISE_SAMPLES) -> list[float]:
-    """Each model's output error energy over the FP32 output energy on the first ``samples`` evaluation samples."""
-    from workbench.calib.session import ort_predict, relative_output_noise
-
-    feeds = [feed for feed, _ in session.entry.evaluation_batches(limit=samples)]
-    references = [ort_predict(session.prepared)(feed) for feed in feeds]
-    return [relative_output_noise(getattr(proto, "proto", proto), feeds, references) for proto in protos]
-
-
-def _choose_alignment(
-    session: Any, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None, plain_scores: np.ndarray | None
-) -> str:
-    """Score ``plan`` with and without grid alignment (:mod:`workbench.calib.align`) and leave the choice on the
-    session. Alignment is exact in float and only makes quantization steps finer, so the model-output noise
-    against FP32 measures what it does: when one side's noise is under :data:`CLEAR_NOISE_RATIO` of the other's,
-    that decides on :data:`NOISE_SAMPLES` samples with no task evaluation (a top-1 agreement on a few hundred samples
-    moves by points under any perturbation: EfficientNet-Lite0's alignment scored 0.961 vs 0.965 on the first 256
-    crops and 0.953 vs 0.946 on all 1,000, while it more than halved the logits' error). Otherwise the task metric
-    decides when its paired 99 % interval is clear of zero, else the lower noise. Nothing is scored when no tensor of
-    the model qualifies; ``plain_scores``: the plan's scores without alignment when already measured."""
-    session.align_grids = True
-    aligned = session.quantize(ranges, plan)
-    session.align_grids = False
-    if aligned.alignment is None or not aligned.alignment.rewritten:
-        return "grid alignment: no tensor qualifies (no 8-bit-pixel input, no non-negative tensor read by Convs only)"
-    plain = session.quantize(ranges, plan)
-    noise_plain, noise_aligned = _relative_output_noise(session, (plain, aligned))
-    noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
-    if min(noise_plain, noise_aligned) < CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
-        session.align_grids = noise_aligned < noise_plain
-        return (
-            f"grid alignment {'on' if session.align_grids else 'off'}: {noise}, a clear difference "
-            f"(under {CLEAR_NOISE_RATIO:.0%} of the other side), so it decides (no task evaluation)"
-        )
-    evaluations = 1
-    if plain_scores is None:
-        plain_scores = np.asarray(session.evaluate(plain, limit=limit).scores, dtype=np.float64)
-        evaluations = 2
-    result = session.evaluate(aligned, limit=limit)
-    higher = bool(session.entry.higher_is_better)
-    gain = (np.asarray(result.scores, dtype=np.float64) - plain_scores) * (1.0 if higher else -1.0)
-    half = paired_half_width(result.scores, plain_scores, EARLY_STOP_CONFIDENCE) if gain.size > 1 else np.inf
-    if gain.size and gain.mean() - half > 0:
-        session.align_grids, why = True, "the task metric gains (paired 99 % interval above 0)"
-    elif gain.size and gain.mean() + half < 0:
-        session.align_grids, why = False, "the task metric loses (paired 99 % interval below 0)"
-    else:
-        session.align_grids = noise_aligned < noise_plain
-        why = "neither the noise nor the task metric shows a clear difference; the lower noise decides"
-    return (
-        f"grid alignment {'on' if session.align_grids else 'off'}: {noise}; the start plan scores "
-        f"{float(plain_scores.mean()):.4f} without and {float(result.value):.4f} with it on {gain.size} samples; "
-        f"{why} ({evaluations} evaluation(s) outside the budget)"
-    )
-
-
 def search_mixed_precision(
     session: Any,
     *,
@@ -363,8 +303,8 @@ def search_mixed_precision(
     (:func:`workbench.calib.rounding_choice.choose_weight_rounding`); the session keeps that choice, so the plan it quantizes afterwards is the one the
     search scored. ``None``, ``"nearest"`` or ``"gptq"``: that rounding (None: the session's own).
     ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
-    scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better;
-    None: the session's own setting. The session keeps the choice.
+    scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better
+    (:func:`workbench.calib.alignment_choice.choose_grid_alignment`); None: the session's own setting. The session keeps the choice.
     ``confidence`` (default 0.95): the whole set meets the target only when the plan's metric does at the low end
     (high end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
     (:func:`paired_bound`); a screened plan is confirmed on the whole set only when its screening score clears the
@@ -520,7 +460,10 @@ def search_mixed_precision(
             start_scores = np.asarray(rounding.scores, dtype=np.float64) if rounding.scores else None
     if align_grids == "auto":
         with timed("grid alignment: with vs without"):
-            notes.append(_choose_alignment(session, ranges, base, trial_limit, start_scores))
+            from workbench.calib.alignment_choice import choose_grid_alignment
+
+            alignment = choose_grid_alignment(session, ranges, base, trial_limit, start_scores)
+            notes.append(alignment.note + (" (outside the search's budget)" if alignment.evaluations else ""))
     full = session.quantize(ranges, base)
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None

@@ -108,6 +108,8 @@ class Calibration(Artifact):
         "nearest"  # nearest or gptq: the better task metric of the two (calibrate's default rule)
     )
     weight_rounding_note: str = ""  # what was measured to choose it
+    grid_alignment: bool = False  # INT8 inputs on their pixel grid, non-negative activations shifted (calib.align)
+    grid_alignment_note: str = ""  # what was measured to choose it (calibrate's default rule, after the rounding)
     quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
 
 

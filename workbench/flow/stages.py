@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from workbench._io import write_bytes_atomic, write_json_atomic
+from workbench.calib.alignment_choice import choose_grid_alignment
 from workbench.calib.rounding_choice import choose_weight_rounding
 from workbench.calib.search import search_mixed_precision
 from workbench.calib.session import Float16Model
@@ -183,6 +184,8 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     # `calibrate`'s default for a model with a task metric: nearest or GPTQ weights, whichever scores better; every
     # later stage (search, FP8, export) quantizes with the rounding left on the shared session
     rounding = choose_weight_rounding(session, ranges, session.default_plan(), cfg.evaluation_samples)
+    # then grid alignment, on the same samples and plan: every later INT8 quantization of the session follows it
+    alignment = choose_grid_alignment(session, ranges, session.default_plan(), cfg.evaluation_samples, rounding.scores)
     cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
     ranges.save(cache)
     quantized = session.quantize(ranges)
@@ -197,6 +200,8 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         qdq_pairs=quantized.counts().get("QuantizeLinear", 0),
         weight_rounding=rounding.choice,
         weight_rounding_note=rounding.note,
+        grid_alignment=alignment.choice,
+        grid_alignment_note=alignment.note,
         quantized=quantized,
     )
 
@@ -206,6 +211,8 @@ def summary_calibrate(calibration: Calibration, run: QuickstartRun) -> str:
         f"{calibration.method} ranges for {len(calibration.ranges.amax)} tensors from {calibration.samples} samples; "
         f"{calibration.qdq_pairs} Q/DQ pairs inserted; {calibration.weight_rounding_note}"
     )
+    if calibration.grid_alignment_note:
+        text += f"; {calibration.grid_alignment_note}"
     notes = calibration.ranges.range_notes
     if notes:  # ranges the guard changed (dead tensors, a method's range that clipped most of the data)
         first, note = next(iter(notes.items()))
@@ -221,7 +228,8 @@ def stage_build_int8_all(run: QuickstartRun, ws: Workspace) -> VariantBuild:
         _engine(ws, Variant.INT8_ALL, load_onnx(calibration.onnx_path)),
         calibration_cache=calibration.cache_path,
         source=f"every quantizable node INT8 ({calibration.method} ranges, weights "
-        f"{'GPTQ' if calibration.weight_rounding == 'gptq' else 'nearest'})",
+        f"{'GPTQ' if calibration.weight_rounding == 'gptq' else 'nearest'}"
+        f"{', grids aligned' if calibration.grid_alignment else ''})",
     )
 
 
