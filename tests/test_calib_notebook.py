@@ -96,7 +96,8 @@ def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_l
 
     with pytest.raises(WorkbenchError, match="weight rounding 'round' is not known"):
         CalibrationPanel("ocr-cls", weight_rounding="round")  # type: ignore[arg-type]
-    panel = CalibrationPanel("ocr-cls", method="max", max_batches=1, eval_limit=16)
+    # grids off: the rows below name the weights alone (the grids dropdown has its own test)
+    panel = CalibrationPanel("ocr-cls", method="max", max_batches=1, eval_limit=16, grid_alignment="off")
     assert panel.rounding.value == "auto"
     panel.rounding.value = "gptq"  # before a run: nothing to redo yet
     assert panel.session is None
@@ -145,6 +146,45 @@ def test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_l
     assert panel.status.kind == "error" and "disk full" in panel.status.text
     assert panel.rounding.value == "nearest" == panel.session.weight_rounding
     assert panel.metric_rows[1]["variant"] == "INT8 (max)" and not panel.quantized.weight_rounding
+
+
+def test_calibration_panel_aligns_grids_as_calibrate_does() -> None:
+    """The grids dropdown starts on auto, calibrate's default: all-INT8 is quantized with and without grid alignment
+    after the rounding is chosen, the status says what was measured, and the rows, the session and the Q/DQ model
+    follow the choice; on and off are forced; an alignment that fails puts everything back."""
+    import re
+
+    from workbench.ui.calib_panel import CalibrationPanel
+
+    with pytest.raises(WorkbenchError, match="grid alignment 'yes' is not known"):
+        CalibrationPanel("digits-cnn", grid_alignment="yes")
+    panel = CalibrationPanel("digits-cnn", method="max", max_batches=2, eval_limit=32)
+    assert panel.alignment.value == "auto"
+    panel.run()
+    assert panel.status.kind == "ok", panel.status.text
+    choice = re.search(r"grid alignment (on|off): output noise", panel.status.text)
+    assert choice is not None, panel.status.text
+    aligned = choice.group(1) == "on"
+    assert panel.session.align_grids == aligned
+    assert bool(panel.quantized.alignment and panel.quantized.alignment.rewritten) == aligned
+    assert panel.metric_rows[1]["variant"].endswith(", grids aligned)") == aligned
+
+    for forced in ("off", "on"):
+        panel.alignment.value = forced
+        assert panel.status.kind == "ok" and f"grid alignment {forced} (chosen in the panel)" in panel.status.text
+        assert panel.session.align_grids == (forced == "on")
+        assert panel.metric_rows[1]["variant"].endswith(", grids aligned)") == (forced == "on")
+
+    panel.alignment.value = "off"
+
+    def refuses(quantized):
+        raise ValueError("border map of an unknown shape")
+
+    panel.session._aligned = refuses
+    panel.alignment.value = "on"
+    assert panel.status.kind == "error" and "border map of an unknown shape" in panel.status.text
+    assert panel.alignment.value == "off" and not panel.session.align_grids
+    assert not panel.metric_rows[1]["variant"].endswith(", grids aligned)")
 
 
 def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() -> None:

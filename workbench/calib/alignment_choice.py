@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from workbench.calib.stats import CalibrationRanges
     from workbench.precision import PrecisionPlan
 
+GRID_ALIGNMENT_CHOICES = ("auto", "on", "off")  # calibrate's --align-grids, the calibration panel's "grids"
 NOISE_SAMPLES = 32  # evaluation samples for the output-noise comparison of the two quantizations
 # one quantization's output noise under this share of the other's is a clear difference; EfficientNet-Lite0's
 # alignment: 2.7e-3 vs 7.4e-3 on 32 samples (2.98e-3 vs 7.19e-3 on 128)

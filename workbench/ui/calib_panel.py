@@ -1,5 +1,5 @@
-"""Notebook panel for INT8 calibration: method, percentile, batches, weight rounding, per-layer precision (INT8,
-FP8, FP16, FP32), "fall back worst N".
+"""Notebook panel for INT8 calibration: method, percentile, batches, weight rounding, grid alignment, per-layer
+precision (INT8, FP8, FP16, FP32), "fall back worst N".
 
 Thin by design: every widget forwards to one :class:`workbench.calib.CalibrationSession` (statistics are gathered
 once per number of batches; switching method or precision re-reads no data) and redraws figures from
@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.calib.alignment_choice import GRID_ALIGNMENT_CHOICES
 from workbench.calib.methods import check_percentile
 from workbench.calib.rounding import WEIGHT_ROUNDING_LABELS, WeightRoundingChoice
 from workbench.errors import WorkbenchError
@@ -36,6 +37,7 @@ class CalibrationPanel:
         method: str = "mse",  # calibrate's default (notebook 03 shows max, whose INT8 loss it diagnoses)
         percentile: float = 99.99,
         weight_rounding: WeightRoundingChoice = "auto",
+        grid_alignment: str = "auto",
         max_batches: int = 4,
         batch_choices: Sequence[int] = (1, 2, 4, 8, 16),
         diff_batches: int = 1,
@@ -52,6 +54,10 @@ class CalibrationPanel:
             raise WorkbenchError(
                 f"weight rounding {weight_rounding!r} is not known.", expected=" or ".join(WEIGHT_ROUNDING_LABELS)
             )
+        if not isinstance(grid_alignment, str) or grid_alignment not in GRID_ALIGNMENT_CHOICES:
+            raise WorkbenchError(
+                f"grid alignment {grid_alignment!r} is not known.", expected=" or ".join(GRID_ALIGNMENT_CHOICES)
+            )
         self.model_name = model
         self.data = data
         self.diff_batches = diff_batches
@@ -67,6 +73,9 @@ class CalibrationPanel:
         self.worst: list[str] = []
         self.rounding_note = ""  # what the weights' rounding is and why (auto: what it measured)
         self._rounding_for: tuple[str, int] | None = None  # (dropdown value, ranges version) the rounding was set for
+        self.alignment_note = ""  # whether INT8 grids are aligned and why (auto: what it measured)
+        # (dropdown value, ranges version, weight rounding) the alignment was set for
+        self._alignment_for: tuple[str, int, str] | None = None
         self._ranges_version = 0
 
         self.method = calibration_method_dropdown(method)
@@ -81,6 +90,10 @@ class CalibrationPanel:
             options=[(label, value) for value, label in WEIGHT_ROUNDING_LABELS.items()],
             value=weight_rounding,
             description="weights",
+        )
+        # auto is calibrate's default too, chosen after the rounding (workbench.calib.alignment_choice)
+        self.alignment = widgets.Dropdown(
+            options=[(value, value) for value in GRID_ALIGNMENT_CHOICES], value=grid_alignment, description="grids"
         )
         self.node = widgets.Dropdown(options=[], description="layer")
         self.node_precision = widgets.ToggleButtons(
@@ -101,14 +114,17 @@ class CalibrationPanel:
         self.fallback_button.on_click(lambda _: self.fall_back_worst())
         for control in (self.method, self.percentile, self.batches):
             control.observe(lambda change: self._recalibrate(), names="value")
-        self.rounding.observe(lambda change: self._change_rounding(), names="value")
+        self.rounding.observe(lambda change: self._change_quantization(self.rounding), names="value")
+        self.alignment.observe(lambda change: self._change_quantization(self.alignment), names="value")
         self.worst_n.observe(lambda change: self._check_worst_n(), names="value")
         self.node.observe(lambda change: self._show_node_precision(), names="value")
         self.node_precision.observe(lambda change: self._set_node_precision(), names="value")
         self.tensor.observe(lambda change: self._draw_histogram(), names="value")
         self.widget = widgets.VBox(
             [
-                widgets.HBox([self.method, self.percentile, self.batches, self.rounding, self.run_button]),
+                widgets.HBox(
+                    [self.method, self.percentile, self.batches, self.rounding, self.alignment, self.run_button]
+                ),
                 widgets.HBox([self.node, self.node_precision]),
                 widgets.HBox([self.worst_n, self.fallback_button]),
                 self.progress.widget,
@@ -147,8 +163,8 @@ class CalibrationPanel:
             self.progress.done("calibrated")
             self.status.ok(
                 f"{len(self.statistics.histograms)} tensors from {self.statistics.num_samples} samples "
-                f"({self.statistics.seconds:.1f} s), method {self.method.value}; {self.rounding_note}"
-                + (f" — {warnings}" if warnings else "")
+                f"({self.statistics.seconds:.1f} s), method {self.method.value}; {self.rounding_note}; "
+                f"{self.alignment_note}" + (f" — {warnings}" if warnings else "")
             )
         except Exception as error:  # shown in the panel, never as a traceback
             self.progress.failed("failed")
@@ -231,22 +247,27 @@ class CalibrationPanel:
         finally:
             self._quiet = False
 
-    def _change_rounding(self) -> None:
+    def _change_quantization(self, control: Any) -> None:
+        """The weights or grids dropdown changed: requantize; on an error the session, both dropdowns and the drawn
+        results go back to what was in use."""
         if self._quiet or self.session is None or self.ranges is None:
             return
-        in_use, applied = self.session.weight_rounding, self._rounding_for
+        rounding, rounding_for = self.session.weight_rounding, self._rounding_for
+        aligned, alignment_for = self.session.align_grids, self._alignment_for
         try:
-            self.status.busy(f"weights: {self.rounding.label}…")
-            self.progress.start(f"weights: {self.rounding.label}", total=4)
+            self.status.busy(f"{control.description}: {control.label}…")
+            self.progress.start(f"{control.description}: {control.label}", total=4)
             self._requantize()
             self.progress.done("done")
-            self.status.ok(self.rounding_note)
-        except Exception as error:  # the session, the dropdown and the drawn results go back to the rounding in use
+            self.status.ok(f"{self.rounding_note}; {self.alignment_note}")
+        except Exception as error:
             self.progress.failed("failed")
-            self.session.weight_rounding, self._rounding_for = in_use, applied
+            self.session.weight_rounding, self._rounding_for = rounding, rounding_for
+            self.session.align_grids, self._alignment_for = aligned, alignment_for
             self._quiet = True
             try:
-                self.rounding.value = applied[0] if applied else in_use
+                self.rounding.value = rounding_for[0] if rounding_for else rounding
+                self.alignment.value = alignment_for[0] if alignment_for else ("on" if aligned else "off")
                 with contextlib.suppress(Exception):  # the first error is the one to show
                     self._requantize()  # its metrics are cached by the model's bytes: a redraw, no new evaluation
             finally:
@@ -269,8 +290,27 @@ class CalibrationPanel:
             self.rounding_note = f"weights rounded by {WEIGHT_ROUNDING_LABELS[wanted]} (chosen in the panel)"
         self._rounding_for = (wanted, self._ranges_version)
 
+    def _apply_alignment(self) -> None:
+        """Put the dropdown's grid alignment on the session; auto measures it on all-INT8 (once per ranges and
+        rounding), as `calibrate` does after choosing the rounding."""
+        wanted = self.alignment.value
+        key = (wanted, self._ranges_version, self.session.weight_rounding)
+        if self._alignment_for == key:
+            return
+        if wanted == "auto":
+            from workbench.calib.alignment_choice import choose_grid_alignment
+
+            self.progress.step("grid alignment: all-INT8 quantized with and without it", 2)
+            plan = self.session.default_plan("int8")
+            self.alignment_note = choose_grid_alignment(self.session, self.ranges, plan, self.eval_limit).note
+        else:
+            self.session.align_grids = wanted == "on"
+            self.alignment_note = f"grid alignment {wanted} (chosen in the panel)"
+        self._alignment_for = key
+
     def _requantize(self) -> None:
         self._apply_rounding()
+        self._apply_alignment()
         self.progress.step("inserting Q/DQ and diffing every layer", 2)
         int8_model = self.session.quantize(self.ranges)
         self.quantized = int8_model if not self.plan.overrides else self.session.quantize(self.ranges, self.plan)
@@ -319,7 +359,8 @@ class CalibrationPanel:
             rows.append(
                 {
                     # what the model's weights are, not what was asked: GPTQ on one batch rounds to nearest
-                    "variant": f"INT8 ({self.method.value}{', GPTQ weights' if int8_model.weight_rounding else ''})",
+                    "variant": f"INT8 ({self.method.value}{', GPTQ weights' if int8_model.weight_rounding else ''}"
+                    f"{', grids aligned' if int8_model.alignment and int8_model.alignment.rewritten else ''})",
                     "metric": int8.name,
                     "value": int8.value,
                     "int8_nodes": total,
