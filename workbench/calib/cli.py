@@ -348,20 +348,19 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     data_dir = args.data if args.data not in (None, "zoo", "random") else None
     if args.target_drop is not None and entry is None:
         model, entry = _own_file_entry(model, args.data)
+    # auto (measured on the task metric) is the default where there is one; without, auto is refused
     rounding = args.weight_rounding or ("auto" if entry is not None else "nearest")
-    if rounding == "auto" and entry is None:
-        raise WorkbenchError(
-            f"--weight-rounding auto keeps the rounding with the better task metric, and {model.path} has one only "
-            "with --target-drop (its --data is split in half: calibration, evaluation).",
-            expected="--target-drop D --data DIR, or --weight-rounding nearest / gptq",
-        )
     alignment = args.align_grids or ("auto" if entry is not None else "off")
-    if alignment == "auto" and entry is None:
-        raise WorkbenchError(
-            f"--align-grids auto keeps alignment only where it measurably helps, and {model.path} has a task metric "
-            "to judge that only with --target-drop (its --data is split in half: calibration, evaluation).",
-            expected="--target-drop D --data DIR, or --align-grids on / off",
-        )
+    for option, value, keeps, others in (
+        ("--weight-rounding", rounding, "the rounding with the better task metric", "nearest / gptq"),
+        ("--align-grids", alignment, "grid alignment only where it measurably helps", "on / off"),
+    ):
+        if value == "auto" and entry is None:
+            raise WorkbenchError(
+                f"{option} auto keeps {keeps}, and {model.path} has a task metric only with --target-drop (its --data "
+                "is split in half: calibration, evaluation).",
+                expected=f"--target-drop D --data DIR, or {option} {others}",
+            )
     # the cache is read when it exists, so it is an output only when it will be (re)written
     search_report = None
     if getattr(args, "target_drop", None) is not None:
