@@ -68,6 +68,38 @@ def test_bundle_round_trip_with_triton_and_extras(artifact: EngineArtifact, tmp_
     assert [(i.name, list(i.dims)) for i in config.input] == [("image", [1, 32, 32])]
     assert config.HasField("dynamic_batching") and config.instance_group[0].count == 2
     assert not list(tmp_path.glob(".bundle.*"))  # no staging directory left behind
+    assert manifest["quantization"] is None  # an FP16 engine of an FP32 model: no Q/DQ recipe
+
+
+def test_the_manifest_says_how_the_qdq_model_was_made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`calibrate` (its defaults: weight rounding and grid alignment chosen by measurement) records what it did in
+    the Q/DQ model; `build` reads it into the engine's layer records and prints it, and `export` puts it in the
+    manifest: the cache's ranges alone do not say which model the engine was built from."""
+    import onnx
+
+    from workbench.precision.recipe import QUANTIZATION_METADATA_KEY, QuantizationRecipe, read_recipe
+
+    qdq, engine, bundle = tmp_path / "d.onnx", tmp_path / "d.engine", tmp_path / "bundle"
+    assert main(["calibrate", "digits-cnn", "--data", "zoo", "-o", str(qdq), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    recipe = read_recipe(onnx.load(str(qdq)))
+    assert recipe is not None and recipe.ranges_method == "mse" and recipe.int8_nodes == 6 and recipe.fp8_nodes == 0
+    assert recipe.grid_alignment == ("grid alignment on:" in printed)  # the choice calibrate printed
+    assert recipe.grid_alignment == ("warning: grid alignment: " in printed)  # and the model it wrote
+    assert recipe.weight_rounding == ("gptq" if recipe.gptq_weights else "nearest")
+    assert main(["build", str(qdq), "-o", str(engine)]) == 0
+    assert f"quantized   {recipe.text()}" in capsys.readouterr().out
+    assert EngineArtifact.load(engine).quantization == recipe  # read back from the .layers.json
+    assert main(["export", str(engine), "-o", str(bundle)]) == 0
+    assert f"quantized   {recipe.text()}" in capsys.readouterr().out
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert QuantizationRecipe.from_json({k: v for k, v in manifest["quantization"].items() if k != "text"}) == recipe
+    assert main(["verify", str(bundle)]) == 0
+    # a record someone edited is refused, naming it
+    model = onnx.load(str(qdq))
+    next(p for p in model.metadata_props if p.key == QUANTIZATION_METADATA_KEY).value = '{"ranges_method": 3}'
+    with pytest.raises(WorkbenchError, match="metadata is not a quantization recipe"):
+        read_recipe(model)
 
 
 def test_existing_bundle_is_refused_unless_overwrite(artifact: EngineArtifact, tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from workbench.calib.rounding import LayerInput, LayerRounding
     from workbench.model import OnnxModel
     from workbench.precision.qdq_rules import QdqPlacement
+    from workbench.precision.recipe import QuantizationRecipe
     from workbench.zoo.base import MetricResult, ZooEntry
 
 
@@ -76,6 +77,24 @@ def relative_output_noise(
             signal += float(ref @ ref)
             noise += float(err @ err)
     return noise / signal if signal > 0 else 0.0
+
+
+def quantization_recipe(quantized: QdqModel, ranges_method: str) -> QuantizationRecipe:
+    """What turned the FP32 model and its ranges into ``quantized`` (:mod:`workbench.precision.recipe`)."""
+    from workbench.precision.recipe import QuantizationRecipe
+
+    alignment = quantized.alignment if quantized.alignment is not None and quantized.alignment.rewritten else None
+    return QuantizationRecipe(
+        ranges_method=ranges_method,
+        weight_rounding="gptq" if quantized.weight_rounding else "nearest",
+        gptq_weights=len(quantized.weight_rounding),
+        grid_alignment=alignment is not None,
+        aligned_inputs=len(alignment.input_grids) if alignment else 0,
+        shifted_tensors=len(alignment.shifted) if alignment else 0,
+        border_maps=len(alignment.border_maps) if alignment else 0,
+        int8_nodes=len(quantized.placement.int8_nodes),
+        fp8_nodes=len(quantized.placement.fp8_nodes),
+    )
 
 
 def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
@@ -262,6 +281,10 @@ class CalibrationSession:
                     "calibration batches, one to fit and one to check on): weights rounded to nearest",
                 ),
             )
+        from workbench.precision.recipe import write_recipe
+
+        # what was done with the ranges travels with the model: `build` and `export` report it
+        write_recipe(quantized.proto, quantization_recipe(quantized, ranges.method))
         return quantized
 
     def _aligned(self, quantized: QdqModel) -> QdqModel:

@@ -49,6 +49,7 @@ from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
 from workbench.precision.qdq_rules import qdq_formats
+from workbench.precision.recipe import QuantizationRecipe, read_recipe
 from workbench.progress import ProgressEvent, ProgressFn
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ class EngineArtifact(Artifact):
     layer_map: LayerMap = field(metadata=NOT_SERIALIZED, repr=False)
     warnings: tuple[str, ...] = ()
     precision_check: PrecisionCheck | None = None  # requested vs actual precision per ONNX node
+    quantization: QuantizationRecipe | None = None  # how the Q/DQ model was made from its ranges (its metadata)
 
     @property
     def layer_count(self) -> int:
@@ -254,6 +256,11 @@ class EngineArtifact(Artifact):
             precision_check=(
                 PrecisionCheck.from_json(document["precision_check"])
                 if isinstance(document.get("precision_check"), Mapping)
+                else None
+            ),
+            quantization=(
+                QuantizationRecipe.from_json(build["quantization"])
+                if isinstance(build.get("quantization"), Mapping)
                 else None
             ),
             engine_layers=engine_layers,
@@ -433,6 +440,7 @@ def engine_from_onnx(
         )
     document = layers_document(engine_layers, built_proto)
     document["precision_check"] = check.to_json()
+    quantization = read_recipe(model.proto, what=str(model.path))
     document["build"] = {
         "backend": backend.name,
         "backend_version": backend.version,
@@ -450,6 +458,7 @@ def engine_from_onnx(
         "options": options.to_json(),
         "layer_records_from": records_from,
         "warnings": notes,
+        "quantization": quantization.to_json() if quantization is not None else None,
     }
     write_bytes_atomic(engine_path, output.serialized_engine)
     write_json_atomic(layers_path, document)
@@ -489,6 +498,7 @@ def engine_from_onnx(
         layer_map=layer_map,
         warnings=tuple(notes),
         precision_check=check,
+        quantization=quantization,
     )
 
 

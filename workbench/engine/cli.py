@@ -237,6 +237,8 @@ def format_summary(artifact: EngineArtifact) -> str:
         lines.extend(f"  mismatch  {line}" for line in check.lines(10))
         if len(check.mismatches) > 10:
             lines.append(f"  ... {len(check.mismatches) - 10} more in {artifact.layers_path} (precision_check)")
+    if artifact.quantization is not None:
+        lines.append(f"quantized   {artifact.quantization.text()}")
     if artifact.profiles:
         lines.append(
             "profile     "

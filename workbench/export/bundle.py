@@ -339,6 +339,12 @@ def export_bundle(
         "io_tensors": [dataclasses.asdict(io) for io in engine.engine_layers.io_tensors],
         "layer_map": engine.layer_map.to_json(),
         "calibration_cache": None,
+        # how the Q/DQ model was made from the cache's ranges (weight rounding, grid alignment), as the model records
+        "quantization": (
+            {**engine.quantization.to_json(), "text": engine.quantization.text()}
+            if engine.quantization is not None
+            else None
+        ),
         "accuracy": dict(accuracy) if accuracy is not None else None,
         "timing": dict(timing) if timing is not None else None,
         "triton": None,

@@ -165,6 +165,8 @@ def _cli_export(args: argparse.Namespace) -> int:
     )
     if manifest.get("fp8"):
         print(f"fp8         {manifest['fp8']['layers']} FP8 layers: runs on {manifest['fp8']['runs_on']}")
+    if manifest.get("quantization"):
+        print(f"quantized   {manifest['quantization']['text']}")
     if (bundle.path / MANIFEST_HMAC_FILE).is_file():
         print(f"signed      {MANIFEST_HMAC_FILE} (HMAC-SHA256 of the manifest with {BUNDLE_KEY_ENV})")
     print(

@@ -1,0 +1,73 @@
+"""How a Q/DQ model was made from its calibration ranges, carried inside the ONNX file (``metadata_props``).
+
+The calibration cache holds the ranges; the same ranges give different models with GPTQ or nearest weight rounding
+and with or without grid alignment (which also halves some scales and adds border maps). ``calibrate``, the
+quickstart and the calibration panel choose both by measurement, so the model records what was done, and an export
+of its engine says it in the bundle's manifest without the session that made it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from workbench.artifact import Artifact
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import onnx
+
+QUANTIZATION_METADATA_KEY = "workbench.quantization"
+
+
+@dataclass(frozen=True)
+class QuantizationRecipe(Artifact):
+    """What turned the FP32 model and its ranges into this Q/DQ model."""
+
+    ranges_method: str  # the activation ranges' method (FP8 tensors read the same method on the FP8 grid)
+    weight_rounding: str  # "gptq" when GPTQ rounded at least one weight, else "nearest"
+    gptq_weights: int  # weights GPTQ rounded (the others: nearest)
+    grid_alignment: bool  # workbench.calib.align rewrote at least one tensor
+    aligned_inputs: int  # inputs quantized on their 8-bit pixel grid (scale 1)
+    shifted_tensors: int  # non-negative activations shifted by half their range (half the INT8 step)
+    border_maps: int  # constant maps added after padded Convs (engine bytes)
+    int8_nodes: int
+    fp8_nodes: int
+
+    def text(self) -> str:
+        weights = f"GPTQ on {self.gptq_weights} weight(s)" if self.weight_rounding == "gptq" else "nearest"
+        grids = (
+            f"aligned ({self.aligned_inputs} input grid(s), {self.shifted_tensors} shifted, {self.border_maps} "
+            "border map(s))"
+            if self.grid_alignment
+            else "not aligned"
+        )
+        return (
+            f"{self.ranges_method} ranges, weights {weights}, grids {grids}; {self.int8_nodes} INT8 and "
+            f"{self.fp8_nodes} FP8 node(s)"
+        )
+
+
+def write_recipe(proto: onnx.ModelProto, recipe: QuantizationRecipe) -> None:
+    """Record ``recipe`` in ``proto.metadata_props`` (replacing an earlier record)."""
+    kept = [prop for prop in proto.metadata_props if prop.key != QUANTIZATION_METADATA_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    entry = proto.metadata_props.add()
+    entry.key = QUANTIZATION_METADATA_KEY
+    entry.value = json.dumps(recipe.to_json(), sort_keys=True)
+
+
+def read_recipe(proto: Any, what: str = "the model") -> QuantizationRecipe | None:
+    """The recipe recorded in ``proto`` (None when the model was not quantized by a calibration session)."""
+    text = next((p.value for p in proto.metadata_props if p.key == QUANTIZATION_METADATA_KEY), None)
+    if text is None:
+        return None
+    try:
+        return QuantizationRecipe.from_json(json.loads(text))
+    except (ValueError, TypeError, KeyError, WorkbenchError) as error:
+        raise WorkbenchError(
+            f"{what}: its {QUANTIZATION_METADATA_KEY!r} metadata is not a quantization recipe ({error}).",
+            expected="the record `workbench calibrate` writes, or none",
+        ) from None
