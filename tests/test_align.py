@@ -267,3 +267,17 @@ def test_auto_alignment_falls_back_and_restores_the_session(monkeypatch) -> None
     with pytest.raises(OSError, match="disk full"):
         choose_grid_alignment(session, ranges, plan, 32)
     assert session.align_grids is True
+
+
+def test_auto_alignment_leaves_a_plan_without_int8_alone_and_says_why() -> None:
+    """An all-FP8 plan (calibrate --format fp8 takes auto by default too) has no INT8 grid to align: nothing is
+    quantized twice and the note gives that reason."""
+    from workbench.calib.alignment_choice import choose_grid_alignment
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    session = CalibrationSession(entry.load(), data=list(entry.calibration_batches(limit=16)), entry=entry)
+    session.align_grids = True
+    choice = choose_grid_alignment(session, session.ranges("mse"), session.default_plan("fp8"), 32)
+    assert not choice.choice and not session.align_grids and choice.evaluations == 0
+    assert choice.note == "grid alignment off: the plan has no INT8 tensor (alignment moves INT8 grids only)"

@@ -175,16 +175,20 @@ def test_calibration_panel_aligns_grids_as_calibrate_does() -> None:
         assert panel.session.align_grids == (forced == "on")
         assert panel.metric_rows[1]["variant"].endswith(", grids aligned)") == (forced == "on")
 
-    panel.alignment.value = "off"
-
     def refuses(quantized):
         raise ValueError("border map of an unknown shape")
 
-    panel.session._aligned = refuses
-    panel.alignment.value = "on"
-    assert panel.status.kind == "error" and "border map of an unknown shape" in panel.status.text
-    assert panel.alignment.value == "off" and not panel.session.align_grids
-    assert not panel.metric_rows[1]["variant"].endswith(", grids aligned)")
+    for previous in ("off", "auto"):  # a failed change puts the dropdown back on what it was, auto included
+        panel.alignment.value = previous
+        assert panel.status.kind == "ok", panel.status.text
+        in_use, rows = panel.session.align_grids, list(panel.metric_rows)
+        original = panel.session._aligned
+        panel.session._aligned = refuses
+        panel.alignment.value = "on"
+        assert panel.status.kind == "error" and "border map of an unknown shape" in panel.status.text
+        assert panel.alignment.value == previous and panel.session.align_grids == in_use
+        assert panel.metric_rows == rows
+        panel.session._aligned = original
 
 
 def test_calibration_panel_falls_back_by_the_core_rule_keeping_one_int8_layer() -> None:

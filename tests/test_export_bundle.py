@@ -86,7 +86,7 @@ def test_the_manifest_says_how_the_qdq_model_was_made(tmp_path: Path, capsys: py
     assert recipe is not None and recipe.ranges_method == "mse" and recipe.int8_nodes == 6 and recipe.fp8_nodes == 0
     assert recipe.grid_alignment == ("grid alignment on:" in printed)  # the choice calibrate printed
     assert recipe.grid_alignment == ("warning: grid alignment: " in printed)  # and the model it wrote
-    assert recipe.weight_rounding == ("gptq" if recipe.gptq_weights else "nearest")
+    assert recipe.weight_rounding == ("gptq" if "weights rounded by GPTQ" in printed else "nearest")
     assert main(["build", str(qdq), "-o", str(engine)]) == 0
     assert f"quantized   {recipe.text()}" in capsys.readouterr().out
     assert EngineArtifact.load(engine).quantization == recipe  # read back from the .layers.json
@@ -95,11 +95,37 @@ def test_the_manifest_says_how_the_qdq_model_was_made(tmp_path: Path, capsys: py
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert QuantizationRecipe.from_json({k: v for k, v in manifest["quantization"].items() if k != "text"}) == recipe
     assert main(["verify", str(bundle)]) == 0
-    # a record someone edited is refused, naming it
+    # a record someone edited is refused by the reader, naming it; `build` says so and builds the model anyway
     model = onnx.load(str(qdq))
     next(p for p in model.metadata_props if p.key == QUANTIZATION_METADATA_KEY).value = '{"ranges_method": 3}'
     with pytest.raises(WorkbenchError, match="metadata is not a quantization recipe"):
         read_recipe(model)
+    edited = tmp_path / "edited.onnx"
+    onnx.save(model, str(edited))
+    assert main(["build", str(edited), "-o", str(tmp_path / "edited.engine")]) == 0
+    rebuilt = EngineArtifact.load(tmp_path / "edited.engine")
+    assert rebuilt.quantization is None
+    assert any(w.startswith("quantization record ignored:") for w in rebuilt.warnings), rebuilt.warnings
+
+
+def test_the_recipe_counts_the_gptq_rounding_that_shipped() -> None:
+    """GPTQ runs on every weight it has inputs for but ships only where it gained on held-out batches: a model whose
+    weights all stayed nearest says nearest."""
+    from dataclasses import replace
+
+    from workbench.calib.rounding import LayerRounding
+    from workbench.calib.session import CalibrationSession, quantization_recipe
+
+    entry = get_entry("digits-cnn")
+    session = CalibrationSession(entry.load(), data=list(entry.calibration_batches(limit=16)), progress=False)
+    quantized = session.quantize(session.ranges("max"))
+    lost = LayerRounding("w1", "int8", nearest_db=30.0, gptq_db=30.0)  # nearest kept: equal numbers
+    gained = LayerRounding("w2", "int8", nearest_db=30.0, gptq_db=31.5)
+    none_kept = quantization_recipe(replace(quantized, weight_rounding=(lost,)), "max")
+    assert none_kept.weight_rounding == "nearest" and none_kept.gptq_weights == 0
+    one_kept = quantization_recipe(replace(quantized, weight_rounding=(lost, gained)), "max")
+    assert one_kept.weight_rounding == "gptq" and one_kept.gptq_weights == 1
+    assert "GPTQ on 1 weight(s)" in one_kept.text() and one_kept.int8_nodes == 6
 
 
 def test_existing_bundle_is_refused_unless_overwrite(artifact: EngineArtifact, tmp_path: Path) -> None:

@@ -358,8 +358,11 @@ def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_c
     # grid alignment likewise: chosen after the rounding, written into the INT8-all model, kept by the search
     assert calibration.grid_alignment_note.startswith(f"grid alignment {'on' if calibration.grid_alignment else 'off'}")
     assert calibration.grid_alignment_note in run.stage("calibrate").summary
-    nodes = onnx.load(str(calibration.onnx_path)).graph.node
-    assert any(node.name.endswith("_AlignSub") for node in nodes) == calibration.grid_alignment
+    from workbench.precision.recipe import read_recipe
+
+    recipe = read_recipe(onnx.load(str(calibration.onnx_path)))  # what the written model records of itself
+    assert recipe is not None and recipe.grid_alignment == calibration.grid_alignment
+    assert recipe.weight_rounding != "gptq" or calibration.weight_rounding == "gptq"  # GPTQ ships only where chosen
     assert run.mixed_search.result.align_grids == calibration.grid_alignment
 
 
@@ -473,3 +476,30 @@ def test_calibrate_without_a_target_writes_the_gptq_weights_auto_keeps(tmp_path)
     written = {i.name for i in onnx.load(str(tmp_path / "m.onnx")).graph.initializer}
     assert any(name.endswith("_gptq") for name in written), sorted(written)[:10]
     assert f"quantized {chosen.group(1)}  (128 samples)" in text
+
+
+def test_a_rerun_of_the_journeys_calibrate_stage_chooses_the_rounding_on_the_plain_model(tmp_path, monkeypatch) -> None:
+    """The workspace keeps one calibration session across re-runs (a new range method, more evaluation samples):
+    the rounding is chosen with alignment off, as `calibrate` chooses it, even when the last run left it on, and the
+    re-run reaches the same choices."""
+    import workbench.flow.stages as stages
+    from workbench.flow import QuickstartConfig, QuickstartSession
+
+    seen: list[bool] = []
+    choose = stages.choose_weight_rounding
+
+    def spy(session, *args, **kwargs):
+        seen.append(bool(session.align_grids))
+        return choose(session, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "choose_weight_rounding", spy)
+    config = QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=32, evaluation_samples=64)
+    journey = QuickstartSession(config)
+    first = journey.run_stages(["calibrate"]).calibration
+    session = journey.workspace.calibration_session(journey.run)
+    session.align_grids = True  # as a run that chose alignment leaves it
+    second = journey.run_stages(["calibrate"]).calibration
+    assert seen == [False, False]
+    assert first is not None and second is not None
+    assert (second.weight_rounding, second.grid_alignment) == (first.weight_rounding, first.grid_alignment)
+    assert session.align_grids == second.grid_alignment

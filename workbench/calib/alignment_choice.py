@@ -90,6 +90,12 @@ def _choose(
     limit: int | None,
     plain_scores: Sequence[float] | None,
 ) -> AlignmentChoice:
+    session.align_grids = False
+    if not session.placement(plan).int8_nodes:
+        return AlignmentChoice(
+            False, None, note="grid alignment off: the plan has no INT8 tensor (alignment moves INT8 grids only)"
+        )
+    plain = session.quantize(ranges, plan)  # first: its errors are the plan's own, not alignment's
     session.align_grids = True
     try:
         aligned = session.quantize(ranges, plan)
@@ -104,7 +110,6 @@ def _choose(
             note="grid alignment off: no tensor qualifies (no 8-bit-pixel input, no non-negative tensor read by "
             "Convs only)",
         )
-    plain = session.quantize(ranges, plan)
     noise_plain, noise_aligned = relative_output_noise(session, (plain, aligned))
     noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
     # what it costs: the border maps are constants the size of a Conv's output, in the model and in the engine

@@ -84,14 +84,17 @@ def quantization_recipe(quantized: QdqModel, ranges_method: str) -> Quantization
     from workbench.precision.recipe import QuantizationRecipe
 
     alignment = quantized.alignment if quantized.alignment is not None and quantized.alignment.rewritten else None
+    # GPTQ ran on every weight it had inputs for, but ships its rounding only where it gained (else nearest)
+    kept = sum(1 for layer in quantized.weight_rounding if layer.gptq_db > layer.nearest_db)
     return QuantizationRecipe(
         ranges_method=ranges_method,
-        weight_rounding="gptq" if quantized.weight_rounding else "nearest",
-        gptq_weights=len(quantized.weight_rounding),
+        weight_rounding="gptq" if kept else "nearest",
+        gptq_weights=kept,
         grid_alignment=alignment is not None,
         aligned_inputs=len(alignment.input_grids) if alignment else 0,
         shifted_tensors=len(alignment.shifted) if alignment else 0,
         border_maps=len(alignment.border_maps) if alignment else 0,
+        regridded_weights=len(alignment.requantized_weights) if alignment else 0,
         int8_nodes=len(quantized.placement.int8_nodes),
         fp8_nodes=len(quantized.placement.fp8_nodes),
     )
@@ -284,7 +287,8 @@ class CalibrationSession:
         from workbench.precision.recipe import write_recipe
 
         # what was done with the ranges travels with the model: `build` and `export` report it
-        write_recipe(quantized.proto, quantization_recipe(quantized, ranges.method))
+        method = self.fp8_ranges(ranges).method if quantized.placement.uses_fp8 else ranges.method  # as calibrate says
+        write_recipe(quantized.proto, quantization_recipe(quantized, method))
         return quantized
 
     def _aligned(self, quantized: QdqModel) -> QdqModel:

@@ -227,7 +227,11 @@ class EngineArtifact(Artifact):
         try:
             engine_layers = engine_layers_from_document(document)
             options = BuildOptions.from_json(build.get("options") or {})
-        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            recorded_recipe = build.get("quantization")
+            quantization = (
+                QuantizationRecipe.from_json(recorded_recipe) if isinstance(recorded_recipe, Mapping) else None
+            )
+        except (TypeError, ValueError, KeyError, AttributeError, WorkbenchError) as error:
             raise WorkbenchError(
                 f"{layers_path}: the build section cannot be read ({error}).",
                 expected="the .layers.json written by `workbench build`",
@@ -258,11 +262,7 @@ class EngineArtifact(Artifact):
                 if isinstance(document.get("precision_check"), Mapping)
                 else None
             ),
-            quantization=(
-                QuantizationRecipe.from_json(build["quantization"])
-                if isinstance(build.get("quantization"), Mapping)
-                else None
-            ),
+            quantization=quantization,
             engine_layers=engine_layers,
             layer_map=LayerMap.from_document(document, label=engine_path.stem),
         )
@@ -386,6 +386,7 @@ def engine_from_onnx(
     if progress is None and options.progress:
         progress = _TqdmProgress()
 
+    quantization, quantization_note = _quantization_of(model)  # read before the build: a bad record costs no build
     with tempfile.TemporaryDirectory(prefix="workbench-build-") as tmp:
         onnx_for_build, built_sha, name_notes = _prepare_onnx(model, options, Path(tmp))
         built_model = model if onnx_for_build == model.path else load_onnx(onnx_for_build, check=False)
@@ -416,6 +417,7 @@ def engine_from_onnx(
     engine_layers, records_from = _layer_records(backend, messages, output.serialized_engine)
     engine_sha = sha256_bytes(output.serialized_engine)
     notes = name_notes + [msg for sev, msg in messages if sev == 2] + ([target_note] if target_note else [])
+    notes += [quantization_note] if quantization_note else []
     if options.timing_cache_path and not output.timing_cache:
         notes.append(f"timing cache not saved: {backend.name} {backend.version} does not support timing caches (no-op)")
     targets = options.compute_capabilities or (("runtime-selected (RTX JIT)",) if backend.is_rtx else ("build GPU",))
@@ -440,7 +442,6 @@ def engine_from_onnx(
         )
     document = layers_document(engine_layers, built_proto)
     document["precision_check"] = check.to_json()
-    quantization = read_recipe(model.proto, what=str(model.path))
     document["build"] = {
         "backend": backend.name,
         "backend_version": backend.version,
@@ -500,6 +501,15 @@ def engine_from_onnx(
         precision_check=check,
         quantization=quantization,
     )
+
+
+def _quantization_of(model: OnnxModel) -> tuple[QuantizationRecipe | None, str]:
+    """The model's quantization record (:mod:`workbench.precision.recipe`); an unreadable one is reported, not fatal:
+    it only describes the model, which builds the same without it."""
+    try:
+        return read_recipe(model.proto, what=str(model.path)), ""
+    except WorkbenchError as error:
+        return None, f"quantization record ignored: {error.problem}"
 
 
 def _targets_for_formats(options: BuildOptions, backend: Backend, formats: set[str]) -> tuple[BuildOptions, str]:

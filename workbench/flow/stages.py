@@ -183,6 +183,8 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     statistics = session.statistics()
     # `calibrate`'s default for a model with a task metric: nearest or GPTQ weights, whichever scores better; every
     # later stage (search, FP8, export) quantizes with the rounding left on the shared session
+    # the rounding is chosen on the plain model (a re-run's session is still aligned from the last run), as calibrate
+    session.align_grids = False
     rounding = choose_weight_rounding(session, ranges, session.default_plan(), cfg.evaluation_samples)
     # then grid alignment, on the same samples and plan: every later INT8 quantization of the session follows it
     alignment = choose_grid_alignment(session, ranges, session.default_plan(), cfg.evaluation_samples, rounding.scores)

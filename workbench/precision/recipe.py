@@ -25,21 +25,22 @@ QUANTIZATION_METADATA_KEY = "workbench.quantization"
 class QuantizationRecipe(Artifact):
     """What turned the FP32 model and its ranges into this Q/DQ model."""
 
-    ranges_method: str  # the activation ranges' method (FP8 tensors read the same method on the FP8 grid)
-    weight_rounding: str  # "gptq" when GPTQ rounded at least one weight, else "nearest"
-    gptq_weights: int  # weights GPTQ rounded (the others: nearest)
+    ranges_method: str  # the activation ranges' method, as `calibrate` prints it (e.g. mse, or mse-fp8 with FP8)
+    weight_rounding: str  # "gptq" when GPTQ's rounding shipped on at least one weight, else "nearest"
+    gptq_weights: int  # weights whose GPTQ rounding shipped (it gained on held-out batches; the others: nearest)
     grid_alignment: bool  # workbench.calib.align rewrote at least one tensor
     aligned_inputs: int  # inputs quantized on their 8-bit pixel grid (scale 1)
     shifted_tensors: int  # non-negative activations shifted by half their range (half the INT8 step)
     border_maps: int  # constant maps added after padded Convs (engine bytes)
     int8_nodes: int
     fp8_nodes: int
+    regridded_weights: int = 0  # Conv weights re-rounded to nearest after an input grid scaled them
 
     def text(self) -> str:
         weights = f"GPTQ on {self.gptq_weights} weight(s)" if self.weight_rounding == "gptq" else "nearest"
         grids = (
             f"aligned ({self.aligned_inputs} input grid(s), {self.shifted_tensors} shifted, {self.border_maps} "
-            "border map(s))"
+            f"border map(s){f', {self.regridded_weights} weight(s) re-rounded to nearest' if self.regridded_weights else ''})"
             if self.grid_alignment
             else "not aligned"
         )

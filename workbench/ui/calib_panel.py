@@ -114,8 +114,8 @@ class CalibrationPanel:
         self.fallback_button.on_click(lambda _: self.fall_back_worst())
         for control in (self.method, self.percentile, self.batches):
             control.observe(lambda change: self._recalibrate(), names="value")
-        self.rounding.observe(lambda change: self._change_quantization(self.rounding), names="value")
-        self.alignment.observe(lambda change: self._change_quantization(self.alignment), names="value")
+        self.rounding.observe(lambda change: self._change_quantization(self.rounding, change["old"]), names="value")
+        self.alignment.observe(lambda change: self._change_quantization(self.alignment, change["old"]), names="value")
         self.worst_n.observe(lambda change: self._check_worst_n(), names="value")
         self.node.observe(lambda change: self._show_node_precision(), names="value")
         self.node_precision.observe(lambda change: self._set_node_precision(), names="value")
@@ -247,13 +247,14 @@ class CalibrationPanel:
         finally:
             self._quiet = False
 
-    def _change_quantization(self, control: Any) -> None:
-        """The weights or grids dropdown changed: requantize; on an error the session, both dropdowns and the drawn
-        results go back to what was in use."""
+    def _change_quantization(self, control: Any, previous: str) -> None:
+        """The weights or grids dropdown changed from ``previous``: requantize; on an error the session, the dropdown
+        and the drawn results go back to what was in use."""
         if self._quiet or self.session is None or self.ranges is None:
             return
         rounding, rounding_for = self.session.weight_rounding, self._rounding_for
         aligned, alignment_for = self.session.align_grids, self._alignment_for
+        notes = (self.rounding_note, self.alignment_note)
         try:
             self.status.busy(f"{control.description}: {control.label}…")
             self.progress.start(f"{control.description}: {control.label}", total=4)
@@ -264,10 +265,10 @@ class CalibrationPanel:
             self.progress.failed("failed")
             self.session.weight_rounding, self._rounding_for = rounding, rounding_for
             self.session.align_grids, self._alignment_for = aligned, alignment_for
+            self.rounding_note, self.alignment_note = notes
             self._quiet = True
             try:
-                self.rounding.value = rounding_for[0] if rounding_for else rounding
-                self.alignment.value = alignment_for[0] if alignment_for else ("on" if aligned else "off")
+                control.value = previous
                 with contextlib.suppress(Exception):  # the first error is the one to show
                     self._requantize()  # its metrics are cached by the model's bytes: a redraw, no new evaluation
             finally:
@@ -279,6 +280,8 @@ class CalibrationPanel:
         wanted: WeightRoundingChoice = self.rounding.value
         if self._rounding_for == (wanted, self._ranges_version):
             return
+        if self.alignment.value == "auto":  # chosen on the plain model, then alignment after it, as calibrate does
+            self.session.align_grids, self._alignment_for = False, None
         if wanted == "auto":
             from workbench.calib.rounding_choice import choose_weight_rounding
 
