@@ -14,10 +14,11 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_int8_calibrat
 
 
 def test_notebook_03_executes_headless() -> None:
-    """The notebook's mechanics on 32 evaluation samples, a search budget of 2 and nearest weight rounding (its
-    defaults evaluate all 300 with a budget of 4 and GPTQ where it scores better: the slow test below; the panel's
-    rounding is tested in test_calibration_panel_rounds_weights_as_calibrate_does_and_offers_fp8_per_layer)."""
-    parameters = {"EVAL_SAMPLES": "32", "SEARCH_BUDGET": "2", "WEIGHT_ROUNDING": '"nearest"'}
+    """The notebook's mechanics on 32 evaluation samples, a search budget of 2, nearest weight rounding and no grid
+    alignment (its defaults evaluate all 300 with a budget of 4, GPTQ and alignment where they measure better: the
+    slow test below; the panel's auto choices are tested in test_calibration_panel_rounds_weights_as_calibrate_does_
+    and_offers_fp8_per_layer and test_calibration_panel_aligns_grids_as_calibrate_does)."""
+    parameters = {"EVAL_SAMPLES": "32", "SEARCH_BUDGET": "2", "WEIGHT_ROUNDING": '"nearest"', "GRID_ALIGNMENT": '"off"'}
     run = execute_notebook(NOTEBOOK.name, parameters=parameters)
     assert run.seconds < 120
     # histogram + SQNR chart + Pareto of the search + the front across formats
