@@ -100,9 +100,16 @@ def test_the_manifest_says_how_the_qdq_model_was_made(tmp_path: Path, capsys: py
     next(p for p in model.metadata_props if p.key == QUANTIZATION_METADATA_KEY).value = '{"ranges_method": 3}'
     with pytest.raises(WorkbenchError, match="metadata is not a quantization recipe"):
         read_recipe(model)
+    # a record of another graph: a node renamed after calibration makes it stale
+    stale = onnx.load(str(qdq))
+    stale.graph.node[0].name += "_edited"
+    with pytest.raises(WorkbenchError, match="the graph has changed since"):
+        read_recipe(stale)
     edited = tmp_path / "edited.onnx"
     onnx.save(model, str(edited))
+    capsys.readouterr()
     assert main(["build", str(edited), "-o", str(tmp_path / "edited.engine")]) == 0
+    assert "quantized   quantization record ignored:" in capsys.readouterr().out
     rebuilt = EngineArtifact.load(tmp_path / "edited.engine")
     assert rebuilt.quantization is None
     assert any(w.startswith("quantization record ignored:") for w in rebuilt.warnings), rebuilt.warnings

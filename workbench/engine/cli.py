@@ -239,6 +239,7 @@ def format_summary(artifact: EngineArtifact) -> str:
             lines.append(f"  ... {len(check.mismatches) - 10} more in {artifact.layers_path} (precision_check)")
     if artifact.quantization is not None:
         lines.append(f"quantized   {artifact.quantization.text()}")
+    lines.extend(f"quantized   {w}" for w in artifact.warnings if w.startswith("quantization record ignored"))
     if artifact.profiles:
         lines.append(
             "profile     "

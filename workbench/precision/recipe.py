@@ -9,7 +9,7 @@ of its engine says it in the bundle's manifest without the session that made it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.artifact import Artifact
@@ -35,6 +35,7 @@ class QuantizationRecipe(Artifact):
     int8_nodes: int
     fp8_nodes: int
     regridded_weights: int = 0  # Conv weights re-rounded to nearest after an input grid scaled them
+    graph_sha256: str = ""  # the graph it describes: a later rewrite (a cleaner, a hand edit) makes the record stale
 
     def text(self) -> str:
         weights = f"GPTQ on {self.gptq_weights} weight(s)" if self.weight_rounding == "gptq" else "nearest"
@@ -50,8 +51,15 @@ class QuantizationRecipe(Artifact):
         )
 
 
+def _graph_sha256(proto: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(proto.graph.SerializeToString()).hexdigest()
+
+
 def write_recipe(proto: onnx.ModelProto, recipe: QuantizationRecipe) -> None:
-    """Record ``recipe`` in ``proto.metadata_props`` (replacing an earlier record)."""
+    """Record ``recipe`` in ``proto.metadata_props`` (replacing an earlier record), bound to the graph as it is."""
+    recipe = replace(recipe, graph_sha256=_graph_sha256(proto))
     kept = [prop for prop in proto.metadata_props if prop.key != QUANTIZATION_METADATA_KEY]
     del proto.metadata_props[:]
     proto.metadata_props.extend(kept)
@@ -61,14 +69,22 @@ def write_recipe(proto: onnx.ModelProto, recipe: QuantizationRecipe) -> None:
 
 
 def read_recipe(proto: Any, what: str = "the model") -> QuantizationRecipe | None:
-    """The recipe recorded in ``proto`` (None when the model was not quantized by a calibration session)."""
+    """The recipe recorded in ``proto`` (None when the model was not quantized by a calibration session); a record
+    that is not a recipe, or describes another graph than ``proto``'s, is refused."""
     text = next((p.value for p in proto.metadata_props if p.key == QUANTIZATION_METADATA_KEY), None)
     if text is None:
         return None
     try:
-        return QuantizationRecipe.from_json(json.loads(text))
+        recipe = QuantizationRecipe.from_json(json.loads(text))
     except (ValueError, TypeError, KeyError, WorkbenchError) as error:
         raise WorkbenchError(
             f"{what}: its {QUANTIZATION_METADATA_KEY!r} metadata is not a quantization recipe ({error}).",
             expected="the record `workbench calibrate` writes, or none",
         ) from None
+    if recipe.graph_sha256 and recipe.graph_sha256 != _graph_sha256(proto):
+        raise WorkbenchError(
+            f"{what}: its {QUANTIZATION_METADATA_KEY!r} metadata describes the graph as calibration wrote it, and the "
+            "graph has changed since (cleaned or edited), so it no longer says how this model was made.",
+            expected="the Q/DQ model as `workbench calibrate` wrote it, or a record written after the change",
+        )
+    return recipe
