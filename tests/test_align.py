@@ -238,6 +238,8 @@ def test_cli_and_search_take_the_option(tmp_path, capsys) -> None:
     choice = re.search(r"grid alignment (on|off): output noise \S+ -> \S+ on 32 samples", printed)
     assert choice is not None, printed
     assert ("warning: grid alignment: " in printed) == (choice.group(1) == "on")  # the model written follows it
+    # what the border maps cost is said in bytes, whichever way it went (digits-cnn: four padded Convs)
+    assert re.search(r"its 4 border map\(s\) add \d+\.\d KiB to the model's \d+\.\d KiB", printed), printed
 
 
 def test_auto_alignment_falls_back_and_restores_the_session(monkeypatch) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.calib.paired import paired_half_width
+from workbench.model.resources import format_bytes
 
 if TYPE_CHECKING:
     from workbench.calib.session import CalibrationSession
@@ -47,10 +48,6 @@ class AlignmentChoice:
     samples: int = 0
     evaluations: int = 0  # task evaluations it ran
     note: str = ""
-
-    @property
-    def label(self) -> str:
-        return "on" if self.choice else "off"
 
 
 def relative_output_noise(
@@ -113,11 +110,12 @@ def _choose(
     noise_plain, noise_aligned = relative_output_noise(session, (plain, aligned))
     noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
     # what it costs: the border maps are constants the size of a Conv's output, in the model and in the engine
-    added = aligned.proto.ByteSize() - plain.proto.ByteSize()
     if aligned.alignment.border_maps:
+        plain_bytes = plain.proto.ByteSize()
         noise += (
-            f"; its {len(aligned.alignment.border_maps)} border map(s) add {added / 1e6:.1f} MB to the model's "
-            f"{plain.proto.ByteSize() / 1e6:.1f} MB (the engine grows about as much)"
+            f"; its {len(aligned.alignment.border_maps)} border map(s) add "
+            f"{format_bytes(aligned.proto.ByteSize() - plain_bytes)} to the model's {format_bytes(plain_bytes)} "
+            "(the engine grows about as much)"
         )
     if min(noise_plain, noise_aligned) < CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
         session.align_grids = noise_aligned < noise_plain

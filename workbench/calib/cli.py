@@ -425,7 +425,7 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
             session = _cacheless_session(model, entry)
             if rounding == "gptq":  # asked for, but there is no data to fit it on
                 _say("note: weights rounded to nearest: GPTQ needs calibration data and only a cache was given")
-            if args.align_grids in ("on", "auto"):  # asked for; the default goes without quietly
+            if args.align_grids == "on":  # asked for (auto without a task metric was refused above)
                 _say("note: no grid alignment: it reads the calibration inputs and only a cache was given")
             alignment = "off"
         if loaded.statistics is not None:

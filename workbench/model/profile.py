@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
+from workbench.model.metadata import get_metadata, set_metadata
 
 if TYPE_CHECKING:
     import onnx
@@ -24,16 +25,12 @@ def write_profile_metadata(proto: onnx.ModelProto, profiles: dict[str, ShapeRang
     text = json.dumps(
         {"source": source, "inputs": {name: [list(shape) for shape in ranges] for name, ranges in profiles.items()}}
     )
-    kept = [prop for prop in proto.metadata_props if prop.key != PROFILE_METADATA_KEY]
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
-    entry = proto.metadata_props.add()
-    entry.key, entry.value = PROFILE_METADATA_KEY, text
+    set_metadata(proto, PROFILE_METADATA_KEY, text)
 
 
 def read_profile_metadata(proto: onnx.ModelProto, what: str = "the model") -> tuple[dict[str, ShapeRange], str]:
     """The recorded profiles and where they came from; ({}, "") when the model carries none."""
-    text = next((prop.value for prop in proto.metadata_props if prop.key == PROFILE_METADATA_KEY), None)
+    text = get_metadata(proto, PROFILE_METADATA_KEY)
     if text is None:
         return {}, ""
     try:

@@ -12,8 +12,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from workbench._io import sha256_bytes
 from workbench.artifact import Artifact
 from workbench.errors import WorkbenchError
+from workbench.model.metadata import get_metadata, set_metadata
 
 if TYPE_CHECKING:
     import onnx
@@ -39,12 +41,16 @@ class QuantizationRecipe(Artifact):
 
     def text(self) -> str:
         weights = f"GPTQ on {self.gptq_weights} weight(s)" if self.weight_rounding == "gptq" else "nearest"
-        grids = (
-            f"aligned ({self.aligned_inputs} input grid(s), {self.shifted_tensors} shifted, {self.border_maps} "
-            f"border map(s){f', {self.regridded_weights} weight(s) re-rounded to nearest' if self.regridded_weights else ''})"
-            if self.grid_alignment
-            else "not aligned"
-        )
+        grids = "not aligned"
+        if self.grid_alignment:
+            counts = [
+                f"{self.aligned_inputs} input grid(s)",
+                f"{self.shifted_tensors} shifted",
+                f"{self.border_maps} border map(s)",
+            ]
+            if self.regridded_weights:
+                counts.append(f"{self.regridded_weights} weight(s) re-rounded to nearest")
+            grids = f"aligned ({', '.join(counts)})"
         return (
             f"{self.ranges_method} ranges, weights {weights}, grids {grids}; {self.int8_nodes} INT8 and "
             f"{self.fp8_nodes} FP8 node(s)"
@@ -52,26 +58,19 @@ class QuantizationRecipe(Artifact):
 
 
 def _graph_sha256(proto: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(proto.graph.SerializeToString()).hexdigest()
+    return sha256_bytes(proto.graph.SerializeToString())
 
 
 def write_recipe(proto: onnx.ModelProto, recipe: QuantizationRecipe) -> None:
     """Record ``recipe`` in ``proto.metadata_props`` (replacing an earlier record), bound to the graph as it is."""
     recipe = replace(recipe, graph_sha256=_graph_sha256(proto))
-    kept = [prop for prop in proto.metadata_props if prop.key != QUANTIZATION_METADATA_KEY]
-    del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
-    entry = proto.metadata_props.add()
-    entry.key = QUANTIZATION_METADATA_KEY
-    entry.value = json.dumps(recipe.to_json(), sort_keys=True)
+    set_metadata(proto, QUANTIZATION_METADATA_KEY, json.dumps(recipe.to_json(), sort_keys=True))
 
 
 def read_recipe(proto: Any, what: str = "the model") -> QuantizationRecipe | None:
     """The recipe recorded in ``proto`` (None when the model was not quantized by a calibration session); a record
     that is not a recipe, or describes another graph than ``proto``'s, is refused."""
-    text = next((p.value for p in proto.metadata_props if p.key == QUANTIZATION_METADATA_KEY), None)
+    text = get_metadata(proto, QUANTIZATION_METADATA_KEY)
     if text is None:
         return None
     try:
