@@ -23,13 +23,17 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(DEV_STAMP): pyproject.toml $(RUNTIME_STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	# The browser tests drive Debian's Chromium: installed with apt where apt works (as root), in the background while
+	# pip installs the runtime, then the dev extra (both mostly wait on downloads); on failure those tests skip.
 	# tensorrt-stubs declares a dependency on full tensorrt, which cannot install here: take the stubs alone.
-	$(BIN)/python -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
-	# The browser test drives Debian's Chromium: install it where apt works (as root); on failure the test skips.
-	-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
+	( if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi \
+	) > $(VENV)/apt-chromium.log 2>&1 & apt=$$!; \
+	$(BIN)/python -m pip install -q -e . && touch $(RUNTIME_STAMP) \
+		&& $(BIN)/python -m pip install -q -e '.[dev]' \
+		&& $(BIN)/python -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1; status=$$?; \
+	wait $$apt || tail -5 $(VENV)/apt-chromium.log; exit $$status
 	touch $@
 
 clean-venv:

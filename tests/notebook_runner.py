@@ -46,14 +46,20 @@ def execute_notebook(
     workdir: Path | None = None,
     extra_cells: Sequence[str] = (),
     parameters: Mapping[str, str] | None = None,
+    model: str | None = None,
     timeout_s: int = 300,
 ) -> ExecutedNotebook:
     """Run ``notebooks/<name>`` (plus ``extra_cells`` appended in memory) in ``workdir`` (default: notebooks/).
 
     ``parameters``: ``NAME -> Python expression`` replacing the value of ``NAME = ...`` lines in the notebook's
-    parameters cell (a quicker run than the defaults). Fails the test with the cell's error if any cell raised.
+    parameters cell (a quicker run than the defaults). ``model``: the zoo model the settings cell's ``MODEL = (...)``
+    names instead of its default. Fails the test with the cell's error if any cell raised.
     """
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    if model is not None:
+        cell = next(c for c in notebook.cells if c.cell_type == "code" and "MODEL = (" in c.source)
+        cell.source = re.sub(r"^MODEL = \(.*?\n\)", f"MODEL = {model!r}", cell.source, count=1, flags=re.M | re.S)
+        assert f"MODEL = {model!r}" in cell.source, f"{name}: no MODEL setting"
     for key, value in (parameters or {}).items():
         cell = next(c for c in notebook.cells if c.cell_type == "code" and c.source.lstrip().startswith("# parameters"))
         pattern = re.compile(rf"^{re.escape(key)} = .*$", flags=re.M)

@@ -235,16 +235,20 @@ def test_search_stage_reports_each_evaluation_to_the_session_progress(tmp_path: 
     assert evaluations[0].text().startswith("evaluation 1 of 2")
 
 
-def test_the_journey_exports_what_its_search_met_not_a_point_estimate(tmp_path: Path) -> None:
+def test_the_journey_exports_what_its_search_met_not_a_point_estimate(panel) -> None:
     """ocr-cls with entropy ranges and an allowed drop of 0.03: all-INT8's 0.97 against FP32's 0.99 is within the drop
     by its point estimate, but its paired 95 % interval reaches past it, so the search rejects it and keeps groups
     wider. The rule decides the same way and chooses the search's pick; the point-estimate rule (confidence off)
-    would have exported the all-INT8 engine the search rejected (the seam this closes)."""
-    from workbench.flow import QuickstartSession
+    would have exported the all-INT8 engine the search rejected (the seam this closes). The module's session with the
+    drop changed (the file's last user of it): the search and what follows re-run, on the same calibrated model."""
     from workbench.flow.rule import choose
 
-    session = QuickstartSession(QuickstartConfig(out_dir=str(tmp_path), **{**CONFIG, "max_metric_drop": 0.03}))
-    run = session.run_all()
+    session = panel.session
+    assert session.plan_update({"max_metric_drop": 0.03}).stages[0] == "search"
+    run = session.update(max_metric_drop=0.03)
+    assert run.config.max_metric_drop == 0.03 and run.mixed_search.result.target == pytest.approx(
+        run.mixed_search.result.fp32_metric - 0.03
+    )
     result = run.mixed_search.result
     rows = {row.variant: row for row in run.metrics.rows}
     assert result.fp32_metric == rows[Variant.FP32].value  # both sides judge against the same FP32 scores

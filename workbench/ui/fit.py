@@ -129,7 +129,7 @@ function pinBusyProgress() {
     if (event.target.tagName === "BUTTON") { if (cancel) { cancel.click(); } }
     else { source.scrollIntoView({ block: "center" }); }
   });
-  setInterval(() => {
+  const check = () => {
     source = null;
     let view = null;
     for (const el of document.querySelectorAll(".workbench-progress.workbench-busy")) {
@@ -150,7 +150,13 @@ function pinBusyProgress() {
     pin.style.left = `${Math.round(view.left + 16)}px`;
     pin.style.bottom = `${Math.round(window.innerHeight - view.bottom + 12)}px`;
     pin.style.display = "flex";
-  }, 200);
+  };
+  setInterval(check, 200);
+  // and at the next frame after any scroll (Run All scrolls the notebook as cells run): no 200 ms lag
+  let framed = false;
+  document.addEventListener("scroll", () => {
+    if (!framed) { framed = true; requestAnimationFrame(() => { framed = false; check(); }); }
+  }, { capture: true, passive: true });
 }
 // On a whole-run change the outputs of the cells below the panel's cell are marked stale; a cell that runs again
 // replaces its output elements, so its mark goes with them.
