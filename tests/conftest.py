@@ -14,6 +14,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Zoo models (some exported from PyTorch on first use) are materialized once per checkout and reused.
     os.environ.setdefault("WORKBENCH_CACHE", str(REPO / ".cache" / "zoo"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # ONNX Runtime's waiting threads sleep instead of spinning (results are the same bits): two workers, their
+    # notebook kernels and Chromium share two cores, and spinning threads took the others' CPU (measured: four test
+    # files on two workers, 105 s -> 84 s, user CPU 181 s -> 138 s)
+    os.environ.setdefault("WORKBENCH_ORT_SPIN", "0")
 
 
 # Real-browser tests assert on what a user sees within a second or two: under pytest-xdist (make test) they share

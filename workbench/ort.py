@@ -119,6 +119,10 @@ def cpu_session(
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
+    if os.environ.get("WORKBENCH_ORT_SPIN", "").strip() == "0":
+        # threads that wait sleep instead of spinning (no effect on results): on a machine shared with other busy
+        # processes (the test suite's workers, a notebook kernel beside a browser) spinning takes their cores
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if folded is not None:  # a GEMM would prepack its now-constant weights and sum in another order (last bits differ)
         options.add_session_config_entry("session.disable_prepacking", "1")
     if external_initializers:
