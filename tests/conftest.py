@@ -18,6 +18,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # notebook kernels and Chromium share two cores, and spinning threads took the others' CPU (measured: four test
     # files on two workers, 105 s -> 84 s, user CPU 181 s -> 138 s)
     os.environ.setdefault("WORKBENCH_ORT_SPIN", "0")
+    # the same for numpy's OpenBLAS threads (its thread count, so its results, unchanged): they sleep after a call
+    # instead of spinning for ~0.1 s (measured: the GPTQ-heavy files on two workers, user CPU 77-81 s -> 65-71 s);
+    # set here, before the xdist workers, notebook kernels and CLI children start and load it
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 
 # Real-browser tests assert on what a user sees within a second or two: under pytest-xdist (make test) they share

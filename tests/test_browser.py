@@ -501,7 +501,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
         ),
         encoding="utf-8",
     )
-    cadence, first_progress, fit, seconds = {}, {}, {}, {}
+    cadence, first_progress, fit, seconds, phases = {}, {}, {}, {}, {}
     with sync_api.sync_playwright() as playwright:
         context = _browser(playwright, tmp_path, viewport={"width": 1280, "height": 900})
         page = None
@@ -519,6 +519,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             _wait_idle(page, 60_000)
             cadence["00"] = _progress_cadence(page)
             assert not _errors(page), _errors(page)
+            phases["00 run all"] = round(time.monotonic() - started, 1)
             fit["00"] = _fit_at(page, tabs=("Stages", "Task metric", "Timing", "Cleaning"), shot="notebook-00")
             page.set_viewport_size({"width": 1280, "height": 900})
             panel = page.locator(".workbench-quickstart-panel")
@@ -527,6 +528,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             _screenshot(page, ARTIFACTS / "quickstart-panel.png")
             stages_before = panel.locator("table").first.inner_text()
 
+            phases["00 fit"] = round(time.monotonic() - started, 1)
             # out of range: refused with the CLI's message, the field goes back, nothing else changes
             _type_into(panel, "streams", "99")
             _wait_status(page, "streams=99 is out of range. Expected: 1..64.", 10_000)
@@ -537,6 +539,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             assert panel.locator("table").first.inner_text() == stages_before
             assert "Stale" not in _panel_text(page)
 
+            phases["00 out of range"] = round(time.monotonic() - started, 1)
             # quick changes, typed as a user would: each cancels the run before it; only a run that finishes exports
             _open_tab(page, "Timing")
             exports = root / "out" / "quickstart" / "export"
@@ -550,6 +553,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             assert len(new) <= 1, new  # three changes, one finished run
             _screenshot(page, ARTIFACTS / "quickstart-timing-4-streams.png")
 
+            phases["00 streams"] = round(time.monotonic() - started, 1)
             # precision dropdown: FP16 builds the FP16 engine and re-times it
             panel.locator(".widget-dropdown", has_text="precision").locator("select").select_option(label="FP16")
             _open_tab(page, "Stages")
@@ -561,6 +565,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             _wait_status(page, "fp16.engine", 30_000)
             _screenshot(page, ARTIFACTS / "fusion-view-ocr-cls.png")
 
+            phases["00 fp16"] = round(time.monotonic() - started, 1)
             # a model switch clears every result at once (nothing of ocr-cls stays) and marks the outputs of the
             # cells below stale (with the reason) until they run again
             panel.locator(".widget-dropdown", has_text="model").locator("select").select_option(label="digits-cnn")
@@ -593,6 +598,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             time.sleep(1.0)  # let plotly finish laying out before the screenshot
             _screenshot(page, ARTIFACTS / "fusion-view.png")
 
+            phases["00 model switch"] = round(time.monotonic() - started, 1)
             # Cancel stops a run at its next stage
             panel.locator("button", has_text="Run all stages").click()
             _wait_status(page, "running every stage", 10_000)
@@ -654,7 +660,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             raise
         finally:
             context.close()
-            report = {"first_progress_s": first_progress, "cadence": cadence, "seconds": seconds}
+            report = {"first_progress_s": first_progress, "cadence": cadence, "seconds": seconds, "phases_00_s": phases}
             (ARTIFACTS / "browser-notebooks.json").write_text(json.dumps(report, indent=1, default=str))
     for name in ("quickstart-panel.png", "fusion-view.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000
