@@ -134,6 +134,9 @@ def test_cli_print_url_serves_until_ctrl_c_and_removes_its_session_folder(tmp_pa
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        # a test run started in the background (`make test &`) hands its children SIGINT ignored, which the server
+        # keeps (as any program does); the Ctrl-C a user presses in a terminal reaches a child with it at default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         url = process.stdout.readline().strip()
