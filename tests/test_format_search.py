@@ -285,6 +285,32 @@ def test_onnx_runtime_threads_are_pinned(digits, monkeypatch) -> None:  # type: 
         cpu_session(digits.prepared)
 
 
+def test_waiting_threads_sleep_when_asked_with_the_same_outputs(digits, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """WORKBENCH_ORT_SPIN=0 (make test sets it) lets waiting intra-op threads sleep: a scheduling choice, the same
+    output bits; unset or 1 leaves ONNX Runtime's default (spin); another value is refused."""
+    import numpy as np
+
+    from workbench.errors import WorkbenchError
+    from workbench.ort import cpu_session
+    from workbench.zoo import get_entry
+
+    feed = next(iter(get_entry("digits-cnn").calibration_batches(limit=8, batch_size=8)))
+    outputs = {}
+    for value in ("0", "1"):
+        monkeypatch.setenv("WORKBENCH_ORT_SPIN", value)
+        session = cpu_session(digits.prepared)
+        try:
+            entry = session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        except RuntimeError:  # not set: ONNX Runtime's default (spin)
+            entry = None
+        assert entry == ("0" if value == "0" else None), entry
+        outputs[value] = session.run(None, feed)
+    assert all(np.array_equal(a, b) for a, b in zip(outputs["0"], outputs["1"]))
+    monkeypatch.setenv("WORKBENCH_ORT_SPIN", "off")
+    with pytest.raises(WorkbenchError, match="WORKBENCH_ORT_SPIN='off' is not a switch"):
+        cpu_session(digits.prepared)
+
+
 def test_an_unreachable_target_with_8_bit_convs_stops_after_the_widest_plan(digits) -> None:  # type: ignore[no-untyped-def]
     """With every Conv kept in 8 bits, a target no plan can reach (above 1.0) is found out of reach from the widest
     plan the rules allow (everything else in FP16): the search stops there instead of spending its budget, and its

@@ -55,6 +55,17 @@ def intra_op_threads() -> int:
     return int(value)
 
 
+def intra_op_spinning() -> bool:
+    """Whether waiting intra-op threads spin (ONNX Runtime's default) or sleep: ``WORKBENCH_ORT_SPIN=0`` lets them
+    sleep, for a machine whose cores other busy processes share (the same results either way)."""
+    value = os.environ.get("WORKBENCH_ORT_SPIN", "").strip()
+    if value not in ("", "0", "1"):
+        raise WorkbenchError(
+            f"WORKBENCH_ORT_SPIN={value!r} is not a switch.", expected="0 (waiting threads sleep), 1, or unset (spin)"
+        )
+    return value != "0"
+
+
 def thread_settings() -> dict[str, int]:
     """What a result's record says about ONNX Runtime's threads (bench results, search reports)."""
     return {"intra_op_threads": intra_op_threads(), "inter_op_threads": INTER_OP_THREADS}
@@ -119,9 +130,7 @@ def cpu_session(
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
-    if os.environ.get("WORKBENCH_ORT_SPIN", "").strip() == "0":
-        # threads that wait sleep instead of spinning (no effect on results): on a machine shared with other busy
-        # processes (the test suite's workers, a notebook kernel beside a browser) spinning takes their cores
+    if not intra_op_spinning():  # spinning threads take the cores of other busy processes (same results)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if folded is not None:  # a GEMM would prepack its now-constant weights and sum in another order (last bits differ)
         options.add_session_config_entry("session.disable_prepacking", "1")
