@@ -101,8 +101,10 @@ def _probe_refusals(port: int, token: str, page_path: str, own_file: Path, outsi
 
 def test_the_gate_refuses_foreign_reads_hosts_uploads_and_tokenless_requests(tmp_path: Path) -> None:
     import workbench
-    from workbench.explore.server import get_server, healthy
+    from workbench.explore.server import get_server, healthy, remove_session_folder, stop_server
 
+    stop_server()  # this worker's server and session as a new process has them (earlier tests ran explorers here)
+    remove_session_folder()
     fp32 = engine_for_model("digits-cnn", "fp32", tmp_path)
     explorer = workbench.explore(fp32)
     server = get_server()

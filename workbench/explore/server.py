@@ -220,6 +220,7 @@ def page_url(
 
 _LOCK = threading.Lock()
 _SERVER: ExplorerServer | None = None
+_STARTING: threading.Thread | None = None  # a start begun by start_server_in_background, until it has run
 
 
 def get_server() -> ExplorerServer:
@@ -238,16 +239,24 @@ def start_server_in_background() -> None:
     """Start this process's server on a thread, so that it comes up while the graphs are being written (the page's
     URL, asked for afterwards, waits for it); errors surface when the URL is asked for."""
 
+    global _STARTING
+
     def start() -> None:
         with contextlib.suppress(Exception):
             get_server()
 
     if _SERVER is None or _SERVER.process.poll() is not None:
-        threading.Thread(target=start, name="workbench-explore-server-start", daemon=True).start()
+        _STARTING = threading.Thread(target=start, name="workbench-explore-server-start", daemon=True)
+        _STARTING.start()
 
 
 def stop_server() -> None:
+    """Stop this process's server, a start still under way included (it would otherwise come up after the stop,
+    in a session folder of its own, and serve the next page from there)."""
     global _SERVER
+    starting = _STARTING
+    if starting is not None and starting is not threading.current_thread():
+        starting.join(START_TIMEOUT_S + 5)
     with _LOCK:
         if _SERVER is not None:
             _SERVER.stop()
