@@ -214,3 +214,24 @@ def test_session_folders_of_killed_processes_are_swept_and_only_ours(tmp_path: P
     (live / SESSION_MARKER).write_text("pid\n")
     assert sweep_stale_sessions(tmp_path) == [stale]
     assert not stale.exists() and (unmarked / "notes.txt").is_file() and live.is_dir()
+
+
+def test_a_stop_during_a_background_start_leaves_no_server_and_a_removed_folder_means_a_new_one() -> None:
+    """`workbench explore` stops the server and removes the session folder when it returns; a start still under way
+    (begun while the graphs were written) used to come up after the stop, in a folder of its own, and serve the next
+    page from there. And a server whose session folder was removed under it is restarted in the new one."""
+    from workbench.explore import server as srv
+
+    srv.stop_server()
+    srv.remove_session_folder()
+    srv.start_server_in_background()
+    srv.stop_server()  # waits for the start under way, then stops what it started
+    assert srv._SERVER is None and not srv._STARTING.is_alive()
+    srv.remove_session_folder()
+    first = srv.get_server()
+    assert first.session == srv.session_folder() and first.alive()
+    srv.remove_session_folder()  # under the live server (what the race above did)
+    second = srv.get_server()
+    assert second is not first and second.session == srv.session_folder() and second.session.is_dir()
+    assert not first.alive() and second.alive()
+    srv.stop_server()

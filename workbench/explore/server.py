@@ -227,7 +227,8 @@ def get_server() -> ExplorerServer:
     """This process's server: started on first use (a few seconds), reused afterwards, restarted if it died."""
     global _SERVER
     with _LOCK:
-        if _SERVER is not None and _SERVER.alive():
+        # alive, and serving this process's session folder (one removed under it is made anew: restart there)
+        if _SERVER is not None and _SERVER.alive() and _SERVER.session == session_folder():
             return _SERVER
         if _SERVER is not None:
             _SERVER.stop()
