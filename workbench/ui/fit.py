@@ -104,10 +104,11 @@ function install(css) {
   watch(document);
   let queued = false;  // at most one scan per frame, however many nodes the page changes
   new MutationObserver(() => {
-    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; watch(document); }); }
+    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; watch(document); pinCheck(); }); }
   }).observe(document.body, { childList: true, subtree: true });
-  pinBusyProgress();
+  pinCheck = pinBusyProgress();
 }
+let pinCheck = () => {};
 // The notebook's scrolling box around an element (JupyterLab scrolls the notebook, not the window).
 function scroller(el) {
   for (let box = el.parentElement; box; box = box.parentElement) {
@@ -152,11 +153,13 @@ function pinBusyProgress() {
     pin.style.display = "flex";
   };
   setInterval(check, 200);
-  // and at the next frame after any scroll (Run All scrolls the notebook as cells run): no 200 ms lag
+  // and at the next frame after any scroll (Run All scrolls the notebook as cells run) or change of the page's
+  // nodes (new outputs push the bar out of view; install's observer calls the returned check): no 200 ms lag
   let framed = false;
   document.addEventListener("scroll", () => {
     if (!framed) { framed = true; requestAnimationFrame(() => { framed = false; check(); }); }
   }, { capture: true, passive: true });
+  return check;
 }
 // On a whole-run change the outputs of the cells below the panel's cell are marked stale; a cell that runs again
 // replaces its output elements, so its mark goes with them.
