@@ -40,6 +40,13 @@ class ExecutedNotebook:
         return sum(mime in o.get("data", {}) for o in self.outputs)
 
 
+def with_model(settings_source: str, model: str) -> str:
+    """A notebook settings cell's source with its ``MODEL = (...)`` (the zoo's default) set to ``model``."""
+    source = re.sub(r"^MODEL = \(.*?\n\)", f"MODEL = {model!r}", settings_source, count=1, flags=re.M | re.S)
+    assert f"MODEL = {model!r}" in source, "no MODEL = (...) setting in the cell"
+    return source
+
+
 def execute_notebook(
     name: str,
     *,
@@ -58,8 +65,7 @@ def execute_notebook(
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     if model is not None:
         cell = next(c for c in notebook.cells if c.cell_type == "code" and "MODEL = (" in c.source)
-        cell.source = re.sub(r"^MODEL = \(.*?\n\)", f"MODEL = {model!r}", cell.source, count=1, flags=re.M | re.S)
-        assert f"MODEL = {model!r}" in cell.source, f"{name}: no MODEL setting"
+        cell.source = with_model(cell.source, model)
     for key, value in (parameters or {}).items():
         cell = next(c for c in notebook.cells if c.cell_type == "code" and c.source.lstrip().startswith("# parameters"))
         pattern = re.compile(rf"^{re.escape(key)} = .*$", flags=re.M)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -122,15 +123,17 @@ def jupyter_lab(tmp_path: Path):
 
 
 def _with_model(notebook_text: str, model: str, out_dir: str) -> str:
-    """The notebook with its MODEL parameter set to ``model`` (the settings cell assigns DEFAULT_MODEL)."""
+    """The notebook with its MODEL setting set to ``model`` (the settings cell assigns DEFAULT_MODEL) and its output
+    folder to ``out_dir``."""
+    from notebook_runner import with_model
+
     notebook = json.loads(notebook_text)
-    for cell in notebook["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and "MODEL = (" in source:
-            cell["source"] = [f'MODEL = "{model}"\n', f'OUT_DIR = "{out_dir}"\n']
-            break
-    else:
-        raise AssertionError("no MODEL parameter cell")
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "code" and "MODEL = (" in "".join(c["source"]))
+    source = re.sub(
+        r'^OUT_DIR = ".*"$', f"OUT_DIR = {out_dir!r}", with_model("".join(cell["source"]), model), flags=re.M
+    )
+    assert f"OUT_DIR = {out_dir!r}" in source, "no OUT_DIR setting in the cell"
+    cell["source"] = source.splitlines(keepends=True)
     return json.dumps(notebook)
 
 
