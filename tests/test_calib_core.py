@@ -20,6 +20,7 @@ from workbench.calib.methods import (
     amax_percentile,
     entropy_divergences,
     fake_quantize,
+    mse_errors,
     per_channel_amax,
     scale_from_amax,
 )
@@ -107,6 +108,35 @@ def test_mse_keeps_a_uniform_range_and_minimises_the_true_error() -> None:
     assert chosen < amax_max(hist)
     for other in (amax_max(hist), chosen * 0.5, chosen * 2.0, amax_percentile(hist, 99.0)):
         assert true_mse(chosen) <= true_mse(other) * 1.02
+
+
+def test_mse_range_does_not_hang_on_where_the_grid_lands_on_a_frequent_value() -> None:
+    """A value many samples share (a background) moved by a fraction of a quantization step: the exact error's
+    minimum follows it (the grid lands on it at one amax or another), the expected rounding error's does not."""
+    rng = np.random.default_rng(5)
+    tail = rng.laplace(0, 2.0, 100_000)
+    chosen: dict[str, list[float]] = {"exact": [], "expected": []}
+    for background in np.linspace(3.0, 3.3, 7):  # the INT8 step is about 0.15 here
+        hist = _hist(np.concatenate([tail, np.full(30_000, background)]).astype(np.float32))
+        for rounding, amaxes in chosen.items():
+            amaxes.append(amax_mse(hist, rounding=rounding))  # type: ignore[arg-type]
+    spread = {rounding: max(amaxes) / min(amaxes) - 1.0 for rounding, amaxes in chosen.items()}
+    assert spread["exact"] > 0.02, spread  # the effect exists in this data
+    assert len(set(chosen["expected"])) == 1, chosen  # inside the range the background costs step^2 / 12 anywhere
+    assert chosen["expected"][0] == amax_mse(_hist(np.concatenate([tail, np.full(30_000, 3.1)]).astype(np.float32)))
+    # on data without such a value both agree, and the expected one's true error is the exact minimum's
+    smooth = rng.laplace(0, 0.5, 200_000).astype(np.float32)
+    exact, expected = (amax_mse(_hist(smooth), rounding=r) for r in ("exact", "expected"))
+    assert expected == pytest.approx(exact, rel=0.05)
+
+    def true_mse(amax: float) -> float:
+        return float(((fake_quantize(smooth, amax / 127) - smooth) ** 2).mean())
+
+    assert true_mse(expected) <= true_mse(exact) * 1.01
+    with pytest.raises(WorkbenchError, match="rounding error"):
+        amax_mse(_hist(smooth), rounding="nearest")  # type: ignore[arg-type]
+    with pytest.raises(WorkbenchError, match="uniform int8 grid"):
+        mse_errors(_hist(smooth), grid=lambda points, amax: points, rounding="expected")
 
 
 def _reference_entropy(counts: np.ndarray, width: float, levels: int = 128) -> tuple[float, np.ndarray]:

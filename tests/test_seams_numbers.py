@@ -342,7 +342,8 @@ def test_entropy_on_one_sided_data_falls_back_and_says_so(ws: Path, tmp_path: Pa
     assert re.search(r"warning: tensor 'x': entropy chose amax 0\.1\d*, which clips 9\d\.\d% ", run.stdout), run.stdout
     entry = json.loads(cache.read_text())["tensors"]["x"]
     assert 0.99 < entry["amax"] <= 1.0  # the data's range, not 0.1
-    assert entry["clipped_fraction"] < 0.001 and "entropy chose" in entry["note"]
+    # the mse range may trim the last bins, where that saves more rounding error than it clips (0.6 %, 2026-12-06)
+    assert entry["clipped_fraction"] < 0.01 and "entropy chose" in entry["note"]
     x = next(t for t in json.loads(diff.read_text())["tensors"] if t["name"] == "x")
     assert x["sqnr_db_local"] > 40.0  # 1.3 dB when 99 % of the values were clipped
 

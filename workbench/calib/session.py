@@ -47,7 +47,8 @@ class Float16Model(WorkbenchError):
 
 
 def _refuse_float16(model: OnnxModel) -> None:
-    """INT8 calibration starts from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX."""
+    """INT8 and FP8 calibration start from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX, and
+    ranges from float16 activations describe the FP16 model, not the one the Q/DQ pairs replace."""
     from onnx import TensorProto
 
     graph = model.proto.graph
@@ -56,7 +57,7 @@ def _refuse_float16(model: OnnxModel) -> None:
     if half:
         raise Float16Model(
             f"{model.path or 'the model'} computes in float16 (e.g. {', '.join(repr(n) for n in half[:3])}): INT8 "
-            "calibration inserts Q/DQ into an FP32 model.",
+            "and FP8 calibration insert Q/DQ into an FP32 model.",
             expected="the FP32 model (the FP16 engine is made from it with `workbench build --precision fp16`)",
         )
 
