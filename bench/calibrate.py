@@ -1234,6 +1234,84 @@ def loss_sources_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def mse_rounding_main(args: argparse.Namespace) -> int:
+    """``--mse-rounding``: all-INT8 with mse ranges whose in-range values are priced at their exact rounding error
+    (the method until 2026-12-06) or at the expected one over the grid's phase (``methods.amax_mse``'s default now),
+    each from four calibration sets: the whole split, its first and second half and its odd batches. A range that
+    hangs on where the grid lands on one frequent value moves between these sets; the task metric shows what that
+    costs. Same evaluation samples for every row (``--evaluation-size`` grows a generated split)."""
+    from workbench.calib.data import IterableSource
+    from workbench.calib.methods import amax_mse
+    from workbench.calib.session import CalibrationSession
+    from workbench.calib.stats import collect_statistics
+    from workbench.zoo import get_entry
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        if args.evaluation_size and name in args.evaluation_size:
+            entry = entry.with_evaluation_size(args.evaluation_size[name])
+        session = CalibrationSession(entry.load(), entry=entry, progress=False)
+        whole = session.statistics()
+        batches = list(session.source.batches(session.max_batches))
+        half, tensors = len(batches) // 2, list(whole.histograms)
+
+        sets = {"whole": whole}
+        for label, feeds in (
+            ("first half", batches[:half]),
+            ("second half", batches[half:]),
+            ("odd batches", batches[1::2]),
+        ):
+            sets[label] = collect_statistics(session.model, IterableSource(feeds), tensors, progress=False)
+        plan = session.default_plan("int8")
+        fp32 = session.evaluate()
+        row: dict[str, Any] = {"model": name, "fp32": float(fp32.value), "n": int(fp32.n_samples), "sets": {}}
+        for label, statistics in sets.items():
+            scores = {}
+            for rounding in ("exact", "expected"):
+                amax = {
+                    tensor: amax_mse(hist, rounding=rounding)  # type: ignore[arg-type]
+                    for tensor, hist in statistics.histograms.items()
+                    if hist.width and hist.count  # dead tensors keep the method's stand-in
+                }
+                result = session.evaluate(session.quantize(statistics.ranges("mse", overrides=amax), plan))
+                scores[rounding] = result
+            row["sets"][label] = {
+                "calibration_samples": int(statistics.num_samples),
+                "exact": float(scores["exact"].value),
+                "expected": float(scores["expected"].value),
+                "expected_minus_exact": paired_difference(
+                    list(scores["expected"].scores), list(scores["exact"].scores)
+                ),
+            }
+            print(f"[{name}] {label}: exact {scores['exact'].value:.4f} expected {scores['expected'].value:.4f}")
+        rows.append(row)
+    table = [
+        "# mse ranges: exact vs expected rounding error, four calibration sets (bench/calibrate.py --mse-rounding)",
+        "All-INT8 (each model's default plan, nearest weights, ORT CPU with optimizations off) on the same evaluation "
+        "samples; ranges from the whole calibration split, its halves and its odd batches; expected − exact: paired "
+        "95 % interval over the samples.",
+        "| model (n) | FP32 | calibration set (samples) | exact | expected | expected − exact, paired 95 % |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        for label, cell in row["sets"].items():
+            paired = cell["expected_minus_exact"]
+            if "interval_95" in paired:
+                low, high = paired["interval_95"]
+                paired_cell = f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
+            else:
+                paired_cell = "— (no per-sample scores: one number for the set)"
+            table.append(
+                f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {label} ({cell['calibration_samples']}) | "
+                f"{cell['exact']:.4f} | {cell['expected']:.4f} | {paired_cell} |"
+            )
+        means = [np.mean([c[k] for c in row["sets"].values()]) for k in ("exact", "expected")]
+        table.append(f"| {row['model']} | | mean of the four | {means[0]:.4f} | {means[1]:.4f} | |")
+    _write_dated("calibrate_mse_rounding", {"rows": rows}, table)
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1600,6 +1678,11 @@ def main() -> int:
         action="store_true",
         help="all-INT8 per range method on the whole calibration splits, and mse's weight / activation shares",
     )
+    parser.add_argument(
+        "--mse-rounding",
+        action="store_true",
+        help="all-INT8 with mse ranges priced at the exact or the expected rounding error, from four calibration sets",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -1615,6 +1698,8 @@ def main() -> int:
         return input_floor_main(args)
     if args.loss_sources:
         return loss_sources_main(args)
+    if args.mse_rounding:
+        return mse_rounding_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:
