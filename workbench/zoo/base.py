@@ -359,6 +359,18 @@ class ZooEntry(ABC):
 
         ``earlier``: (predictions, labels, indices) this same model already gave for the first samples (whole
         batches); only the samples after them are run, and the metric covers all of them."""
+        return self.evaluate_kept(predict, limit, batch_size, earlier=earlier)[0]
+
+    def evaluate_kept(
+        self,
+        predict: PredictFn,
+        limit: int | None = None,
+        batch_size: int = 8,
+        *,
+        earlier: tuple[list[Prediction], list[Label], list[int]] | None = None,
+    ) -> tuple[MetricResult, tuple[list[Prediction], list[Label], list[int]]]:
+        """:meth:`evaluate`, and the (predictions, labels, indices) it scored: passed back as ``earlier``, a later
+        evaluation of the same model on more samples runs only the new ones."""
         predictions: list[Prediction] = list(earlier[0]) if earlier else []
         labels: list[Label] = list(earlier[1]) if earlier else []
         indices: list[int] = list(earlier[2]) if earlier else []
@@ -383,7 +395,7 @@ class ZooEntry(ABC):
             predictions.extend(reduced)
             labels.extend(batch_labels)
             indices.extend(batch_indices)
-        return self._metric(predictions, labels, indices)
+        return self._metric(predictions, labels, indices), (predictions, labels, indices)
 
     def evaluate_onnx(
         self, path: str | os.PathLike[str], *, disable_optimizations: bool = True, limit: int | None = None
