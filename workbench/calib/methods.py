@@ -179,8 +179,9 @@ def _expected_int8_errors(points: np.ndarray, amax: np.ndarray) -> np.ndarray:
     holding 6 % of ocr-rec's ``batch_norm_2.tmp_2``) swings between 0 and step^2 / 4 as amax moves by a fraction of
     a step, so the exact minimum is wherever the grid happens to land on that value. Which amax that is changes
     with the calibration set (ocr-rec's range was 16.94 from 64 lines and 15.0 from 128; all-INT8 exact match on
-    1,000 lines 0.972 and 0.954, FP32 0.979) and does not carry to other inputs; with the expected error both sets
-    give about 16.5 (2026-12-06). Values under half a step round to zero exactly, so they keep their own error."""
+    1,000 lines 0.972 and 0.954, FP32 0.979) and does not carry to other inputs; with the expected error the two sets
+    give 15.97 and 15.61 (2026-12-06, ``bench/calibrate.py --mse-rounding``). Values under half a step round to zero
+    exactly, so they keep their own error."""
     step = amax / INT8_MAX
     inside = np.minimum(points**2, step**2 / 12.0)
     return np.where(points > amax, (points - amax) ** 2, inside)
