@@ -437,25 +437,25 @@ def test_auto_rounding_on_one_evaluation_sample_keeps_nearest_and_says_why(digit
 
 
 def test_an_unclear_gain_on_the_screen_gets_a_second_look_on_the_whole_set() -> None:
-    """MiniLM's GPTQ gain is real but small (+0.0005 [+0.0002, +0.0007] cosine on its 256 sentences, 2026-12-06):
-    on the first 8 it is not clear, so both roundings are scored on the other 248 too and the whole set keeps GPTQ;
-    the scores handed on (to the alignment choice, the search's start) are still those of the first 8."""
+    """EfficientNet-Lite0 on 48 crops, the choice limited to the first 16: GPTQ's gain there is above zero but not
+    clear, so both roundings are scored on the other 32 too and the 48 decide (here: no clear gain, nearest kept;
+    2026-12-06). The scores handed on (to the alignment choice, the search's start) stay those of the first 16."""
     import numpy as np
 
     from workbench.calib.rounding_choice import choose_weight_rounding
     from workbench.calib.session import CalibrationSession
     from workbench.zoo import get_entry
 
-    entry = get_entry("minilm")
+    entry = get_entry("efficientnet-lite0").with_evaluation_size(48)
     session = CalibrationSession(entry.load(), entry=entry, progress=False, max_batches=2)
     ranges, plan = session.ranges("mse"), session.default_plan("int8")
-    choice = choose_weight_rounding(session, ranges, plan, 8)
-    total = entry.split_size("evaluation")
-    assert "unclear on the first 8, so both were scored on the rest too" in choice.note, choice.note
-    assert choice.choice == "gptq" == session.weight_rounding and choice.samples == total
-    assert choice.gain is not None and choice.gain[1] > 0 and "4 evaluations" in choice.note
-    first_eight = session.evaluate(session.quantize(ranges, plan), limit=8)
-    assert np.array_equal(choice.scores, first_eight.scores)
+    choice = choose_weight_rounding(session, ranges, plan, 16)
+    assert "unclear on the first 16, so both were scored on the rest too" in choice.note, choice.note
+    assert "4 evaluations" in choice.note and choice.samples == 48 and set(choice.metrics) == {"nearest", "gptq"}
+    assert choice.gain is not None and choice.gain[1] < 0 < choice.gain[2]  # unclear on all 48 as well
+    assert choice.choice == "nearest" == session.weight_rounding
+    first = session.evaluate(session.quantize(ranges, plan), limit=16)
+    assert len(choice.scores) == 16 and np.array_equal(choice.scores, first.scores)
 
 
 def test_auto_rounding_that_fails_midway_leaves_the_session_on_its_rounding(digits_sessions, monkeypatch) -> None:

@@ -53,7 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         choices=("max", "percentile", "entropy", "mse"),
         help="range method (default mse, over the FP8 grid for fp8: the best or near-best INT8 on every zoo model, "
-        "where entropy gives ocr-rec 0.0000 exact match; entropy is int8 only)",
+        "where entropy gives ocr-rec 0.0000 exact match; entropy is int8 only). INT8's mse prices a value inside "
+        "the range at its expected rounding error, so the range does not hang on where the grid lands on one "
+        "frequent value (ocr-rec all-INT8 on 1,000 lines, mean of four calibration sets: 0.9505 -> 0.9702)",
     )
     calibrate.add_argument(
         "--weight-rounding",
