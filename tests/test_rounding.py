@@ -438,8 +438,9 @@ def test_auto_rounding_on_one_evaluation_sample_keeps_nearest_and_says_why(digit
 
 def test_an_unclear_gain_on_the_screen_gets_a_second_look_on_the_whole_set() -> None:
     """EfficientNet-Lite0 on 48 crops, the choice limited to the first 16: GPTQ's gain there is above zero but not
-    clear, so both roundings are scored on the other 32 too and the 48 decide (here: no clear gain, nearest kept;
-    2026-12-06). The scores handed on (to the alignment choice, the search's start) stay those of the first 16."""
+    clear, so in the search both roundings are scored on the other 32 too and the 48 decide (here: no clear gain,
+    nearest kept; 2026-12-06); a user's evaluation budget is not overrun. The scores handed on (to the alignment
+    choice, the search's start) stay those of the first 16."""
     import numpy as np
 
     from workbench.calib.rounding_choice import choose_weight_rounding
@@ -449,7 +450,8 @@ def test_an_unclear_gain_on_the_screen_gets_a_second_look_on_the_whole_set() -> 
     entry = get_entry("efficientnet-lite0").with_evaluation_size(48)
     session = CalibrationSession(entry.load(), entry=entry, progress=False, max_batches=2)
     ranges, plan = session.ranges("mse"), session.default_plan("int8")
-    choice = choose_weight_rounding(session, ranges, plan, 16)
+    assert "rest too" not in choose_weight_rounding(session, ranges, plan, 16).note  # a user's budget: one look
+    choice = choose_weight_rounding(session, ranges, plan, 16, second_look=True)  # as the search asks
     assert "unclear on the first 16, so both were scored on the rest too" in choice.note, choice.note
     assert "4 evaluations" in choice.note and choice.samples == 48 and set(choice.metrics) == {"nearest", "gptq"}
     assert choice.gain is not None and choice.gain[1] < 0 < choice.gain[2]  # unclear on all 48 as well

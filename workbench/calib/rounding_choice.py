@@ -9,8 +9,10 @@ accuracy-target search's start, and the quickstart's calibrate and FP8 stages al
 Scored on the first ``limit`` samples only (the search's screen), a gain of a few points is often not clear though
 it is real: EfficientNet-Lite0's INT8 gain on 256 crops was +0.059 [+0.023, +0.095] with one set of ranges and
 +0.031 [-0.001, +0.064] with ranges moved by at most 1.2 % (2026-12-06), while on 2,000 crops it is +0.045 [+0.032,
-+0.058]. So when the screen leaves the gain unclear but above zero, both roundings are scored on the rest of the
-evaluation set too (only the samples not yet run) and the whole set decides (:data:`SECOND_LOOK`).
++0.058]. So in the accuracy-target search, when its screen leaves the gain unclear but above zero, both roundings
+are scored on the rest of the search's evaluation set too (only the samples not yet run) and that set decides
+(``second_look``). Elsewhere the limit is the user's evaluation budget (``--eval-limit``, the quickstart's and the
+calibration panel's evaluation samples), which a choice does not overrun.
 """
 
 from __future__ import annotations
@@ -20,10 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.calib.rounding import ROUNDING_CONFIDENCE, WeightRounding, gptq_gains, rounding_gain
-
-# with a sample limit, a gain that is above zero but not clear on those samples is looked at again on the whole
-# evaluation set; two looks at 95 % each keep GPTQ wrongly at most about 5 % of the time (2.5 % per look, one-sided)
-SECOND_LOOK = True
 
 if TYPE_CHECKING:
     from workbench.calib.qdq import QdqModel
@@ -59,21 +57,33 @@ def _nearest(note: str, scored: MetricResult | None = None) -> RoundingChoice:
 
 
 def choose_weight_rounding(
-    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
+    session: CalibrationSession,
+    ranges: CalibrationRanges,
+    plan: PrecisionPlan,
+    limit: int | None,
+    *,
+    second_look: bool = False,
+    whole_limit: int | None = None,
 ) -> RoundingChoice:
     """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
     session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`); on an error the
-    session keeps the rounding it had."""
+    session keeps the rounding it had. ``second_look`` (the search: ``limit`` is its screen): a gain above zero that
+    is not clear there is scored again on the first ``whole_limit`` samples (None: all) and decided there; two looks
+    at 95 % each keep GPTQ wrongly at most about 5 % of the time (2.5 % per look, one-sided)."""
     before = session.weight_rounding
     try:
-        return _choose(session, ranges, plan, limit)
+        return _choose(session, ranges, plan, limit, whole_limit if second_look else limit)
     except BaseException:
         session.weight_rounding = before
         raise
 
 
 def _choose(
-    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan, limit: int | None
+    session: CalibrationSession,
+    ranges: CalibrationRanges,
+    plan: PrecisionPlan,
+    limit: int | None,
+    whole_limit: int | None,
 ) -> RoundingChoice:
     session.weight_rounding = "nearest"
     nearest_model = session.quantize(ranges, plan)
@@ -119,12 +129,13 @@ def _choose(
     same_output, clear = decide()
     screen = int(results["nearest"].n_samples)
     total = session.entry.split_size("evaluation") if session.entry is not None else screen
+    whole = total if whole_limit is None else min(whole_limit, total)
     looked_again = False
-    if SECOND_LOOK and not clear and same_output and limit is not None and total > screen:
+    if not clear and same_output and whole > screen:
         mean_gain = rounding_gain(results["nearest"].scores, results["gptq"].scores, higher_is_better=higher)[0]
         if mean_gain > 0:  # unclear but above zero on the screen: the whole set decides
-            results["nearest"] = score_on("nearest", nearest_model, None)
-            results["gptq"] = score_on("gptq", gptq_model, None)
+            results["nearest"] = score_on("nearest", nearest_model, whole_limit)
+            results["gptq"] = score_on("gptq", gptq_model, whole_limit)
             same_output, clear = decide()
             looked_again = True
     nearest_scores, gptq_scores = results["nearest"].scores, results["gptq"].scores

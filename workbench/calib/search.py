@@ -455,7 +455,8 @@ def search_mixed_precision(
         from workbench.calib.rounding_choice import choose_weight_rounding
 
         with timed("weight rounding: nearest vs GPTQ"):
-            rounding = choose_weight_rounding(session, ranges, base, trial_limit)
+            # the screen may leave a real gain unclear: the search's whole set then decides (a second look)
+            rounding = choose_weight_rounding(session, ranges, base, trial_limit, second_look=True, whole_limit=limit)
             notes.append(rounding.note)
             start_scores = np.asarray(rounding.scores, dtype=np.float64) if rounding.scores else None
     if align_grids == "auto":
