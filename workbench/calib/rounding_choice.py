@@ -93,10 +93,7 @@ def _choose(
 
     def score_on(name: str, model: QdqModel, limit: int | None) -> MetricResult:
         """The task metric of ``model`` (its predictions kept: a second look runs only the samples after them)."""
-        from workbench.calib.session import ort_predict
-
-        assert session.entry is not None  # the rounding choice is offered only with a task metric
-        result, kept[name] = session.entry.evaluate_kept(ort_predict(model.proto), limit, earlier=kept.get(name))
+        result, kept[name] = session.evaluate_kept(model, limit=limit, earlier=kept.get(name))
         return result
 
     results = {"nearest": score_on("nearest", nearest_model, limit)}

@@ -420,6 +420,22 @@ class CalibrationSession:
                 self._metric_cache[key] = entry.evaluate(ort_predict(proto), limit=limit)
         return self._metric_cache[key]
 
+    def evaluate_kept(
+        self, model: QdqModel | onnx.ModelProto, *, limit: int | None = None, earlier: Any = None
+    ) -> tuple[MetricResult, Any]:
+        """:meth:`evaluate` of a rewritten model, and the predictions it scored (``ZooEntry.evaluate_kept``): passed
+        back as ``earlier``, a later call on more samples runs only the new ones. The result is kept as
+        :meth:`evaluate` keeps it, so asking for the same metric again costs nothing."""
+        if self.entry is None:
+            raise WorkbenchError(
+                "no task metric: the session was not made from a zoo model.",
+                expected="CalibrationSession(..., entry=get_entry(name))",
+            )
+        proto = cast("onnx.ModelProto", getattr(model, "proto", model))
+        result, kept = self.entry.evaluate_kept(ort_predict(proto), limit, earlier=earlier)
+        self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
+        return result, kept
+
     # ------------------------------------------------------------------ fallback
     def rank_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> list[str]:
         """Fallback candidates, worst first (by :meth:`score_int8_nodes`)."""
