@@ -144,6 +144,10 @@ def test_custom_op_is_refused_naming_the_op(models: Path, tmp_path: Path) -> Non
         "'my_relu' (MyRelu)",
         "plugin",
     )
+    # the FP16 build parses a rewrite in a temporary folder, gone when the error is read: the user's file is named
+    fp16 = ["build", model, "-o", str(tmp_path / "h.engine"), "--precision", "fp16", "--no-progress"]
+    line = _refused(run_cli_forked(fp16, tmp_path), "'my_relu' (MyRelu)", f"{model} (as rewritten for the fp16 build)")
+    assert "workbench-build-" not in line
     calib = ["calibrate", model, "--data", "random", "-o", str(tmp_path / "q.onnx"), "--no-progress"]
     _refused(run_cli_forked(calib, tmp_path), "custom op")
     assert snapshot(tmp_path) == before

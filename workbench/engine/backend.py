@@ -223,6 +223,8 @@ class NetworkBuildRequest:
     optimization_level: int | None = None
     compute_capabilities: tuple[str, ...] = ()  # RTX only, e.g. ("SM86",); empty = backend default
     timing_cache: bytes | None = None
+    # what messages name: the user's model (the parsed file may be its rewrite in a temporary folder, gone afterwards)
+    source: str = ""
 
 
 @dataclass
@@ -266,8 +268,8 @@ def build_serialized(
         errors = [_parser_error_text(parser.get_error(i)) for i in range(parser.num_errors)]
         plugin = any("Plugin not found" in error for error in errors)
         raise WorkbenchError(
-            f"{request.onnx_path}: the TensorRT ONNX parser ({backend.name} {backend.version}) rejected the model: "
-            + "; ".join(errors[:5]),
+            f"{request.source or request.onnx_path}: the TensorRT ONNX parser ({backend.name} {backend.version}) "
+            "rejected the model: " + "; ".join(errors[:5]),
             expected="an ONNX graph TensorRT supports (try `workbench clean` first)"
             if not plugin
             else "standard ONNX ops, or a TensorRT plugin registered for the custom op (this op is not built in)",

@@ -393,8 +393,10 @@ def engine_from_onnx(
         built_proto = built_model.proto
         formats = qdq_formats(built_proto)
         options, target_note = _targets_for_formats(options, backend, formats)
+        rewritten = Path(onnx_for_build) != Path(model.path)
         request = NetworkBuildRequest(
             onnx_path=str(onnx_for_build),
+            source=f"{model.path} (as rewritten for the {options.effective_plan.label} build)" if rewritten else "",
             profiles=[profiles] if profiles else [],
             workspace_bytes=options.workspace_bytes,
             optimization_level=options.optimization_level,
