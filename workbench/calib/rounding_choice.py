@@ -116,14 +116,15 @@ def _choose(
     results["gptq"] = score_on("gptq", gptq_model, limit)
     higher = bool(session.entry.higher_is_better) if session.entry is not None else True
 
-    def decide() -> tuple[bool, bool]:
-        """(same_output, clear) on the samples scored so far."""
+    def decide() -> tuple[dict[str, Any], bool, bool]:
+        """(each rounding's judged output, same_output, clear) on the samples scored so far."""
         # a metric judged on the worst of several outputs pairs per sample only while both judge the same output
         worst = {name: result.details.get("worst_output") for name, result in results.items()}
         same = worst["nearest"] == worst["gptq"]
-        return same, same and gptq_gains(results["nearest"].scores, results["gptq"].scores, higher_is_better=higher)
+        gains = same and gptq_gains(results["nearest"].scores, results["gptq"].scores, higher_is_better=higher)
+        return worst, same, gains
 
-    same_output, clear = decide()
+    worst, same_output, clear = decide()
     screen = int(results["nearest"].n_samples)
     total = session.entry.split_size("evaluation") if session.entry is not None else screen
     whole = total if whole_limit is None else min(whole_limit, total)
@@ -133,10 +134,9 @@ def _choose(
         if mean_gain > 0:  # unclear but above zero on the screen: the whole set decides
             results["nearest"] = score_on("nearest", nearest_model, whole_limit)
             results["gptq"] = score_on("gptq", gptq_model, whole_limit)
-            same_output, clear = decide()
+            worst, same_output, clear = decide()
             looked_again = True
     nearest_scores, gptq_scores = results["nearest"].scores, results["gptq"].scores
-    worst = {name: result.details.get("worst_output") for name, result in results.items()}
     choice: WeightRounding = "gptq" if clear else "nearest"
     session.weight_rounding = choice
     mean, low, high = rounding_gain(nearest_scores, gptq_scores, higher_is_better=higher)

@@ -398,16 +398,11 @@ class CalibrationSession:
 
     def evaluate(self, model: QdqModel | onnx.ModelProto | None = None, *, limit: int | None = None) -> MetricResult:
         """The zoo task metric (a ``MetricResult``) of the FP32 model (``None``) or a rewritten one."""
-        if self.entry is None:
-            raise WorkbenchError(
-                "no task metric: the session was not made from a zoo model.",
-                expected="CalibrationSession(..., entry=get_entry(name))",
-            )
+        entry = self._metric_entry()
         proto = cast("onnx.ModelProto", self.model.proto if model is None else getattr(model, "proto", model))
         serialized = proto.SerializeToString(deterministic=True)
         key = f"{hash(serialized)}:{limit}"
         if key not in self._metric_cache:
-            entry = self.entry
             if model is None:  # the FP32 model's metric is the same every time: kept in the zoo cache folder
                 import hashlib
 
@@ -426,15 +421,19 @@ class CalibrationSession:
         """:meth:`evaluate` of a rewritten model, and the predictions it scored (``ZooEntry.evaluate_kept``): passed
         back as ``earlier``, a later call on more samples runs only the new ones. The result is kept as
         :meth:`evaluate` keeps it, so asking for the same metric again costs nothing."""
+        proto = cast("onnx.ModelProto", getattr(model, "proto", model))
+        result, kept = self._metric_entry().evaluate_kept(ort_predict(proto), limit, earlier=earlier)
+        self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
+        return result, kept
+
+    def _metric_entry(self) -> ZooEntry:
+        """The entry whose task metric :meth:`evaluate` scores; refused when the session has none."""
         if self.entry is None:
             raise WorkbenchError(
                 "no task metric: the session was not made from a zoo model.",
                 expected="CalibrationSession(..., entry=get_entry(name))",
             )
-        proto = cast("onnx.ModelProto", getattr(model, "proto", model))
-        result, kept = self.entry.evaluate_kept(ort_predict(proto), limit, earlier=earlier)
-        self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
-        return result, kept
+        return self.entry
 
     # ------------------------------------------------------------------ fallback
     def rank_int8_nodes(self, diff: LayerDiff, plan: PrecisionPlan | None = None) -> list[str]:
