@@ -22,6 +22,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # instead of spinning for ~0.1 s (measured: the GPTQ-heavy files on two workers, user CPU 77-81 s -> 65-71 s);
     # set here, before the xdist workers, notebook kernels and CLI children start and load it
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    # tqdm's default lock includes a process-shared semaphore that forked CLI children (tests/cli_runner.py) inherit:
+    # a child SIGKILLed while holding it (test_trust kills children mid-run) left it taken, and every later child of
+    # that worker hung on its first progress bar (a full run, 2026-12-06: 7 tests past their 120 s). A thread lock
+    # is the worker's own; tqdm only needs a process-shared one to order bars of several processes on one terminal.
+    import threading
+
+    import tqdm.std
+
+    tqdm.std.tqdm.set_lock(threading.RLock())  # the base class: tqdm.auto's and the notebook's bars inherit it
 
 
 # Real-browser tests assert on what a user sees within a second or two: under pytest-xdist (make test) they share
