@@ -506,28 +506,29 @@ def test_calibrate_without_a_target_writes_the_gptq_weights_auto_keeps(tmp_path)
     assert f"quantized {chosen.group(1)}  (128 samples)" in text
 
 
-def test_a_rerun_of_the_journeys_calibrate_stage_chooses_the_rounding_on_the_plain_model(tmp_path, monkeypatch) -> None:
+def test_a_rerun_of_the_journeys_calibrate_stage_reaches_the_same_choices(tmp_path, monkeypatch) -> None:
     """The workspace keeps one calibration session across re-runs (a new range method, more evaluation samples):
-    the rounding is chosen with alignment off, as `calibrate` chooses it, even when the last run left it on, and the
-    re-run reaches the same choices."""
+    a re-run whose session the last run left aligned still chooses the rounding and the alignment together from
+    the same four quantizations, and reaches the same choices on the same measurements."""
     import workbench.flow.stages as stages
     from workbench.flow import QuickstartConfig, QuickstartSession
 
-    seen: list[bool] = []
-    choose = stages.choose_weight_rounding
+    seen: list[tuple[str, str]] = []
+    choose = stages.choose_rounding_and_alignment
 
     def spy(session, *args, **kwargs):
-        seen.append(bool(session.align_grids))
-        return choose(session, *args, **kwargs)
+        rounding, alignment = choose(session, *args, **kwargs)
+        seen.append((rounding.note, alignment.note))
+        return rounding, alignment
 
-    monkeypatch.setattr(stages, "choose_weight_rounding", spy)
+    monkeypatch.setattr(stages, "choose_rounding_and_alignment", spy)
     config = QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=32, evaluation_samples=64)
     journey = QuickstartSession(config)
     first = journey.run_stages(["calibrate"]).calibration
     session = journey.workspace.calibration_session(journey.run)
-    session.align_grids = True  # as a run that chose alignment leaves it
+    session.align_grids = not first.grid_alignment  # as a run with the other choice would leave it
     second = journey.run_stages(["calibrate"]).calibration
-    assert seen == [False, False]
+    assert len(seen) == 2 and seen[0] == seen[1], seen
     assert first is not None and second is not None
     assert (second.weight_rounding, second.grid_alignment) == (first.weight_rounding, first.grid_alignment)
     assert session.align_grids == second.grid_alignment

@@ -24,6 +24,7 @@ from workbench.calib.paired import paired_half_width
 from workbench.model.resources import format_bytes
 
 if TYPE_CHECKING:
+    from workbench.calib.qdq import QdqModel
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import CalibrationRanges
     from workbench.precision import PrecisionPlan
@@ -87,6 +88,22 @@ def _choose(
     limit: int | None,
     plain_scores: Sequence[float] | None,
 ) -> AlignmentChoice:
+    pair = quantize_both_ways(session, ranges, plan)
+    if isinstance(pair, AlignmentChoice):
+        return pair
+    plain, aligned = pair
+    noise = tuple(relative_output_noise(session, (plain, aligned)))
+    by_noise = decide_by_noise(session, plain, aligned, noise)  # type: ignore[arg-type]
+    if by_noise is not None:
+        return by_noise
+    return decide_by_metric(session, plain, aligned, noise, limit, plain_scores)  # type: ignore[arg-type]
+
+
+def quantize_both_ways(
+    session: CalibrationSession, ranges: CalibrationRanges, plan: PrecisionPlan
+) -> tuple[QdqModel, QdqModel] | AlignmentChoice:
+    """``plan`` quantized without and with grid alignment (with the session's weight rounding; the session is left
+    unaligned), or the choice "off" with its reason when there is nothing to align or aligning fails."""
     session.align_grids = False
     if not session.placement(plan).int8_nodes:
         return AlignmentChoice(
@@ -97,9 +114,9 @@ def _choose(
     try:
         aligned = session.quantize(ranges, plan)
     except Exception as error:  # an optimization chosen by default never costs the user the model that worked
-        session.align_grids = False
         return AlignmentChoice(False, None, note=f"grid alignment off: aligning this plan failed ({error})")
-    session.align_grids = False
+    finally:
+        session.align_grids = False
     if aligned.alignment is None or not aligned.alignment.rewritten:
         return AlignmentChoice(
             False,
@@ -107,24 +124,56 @@ def _choose(
             note="grid alignment off: no tensor qualifies (no 8-bit-pixel input, no non-negative tensor read by "
             "Convs only)",
         )
-    noise_plain, noise_aligned = relative_output_noise(session, (plain, aligned))
-    noise = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
+    return plain, aligned
+
+
+def noise_clear(noise: tuple[float, float]) -> bool | None:
+    """True / False when the (without, with) output noise shows alignment clearly lowers / raises it, else None."""
+    noise_plain, noise_aligned = noise
+    if min(noise_plain, noise_aligned) < CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
+        return noise_aligned < noise_plain
+    return None
+
+
+def _noise_text(plain: QdqModel, aligned: QdqModel, noise: tuple[float, float]) -> str:
+    noise_plain, noise_aligned = noise
+    text = f"output noise {noise_plain:.2e} -> {noise_aligned:.2e} on {NOISE_SAMPLES} samples"
     # what it costs: the border maps are constants the size of a Conv's output, in the model and in the engine
-    if aligned.alignment.border_maps:
+    if aligned.alignment is not None and aligned.alignment.border_maps:
         plain_bytes = plain.proto.ByteSize()
-        noise += (
+        text += (
             f"; its {len(aligned.alignment.border_maps)} border map(s) add "
             f"{format_bytes(aligned.proto.ByteSize() - plain_bytes)} to the model's {format_bytes(plain_bytes)} "
             "(the engine grows about as much)"
         )
-    if min(noise_plain, noise_aligned) < CLEAR_NOISE_RATIO * max(noise_plain, noise_aligned):
-        session.align_grids = noise_aligned < noise_plain
-        return AlignmentChoice(
-            session.align_grids,
-            (noise_plain, noise_aligned),
-            note=f"grid alignment {'on' if session.align_grids else 'off'}: {noise}, a clear difference "
-            f"(under {CLEAR_NOISE_RATIO:.0%} of the other side), so it decides (no task evaluation)",
-        )
+    return text
+
+
+def decide_by_noise(
+    session: CalibrationSession, plain: QdqModel, aligned: QdqModel, noise: tuple[float, float]
+) -> AlignmentChoice | None:
+    """The choice when the output noise decides (:func:`noise_clear`), left on the session; None when it does not."""
+    clear = noise_clear(noise)
+    if clear is None:
+        return None
+    session.align_grids = clear
+    return AlignmentChoice(
+        clear,
+        noise,
+        note=f"grid alignment {'on' if clear else 'off'}: {_noise_text(plain, aligned, noise)}, a clear difference "
+        f"(under {CLEAR_NOISE_RATIO:.0%} of the other side), so it decides (no task evaluation)",
+    )
+
+
+def decide_by_metric(
+    session: CalibrationSession,
+    plain: QdqModel,
+    aligned: QdqModel,
+    noise: tuple[float, float],
+    limit: int | None,
+    plain_scores: Sequence[float] | None,
+) -> AlignmentChoice:
+    """The task metric decides (the noise did not): on only when its paired 99 % interval is clear of zero."""
     evaluations = 1
     if plain_scores is None or len(plain_scores) == 0:
         plain_scores = session.evaluate(plain, limit=limit).scores
@@ -144,10 +193,11 @@ def _choose(
     without = float(plain_array.mean()) if plain_array.size else float("nan")
     return AlignmentChoice(
         session.align_grids,
-        (noise_plain, noise_aligned),
+        noise,
         {"without": without, "with": float(result.value)},
         int(gain.size),
         evaluations,
-        f"grid alignment {'on' if session.align_grids else 'off'}: {noise}; the plan scores {without:.4f} without "
-        f"and {float(result.value):.4f} with it on {gain.size} samples; {why}; {evaluations} task evaluation(s)",
+        f"grid alignment {'on' if session.align_grids else 'off'}: {_noise_text(plain, aligned, noise)}; the plan "
+        f"scores {without:.4f} without and {float(result.value):.4f} with it on {gain.size} samples; {why}; "
+        f"{evaluations} task evaluation(s)",
     )

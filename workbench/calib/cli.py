@@ -458,21 +458,29 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
                 expected="node names of the model (see `workbench diff` output)",
             )
         plan = plan.with_overrides({k: args.fallback_precision for k in keep})
-    plain_scores: tuple[float, ...] = ()
-    if rounding == "auto" and args.target_drop is None:  # with a target, the search chooses on its start plan
+    # with a target, the search chooses on its start plan; both on the samples the metric printed below is scored on
+    # (that evaluation is then reused): a gain of a few points needs them all to be clear of zero (EfficientNet-Lite0
+    # FP8 on 256 crops: +0.027 [-0.015, +0.070])
+    if rounding == "auto" and alignment == "auto" and args.target_drop is None:
+        from workbench.calib.quantization_choice import choose_rounding_and_alignment
+
+        _say(
+            "weight rounding auto: scoring the plan with nearest and with GPTQ weight rounding (grid alignment auto: "
+            "chosen with it)"
+        )
+        for choice in choose_rounding_and_alignment(session, ranges, plan, args.eval_limit):
+            _say(choice.note)
+    elif rounding == "auto" and args.target_drop is None:
         from workbench.calib.rounding_choice import choose_weight_rounding
 
-        # on the samples the metric printed below is scored on (that evaluation is then reused): a gain of a few
-        # points needs them all to be clear of zero (EfficientNet-Lite0 FP8 on 256 crops: +0.027 [-0.015, +0.070])
         _say("weight rounding auto: scoring the plan with nearest and with GPTQ weight rounding")
         rounding_choice = choose_weight_rounding(session, ranges, plan, args.eval_limit)
-        plain_scores = rounding_choice.scores  # the plan's scores without alignment, for its choice below
         _say(rounding_choice.note)
-    if alignment == "auto" and args.target_drop is None:
+    elif alignment == "auto" and args.target_drop is None:
         from workbench.calib.alignment_choice import choose_grid_alignment
 
         _say("grid alignment auto: quantizing the plan with and without it")
-        _say(choose_grid_alignment(session, ranges, plan, args.eval_limit, plain_scores).note)
+        _say(choose_grid_alignment(session, ranges, plan, args.eval_limit).note)
     quantized = session.quantize(ranges, plan)
     diff = session.diff(quantized) if args.diff else None
     mixed = None

@@ -18,7 +18,7 @@ calibration panel's evaluation samples), which a choice does not overrun.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.calib.rounding import ROUNDING_CONFIDENCE, WeightRounding, gptq_gains, rounding_gain
@@ -42,18 +42,28 @@ class RoundingChoice:
     scores: tuple[float, ...]  # the chosen rounding's per-sample scores on the first `limit` samples (reused)
     gain: tuple[float, float, float] | None  # GPTQ's mean per-sample gain and its paired interval (low, high)
     note: str
+    # the chosen model's (predictions, labels, indices) on the samples it was scored on and the sha256 of its
+    # serialized proto: a caller quantizing the same model again (the search's start plan) need not run them again
+    predictions: Any = field(default=None, compare=False, repr=False)
+    model_digest: str = ""
 
     @property
     def evaluations(self) -> int:
         return len(self.metrics)
 
 
-def _nearest(note: str, scored: MetricResult | None = None) -> RoundingChoice:
-    """Nearest kept without GPTQ being scored; ``scored``: the plan's nearest-rounded metric when it was measured."""
+def _nearest(
+    note: str, scored: MetricResult | None = None, predictions: Any = None, model: QdqModel | None = None
+) -> RoundingChoice:
+    """Nearest kept without GPTQ being scored; ``scored``: the plan's nearest-rounded metric when it was measured
+    (``predictions``: what it scored, of ``model``)."""
     if scored is None:
         return RoundingChoice("nearest", {}, 0, (), None, note)
     scores = tuple(float(s) for s in scored.scores)
-    return RoundingChoice("nearest", {"nearest": float(scored.value)}, int(scored.n_samples), scores, None, note)
+    digest = model_digest(model) if model is not None and predictions is not None else ""
+    return RoundingChoice(
+        "nearest", {"nearest": float(scored.value)}, int(scored.n_samples), scores, None, note, predictions, digest
+    )
 
 
 def choose_weight_rounding(
@@ -64,17 +74,20 @@ def choose_weight_rounding(
     *,
     second_look: bool = False,
     whole_limit: int | None = None,
+    alignments: Mapping[str, bool] | None = None,
 ) -> RoundingChoice:
     """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
     session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`); on an error the
     session keeps the rounding it had. ``second_look`` (the search: ``limit`` is its screen): a gain above zero that
     is not clear there is scored again on the first ``whole_limit`` samples (None: all) and decided there; two looks
-    at 95 % each keep GPTQ wrongly at most about 5 % of the time (2.5 % per look, one-sided)."""
-    before = session.weight_rounding
+    at 95 % each keep GPTQ wrongly at most about 5 % of the time (2.5 % per look, one-sided). ``alignments``: the
+    grid alignment each rounding is quantized with ({"nearest": bool, "gptq": bool}, left on the session with the
+    choice; :mod:`workbench.calib.quantization_choice`); None: the session's own setting for both."""
+    before = session.weight_rounding, session.align_grids
     try:
-        return _choose(session, ranges, plan, limit, whole_limit if second_look else limit)
+        return _choose(session, ranges, plan, limit, whole_limit if second_look else limit, alignments)
     except BaseException:
-        session.weight_rounding = before
+        session.weight_rounding, session.align_grids = before
         raise
 
 
@@ -84,8 +97,20 @@ def _choose(
     plan: PrecisionPlan,
     limit: int | None,
     whole_limit: int | None,
+    alignments: Mapping[str, bool] | None = None,
 ) -> RoundingChoice:
-    session.weight_rounding = "nearest"
+    def use(rounding: WeightRounding) -> None:
+        session.weight_rounding = rounding
+        if alignments is not None:
+            session.align_grids = bool(alignments[rounding])
+
+    def called(rounding: str) -> str:  # the rounding as the note names it, with its alignment when that was chosen
+        name = "rounded to nearest" if rounding == "nearest" else "with GPTQ"
+        if alignments is None:
+            return name
+        return f"{name} ({'grid-aligned' if alignments[rounding] else 'no grid alignment'})"
+
+    use("nearest")
     nearest_model = session.quantize(ranges, plan)
     if not nearest_model.placement.weights:
         return _nearest("weights rounded to nearest: the plan has no 8-bit weight for GPTQ to round")
@@ -104,14 +129,18 @@ def _choose(
             f"weights rounded to nearest: the task metric ({results['nearest'].name}) has {what} to pair GPTQ's "
             "against (GPTQ not scored)",
             results["nearest"],
+            kept["nearest"],
+            nearest_model,
         )
     if not session.layer_inputs():
         return _nearest(
             "weights rounded to nearest: GPTQ has no layer to round here (it needs two calibration batches: one "
             "fits it, one checks it)",
             results["nearest"],
+            kept["nearest"],
+            nearest_model,
         )
-    session.weight_rounding = "gptq"
+    use("gptq")
     gptq_model = session.quantize(ranges, plan)
     results["gptq"] = score_on("gptq", gptq_model, limit)
     higher = bool(session.entry.higher_is_better) if session.entry is not None else True
@@ -138,7 +167,7 @@ def _choose(
             looked_again = True
     nearest_scores, gptq_scores = results["nearest"].scores, results["gptq"].scores
     choice: WeightRounding = "gptq" if clear else "nearest"
-    session.weight_rounding = choice
+    use(choice)
     mean, low, high = rounding_gain(nearest_scores, gptq_scores, higher_is_better=higher)
     samples = int(results["nearest"].n_samples)
     why = (
@@ -155,9 +184,19 @@ def _choose(
         tuple(float(s) for s in results[choice].scores[:screen]),  # on the first `limit` samples, as documented
         (mean, low, high),
         f"weights rounded by {'GPTQ' if choice == 'gptq' else 'nearest'}: the plan scores "
-        f"{results['nearest'].value:.4f} rounded to nearest and {results['gptq'].value:.4f} with GPTQ on the first "
+        f"{results['nearest'].value:.4f} {called('nearest')} and {results['gptq'].value:.4f} {called('gptq')} on "
+        "the first "
         f"{samples} evaluation samples"
         + (f" (unclear on the first {screen}, so both were scored on the rest too)" if looked_again else "")
         + f"; GPTQ's paired gain {mean:+.4f} [{low:+.4f}, {high:+.4f}] ({ROUNDING_CONFIDENCE:.0%}) is {why} "
         f"(weight rounding auto: {4 if looked_again else 2} evaluations)",
+        kept[choice],
+        model_digest(gptq_model if choice == "gptq" else nearest_model),
     )
+
+
+def model_digest(model: QdqModel) -> str:
+    """sha256 of a model's deterministic serialization: the same Q/DQ model quantized twice has the same digest."""
+    import hashlib
+
+    return hashlib.sha256(model.proto.SerializeToString(deterministic=True)).hexdigest()

@@ -446,26 +446,42 @@ def search_mixed_precision(
         session.align_grids = bool(align_grids)
     elif align_grids == "auto":
         session.align_grids = False  # the rounding is chosen on the plain model, alignment after it
-    start_scores: np.ndarray | None = None
+    rounding = None
     if weight_rounding not in (None, "auto"):
         from workbench.calib.rounding import check_weight_rounding
 
         session.weight_rounding = check_weight_rounding(weight_rounding)
+    elif weight_rounding == "auto" and align_grids == "auto":
+        from workbench.calib.quantization_choice import choose_rounding_and_alignment
+
+        with timed("weight rounding and grid alignment"):
+            # the screen may leave a real gain unclear: the search's whole set then decides (a second look)
+            rounding, alignment = choose_rounding_and_alignment(
+                session, ranges, base, trial_limit, second_look=True, whole_limit=limit
+            )
+            notes.append(rounding.note)
+            notes.append(alignment.note + (" (outside the search's budget)" if alignment.evaluations else ""))
     elif weight_rounding == "auto":
         from workbench.calib.rounding_choice import choose_weight_rounding
 
         with timed("weight rounding: nearest vs GPTQ"):
-            # the screen may leave a real gain unclear: the search's whole set then decides (a second look)
             rounding = choose_weight_rounding(session, ranges, base, trial_limit, second_look=True, whole_limit=limit)
             notes.append(rounding.note)
-            start_scores = np.asarray(rounding.scores, dtype=np.float64) if rounding.scores else None
-    if align_grids == "auto":
+    if align_grids == "auto" and weight_rounding != "auto":
         with timed("grid alignment: with vs without"):
             from workbench.calib.alignment_choice import choose_grid_alignment
 
-            alignment = choose_grid_alignment(session, ranges, base, trial_limit, start_scores)
+            alignment = choose_grid_alignment(session, ranges, base, trial_limit)
             notes.append(alignment.note + (" (outside the search's budget)" if alignment.evaluations else ""))
     full = session.quantize(ranges, base)
+    # the start plan's predictions when the choice above scored this very model: its record and its whole-set
+    # confirmation run only the samples the choice did not
+    start_outputs = None
+    if rounding is not None and rounding.predictions is not None and rounding.model_digest:
+        from workbench.calib.rounding_choice import model_digest
+
+        if model_digest(full) == rounding.model_digest:
+            start_outputs = rounding.predictions
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None
     full_cost = None
@@ -482,12 +498,18 @@ def search_mixed_precision(
     evaluated: list[EvaluatedPlan] = []
     evaluations = 0
     cache = None
-    if prefix_cache:
-        from workbench.calib.prefix import PrefixCache
-
-        with timed("start plan (prefix cache filled)"):
-            cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
     cached_plan = base
+
+    def prefix_cache_of_start() -> Any:
+        """The prefix cache, filled from the start plan when first needed (its first trial; the start plan's record
+        when the choice above did not score it): a start plan that meets the target needs none."""
+        nonlocal cache
+        if cache is None:
+            from workbench.calib.prefix import PrefixCache
+
+            with timed("prefix cache filled (the start plan on the screen)"):
+                cache = PrefixCache(session, full, limit=trial_limit, cut_nodes=[group.nodes[0] for group in groups])
+        return cache
 
     def first_change(plan: PrecisionPlan) -> str | None:
         changed = [n for n in candidates if plan.precision_of(n) != cached_plan.precision_of(n)]
@@ -527,12 +549,16 @@ def search_mixed_precision(
             )
         elif whole:
             measured = session.evaluate(model, limit=limit)
-        elif cache is None:
+        elif not evaluated and start_outputs is not None:  # the start plan, scored by the choice above
+            predictions, labels, indices = start_outputs
+            count = len(indices) if trial_limit is None else min(trial_limit, len(indices))
+            measured = session.entry._metric(predictions[:count], labels[:count], indices[:count])
+        elif not prefix_cache:
             measured = session.evaluate(model, limit=trial_limit)
         elif not evaluated:
-            measured = cache.base_result
+            measured = prefix_cache_of_start().base_result
         else:
-            measured = cache.evaluate(
+            measured = prefix_cache_of_start().evaluate(
                 model, first_change(plan), worse_than_current if early_stop and stop_early else None
             )
         value = float(measured.value)
@@ -622,7 +648,8 @@ def search_mixed_precision(
                 say(f"{current:.4f} meets the target, its {confidence:.0%} interval's end {bound:.4f} does not")
             return met
         with timed("whole-set confirmations"):
-            whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True)
+            earlier = start_outputs if current_index == 0 else None  # the start plan: what the choice ran is known
+            whole = record(plan, session.quantize(ranges, plan), fallen, None, whole=True, earlier=earlier)
         confirmed_index = len(evaluated) - 1
         met = meets_confidently(evaluated[confirmed_index])
         bound = bound_of(evaluated[confirmed_index])

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from workbench._io import write_bytes_atomic, write_json_atomic
-from workbench.calib.alignment_choice import choose_grid_alignment
+from workbench.calib.quantization_choice import choose_rounding_and_alignment
 from workbench.calib.rounding_choice import choose_weight_rounding
 from workbench.calib.search import search_mixed_precision
 from workbench.calib.session import Float16Model
@@ -181,13 +181,11 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
-    # `calibrate`'s default for a model with a task metric: nearest or GPTQ weights, whichever scores better; every
-    # later stage (search, FP8, export) quantizes with the rounding left on the shared session
-    # the rounding is chosen on the plain model (a re-run's session is still aligned from the last run), as calibrate
-    session.align_grids = False
-    rounding = choose_weight_rounding(session, ranges, session.default_plan(), cfg.evaluation_samples)
-    # then grid alignment, on the same samples and plan: every later INT8 quantization of the session follows it
-    alignment = choose_grid_alignment(session, ranges, session.default_plan(), cfg.evaluation_samples, rounding.scores)
+    # `calibrate`'s default for a model with a task metric: the weight rounding (nearest or GPTQ, whichever scores
+    # better) and the grid alignment chosen together, on the evaluation samples; every later stage (search, FP8,
+    # export) quantizes with what they leave on the shared session (a re-run's session may still be aligned from the
+    # last run: the choice sets both)
+    rounding, alignment = choose_rounding_and_alignment(session, ranges, session.default_plan(), cfg.evaluation_samples)
     cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
     ranges.save(cache)
     quantized = session.quantize(ranges)

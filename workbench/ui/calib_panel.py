@@ -72,7 +72,8 @@ class CalibrationPanel:
         self.metric_rows: list[dict[str, Any]] = []
         self.worst: list[str] = []
         self.rounding_note = ""  # what the weights' rounding is and why (auto: what it measured)
-        self._rounding_for: tuple[str, int] | None = None  # (dropdown value, ranges version) the rounding was set for
+        # (dropdown value, ranges version, grids dropdown when auto: both auto are chosen together) it was set for
+        self._rounding_for: tuple[str, int, str] | None = None
         self.alignment_note = ""  # whether INT8 grids are aligned and why (auto: what it measured)
         # (dropdown value, ranges version, weight rounding) the alignment was set for
         self._alignment_for: tuple[str, int, str] | None = None
@@ -278,10 +279,21 @@ class CalibrationPanel:
     def _apply_rounding(self) -> None:
         """Put the dropdown's weight rounding on the session; auto measures it (once per ranges) on all-INT8."""
         wanted: WeightRoundingChoice = self.rounding.value
-        if self._rounding_for == (wanted, self._ranges_version):
+        key = (wanted, self._ranges_version, self.alignment.value if wanted == "auto" else "")
+        if self._rounding_for == key:
             return
-        if self.alignment.value == "auto":  # chosen on the plain model, then alignment after it, as calibrate does
-            self.session.align_grids, self._alignment_for = False, None
+        if wanted == "auto" and self.alignment.value == "auto":  # both chosen together, as calibrate does
+            from workbench.calib.quantization_choice import choose_rounding_and_alignment
+
+            self.progress.step("weight rounding and grid alignment: all-INT8 quantized four ways and scored", 2)
+            plan = self.session.default_plan("int8")
+            rounding, alignment = choose_rounding_and_alignment(self.session, self.ranges, plan, self.eval_limit)
+            self.rounding_note, self.alignment_note = rounding.note, alignment.note
+            self._rounding_for = key
+            self._alignment_for = ("auto", self._ranges_version, self.session.weight_rounding)
+            return
+        # auto alone: chosen on the plain model (alignment after it) or on the alignment the panel fixes
+        self.session.align_grids, self._alignment_for = self.alignment.value == "on", None
         if wanted == "auto":
             from workbench.calib.rounding_choice import choose_weight_rounding
 
@@ -291,7 +303,7 @@ class CalibrationPanel:
         else:
             self.session.weight_rounding = wanted
             self.rounding_note = f"weights rounded by {WEIGHT_ROUNDING_LABELS[wanted]} (chosen in the panel)"
-        self._rounding_for = (wanted, self._ranges_version)
+        self._rounding_for = key
 
     def _apply_alignment(self) -> None:
         """Put the dropdown's grid alignment on the session; auto measures it on all-INT8 (once per ranges and

@@ -1,0 +1,97 @@
+"""Weight rounding and grid alignment chosen together (workbench.calib.quantization_choice), and the search's start
+plan scored once: real zoo models (digits-cnn: its alignment left to the task metric; ocr-cls: decided by the output
+noise), real ONNX Runtime."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.calib.session import CalibrationSession
+from workbench.ort import cpu_predict
+
+EVAL = 96
+
+
+def _session(name: str) -> CalibrationSession:
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    feeds = list(entry.calibration_batches(limit=64, batch_size=8))
+    return CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
+
+
+@pytest.mark.parametrize("name", ["digits-cnn", "ocr-cls"])
+def test_each_rounding_gets_the_alignment_its_noise_shows_and_the_task_metric_picks_the_rounding(name) -> None:
+    """Both roundings are quantized with and without alignment; each rounding is aligned where the output noise
+    clearly says so; the rounding is then chosen on the task metric between the two, each with its alignment, and
+    the session is left on exactly the model that was scored (its predictions handed on are that model's)."""
+    from workbench.calib.alignment_choice import noise_clear, relative_output_noise
+    from workbench.calib.quantization_choice import choose_rounding_and_alignment
+    from workbench.calib.rounding import gptq_gains
+    from workbench.calib.rounding_choice import model_digest
+
+    session = _session(name)
+    ranges, plan = session.ranges("mse"), session.default_plan("int8")
+    models = {}
+    for rounding in ("nearest", "gptq"):
+        for aligned in (False, True):
+            session.weight_rounding, session.align_grids = rounding, aligned
+            models[rounding, aligned] = session.quantize(ranges, plan)
+    noise = dict(zip(models, relative_output_noise(session, list(models.values()))))
+    expected_alignment = {
+        r: bool(noise_clear((noise[r, False], noise[r, True]))) for r in ("nearest", "gptq")
+    }  # not clear: without, until the rounding is chosen
+
+    session.weight_rounding, session.align_grids = "nearest", True  # whatever a last run left
+    rounding, alignment = choose_rounding_and_alignment(session, ranges, plan, EVAL)
+
+    for name, label in (("nearest", "rounded to nearest"), ("gptq", "with GPTQ")):
+        said = "grid-aligned" if expected_alignment[name] else "no grid alignment"
+        assert f"{label} ({said})" in rounding.note, rounding.note
+    entry = session.entry
+    scores = {
+        r: entry.evaluate(cpu_predict(models[r, expected_alignment[r]].proto), limit=EVAL).scores
+        for r in ("nearest", "gptq")
+    }
+    clear = gptq_gains(scores["nearest"], scores["gptq"], higher_is_better=entry.higher_is_better)
+    assert rounding.choice == ("gptq" if clear else "nearest") == session.weight_rounding
+    # the alignment: the chosen rounding's noise where it is clear (no task evaluation), else the task metric's call
+    by_noise = noise_clear((noise[rounding.choice, False], noise[rounding.choice, True]))
+    if by_noise is not None:
+        assert alignment.choice == by_noise and alignment.evaluations == 0
+    else:
+        assert alignment.evaluations == 1 and "task metric" in alignment.note
+    assert session.align_grids == alignment.choice
+    # the session now quantizes the very model the choice scored (when the alignment did not change it after)
+    chosen = session.quantize(ranges, plan)
+    if alignment.choice == expected_alignment[rounding.choice]:
+        assert model_digest(chosen) == rounding.model_digest
+        predictions, labels, indices = rounding.predictions
+        assert len(indices) == EVAL
+        assert entry._metric(predictions, labels, indices).scores == scores[rounding.choice]
+
+
+def test_the_search_scores_its_start_plan_once_and_fills_the_prefix_cache_only_for_trials() -> None:
+    """With both choices auto, the start plan is the model the choice scored: its screening record is those
+    predictions and its whole-set confirmation runs only the rest, each score as a fresh evaluation gives; a start
+    plan that meets the target fills no prefix cache. Trials (an unreachable target) fill it then, and score as
+    without it."""
+    from workbench.calib.search import search_mixed_precision
+
+    session = _session("ocr-cls")  # 3 of its first 120 lines disagree with FP32: the scores are not all equal
+    kwargs = {"limit": 120, "screen": 48, "build_costs": False, "weight_rounding": "auto", "align_grids": "auto"}
+    met = search_mixed_precision(session, target_drop=0.5, budget=2, **kwargs)
+    assert met.met and met.stop_reason.startswith("target met by")
+    assert not any(phase.startswith("prefix cache") for phase in met.phase_seconds), met.phase_seconds
+    start = session.quantize(session.ranges("mse"), session.default_plan("int8"))
+    fresh = session.entry.evaluate(cpu_predict(start.proto), limit=120).scores
+    screened, confirmed = met.evaluated[0], met.evaluated[-1]
+    assert screened.n_samples == 48 and list(screened.scores) == list(fresh[:48])
+    assert confirmed.n_samples == 120 and list(confirmed.scores) == list(fresh) and len(set(fresh)) == 2
+
+    unreachable = {"target": 1.01, "budget": 3, "formats": ("int8", "fp8", "fp16"), **kwargs}
+    with_cache = search_mixed_precision(session, early_stop=False, **unreachable)
+    assert any(phase.startswith("prefix cache") for phase in with_cache.phase_seconds)
+    without = search_mixed_precision(session, prefix_cache=False, **unreachable)
+    assert len(with_cache.evaluated) >= 3
+    assert [p.scores for p in with_cache.evaluated] == [p.scores for p in without.evaluated]
