@@ -1312,6 +1312,100 @@ def mse_rounding_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def rounding_alignment_main(args: argparse.Namespace) -> int:
+    """``--rounding-alignment``: all-INT8 (mse ranges) quantized four ways, nearest or GPTQ weights, with or without
+    grid alignment: each one's output noise against FP32 on the alignment choice's noise samples and its task metric
+    on the evaluation set, GPTQ's paired gain per alignment on the first 256, 512 and all samples, and what
+    ``quantization_choice.choose_rounding_and_alignment`` (the defaults' joint choice) picks on the first 256. Shows
+    where each choice is measured best: alignment's effect is clearest under the weights that add the least noise."""
+    from workbench.calib.alignment_choice import NOISE_SAMPLES, noise_clear, relative_output_noise
+    from workbench.calib.quantization_choice import choose_rounding_and_alignment
+    from workbench.calib.rounding import gptq_gains, rounding_gain
+    from workbench.calib.session import CalibrationSession
+    from workbench.zoo import get_entry
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = get_entry(name)
+        if args.evaluation_size and name in args.evaluation_size:
+            entry = entry.with_evaluation_size(args.evaluation_size[name])
+        session = CalibrationSession(entry.load(), entry=entry, progress=False)
+        ranges, plan = session.ranges("mse"), session.default_plan("int8")
+        models = {}
+        for rounding in ("nearest", "gptq"):
+            for aligned in (False, True):
+                session.weight_rounding, session.align_grids = rounding, aligned
+                models[f"{rounding}, {'aligned' if aligned else 'plain'}"] = session.quantize(ranges, plan)
+        noise = dict(zip(models, relative_output_noise(session, list(models.values()))))
+        results = {label: session.evaluate(model) for label, model in models.items()}
+        fp32 = session.evaluate()
+        row: dict[str, Any] = {"model": name, "fp32": float(fp32.value), "n": int(fp32.n_samples), "variants": {}}
+        for label, result in results.items():
+            row["variants"][label] = {"noise": noise[label], "metric": float(result.value)}
+            print(f"[{name}] {label}: noise {noise[label]:.3e} metric {result.value:.4f}")
+        row["alignment_by_noise"] = {
+            rounding: noise_clear((noise[f"{rounding}, plain"], noise[f"{rounding}, aligned"]))
+            for rounding in ("nearest", "gptq")
+        }
+        row["gptq_gain"] = {}
+        higher = bool(entry.higher_is_better)
+        for alignment in ("plain", "aligned"):
+            nearest, gptq = results[f"nearest, {alignment}"].scores, results[f"gptq, {alignment}"].scores
+            for count in sorted({min(256, len(nearest)), min(512, len(nearest)), len(nearest)}):
+                if count < 2:
+                    continue
+                mean, low, high = rounding_gain(nearest[:count], gptq[:count], higher_is_better=higher)
+                clear = gptq_gains(nearest[:count], gptq[:count], higher_is_better=higher)
+                row["gptq_gain"][f"{alignment}, first {count}"] = {
+                    "mean": mean,
+                    "interval_95": [low, high],
+                    "clear": clear,
+                }
+        fresh = CalibrationSession(entry.load(), entry=entry, progress=False)
+        rounding_choice, alignment_choice = choose_rounding_and_alignment(
+            fresh, fresh.ranges("mse"), fresh.default_plan("int8"), min(256, int(fp32.n_samples))
+        )
+        row["joint_choice"] = {
+            "rounding": rounding_choice.choice,
+            "aligned": alignment_choice.choice,
+            "notes": [rounding_choice.note, alignment_choice.note],
+        }
+        rows.append(row)
+    table = [
+        "# Weight rounding x grid alignment (bench/calibrate.py --rounding-alignment)",
+        f"All-INT8 (mse ranges, ORT CPU with optimizations off) quantized four ways; noise: output error energy over "
+        f"FP32's on the first {NOISE_SAMPLES} evaluation samples; metric on the whole evaluation set; GPTQ's gain: "
+        "paired 95 % interval per sample, clear = interval above zero and the sign test agreeing.",
+        "| model (n) | FP32 | nearest plain | nearest aligned | GPTQ plain | GPTQ aligned | alignment by noise (nearest / "
+        "GPTQ) | joint choice (on the first 256) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def said(value: bool | None) -> str:
+        return "unclear" if value is None else ("on" if value else "off")
+
+    for row in rows:
+        cells = [
+            f"{row['variants'][k]['metric']:.4f} ({row['variants'][k]['noise']:.2e})"
+            for k in ("nearest, plain", "nearest, aligned", "gptq, plain", "gptq, aligned")
+        ]
+        by_noise = row["alignment_by_noise"]
+        joint = row["joint_choice"]
+        table.append(
+            f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {' | '.join(cells)} | {said(by_noise['nearest'])} / "
+            f"{said(by_noise['gptq'])} | {joint['rounding']}, {'aligned' if joint['aligned'] else 'plain'} |"
+        )
+    table += ["", "| model | GPTQ's gain over nearest | mean [95 %] | clear |", "|---|---|---|---|"]
+    for row in rows:
+        for label, gain in row["gptq_gain"].items():
+            low, high = gain["interval_95"]
+            table.append(
+                f"| {row['model']} | {label} | {gain['mean']:+.4f} [{low:+.4f}, {high:+.4f}] | {gain['clear']} |"
+            )
+    _write_dated("calibrate_rounding_alignment", {"rows": rows}, table)
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1683,6 +1777,12 @@ def main() -> int:
         action="store_true",
         help="all-INT8 with mse ranges priced at the exact or the expected rounding error, from four calibration sets",
     )
+    parser.add_argument(
+        "--rounding-alignment",
+        action="store_true",
+        help="all-INT8 with nearest or GPTQ weights, with or without grid alignment: noise, metric, GPTQ's gain per "
+        "alignment, and the joint choice",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -1700,6 +1800,8 @@ def main() -> int:
         return loss_sources_main(args)
     if args.mse_rounding:
         return mse_rounding_main(args)
+    if args.rounding_alignment:
+        return rounding_alignment_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:

@@ -9,7 +9,9 @@ all 1,000, while it more than halved the logits' error). Otherwise the task metr
 interval is clear of zero; else it stays off (a default that changes the model and grows it by its border maps
 only where that measurably helps: ocr-rec's noise 5.62e-2 vs 5.50e-2, its exact match 0.9531 vs 0.9453 on 256 lines,
 2026-12-05). ``calibrate``'s default for models with a task metric, the
-accuracy-target search's start and the quickstart's calibrate stage all choose here, after the weight rounding.
+accuracy-target search's start, the quickstart's calibrate stage and the calibration panel choose here; with the weight
+rounding ``auto`` too, both are chosen together (:mod:`workbench.calib.quantization_choice`: each rounding is aligned
+where its own noise says so, the task metric then picks the rounding).
 """
 
 from __future__ import annotations

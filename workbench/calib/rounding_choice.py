@@ -3,8 +3,10 @@
 GPTQ helps some models and hurts others (all-INT8, 2026-12-05: EfficientNet-Lite0 0.907 -> 0.946, ocr-rec 0.983 ->
 0.890, where it drops the spaces between words that FP32 only just keeps), and no per-layer error measure predicts
 which: so the plan is scored both ways on the same evaluation samples and GPTQ is kept only when its paired gain is
-clear (:func:`workbench.calib.rounding.gptq_gains`: a paired 95 % interval above zero and an exact sign test). ``calibrate``'s default for models with a task metric, the
-accuracy-target search's start, and the quickstart's calibrate and FP8 stages all choose here.
+clear (:func:`workbench.calib.rounding.gptq_gains`: a paired 95 % interval above zero and an exact sign test).
+``calibrate``'s default for models with a task metric, the accuracy-target search's start, and the quickstart's
+calibrate and FP8 stages all choose here; where the grid alignment is ``auto`` too, each rounding is scored with the
+alignment its output noise asks for (:mod:`workbench.calib.quantization_choice`).
 
 Scored on the first ``limit`` samples only (the search's screen), a gain of a few points is often not clear though
 it is real: EfficientNet-Lite0's INT8 gain on 256 crops was +0.059 [+0.023, +0.095] with one set of ranges and

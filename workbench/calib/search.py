@@ -303,8 +303,11 @@ def search_mixed_precision(
     (:func:`workbench.calib.rounding_choice.choose_weight_rounding`); the session keeps that choice, so the plan it quantizes afterwards is the one the
     search scored. ``None``, ``"nearest"`` or ``"gptq"``: that rounding (None: the session's own).
     ``align_grids``: every plan quantized with grid alignment (:mod:`workbench.calib.align`) or without; ``"auto"``
-    scores the start plan both ways on the screening samples (after the rounding choice) and keeps the better
-    (:func:`workbench.calib.alignment_choice.choose_grid_alignment`); None: the session's own setting. The session keeps the choice.
+    scores the start plan both ways on the screening samples and keeps the better
+    (:func:`workbench.calib.alignment_choice.choose_grid_alignment`); None: the session's own setting. The session
+    keeps the choice. Both ``"auto"``: chosen together
+    (:func:`workbench.calib.quantization_choice.choose_rounding_and_alignment`), and the start plan, the very model
+    the choice scored, is not run again on the samples it ran.
     ``confidence`` (default 0.95): the whole set meets the target only when the plan's metric does at the low end
     (high end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
     (:func:`paired_bound`); a screened plan is confirmed on the whole set only when its screening score clears the
@@ -445,7 +448,7 @@ def search_mixed_precision(
     if align_grids not in (None, "auto"):
         session.align_grids = bool(align_grids)
     elif align_grids == "auto":
-        session.align_grids = False  # the rounding is chosen on the plain model, alignment after it
+        session.align_grids = False  # the rounding alone: chosen on the plain model, alignment after it
     rounding = None
     if weight_rounding not in (None, "auto"):
         from workbench.calib.rounding import check_weight_rounding

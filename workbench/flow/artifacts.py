@@ -109,7 +109,7 @@ class Calibration(Artifact):
     )
     weight_rounding_note: str = ""  # what was measured to choose it
     grid_alignment: bool = False  # INT8 inputs on their pixel grid, non-negative activations shifted (calib.align)
-    grid_alignment_note: str = ""  # what was measured to choose it (calibrate's default rule, after the rounding)
+    grid_alignment_note: str = ""  # what was measured to choose it (calibrate's default rule, with the rounding)
     quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
 
 

@@ -92,7 +92,8 @@ class CalibrationPanel:
             value=weight_rounding,
             description="weights",
         )
-        # auto is calibrate's default too, chosen after the rounding (workbench.calib.alignment_choice)
+        # auto is calibrate's default too; with the weights on auto both are chosen together
+        # (workbench.calib.quantization_choice)
         self.alignment = widgets.Dropdown(
             options=[(value, value) for value in GRID_ALIGNMENT_CHOICES], value=grid_alignment, description="grids"
         )
@@ -307,7 +308,7 @@ class CalibrationPanel:
 
     def _apply_alignment(self) -> None:
         """Put the dropdown's grid alignment on the session; auto measures it on all-INT8 (once per ranges and
-        rounding), as `calibrate` does after choosing the rounding."""
+        rounding), as `calibrate` does when the weight rounding is forced (both auto: chosen with the rounding)."""
         wanted = self.alignment.value
         key = (wanted, self._ranges_version, self.session.weight_rounding)
         if self._alignment_for == key:
