@@ -95,3 +95,44 @@ def test_the_search_scores_its_start_plan_once_and_fills_the_prefix_cache_only_f
     trial = next(p for p in trials.evaluated[1:] if p.overrides and p.n_samples == 48)  # run from the prefix cache
     model = session.quantize(session.ranges("mse"), session.default_plan("int8").with_overrides(trial.overrides))
     assert list(trial.scores) == list(session.entry.evaluate(cpu_predict(model.proto), limit=48).scores)
+
+
+def test_a_session_quantizes_a_plan_once_and_hands_each_caller_its_own_model() -> None:
+    """The choices and the search quantize the same plan several times: the session keeps the last few, keyed by
+    everything they are made from. A caller editing its model does not change the next caller's; another rounding,
+    alignment, plan or set of ranges is quantized anew."""
+    from workbench.calib import session as session_module
+
+    session = _session("digits-cnn")
+    ranges, plan = session.ranges("mse"), session.default_plan("int8")
+    first = session.quantize(ranges, plan)
+    kept = first.proto.SerializeToString(deterministic=True)
+    first.proto.graph.node[0].name = "edited by a caller"
+    again = session.quantize(ranges, plan)
+    assert again.proto is not first.proto and again.proto.SerializeToString(deterministic=True) == kept
+    calls: list[str] = []
+    original = session._quantize
+
+    def counted(*args, **kwargs):
+        calls.append("quantized")
+        return original(*args, **kwargs)
+
+    session._quantize = counted  # type: ignore[method-assign]
+    session.quantize(ranges, plan)
+    assert calls == []  # kept
+    session.weight_rounding = "gptq"
+    gptq = session.quantize(ranges, plan)
+    session.align_grids = True
+    session.quantize(ranges, plan)
+    wider = {name: value * 2 for name, value in ranges.amax.items()}
+    session.quantize(type(ranges)(amax=wider, method=ranges.method), plan)
+    session.quantize(ranges, plan.with_overrides({session.quantized_nodes()[0]: "fp16"}))
+    assert len(calls) == 4
+    assert gptq.proto.SerializeToString(deterministic=True) != kept
+    nodes = session.quantized_nodes()
+    assert len(nodes) >= session_module.QUANTIZED_KEPT
+    for node in nodes[: session_module.QUANTIZED_KEPT]:  # as many new models as it keeps: the oldest fall out
+        session.quantize(ranges, plan.with_overrides({node: "fp32"}))
+    session.weight_rounding, session.align_grids = "gptq", False
+    session.quantize(ranges, plan)
+    assert len(calls) == 4 + session_module.QUANTIZED_KEPT + 1

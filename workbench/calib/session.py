@@ -6,6 +6,7 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
+QUANTIZED_KEPT = 4  # quantized models a session keeps (CalibrationSession.quantize)
 ALIGN_BATCHES = 4  # calibration batches whose inputs give the input grids (an 8-bit image shows all its levels)
 
 if TYPE_CHECKING:
@@ -101,6 +103,15 @@ def quantization_recipe(quantized: QdqModel, ranges_method: str) -> Quantization
     )
 
 
+def _with_own_proto(quantized: QdqModel) -> QdqModel:
+    """``quantized`` with a copy of its ModelProto: a caller editing its model leaves the kept one as it was."""
+    import onnx
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(quantized.proto)
+    return replace(quantized, proto=proto)
+
+
 def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     """The first ``n`` of ``ranked`` (fallback candidates, worst first), but never all of them: at least one stays
     INT8, since a "mixed" plan without INT8 would be the FP32 model under another name."""
@@ -162,6 +173,7 @@ class CalibrationSession:
         self._prepared_fp8_proto: onnx.ModelProto | None = None
         self._fp8_ranges: dict[tuple[str, float | None, int], CalibrationRanges] = {}
         self._int8_nodes: dict[str, QdqPlacement] = {}
+        self._quantized: OrderedDict[str, QdqModel] = OrderedDict()  # the last quantizations (see quantize)
         self.last_sensitivity: dict[str, float] = {}
 
     @property
@@ -256,9 +268,40 @@ class CalibrationSession:
         return PrecisionPlan(default=fmt, overrides=overrides)
 
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
-        """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid."""
+        """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid.
+
+        The last :data:`QUANTIZED_KEPT` models are kept by everything they are made from (ranges, plan, weight
+        rounding, grid alignment, calibration batches): the choices and the search quantize the same plan several
+        times (EfficientNet-Lite0: ~0.5 s each). Each call returns its own copy of the ModelProto."""
+        import json
+
         ranges = ranges or self.ranges()
         plan = plan or self.default_plan()
+        wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
+        key = json.dumps(
+            [
+                sorted(ranges.amax.items()),
+                sorted(self.fp8_ranges(ranges).amax.items()) if wants_fp8 else None,  # from the histograms too
+                ranges.method,
+                ranges.percentile,
+                plan.to_json(),
+                self.weight_rounding,
+                self.align_grids,
+                self.max_batches,
+                self.quantize_attention,
+            ],
+            sort_keys=True,
+        )
+        if key in self._quantized:
+            self._quantized.move_to_end(key)
+            return _with_own_proto(self._quantized[key])
+        quantized = self._quantize(ranges, plan)
+        self._quantized[key] = quantized
+        while len(self._quantized) > QUANTIZED_KEPT:
+            self._quantized.popitem(last=False)
+        return _with_own_proto(quantized)
+
+    def _quantize(self, ranges: CalibrationRanges, plan: PrecisionPlan) -> QdqModel:
         wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
         quantized = insert_qdq(
             self.prepared_fp8 if wants_fp8 else self.prepared,
