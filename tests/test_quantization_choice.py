@@ -136,3 +136,22 @@ def test_a_session_quantizes_a_plan_once_and_hands_each_caller_its_own_model() -
     session.weight_rounding, session.align_grids = "gptq", False
     session.quantize(ranges, plan)
     assert len(calls) == 4 + session_module.QUANTIZED_KEPT + 1
+
+
+def test_a_model_past_the_memory_budget_is_not_kept(monkeypatch) -> None:
+    """A user's large model is quantized again rather than held several times over."""
+    from workbench.calib import session as session_module
+
+    session = _session("digits-cnn")
+    ranges, plan = session.ranges("mse"), session.default_plan("int8")
+    size = session.quantize(ranges, plan).proto.ByteSize()
+    monkeypatch.setattr(session_module, "QUANTIZED_KEPT_BYTES", size - 1)
+    session._quantized.clear()
+    first = session.quantize(ranges, plan)
+    assert not session._quantized  # over the budget alone: not kept
+    second = session.quantize(ranges, plan)
+    assert second.proto is not first.proto
+    monkeypatch.setattr(session_module, "QUANTIZED_KEPT_BYTES", int(size * 1.5))
+    session.quantize(ranges, plan)
+    session.quantize(ranges, plan.with_overrides({session.quantized_nodes()[0]: "fp32"}))
+    assert len(session._quantized) == 1  # two fit the count, not the bytes: the older one went

@@ -25,6 +25,7 @@ from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
 QUANTIZED_KEPT = 4  # quantized models a session keeps (CalibrationSession.quantize)
+QUANTIZED_KEPT_BYTES = 512 << 20  # and their ModelProtos' bytes together at most
 ALIGN_BATCHES = 4  # calibration batches whose inputs give the input grids (an 8-bit image shows all its levels)
 
 if TYPE_CHECKING:
@@ -270,8 +271,8 @@ class CalibrationSession:
     def quantize(self, ranges: CalibrationRanges | None = None, plan: PrecisionPlan | None = None) -> QdqModel:
         """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid.
 
-        The last :data:`QUANTIZED_KEPT` models are kept by everything they are made from (ranges, plan, weight
-        rounding, grid alignment, calibration batches): the choices and the search quantize the same plan several
+        The last :data:`QUANTIZED_KEPT` models (:data:`QUANTIZED_KEPT_BYTES` together at most) are kept by everything
+        they are made from (ranges, plan, weight rounding, grid alignment, calibration batches): the choices and the search quantize the same plan several
         times (EfficientNet-Lite0: ~0.5 s each). Each call returns its own copy of the ModelProto."""
         import json
 
@@ -297,9 +298,13 @@ class CalibrationSession:
             return _with_own_proto(self._quantized[key])
         quantized = self._quantize(ranges, plan)
         self._quantized[key] = quantized
-        while len(self._quantized) > QUANTIZED_KEPT:
+        sizes = {name: kept.proto.ByteSize() for name, kept in self._quantized.items()}
+        # a few models, within a memory budget: a large model is quantized again rather than held several times
+        while self._quantized and (
+            len(self._quantized) > QUANTIZED_KEPT or sum(sizes[name] for name in self._quantized) > QUANTIZED_KEPT_BYTES
+        ):
             self._quantized.popitem(last=False)
-        return _with_own_proto(quantized)
+        return quantized if key not in self._quantized else _with_own_proto(quantized)
 
     def _quantize(self, ranges: CalibrationRanges, plan: PrecisionPlan) -> QdqModel:
         wants_fp8 = plan.default == "fp8" or "fp8" in plan.overrides.values()
