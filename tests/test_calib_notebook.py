@@ -185,6 +185,7 @@ def test_calibration_panel_aligns_grids_as_calibrate_does() -> None:
         in_use, rows = panel.session.align_grids, list(panel.metric_rows)
         original = panel.session._aligned
         panel.session._aligned = refuses
+        panel.session._quantized.clear()  # the model aligned above is kept by the session: a fresh alignment fails
         panel.alignment.value = "on"
         assert panel.status.kind == "error" and "border map of an unknown shape" in panel.status.text
         assert panel.alignment.value == previous and panel.session.align_grids == in_use
