@@ -727,6 +727,16 @@ def _search_confidence(args: argparse.Namespace) -> float | None:
     return resolve_confidence(getattr(args, "confidence", None))
 
 
+def _sized_entry(name: str, args: argparse.Namespace) -> Any:
+    """A zoo entry, its evaluation split grown to ``--evaluation-size NAME=N`` where given (more generated samples
+    than the zoo's default split; the same first ones: seeded per index)."""
+    from workbench.zoo import get_entry
+
+    entry = get_entry(name)
+    sizes = getattr(args, "evaluation_size", None) or {}
+    return entry.with_evaluation_size(sizes[name]) if name in sizes else entry
+
+
 def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[Any, list[Any], Path, Path, Any]:
     """A zoo model's calibration feeds (also saved as .npz for ModelOpt's worker), its prepared ONNX file and a
     calibration session on those feeds: (entry, feeds, data folder, model path, session)."""
@@ -734,12 +744,8 @@ def _formats_setup(name: str, args: argparse.Namespace, workdir: Path) -> tuple[
 
     from workbench.calib.session import CalibrationSession
     from workbench.precision.qdq_rules import prepare_model
-    from workbench.zoo import get_entry
 
-    entry = get_entry(name)
-    sizes = getattr(args, "evaluation_size", None) or {}
-    if name in sizes:  # more generated samples than the zoo's default split (the same first ones: seeded per index)
-        entry = entry.with_evaluation_size(sizes[name])
+    entry = _sized_entry(name, args)
     model = entry.load()
     feeds = list(entry.calibration_batches(limit=args.samples, batch_size=8))
     data = workdir / f"{name}_data"
@@ -1244,13 +1250,10 @@ def mse_rounding_main(args: argparse.Namespace) -> int:
     from workbench.calib.methods import amax_mse
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import collect_statistics
-    from workbench.zoo import get_entry
 
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        entry = get_entry(name)
-        if args.evaluation_size and name in args.evaluation_size:
-            entry = entry.with_evaluation_size(args.evaluation_size[name])
+        entry = _sized_entry(name, args)
         session = CalibrationSession(entry.load(), entry=entry, progress=False)
         whole = session.statistics()
         batches = list(session.source.batches(session.max_batches))
@@ -1322,13 +1325,10 @@ def rounding_alignment_main(args: argparse.Namespace) -> int:
     from workbench.calib.quantization_choice import choose_rounding_and_alignment
     from workbench.calib.rounding import gptq_gains, rounding_gain
     from workbench.calib.session import CalibrationSession
-    from workbench.zoo import get_entry
 
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        entry = get_entry(name)
-        if args.evaluation_size and name in args.evaluation_size:
-            entry = entry.with_evaluation_size(args.evaluation_size[name])
+        entry = _sized_entry(name, args)
         session = CalibrationSession(entry.load(), entry=entry, progress=False)
         ranges, plan = session.ranges("mse"), session.default_plan("int8")
         models = {}
