@@ -94,11 +94,12 @@ def _choose(
     if isinstance(pair, AlignmentChoice):
         return pair
     plain, aligned = pair
-    noise = tuple(relative_output_noise(session, (plain, aligned)))
-    by_noise = decide_by_noise(session, plain, aligned, noise)  # type: ignore[arg-type]
+    noise_plain, noise_aligned = relative_output_noise(session, (plain, aligned))
+    noise = (noise_plain, noise_aligned)
+    by_noise = decide_by_noise(session, plain, aligned, noise)
     if by_noise is not None:
         return by_noise
-    return decide_by_metric(session, plain, aligned, noise, limit, plain_scores)  # type: ignore[arg-type]
+    return decide_by_metric(session, plain, aligned, noise, limit, plain_scores)
 
 
 def quantize_both_ways(

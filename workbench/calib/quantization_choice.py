@@ -35,6 +35,7 @@ from workbench.calib.alignment_choice import (
 from workbench.calib.rounding_choice import RoundingChoice, choose_weight_rounding
 
 if TYPE_CHECKING:
+    from workbench.calib.rounding import WeightRounding
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import CalibrationRanges
     from workbench.precision import PrecisionPlan
@@ -87,12 +88,13 @@ def _choose(
     if not _gptq_can_be_scored(session, plan, limit):
         return one_at_a_time()
     pairs = {}
-    for rounding in ("nearest", "gptq"):
-        session.weight_rounding = rounding
+    roundings: tuple[WeightRounding, ...] = ("nearest", "gptq")
+    for name in roundings:
+        session.weight_rounding = name
         pair = quantize_both_ways(session, ranges, plan)
         if isinstance(pair, AlignmentChoice):  # nothing to align here (or aligning fails): the rounding alone
             return one_at_a_time()
-        pairs[rounding] = pair
+        pairs[name] = pair
     values = relative_output_noise(session, [model for pair in pairs.values() for model in pair])
     noise = {"nearest": (values[0], values[1]), "gptq": (values[2], values[3])}
     aligned = {name: bool(noise_clear(noise[name])) for name in pairs}  # not clear: without, for now

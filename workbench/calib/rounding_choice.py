@@ -76,7 +76,7 @@ def choose_weight_rounding(
     *,
     second_look: bool = False,
     whole_limit: int | None = None,
-    alignments: Mapping[str, bool] | None = None,
+    alignments: Mapping[WeightRounding, bool] | None = None,
 ) -> RoundingChoice:
     """Score ``plan`` with nearest and with GPTQ weight rounding on the first ``limit`` evaluation samples of the
     session's task metric and leave the choice on the session (GPTQ only when :func:`gptq_gains`); on an error the
@@ -99,14 +99,15 @@ def _choose(
     plan: PrecisionPlan,
     limit: int | None,
     whole_limit: int | None,
-    alignments: Mapping[str, bool] | None = None,
+    alignments: Mapping[WeightRounding, bool] | None = None,
 ) -> RoundingChoice:
     def use(rounding: WeightRounding) -> None:
         session.weight_rounding = rounding
         if alignments is not None:
             session.align_grids = bool(alignments[rounding])
 
-    def called(rounding: str) -> str:  # the rounding as the note names it, with its alignment when that was chosen
+    def called(rounding: WeightRounding) -> str:
+        """The rounding as the note names it, with the alignment it was scored with when that was chosen too."""
         name = "rounded to nearest" if rounding == "nearest" else "with GPTQ"
         if alignments is None:
             return name
