@@ -262,18 +262,19 @@ class QuickstartPanel:
 
         Two passes: everything of the old model is blanked first, then the reasons are written. The page receives
         widget updates in order, so once any reason shows, nothing of the old model is left on screen (a user, or the
-        browser test, reading the panel as the first reason appears sees no stale engine name)."""
+        browser test, reading the panel as the first reason appears sees no stale engine name). The stale banner is
+        the first reason written; each widget's view renders its update on its own, so the test still waits for it."""
         figures = (self.cleaning_figure, self.diff_figure, self.metrics_figure, self.timing_figure)
         for table in (self.stage_table, self.metrics_table, self.timing_table, self.diagnosis, self.fusion_view):
             table.value = ""
         for figure in figures:
             show_note(figure, "")
+        self.stale.mark(why)
         for figure in figures:
             show_note(figure, why)
         self.stage_table.value = f"<p>{html.escape(why)}.</p>"
         self.fusion_view.value = f"<p>{html.escape(why)}.</p>"
         self.fit.mark_below_stale(f"{why}; these outputs are from the previous run: run the cells again")
-        self.stale.mark(why)
 
     # --- rendering -------------------------------------------------------------------------------------------
     def refresh(self) -> None:
