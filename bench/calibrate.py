@@ -1406,6 +1406,49 @@ def rounding_alignment_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def fp8_ranges_main(args: argparse.Namespace) -> int:
+    """``--fp8-ranges``: the all-FP8 plan (``calibrate --format fp8``'s) with each range method (mse, max, percentile)
+    and each weight rounding (nearest, GPTQ), against FP32 on the whole evaluation set (``--evaluation-size`` grows a
+    generated split): where a model's FP8 loses a few samples, whether any of these choices wins them back."""
+    from workbench.calib.session import CalibrationSession
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = _sized_entry(name, args)
+        session = CalibrationSession(entry.load(), entry=entry, progress=False)
+        fp32 = session.evaluate()
+        plan = session.default_plan("fp8")
+        row: dict[str, Any] = {"model": name, "fp32": float(fp32.value), "n": int(fp32.n_samples), "variants": {}}
+        for method in ("mse", "max", "percentile"):
+            for rounding in ("nearest", "gptq"):
+                session.weight_rounding = rounding  # type: ignore[assignment]
+                result = session.evaluate(session.quantize(session.ranges(method), plan))
+                paired = paired_difference(list(result.scores), list(fp32.scores))
+                row["variants"][f"{method}, {rounding}"] = {"metric": float(result.value), "minus_fp32": paired}
+                print(f"[{name}] {method} {rounding}: {result.value:.4f} ({paired.get('mean', float('nan')):+.4f})")
+        rows.append(row)
+    table = [
+        "# All-FP8 by range method and weight rounding (bench/calibrate.py --fp8-ranges)",
+        "Each model's all-FP8 plan (the stem in FP16, as `calibrate --format fp8`), ORT CPU with optimizations off, the "
+        "whole evaluation set; minus FP32: paired 95 % interval per sample.",
+        "| model (n) | FP32 | ranges, weights | FP8 | FP8 − FP32, paired 95 % |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        for label, cell in row["variants"].items():
+            paired = cell["minus_fp32"]
+            if "interval_95" in paired:
+                low, high = paired["interval_95"]
+                paired_cell = f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
+            else:
+                paired_cell = "— (no per-sample scores: one number for the set)"
+            table.append(
+                f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {label} | {cell['metric']:.4f} | {paired_cell} |"
+            )
+    _write_dated("calibrate_fp8_ranges", {"rows": rows}, table)
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1783,6 +1826,11 @@ def main() -> int:
         help="all-INT8 with nearest or GPTQ weights, with or without grid alignment: noise, metric, GPTQ's gain per "
         "alignment, and the joint choice",
     )
+    parser.add_argument(
+        "--fp8-ranges",
+        action="store_true",
+        help="the all-FP8 plan with each range method and weight rounding, against FP32",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -1802,6 +1850,8 @@ def main() -> int:
         return mse_rounding_main(args)
     if args.rounding_alignment:
         return rounding_alignment_main(args)
+    if args.fp8_ranges:
+        return fp8_ranges_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:
