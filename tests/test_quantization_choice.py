@@ -65,7 +65,7 @@ def test_each_rounding_gets_the_alignment_its_noise_shows_and_the_task_metric_pi
     # the session now quantizes the very model the choice scored (when the alignment did not change it after)
     chosen = session.quantize(ranges, plan)
     if alignment.choice == expected_alignment[rounding.choice]:
-        assert model_digest(chosen) == rounding.model_digest
+        assert model_digest(chosen) == model_digest(rounding.model)
         predictions, labels, indices = rounding.predictions
         assert len(indices) == EVAL
         assert entry._metric(predictions, labels, indices).scores == scores[rounding.choice]
@@ -80,7 +80,24 @@ def test_the_search_scores_its_start_plan_once_and_fills_the_prefix_cache_only_f
 
     session = _session("ocr-cls")  # 3 of its first 120 lines disagree with FP32: the scores are not all equal
     kwargs = {"limit": 120, "screen": 48, "build_costs": False, "weight_rounding": "auto", "align_grids": "auto"}
-    met = search_mixed_precision(session, target_drop=0.5, budget=2, **kwargs)
+    (
+        session.evaluate(limit=48),
+        session.evaluate(limit=120),
+    )  # FP32's metric, kept: every sample counted below is a plan's
+    reduced: list[int] = []
+    reduce = session.entry._reduce
+
+    def counted(outputs, feed):
+        reduced.append(len(next(iter(feed.values()))))
+        return reduce(outputs, feed)
+
+    session.entry._reduce = counted
+    try:
+        met = search_mixed_precision(session, target_drop=0.5, budget=2, **kwargs)
+    finally:
+        del session.entry._reduce
+    # the choice's two roundings on the 48 screening lines, then the start plan's other 72 lines: nothing twice
+    assert sum(reduced) == 48 + 48 + 72, reduced
     assert met.met and met.stop_reason.startswith("target met by")
     assert not any(phase.startswith("prefix cache") for phase in met.phase_seconds), met.phase_seconds
     start = session.quantize(session.ranges("mse"), session.default_plan("int8"))

@@ -439,14 +439,15 @@ def test_auto_rounding_on_one_evaluation_sample_keeps_nearest_and_says_why(digit
 def test_an_unclear_gain_on_the_screen_gets_a_second_look_on_the_whole_set() -> None:
     """MiniLM, the choice limited to its first 8 sentences: GPTQ's mean cosine gain there is +0.00019 with 4 gains
     and 4 losses (each at least 8.8e-5, far above the ~1e-6 that differs between CPUs; 2026-12-06), not clear, so in
-    the search both roundings are scored on the other 248 too and the 256 keep GPTQ (+0.00046 [+0.00021, +0.00071],
-    157 gains, 99 losses); a user's evaluation budget is not overrun. The scores handed on (to the alignment choice,
-    the search's start) stay those of the first 8. (EfficientNet-Lite0's top-1 agreement on a few crops would hang
-    on one crop that another CPU may flip.)"""
-    import numpy as np
-
+    the search both roundings are scored on the rest of its 250 sentences too and those keep GPTQ (on all 256:
+    +0.00046 [+0.00021, +0.00071], 157 gains, 99 losses); a user's evaluation budget is not overrun. The search's
+    start plan is the model the choice scored: its screening record is GPTQ's first 8 scores and its whole-set
+    metric the choice's 250 (not a whole number of the zoo's batches of 8), each as a fresh evaluation gives.
+    (EfficientNet-Lite0's top-1 agreement on a few crops would hang on one crop that another CPU may flip.)"""
     from workbench.calib.rounding_choice import choose_weight_rounding
+    from workbench.calib.search import search_mixed_precision
     from workbench.calib.session import CalibrationSession
+    from workbench.ort import cpu_predict
     from workbench.zoo import get_entry
 
     entry = get_entry("minilm")
@@ -454,14 +455,17 @@ def test_an_unclear_gain_on_the_screen_gets_a_second_look_on_the_whole_set() -> 
     ranges, plan = session.ranges("mse"), session.default_plan("int8")
     one_look = choose_weight_rounding(session, ranges, plan, 8)  # a user's budget of 8: one look, nearest kept
     assert "rest too" not in one_look.note and one_look.choice == "nearest" and one_look.samples == 8
-    choice = choose_weight_rounding(session, ranges, plan, 8, second_look=True)  # as the search asks
-    total = entry.split_size("evaluation")
-    assert "unclear on the first 8, so both were scored on the rest too" in choice.note, choice.note
-    assert "4 evaluations" in choice.note and choice.samples == total and set(choice.metrics) == {"nearest", "gptq"}
-    assert choice.gain is not None and choice.gain[1] > 0  # clear on the whole set
-    assert choice.choice == "gptq" == session.weight_rounding
-    first = session.evaluate(session.quantize(ranges, plan), limit=8)  # GPTQ's plan on the first 8
-    assert len(choice.scores) == 8 and np.array_equal(choice.scores, first.scores)
+    result = search_mixed_precision(  # as calibrate --target-drop asks (MiniLM has nothing to align)
+        session, target_drop=0.5, budget=2, limit=250, screen=8, build_costs=False, weight_rounding="auto"
+    )
+    note = next(n for n in result.notes if n.startswith("weights rounded by"))
+    assert "on the first 250 evaluation samples (unclear on the first 8, so both were scored on the rest too)" in note
+    assert "4 evaluations" in note and "is clear" in note, note
+    assert result.weight_rounding == "gptq" == session.weight_rounding and result.met
+    fresh = entry.evaluate(cpu_predict(session.quantize(ranges, plan).proto), limit=250)  # GPTQ's plan
+    screened, confirmed = result.evaluated[0], result.evaluated[-1]
+    assert screened.n_samples == 8 and list(screened.scores) == list(fresh.scores[:8])
+    assert confirmed.n_samples == 250 and list(confirmed.scores) == list(fresh.scores)
 
 
 def test_auto_rounding_that_fails_midway_leaves_the_session_on_its_rounding(digits_sessions, monkeypatch) -> None:

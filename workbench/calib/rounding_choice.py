@@ -44,10 +44,10 @@ class RoundingChoice:
     scores: tuple[float, ...]  # the chosen rounding's per-sample scores on the first `limit` samples (reused)
     gain: tuple[float, float, float] | None  # GPTQ's mean per-sample gain and its paired interval (low, high)
     note: str
-    # the chosen model's (predictions, labels, indices) on the samples it was scored on and the sha256 of its
-    # serialized proto: a caller quantizing the same model again (the search's start plan) need not run them again
+    # the chosen model (QdqModel) and its (predictions, labels, indices) on the samples it was scored on: a caller
+    # quantizing the same model again (the search's start plan, compared by model_digest) need not run them again
     predictions: Any = field(default=None, compare=False, repr=False)
-    model_digest: str = ""
+    model: Any = field(default=None, compare=False, repr=False)
 
     @property
     def evaluations(self) -> int:
@@ -62,9 +62,8 @@ def _nearest(
     if scored is None:
         return RoundingChoice("nearest", {}, 0, (), None, note)
     scores = tuple(float(s) for s in scored.scores)
-    digest = model_digest(model) if model is not None and predictions is not None else ""
     return RoundingChoice(
-        "nearest", {"nearest": float(scored.value)}, int(scored.n_samples), scores, None, note, predictions, digest
+        "nearest", {"nearest": float(scored.value)}, int(scored.n_samples), scores, None, note, predictions, model
     )
 
 
@@ -194,7 +193,7 @@ def _choose(
         + f"; GPTQ's paired gain {mean:+.4f} [{low:+.4f}, {high:+.4f}] ({ROUNDING_CONFIDENCE:.0%}) is {why} "
         f"(weight rounding auto: {4 if looked_again else 2} evaluations)",
         kept[choice],
-        model_digest(gptq_model if choice == "gptq" else nearest_model),
+        gptq_model if choice == "gptq" else nearest_model,
     )
 
 

@@ -361,14 +361,22 @@ def search_mixed_precision(
     phases_cpu: dict[str, float] = {}
     start_cpu = time.process_time()
 
+    running: list[str] = []  # the phases open now, innermost last: a nested phase's time is not counted twice
+
     @contextlib.contextmanager
     def timed(phase: str) -> Iterator[None]:
         began, began_cpu = time.perf_counter(), time.process_time()
+        running.append(phase)
         try:
             yield
         finally:
-            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - began
-            phases_cpu[phase] = phases_cpu.get(phase, 0.0) + time.process_time() - began_cpu
+            running.pop()
+            wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu
+            phases[phase] = phases.get(phase, 0.0) + wall
+            phases_cpu[phase] = phases_cpu.get(phase, 0.0) + cpu
+            if running:  # the enclosing phase adds its whole span when it ends: this part is not its own
+                phases[running[-1]] = phases.get(running[-1], 0.0) - wall
+                phases_cpu[running[-1]] = phases_cpu.get(running[-1], 0.0) - cpu
 
     ranges = ranges or session.ranges("mse")
     higher = bool(session.entry.higher_is_better)
@@ -480,10 +488,10 @@ def search_mixed_precision(
     # the start plan's predictions when the choice above scored this very model: its record and its whole-set
     # confirmation run only the samples the choice did not
     start_outputs = None
-    if rounding is not None and rounding.predictions is not None and rounding.model_digest:
+    if rounding is not None and rounding.predictions is not None and rounding.model is not None:
         from workbench.calib.rounding_choice import model_digest
 
-        if model_digest(full) == rounding.model_digest:
+        if model_digest(full) == model_digest(rounding.model):
             start_outputs = rounding.predictions
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None
@@ -540,9 +548,19 @@ def search_mixed_precision(
         ``earlier``: the plan's screening predictions (else the prefix cache's base plan's are used)."""
         nonlocal evaluations
         if whole and earlier is not None:
+            from workbench.calib.prefix import EVAL_BATCH
             from workbench.calib.session import ort_predict
 
-            measured = session.entry.evaluate(ort_predict(getattr(model, "proto", model)), limit=limit, earlier=earlier)
+            predictions, labels, indices = earlier
+            if len(indices) >= total_samples:  # the whole set already ran (the rounding choice's second look)
+                measured = session.entry._metric(predictions, labels, indices)
+            else:  # whole batches only: the rest runs from the first sample they do not cover
+                kept = len(indices) // EVAL_BATCH * EVAL_BATCH
+                measured = session.entry.evaluate(
+                    ort_predict(getattr(model, "proto", model)),
+                    limit=limit,
+                    earlier=(predictions[:kept], labels[:kept], indices[:kept]),
+                )
         elif whole and cache is not None and cache.base_outputs is not None:
             # the plan is the cache's base: its screening samples' predictions are known, only the rest runs
             from workbench.calib.session import ort_predict
