@@ -1162,9 +1162,13 @@ def fp8_quality_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _paired_cell(paired: dict[str, Any]) -> str:
-    if "mean" not in paired:
-        return "-"
+NO_PER_SAMPLE_SCORES = "— (no per-sample scores: one number for the set)"
+
+
+def _paired_cell(paired: dict[str, Any], missing: str = "-") -> str:
+    """``mean [low, high]`` of a :func:`paired_difference`, or ``missing`` where it has none."""
+    if "mean" not in paired or "interval_95" not in paired:
+        return missing
     low, high = paired["interval_95"]
     return f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
 
@@ -1299,12 +1303,7 @@ def mse_rounding_main(args: argparse.Namespace) -> int:
     ]
     for row in rows:
         for label, cell in row["sets"].items():
-            paired = cell["expected_minus_exact"]
-            if "interval_95" in paired:
-                low, high = paired["interval_95"]
-                paired_cell = f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
-            else:
-                paired_cell = "— (no per-sample scores: one number for the set)"
+            paired_cell = _paired_cell(cell["expected_minus_exact"], NO_PER_SAMPLE_SCORES)
             table.append(
                 f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {label} ({cell['calibration_samples']}) | "
                 f"{cell['exact']:.4f} | {cell['expected']:.4f} | {paired_cell} |"
@@ -1436,12 +1435,7 @@ def fp8_ranges_main(args: argparse.Namespace) -> int:
     ]
     for row in rows:
         for label, cell in row["variants"].items():
-            paired = cell["minus_fp32"]
-            if "interval_95" in paired:
-                low, high = paired["interval_95"]
-                paired_cell = f"{paired['mean']:+.4f} [{low:+.4f}, {high:+.4f}]"
-            else:
-                paired_cell = "— (no per-sample scores: one number for the set)"
+            paired_cell = _paired_cell(cell["minus_fp32"], NO_PER_SAMPLE_SCORES)
             table.append(
                 f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {label} | {cell['metric']:.4f} | {paired_cell} |"
             )
