@@ -96,8 +96,11 @@ def test_the_search_scores_its_start_plan_once_and_fills_the_prefix_cache_only_f
         met = search_mixed_precision(session, target_drop=0.5, budget=2, **kwargs)
     finally:
         del session.entry._reduce
-    # the choice's two roundings on the 48 screening lines, then the start plan's other 72 lines: nothing twice
-    assert sum(reduced) == 48 + 48 + 72, reduced
+    # the choice's two roundings on the 48 screening lines, then the start plan's other 72 lines: nothing twice (a
+    # second look, should another CPU's rounding leave a gain above zero unclear, runs both on the 72 and no more)
+    note = next(n for n in met.notes if n.startswith("weights rounded by"))
+    second_look = "scored on the rest too" in note
+    assert sum(reduced) == (48 + 48 + 72 + 72 if second_look else 48 + 48 + 72), (reduced, note)
     assert met.met and met.stop_reason.startswith("target met by")
     assert not any(phase.startswith("prefix cache") for phase in met.phase_seconds), met.phase_seconds
     start = session.quantize(session.ranges("mse"), session.default_plan("int8"))

@@ -421,3 +421,35 @@ def test_the_reference_is_computed_for_the_samples_asked_for() -> None:
     predict = make_ort_predict(first.onnx_path(), disable_optimizations=True)
     whole = [p for feed, _, _ in first._batches("evaluation", None, 8) for p in first._reduce(predict(feed), feed)]
     assert [int(p) for p in merged] == [int(p) for p in whole] and bool(read_npz(cache)["known"].all())
+
+
+def test_an_evaluation_continued_from_earlier_results_scores_as_a_full_one() -> None:
+    """``evaluate_kept(earlier=...)``: results that already cover the samples asked for are read, not run (the
+    search's start plan after the rounding choice's second look); a partial last batch among them (a set of 250
+    samples) runs again with the samples after it, as a full run batches them; samples out of order are refused."""
+    from workbench.errors import WorkbenchError
+    from workbench.ort import cpu_predict
+    from workbench.zoo import get_entry
+
+    entry = get_entry("digits-cnn")
+    predict = cpu_predict(entry.load().proto)
+    runs: list[int] = []
+
+    def counted(feed):
+        runs.append(len(next(iter(feed.values()))))
+        return predict(feed)
+
+    full, _ = entry.evaluate_kept(counted, 256)
+    runs.clear()
+    first, kept = entry.evaluate_kept(counted, 250)  # 31 batches of 8 and one of 2
+    assert runs[-1] == 2
+    runs.clear()
+    again, _ = entry.evaluate_kept(counted, 250, earlier=kept)
+    assert runs == [] and list(again.scores) == list(first.scores)
+    fewer, _ = entry.evaluate_kept(counted, 100, earlier=kept)
+    assert runs == [] and list(fewer.scores) == list(first.scores)[:100]
+    more, _ = entry.evaluate_kept(counted, 256, earlier=kept)
+    assert runs == [8] and list(more.scores) == list(full.scores)  # the partial batch and the 6 after it, as one
+    shuffled = (kept[0][1:], kept[1][1:], kept[2][1:])
+    with pytest.raises(WorkbenchError, match="earlier results cover samples"):
+        entry.evaluate_kept(counted, 256, earlier=shuffled)

@@ -547,20 +547,10 @@ def search_mixed_precision(
         """Evaluate ``plan`` (on the screening samples, or with ``whole`` on the whole set) and keep its record;
         ``earlier``: the plan's screening predictions (else the prefix cache's base plan's are used)."""
         nonlocal evaluations
-        if whole and earlier is not None:
-            from workbench.calib.prefix import EVAL_BATCH
+        if whole and earlier is not None:  # only the samples they do not cover run (none after a second look)
             from workbench.calib.session import ort_predict
 
-            predictions, labels, indices = earlier
-            if len(indices) >= total_samples:  # the whole set already ran (the rounding choice's second look)
-                measured = session.entry._metric(predictions, labels, indices)
-            else:  # whole batches only: the rest runs from the first sample they do not cover
-                kept = len(indices) // EVAL_BATCH * EVAL_BATCH
-                measured = session.entry.evaluate(
-                    ort_predict(getattr(model, "proto", model)),
-                    limit=limit,
-                    earlier=(predictions[:kept], labels[:kept], indices[:kept]),
-                )
+            measured = session.entry.evaluate(ort_predict(getattr(model, "proto", model)), limit=limit, earlier=earlier)
         elif whole and cache is not None and cache.base_outputs is not None:
             # the plan is the cache's base: its screening samples' predictions are known, only the rest runs
             from workbench.calib.session import ort_predict

@@ -272,8 +272,9 @@ class CalibrationSession:
         """The Q/DQ model of ``plan``; its FP8 nodes read ranges of the same method on the FP8 grid.
 
         The last :data:`QUANTIZED_KEPT` models (:data:`QUANTIZED_KEPT_BYTES` together at most) are kept by everything
-        they are made from (ranges, plan, weight rounding, grid alignment, calibration batches): the choices and the search quantize the same plan several
-        times (EfficientNet-Lite0: ~0.5 s each). Each call returns its own copy of the ModelProto."""
+        they are made from (ranges, plan, weight rounding, grid alignment, calibration batches): the choices and the
+        search quantize the same plan several times (EfficientNet-Lite0: ~0.5 s each). Each call returns its own copy
+        of the ModelProto."""
         import json
 
         ranges = ranges or self.ranges()

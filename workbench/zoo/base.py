@@ -370,15 +370,21 @@ class ZooEntry(ABC):
         earlier: tuple[list[Prediction], list[Label], list[int]] | None = None,
     ) -> tuple[MetricResult, tuple[list[Prediction], list[Label], list[int]]]:
         """:meth:`evaluate`, and the (predictions, labels, indices) it scored: passed back as ``earlier``, a later
-        evaluation of the same model on more samples runs only the new ones."""
+        evaluation of the same model on the same or more samples runs only the new ones. Earlier results that cover
+        the samples asked for are read, not run; a partial last batch among them runs again (a full run batches the
+        samples after it with it), so every sample is scored in the batch a full run gives it."""
         predictions: list[Prediction] = list(earlier[0]) if earlier else []
         labels: list[Label] = list(earlier[1]) if earlier else []
         indices: list[int] = list(earlier[2]) if earlier else []
-        if indices != list(range(len(indices))) or (indices and len(indices) % batch_size):
+        if indices != list(range(len(indices))):
             raise WorkbenchError(
                 f"{self.name}: earlier results cover samples {indices[:3]}... ({len(indices)}).",
-                expected=f"the first samples 0..n-1 in whole batches of {batch_size}",
+                expected="the first samples 0..n-1",
             )
+        total = self.split_sizes["evaluation"] if limit is None else min(limit, self.split_sizes["evaluation"])
+        batch = min(batch_size, self.max_batch or batch_size)
+        keep = total if 1 <= total <= len(indices) else len(indices) // max(batch, 1) * max(batch, 1)
+        del predictions[keep:], labels[keep:], indices[keep:]
         for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size, start=len(indices)):
             outputs = predict(feed)
             if not isinstance(outputs, dict) or not outputs:
