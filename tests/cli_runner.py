@@ -47,8 +47,27 @@ class ForkedCli:
     pid: int
     out: Any
     err: Any
+    ready_fd: int = -1  # readable once the child has set itself up and calls main()
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        """Until the child calls ``main``: a signal during the harness's own set-up in the child (redirecting its
+        output) would be the harness's, not the CLI's (a whole-suite run, 2026-12-06: SIGINT 0.05 s after the fork
+        landed in io.TextIOWrapper, before main)."""
+        import select
+
+        ready, _, _ = select.select([self.ready_fd], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"workbench {' '.join(self.argv)} did not start within {timeout} s")
 
     def wait(self, timeout: float = 120.0) -> CliRun:
+        try:
+            return self._wait(timeout)
+        finally:  # closed once the child is gone: it writes its mark whether or not anyone waits for it
+            if self.ready_fd >= 0:
+                os.close(self.ready_fd)
+                self.ready_fd = -1
+
+    def _wait(self, timeout: float) -> CliRun:
         deadline = time.monotonic() + timeout
         while True:
             done, status = os.waitpid(self.pid, os.WNOHANG)
@@ -82,9 +101,11 @@ def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str
     err = tempfile.TemporaryFile()
     sys.stdout.flush()
     sys.stderr.flush()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: behave like `python -m workbench ARGV`
         code = 1
+        os.close(ready_read)
         try:
             os.chdir(cwd)
             os.dup2(out.fileno(), 1)
@@ -102,6 +123,10 @@ def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str
             from workbench.cli import main
 
             try:
+                os.write(ready_write, b"1")  # the pipe holds it: never blocks
+            finally:
+                os.close(ready_write)
+            try:
                 code = int(main(argv) or 0)
             except SystemExit as exit_:
                 code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -117,7 +142,8 @@ def spawn_cli_forked(argv: list[str], cwd: str | os.PathLike[str], env: dict[str
                 sys.stderr.flush()
             finally:
                 os._exit(code)
-    return ForkedCli(argv, pid, out, err)
+    os.close(ready_write)
+    return ForkedCli(argv, pid, out, err, ready_read)
 
 
 def run_cli_forked(

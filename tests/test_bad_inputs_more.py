@@ -438,7 +438,8 @@ def test_ctrl_c_during_build_is_an_interrupt_never_a_finished_or_misreported_bui
     outcomes = []
     for step in range(10):
         child = spawn_cli_forked(argv, ws)
-        # not at 0: a signal inside the forked child's own start-up (threading._after_fork) is the test harness's
+        child.wait_started()  # a signal inside the forked child's own set-up is the test harness's
+        # not at 0 either: the interpreter's own start-up (threading._after_fork) is not the CLI's
         time.sleep(0.05 + duration * 0.8 * step / 10)
         child.signal(signal.SIGINT)
         run = child.wait(120.0)
