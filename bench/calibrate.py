@@ -1443,6 +1443,119 @@ def fp8_ranges_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _class_probabilities(entry: Any, proto: Any, indices: list[int]) -> np.ndarray:
+    """A classifier's metric output on the evaluation samples ``indices`` (ORT CPU, optimizations off)."""
+    from workbench.calib.session import ort_predict
+
+    predict, chunks = ort_predict(proto), []
+    for first in range(0, len(indices), 64):
+        samples = [entry._sample("evaluation", index) for index in indices[first : first + 64]]
+        feed = {key: np.stack([sample[0][key] for sample in samples]) for key in samples[0][0]}
+        chunks.append(np.asarray(predict(feed)[entry.metric_output]).reshape(len(samples), -1))
+    return np.concatenate(chunks)
+
+
+def _true_class_margins(probabilities: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The true class's output minus the largest other class's, per sample (negative: misclassified)."""
+    at = np.arange(len(labels))
+    others = probabilities.copy()
+    others[at, labels] = -np.inf
+    return probabilities[at, labels] - others.max(axis=1)
+
+
+def _held_out_cell(held_out: dict[str, Any] | None) -> str:
+    if held_out is None:
+        return "fixed evaluation set: no fresh samples"
+    nets = {key: held_out[key]["won"] - held_out[key]["lost"] for key in ("all_fp8", "node_out")}
+    return f"{nets['all_fp8']:+d}, {nets['node_out']:+d}"
+
+
+def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
+    """``--fp8-leave-one-out``: whether one layer carries what the all-FP8 plan loses against FP32 on a classifier.
+
+    Both models run on the whole evaluation set; the *contested* samples are those FP32 and FP8 classify differently
+    or FP32 decides by a margin under ``--contested-margin`` (the metric output of the true class minus the largest
+    other's: probabilities on ocr-cls, logits on digits-cnn). Each
+    quantized node is then taken out of FP8 (back to FP32) in turn and only the contested samples are run again
+    (every other sample keeps FP32's answer under all-FP8 and is far from the boundary). Classifiers only: the
+    margin needs class probabilities and a label per sample."""
+    from workbench.calib.session import CalibrationSession
+
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        entry = _sized_entry(name, args)
+        if entry.metric_name != "top1_accuracy":
+            raise SystemExit(
+                f"--fp8-leave-one-out needs a classifier scored on labels; {name} is scored by {entry.metric_name}"
+            )
+        session = CalibrationSession(entry.load(), entry=entry, progress=False)
+        total = entry.split_size("evaluation")
+        labels = np.array([entry._sample("evaluation", index)[1] for index in range(total)])
+
+        everything = list(range(total))
+        fp32 = _class_probabilities(entry, session.prepared, everything)
+        ranges, plan = session.ranges("mse"), session.default_plan("fp8")
+        fp8 = _class_probabilities(entry, session.quantize(ranges, plan).proto, everything)
+        right32, right8 = fp32.argmax(1) == labels, fp8.argmax(1) == labels
+        close = np.abs(_true_class_margins(fp32, labels)) < args.contested_margin
+        contested = np.where((right32 != right8) | close)[0]
+        truth, base = labels[contested], right32[contested]
+        row: dict[str, Any] = {
+            "model": name,
+            "n": total,
+            "fp32": float(right32.mean()),
+            "fp8": float(right8.mean()),
+            "fp8_lost": int((right32 & ~right8).sum()),
+            "fp8_won": int((~right32 & right8).sum()),
+            "contested": len(contested),
+            "left_out": [],
+        }
+        print(
+            f"[{name}] FP32 {row['fp32']:.4f}, FP8 {row['fp8']:.4f}: {row['fp8_lost']} lost, {row['fp8_won']} won; "
+            f"{len(contested)} contested",
+            flush=True,
+        )
+        for node in session.quantized_nodes(plan):
+            variant = session.quantize(ranges, plan.with_overrides({node: "fp32"}))
+            right = _class_probabilities(entry, variant.proto, contested.tolist()).argmax(1) == truth
+            lost, won = int((base & ~right).sum()), int((~base & right).sum())
+            row["left_out"].append({"node": node, "lost": lost, "won": won, "net": won - lost})
+            print(f"[{name}] {node} out of FP8: {lost} lost, {won} won", flush=True)
+        if entry.generated_data:  # the best of many noisy counts is biased up: check it on samples it was not picked on
+            best = max(row["left_out"], key=lambda item: item["net"])["node"]
+            fresh = entry.with_evaluation_size(2 * total)
+            others = list(range(total, 2 * total))
+            truth = np.array([fresh._sample("evaluation", index)[1] for index in others])
+            right32 = _class_probabilities(fresh, session.prepared, others).argmax(1) == truth
+            row["held_out"] = {"node": best, "n": len(others)}
+            for label, variant_plan in (("all_fp8", plan), ("node_out", plan.with_overrides({best: "fp32"}))):
+                proto = session.quantize(ranges, variant_plan).proto
+                right = _class_probabilities(fresh, proto, others).argmax(1) == truth
+                row["held_out"][label] = {"lost": int((right32 & ~right).sum()), "won": int((~right32 & right).sum())}
+            print(f"[{name}] held out: {row['held_out']}", flush=True)
+        rows.append(row)
+    table = [
+        "# Does one layer carry all-FP8's loss? (bench/calibrate.py --fp8-leave-one-out)",
+        "The all-FP8 plan (`calibrate --format fp8`, mse ranges, nearest weights) against FP32 on the whole evaluation "
+        f"set; then each quantized node back in FP32 in turn, rerun on the contested samples (classified differently, "
+        f"or FP32's margin under {args.contested_margin}); lost / won counted against FP32's answers. The best node is "
+        "checked again on the next n samples (generated sets only).",
+        "| model (n) | FP32 | all-FP8: lost / won (net) | contested | one node out of FP8: net, best / median / worst "
+        "| best node | on the next n samples: all-FP8 net, best node out net |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        nets = sorted(item["net"] for item in row["left_out"])
+        best = max(row["left_out"], key=lambda item: item["net"])
+        table.append(
+            f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {row['fp8_lost']} / {row['fp8_won']} "
+            f"({row['fp8_won'] - row['fp8_lost']:+d}) | {row['contested']} | {nets[-1]:+d} / {nets[len(nets) // 2]:+d} "
+            f"/ {nets[0]:+d} ({len(nets)} nodes) | {best['node']} | {_held_out_cell(row.get('held_out'))} |"
+        )
+    _write_dated("calibrate_fp8_leave_one_out", {"rows": rows, "contested_margin": args.contested_margin}, table)
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1825,6 +1938,17 @@ def main() -> int:
         action="store_true",
         help="the all-FP8 plan with each range method and weight rounding, against FP32",
     )
+    parser.add_argument(
+        "--fp8-leave-one-out",
+        action="store_true",
+        help="classifiers: the all-FP8 plan's lost and won samples against FP32, then each node out of FP8 in turn",
+    )
+    parser.add_argument(
+        "--contested-margin",
+        type=float,
+        default=0.6,
+        help="--fp8-leave-one-out: FP32 probability margins under this are rerun with each node out (default 0.6)",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -1846,6 +1970,8 @@ def main() -> int:
         return rounding_alignment_main(args)
     if args.fp8_ranges:
         return fp8_ranges_main(args)
+    if args.fp8_leave_one_out:
+        return fp8_leave_one_out_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:
