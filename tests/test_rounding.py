@@ -367,21 +367,44 @@ def test_the_journey_rounds_weights_as_calibrate_does_and_its_search_keeps_the_c
 
 
 def test_a_metric_without_per_sample_scores_keeps_nearest_without_scoring_gptq() -> None:
-    """ocr-det's F-score is one number for the whole set: nothing to pair, so no GPTQ pass and no second evaluation."""
+    """A metric that is one number for the whole set (mAP-like: a user's own entry may score so) has nothing to
+    pair: no GPTQ pass and no second evaluation. digits-cnn with its per-sample scores dropped stands in for it."""
+    from dataclasses import replace
+
     from workbench.calib.rounding_choice import choose_weight_rounding
     from workbench.calib.session import CalibrationSession
-    from workbench.zoo import get_entry
+    from workbench.zoo.digits import DigitsCnnEntry
 
-    entry = get_entry("ocr-det")
+    class SetLevelDigits(DigitsCnnEntry):
+        def _metric(self, predictions, labels, indices):
+            return replace(super()._metric(predictions, labels, indices), scores=[])
+
+    entry = SetLevelDigits()
     feeds = list(entry.calibration_batches(limit=16, batch_size=8))
     session = CalibrationSession(entry.load(), data=feeds, entry=entry, progress=False)
     choice = choose_weight_rounding(session, session.ranges("mse"), session.default_plan("int8"), 8)
-    assert (
-        choice.choice == "nearest" == session.weight_rounding
-        and set(choice.metrics) == {"nearest"}
-        or not choice.metrics
-    )
+    assert choice.choice == "nearest" == session.weight_rounding and set(choice.metrics) == {"nearest"}
     assert "no per-sample scores" in choice.note and not session._layer_inputs  # the GPTQ pass never ran
+
+
+def test_ocr_det_scores_each_page_so_its_metric_has_an_interval_and_pairs() -> None:
+    """ocr-det's line recall is the mean of its pages' recalls: one score per page, whose mean is the metric on
+    any prefix, so it gets an interval and paired comparisons like the other zoo metrics."""
+    from workbench.flow.uncertainty import estimate, paired_difference
+    from workbench.zoo import get_entry
+
+    entry = get_entry("ocr-det")
+    fp32 = entry.evaluate_onnx(entry.onnx_path(), limit=16)
+    assert len(fp32.scores) == fp32.n_samples == 16 and all(0.0 <= s <= 1.0 for s in fp32.scores)
+    assert fp32.value == pytest.approx(sum(fp32.scores) / 16)
+    matched, lines = fp32.details["matched"], fp32.details["text_lines"]
+    assert fp32.details["recall_over_all_lines"] == pytest.approx(matched / lines) and lines >= 3 * 16
+    interval = estimate(fp32.value, fp32.n_samples, fp32.scores)
+    assert interval.has_interval and interval.low <= fp32.value <= interval.high
+    first = entry.evaluate_onnx(entry.onnx_path(), limit=8)
+    assert first.scores == fp32.scores[:8]  # a prefix's scores are the whole run's first ones
+    same = paired_difference(fp32.value, fp32.scores, fp32.value, fp32.scores)
+    assert same.has_interval and same.delta == 0.0
 
 
 def test_journey_rounding_follows_evaluation_samples_and_fp8_leaves_the_int8_choice(tmp_path) -> None:

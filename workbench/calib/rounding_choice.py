@@ -125,7 +125,7 @@ def _choose(
 
     results = {"nearest": score_on("nearest", nearest_model, limit)}
     scored = len(results["nearest"].scores)
-    if scored < 2:  # ocr-det's F-score is one number for the set; --eval-limit 1 scores one sample
+    if scored < 2:  # a metric that is one number for the set (mAP-like); --eval-limit 1 scores one sample
         what = "no per-sample scores" if not scored else "one sample"
         return _nearest(
             f"weights rounded to nearest: the task metric ({results['nearest'].name}) has {what} to pair GPTQ's "
