@@ -60,7 +60,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 RESULTS = REPO / "bench" / "results"
 MODELOPT_PATH = Path(os.environ.get("MODELOPT_TARGET", "/tmp/calibwk/modelopt_pkgs"))
 OPS = ["Conv", "ConvTranspose", "MatMul", "Gemm"]
-MODELS = ["digits-cnn", "ocr-cls", "ocr-rec", "efficientnet-lite0", "minilm"]
+MODELS = ["digits-cnn", "ocr-cls", "ocr-rec", "ocr-det", "efficientnet-lite0", "minilm"]
 OUR_METHODS = ("max", "percentile", "entropy", "mse")
 
 
