@@ -398,7 +398,7 @@ def test_ocr_det_scores_each_page_so_its_metric_has_an_interval_and_pairs() -> N
     assert len(fp32.scores) == fp32.n_samples == 16 and all(0.0 <= s <= 1.0 for s in fp32.scores)
     assert fp32.value == pytest.approx(sum(fp32.scores) / 16)
     matched, lines = fp32.details["matched"], fp32.details["text_lines"]
-    assert fp32.details["recall_over_all_lines"] == pytest.approx(matched / lines) and lines >= 3 * 16
+    assert fp32.details["recall_over_all_lines"] == pytest.approx(matched / lines) and lines > 16  # lines, not pages
     interval = estimate(fp32.value, fp32.n_samples, fp32.scores)
     assert interval.has_interval and interval.low <= fp32.value <= interval.high
     first = entry.evaluate_onnx(entry.onnx_path(), limit=8)
