@@ -1556,6 +1556,83 @@ def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def int8_anchors_main(args: argparse.Namespace) -> int:
+    """``--int8-anchors``: our all-INT8 (mse ranges, nearest and GPTQ weights) against every INT8 anchor (ONNX
+    Runtime ``quantize_static`` MinMax / Entropy / Percentile, ModelOpt max / entropy) on the same calibration data,
+    paired per sample on the same evaluation set (``--evaluation-size`` grows a generated one): the default table's
+    point values cannot say whether a few samples' lead is more than noise."""
+    import onnx
+
+    from workbench.calib.session import ort_predict
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="calib-anchors-") as folder:
+        workdir = Path(folder)
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            entry, _, data, model_path, session = _formats_setup(name, args, workdir)
+            fp32 = session.evaluate(limit=args.eval_limit)
+            row: dict[str, Any] = {"model": name, "n": int(fp32.n_samples), "fp32": float(fp32.value), "tools": {}}
+            scores: dict[str, list[float]] = {}
+            ranges, plan = session.ranges("mse"), session.default_plan("int8")
+            for rounding in ("nearest", "gptq"):
+                session.weight_rounding = rounding  # type: ignore[assignment]
+                result = session.evaluate(session.quantize(ranges, plan), limit=args.eval_limit)
+                scores[f"ours mse, {rounding}"] = list(result.scores)
+            anchors = [
+                ("ort", f"ORT {m}", {"method": m, "inputs_only": False}) for m in ("MinMax", "Entropy", "Percentile")
+            ]
+            if args.modelopt_reason is None:
+                anchors += [("modelopt", f"ModelOpt {m}", {"method": m}) for m in ("max", "entropy")]
+            for kind, label, options in anchors:
+                output = workdir / f"{name}.{label.replace(' ', '_')}.onnx"
+                run = run_worker(
+                    kind,
+                    {"model": str(model_path), "data": str(data), "output": str(output), **options},
+                    timeout=args.peer_timeout,
+                )
+                if "error" in run or not output.is_file():
+                    row["tools"][label] = {"error": str(run.get("error", "no output"))[:300]}
+                    continue
+                result = entry.evaluate(ort_predict(onnx.load(str(output))), limit=args.eval_limit)
+                scores[label] = list(result.scores)
+            for label, values in scores.items():
+                row["tools"][label] = {"metric": float(np.mean(values)) if values else None}
+                print(f"[{name}] {label}: {row['tools'][label]['metric']}", flush=True)
+            peers = {label: s for label, s in scores.items() if not label.startswith("ours") and s}
+            best = max(peers, key=lambda label: np.mean(peers[label])) if peers else None
+            row["best_anchor"] = best
+            for ours in ("ours mse, nearest", "ours mse, gptq"):
+                row["tools"][ours]["minus_best_anchor"] = (
+                    paired_difference(scores[ours], peers[best]) if best else {"error": "no anchor ran"}
+                )
+            if args.modelopt_reason is not None:
+                row["modelopt_skipped"] = args.modelopt_reason
+            rows.append(row)
+    table = [
+        "# Our all-INT8 against every INT8 anchor, paired (bench/calibrate.py --int8-anchors)",
+        "The same calibration samples for every tool; ORT CPU with optimizations off on the same evaluation samples; "
+        "ours − the best anchor (by its metric here): paired 95 % interval per sample.",
+        "| model (n) | FP32 | ours mse: nearest / GPTQ | ORT MinMax / Entropy / Percentile | ModelOpt max / entropy "
+        "| best anchor | ours nearest − best | ours GPTQ − best |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(row: dict[str, Any], label: str) -> str:
+        metric = row["tools"].get(label, {}).get("metric")
+        return "–" if metric is None else f"{metric:.4f}"
+
+    for row in rows:
+        table.append(
+            f"| {row['model']} ({row['n']}) | {row['fp32']:.4f} | {cell(row, 'ours mse, nearest')} / "
+            f"{cell(row, 'ours mse, gptq')} | {' / '.join(cell(row, f'ORT {m}') for m in ('MinMax', 'Entropy', 'Percentile'))} "
+            f"| {' / '.join(cell(row, f'ModelOpt {m}') for m in ('max', 'entropy'))} | {row['best_anchor']} | "
+            f"{_paired_cell(row['tools']['ours mse, nearest']['minus_best_anchor'])} | "
+            f"{_paired_cell(row['tools']['ours mse, gptq']['minus_best_anchor'])} |"
+        )
+    _write_dated("calibrate_int8_anchors", {"rows": rows, "calibration_samples": args.samples}, table)
+    return 0
+
+
 def input_floor_main(args: argparse.Namespace) -> int:
     """``--input-floor``: how much of EfficientNet-Lite0's top-1 agreement the input alone costs. The FP32 model on
     (a) its input quantized to INT8 at the calibrated (mse) scale and nothing else, (b) its photos with +-1/2 of an
@@ -1939,6 +2016,11 @@ def main() -> int:
         help="the all-FP8 plan with each range method and weight rounding, against FP32",
     )
     parser.add_argument(
+        "--int8-anchors",
+        action="store_true",
+        help="our all-INT8 against every INT8 anchor (ORT, ModelOpt), paired per sample on the same evaluation set",
+    )
+    parser.add_argument(
         "--fp8-leave-one-out",
         action="store_true",
         help="classifiers: the all-FP8 plan's lost and won samples against FP32, then each node out of FP8 in turn",
@@ -1972,6 +2054,9 @@ def main() -> int:
         return fp8_ranges_main(args)
     if args.fp8_leave_one_out:
         return fp8_leave_one_out_main(args)
+    if args.int8_anchors:
+        args.modelopt_reason = _modelopt_reason()
+        return int8_anchors_main(args)
     if args.fp8_quality:
         return fp8_quality_main(args)
     if args.fp8_conv_rules:
