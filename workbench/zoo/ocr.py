@@ -463,7 +463,7 @@ class OcrDetEntry(_OcrEntry):
         precision = matched / max(total_predicted, 1)
         return MetricResult(
             name=self.metric_name,
-            value=float(np.mean(page_recall)) if page_recall else 0.0,
+            value=float(np.mean(page_recall)) if page_recall else float("nan"),
             higher_is_better=True,
             n_samples=len(predictions),
             details={
