@@ -425,8 +425,9 @@ def test_the_reference_is_computed_for_the_samples_asked_for() -> None:
 
 def test_an_evaluation_continued_from_earlier_results_scores_as_a_full_one() -> None:
     """``evaluate_kept(earlier=...)``: results that already cover the samples asked for are read, not run (the
-    search's start plan after the rounding choice's second look); a partial last batch among them (a set of 250
-    samples) runs again with the samples after it, as a full run batches them; samples out of order are refused."""
+    search's start plan after the rounding choice's second look), in whole batches; a batch a fresh run would cut
+    differently (the partial last one of 250 samples, or the one a limit of 100 cuts) runs again as that run batches
+    it; samples out of order are refused."""
     from workbench.errors import WorkbenchError
     from workbench.ort import cpu_predict
     from workbench.zoo import get_entry
@@ -446,8 +447,12 @@ def test_an_evaluation_continued_from_earlier_results_scores_as_a_full_one() -> 
     runs.clear()
     again, _ = entry.evaluate_kept(counted, 250, earlier=kept)
     assert runs == [] and list(again.scores) == list(first.scores)
-    fewer, _ = entry.evaluate_kept(counted, 100, earlier=kept)
-    assert runs == [] and list(fewer.scores) == list(first.scores)[:100]
+    fewer, _ = entry.evaluate_kept(counted, 96, earlier=kept)  # whole batches of the earlier run: read
+    assert runs == [] and list(fewer.scores) == list(first.scores)[:96]
+    fresh_100, _ = entry.evaluate_kept(predict, 100)
+    cut, _ = entry.evaluate_kept(counted, 100, earlier=kept)  # 96..99 sat in a batch of 8; a fresh run gives them 4
+    assert runs == [4] and list(cut.scores) == list(fresh_100.scores)
+    runs.clear()
     more, _ = entry.evaluate_kept(counted, 256, earlier=kept)
     assert runs == [8] and list(more.scores) == list(full.scores)  # the partial batch and the 6 after it, as one
     shuffled = (kept[0][1:], kept[1][1:], kept[2][1:])

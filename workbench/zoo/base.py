@@ -370,9 +370,10 @@ class ZooEntry(ABC):
         earlier: tuple[list[Prediction], list[Label], list[int]] | None = None,
     ) -> tuple[MetricResult, tuple[list[Prediction], list[Label], list[int]]]:
         """:meth:`evaluate`, and the (predictions, labels, indices) it scored: passed back as ``earlier``, a later
-        evaluation of the same model on the same or more samples runs only the new ones. Earlier results that cover
-        the samples asked for are read, not run; a partial last batch among them runs again (a full run batches the
-        samples after it with it), so every sample is scored in the batch a full run gives it."""
+        evaluation of the same model on the same, fewer or more samples runs only what they do not cover in whole
+        batches: the very samples of the earlier run are read, not run; otherwise a batch of them that a fresh run
+        would cut differently (the partial last one, or the one the new limit cuts) runs again, so every sample is
+        scored in the batch a fresh run of this limit gives it."""
         predictions: list[Prediction] = list(earlier[0]) if earlier else []
         labels: list[Label] = list(earlier[1]) if earlier else []
         indices: list[int] = list(earlier[2]) if earlier else []
@@ -382,8 +383,9 @@ class ZooEntry(ABC):
                 expected="the first samples 0..n-1",
             )
         total = self.split_sizes["evaluation"] if limit is None else min(limit, self.split_sizes["evaluation"])
-        batch = min(batch_size, self.max_batch or batch_size)
-        keep = total if 1 <= total <= len(indices) else len(indices) // max(batch, 1) * max(batch, 1)
+        batch = max(1, min(batch_size, self.max_batch or batch_size))
+        # the same samples as before: all read; else whole batches only, the rest run as a fresh run batches them
+        keep = total if total == len(indices) else min(total, len(indices)) // batch * batch
         del predictions[keep:], labels[keep:], indices[keep:]
         for feed, batch_labels, batch_indices in self._batches("evaluation", limit, batch_size, start=len(indices)):
             outputs = predict(feed)
