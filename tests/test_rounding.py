@@ -407,6 +407,29 @@ def test_ocr_det_scores_each_page_so_its_metric_has_an_interval_and_pairs() -> N
     assert same.has_interval and same.delta == 0.0
 
 
+def test_ocr_det_page_scores_on_pages_unlike_the_zoo_s() -> None:
+    """Per-page recall on pages the generator never makes: a page without text lines misses nothing (1), a page
+    with lines and no box finds none (0), two boxes on one line count once, and a box under IoU 0.5 counts not at
+    all; the details still count over all lines."""
+    from workbench.zoo import get_entry
+
+    entry = get_entry("ocr-det")
+    line = np.array([[10, 10, 110, 40]], np.float64)
+    two_lines = np.array([[10, 10, 110, 40], [10, 60, 110, 90]], np.float64)
+    pages_truth = [np.zeros((0, 4)), line, line, two_lines]
+    pages_predicted = [
+        np.array([[0, 0, 50, 50]], np.float32),  # a box where there is no line
+        np.zeros((0, 4), np.float32),  # no box
+        np.array([[10, 10, 110, 40], [12, 10, 112, 40]], np.float32),  # two boxes on one line
+        np.array([[10, 10, 110, 40], [10, 60, 30, 90]], np.float32),  # the second box covers a fifth of its line
+    ]
+    result = entry._metric(pages_predicted, pages_truth, [0, 1, 2, 3])
+    assert result.scores == [1.0, 0.0, 1.0, 0.5] and result.value == pytest.approx(0.625)
+    assert result.details["text_lines"] == 4 and result.details["matched"] == 2
+    assert result.details["recall_over_all_lines"] == pytest.approx(2 / 4)  # the pages' mean is not this
+    assert result.details["precision"] == pytest.approx(2 / 5)  # 5 boxes, 2 matched
+
+
 def test_journey_rounding_follows_evaluation_samples_and_fp8_leaves_the_int8_choice(tmp_path) -> None:
     """The rounding is chosen on the journey's evaluation samples, so changing them reruns calibrate; the FP8-all
     stage chooses for its own plan and leaves the session with the INT8 plan's choice (what search and export use)."""
