@@ -1484,10 +1484,6 @@ def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         entry = _sized_entry(name, args)
-        if entry.metric_name != "top1_accuracy":
-            raise SystemExit(
-                f"--fp8-leave-one-out needs a classifier scored on labels; {name} is scored by {entry.metric_name}"
-            )
         session = CalibrationSession(entry.load(), entry=entry, progress=False)
         total = entry.split_size("evaluation")
         labels = np.array([entry._sample("evaluation", index)[1] for index in range(total)])
@@ -1897,6 +1893,23 @@ def formats_table(reports: list[dict[str, Any]], document: dict[str, Any]) -> st
     return "\n".join(lines) + "\n"
 
 
+def _check_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--models`` names zoo models (and, for ``--fp8-leave-one-out``, classifiers): a wrong one is a usage error
+    (exit 2) before any model is loaded, not a traceback halfway through the run."""
+    from workbench.errors import WorkbenchError
+    from workbench.zoo import get_entry
+
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        try:
+            entry = get_entry(name)
+        except WorkbenchError as error:
+            parser.error(f"--models: {error}")
+        if args.fp8_leave_one_out and entry.metric_name != "top1_accuracy":
+            parser.error(
+                f"--fp8-leave-one-out needs classifiers scored on labels; {name} is scored by {entry.metric_name}"
+            )
+
+
 def main() -> int:
     from workbench._args import level_or_off
 
@@ -2036,6 +2049,7 @@ def main() -> int:
     if args.worker:
         _worker_main(*args.worker)
         return 0
+    _check_models(parser, args)
     if args.mixed:
         return mixed_main(args)
     if args.formats and args.search_only:
