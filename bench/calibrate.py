@@ -1443,16 +1443,18 @@ def fp8_ranges_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _class_probabilities(entry: Any, proto: Any, indices: list[int]) -> np.ndarray:
-    """A classifier's metric output on the evaluation samples ``indices`` (ORT CPU, optimizations off)."""
+def _class_probabilities(entry: Any, proto: Any, indices: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A classifier's metric output on the evaluation samples ``indices`` (ORT CPU, optimizations off) and their
+    labels, from one pass over the samples (each is rendered once per call)."""
     from workbench.calib.session import ort_predict
 
-    predict, chunks = ort_predict(proto), []
+    predict, chunks, labels = ort_predict(proto), [], []
     for first in range(0, len(indices), 64):
         samples = [entry._sample("evaluation", index) for index in indices[first : first + 64]]
         feed = {key: np.stack([sample[0][key] for sample in samples]) for key in samples[0][0]}
         chunks.append(np.asarray(predict(feed)[entry.metric_output]).reshape(len(samples), -1))
-    return np.concatenate(chunks)
+        labels.extend(sample[1] for sample in samples)
+    return np.concatenate(chunks), np.asarray(labels)
 
 
 def _true_class_margins(probabilities: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -1486,12 +1488,10 @@ def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
         entry = _sized_entry(name, args)
         session = CalibrationSession(entry.load(), entry=entry, progress=False)
         total = entry.split_size("evaluation")
-        labels = np.array([entry._sample("evaluation", index)[1] for index in range(total)])
-
         everything = list(range(total))
-        fp32 = _class_probabilities(entry, session.prepared, everything)
+        fp32, labels = _class_probabilities(entry, session.prepared, everything)
         ranges, plan = session.ranges("mse"), session.default_plan("fp8")
-        fp8 = _class_probabilities(entry, session.quantize(ranges, plan).proto, everything)
+        fp8, _ = _class_probabilities(entry, session.quantize(ranges, plan).proto, everything)
         right32, right8 = fp32.argmax(1) == labels, fp8.argmax(1) == labels
         close = np.abs(_true_class_margins(fp32, labels)) < args.contested_margin
         contested = np.where((right32 != right8) | close)[0]
@@ -1513,7 +1513,7 @@ def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
         )
         for node in session.quantized_nodes(plan):
             variant = session.quantize(ranges, plan.with_overrides({node: "fp32"}))
-            right = _class_probabilities(entry, variant.proto, contested.tolist()).argmax(1) == truth
+            right = _class_probabilities(entry, variant.proto, contested.tolist())[0].argmax(1) == truth
             lost, won = int((base & ~right).sum()), int((~base & right).sum())
             row["left_out"].append({"node": node, "lost": lost, "won": won, "net": won - lost})
             print(f"[{name}] {node} out of FP8: {lost} lost, {won} won", flush=True)
@@ -1521,12 +1521,12 @@ def fp8_leave_one_out_main(args: argparse.Namespace) -> int:
             best = max(row["left_out"], key=lambda item: item["net"])["node"]
             fresh = entry.with_evaluation_size(2 * total)
             others = list(range(total, 2 * total))
-            truth = np.array([fresh._sample("evaluation", index)[1] for index in others])
-            right32 = _class_probabilities(fresh, session.prepared, others).argmax(1) == truth
+            probabilities, truth = _class_probabilities(fresh, session.prepared, others)
+            right32 = probabilities.argmax(1) == truth
             row["held_out"] = {"node": best, "n": len(others)}
             for label, variant_plan in (("all_fp8", plan), ("node_out", plan.with_overrides({best: "fp32"}))):
                 proto = session.quantize(ranges, variant_plan).proto
-                right = _class_probabilities(fresh, proto, others).argmax(1) == truth
+                right = _class_probabilities(fresh, proto, others)[0].argmax(1) == truth
                 row["held_out"][label] = {"lost": int((right32 & ~right).sum()), "won": int((~right32 & right).sum())}
             print(f"[{name}] held out: {row['held_out']}", flush=True)
         rows.append(row)
