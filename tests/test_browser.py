@@ -26,6 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 DOCS_IMG = REPO / "docs" / "img"
+# Playwright's wait_for_function polls on every animation frame unless told otherwise: 60 times a second, each
+# reading the innerText of every output (a forced layout of the whole notebook). That was a fifth of the browser
+# test's CPU, taken from the kernel it waits for (2026-12-06: Chromium 135 -> 107 CPU-s, the test 205 -> 184 s alone).
+POLL_MS = 250
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -147,6 +151,7 @@ def _wait_status(page, fragment: str, timeout_ms: int = 120_000) -> None:
         " return p !== null && p.innerText.includes(text); }",
         arg=fragment,
         timeout=timeout_ms,
+        polling=POLL_MS,
     )
 
 
@@ -224,7 +229,9 @@ def test_report_renders_offline_in_chromium(tmp_path: Path) -> None:
             page = context.new_page()
             page.goto(report.as_uri())
             page.wait_for_function(
-                "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=30_000
+                "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4",
+                timeout=30_000,
+                polling=POLL_MS,
             )
             drawn = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(e => e.id)")
             # the fusion view is a static SVG drawing of the engine: named layer boxes, laid out by the browser
@@ -249,6 +256,7 @@ def _run_all(page, sync_api) -> float:
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-InputArea-prompt')].some(e => /\\[(\\*|\\d+)\\]/.test(e.innerText))",
                 timeout=20_000,
+                polling=POLL_MS,
             )
             return clicked
         except sync_api.TimeoutError:
@@ -264,6 +272,7 @@ def _open_notebook(context, base: str, token: str, name: str):
     page.wait_for_function(
         "() => document.querySelector('.jp-StatusBar-Widget') !== null && document.body.innerText.includes('| Idle')",
         timeout=90_000,
+        polling=POLL_MS,
     )
     return page
 
@@ -518,6 +527,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             page.wait_for_function(  # the cells below the panel have run too (the report is the last)
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('report: '))",
                 timeout=180_000,
+                polling=POLL_MS,
             )
             _wait_idle(page, 60_000)
             cadence["00"] = _progress_cadence(page)
@@ -578,7 +588,9 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
             # the banner is its own widget: its view may render a moment after the tables' (a whole-suite run, 2026-12-06)
             _wait_status(page, "Stale: model changed to digits-cnn", 5_000)
             page.wait_for_function(
-                "() => document.querySelectorAll('.workbench-stale-output').length >= 5", timeout=10_000
+                "() => document.querySelectorAll('.workbench-stale-output').length >= 5",
+                timeout=10_000,
+                polling=POLL_MS,
             )
             marked = page.evaluate(
                 "() => [...document.querySelectorAll('.workbench-stale-output')].map(e => e.innerText)"
@@ -623,6 +635,7 @@ def test_every_notebook_in_chromium_at_900_1280_and_1920_px(jupyter_lab, tmp_pat
                 " && [...document.querySelectorAll('.jp-OutputArea-output')]"
                 ".some(e => e.innerText.includes('-plan'))",
                 timeout=300_000,
+                polling=POLL_MS,
             )
             _wait_idle(page, 60_000)
             cadence["05"] = _progress_cadence(page)

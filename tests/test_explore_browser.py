@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_browser import jupyter_lab  # noqa: F401  (the JupyterLab server fixture)
+from test_browser import POLL_MS, jupyter_lab  # noqa: F401  (the JupyterLab server fixture)
 
 from workbench.engine import engine_for_model
 from workbench.explore import graphs as g
@@ -53,7 +53,10 @@ def _select_in_engine_pane_and_read_onnx_pane(page, layer_map):
     canvas = pane.locator("graph-panel canvas").first.bounding_box()
     page.mouse.click(canvas["x"] + canvas["width"] / 2, canvas["y"] + canvas["height"] / 2)
     page.wait_for_function(
-        "(id) => document.querySelectorAll('info-panel')[0].innerText.includes(id)", arg=layer.name, timeout=20_000
+        "(id) => document.querySelectorAll('info-panel')[0].innerText.includes(id)",
+        arg=layer.name,
+        timeout=20_000,
+        polling=POLL_MS,
     )
     return layer, page.evaluate("() => document.querySelectorAll('info-panel')[0].innerText")
 
@@ -80,12 +83,15 @@ def test_explorer_renders_both_graphs_with_overlays_in_chromium(tmp_path: Path) 
             started = time.monotonic()
             page.goto(explorer.url)
             page.wait_for_function(
-                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2", timeout=90_000
+                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2",
+                timeout=90_000,
+                polling=POLL_MS,
             )
             first_canvas_s = time.monotonic() - started
             page.wait_for_function(
                 "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes('NODE DATA PROVIDERS')).length >= 2",
                 timeout=60_000,
+                polling=POLL_MS,
             )
             panes = page.evaluate(
                 "() => [...document.querySelectorAll('split-pane')].map(p => p.innerText.slice(0, 4000))"
@@ -145,7 +151,9 @@ def test_notebook_02_explorer_renders_inside_jupyterlab(jupyter_lab, tmp_path: P
             page.evaluate(_SAMPLE_PROGRESS)
             first_progress_s = _progress_seconds(page, _run_all(page, sync_api))
             page.wait_for_function(
-                "() => document.querySelectorAll('.jp-OutputArea-output iframe').length >= 2", timeout=240_000
+                "() => document.querySelectorAll('.jp-OutputArea-output iframe').length >= 2",
+                timeout=240_000,
+                polling=POLL_MS,
             )
             frame_element = page.locator(".jp-OutputArea-output iframe").first
             frame_element.scroll_into_view_if_needed()
@@ -296,6 +304,7 @@ def test_the_int8_damage_overlay_is_the_one_the_page_opens_with_when_a_diff_is_g
                 "() => [...document.querySelectorAll('info-panel')].filter(p => p.innerText.includes("
                 "'INT8: drop of accumulated SQNR')).length >= 1",
                 timeout=120_000,
+                polling=POLL_MS,
             )
             page.wait_for_timeout(1500)  # every run added (each is selected as it is added)
             # per pane, the node-data runs whose eye icon is open: the overlay drawn on the graph

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from test_browser import POLL_MS
 
 from workbench.engine import engine_for_model
 
@@ -177,12 +178,15 @@ def test_the_viewer_still_renders_behind_the_gate_in_chromium(tmp_path: Path) ->
             page.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400 else None)
             page.goto(explorer.url)
             page.wait_for_function(
-                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2", timeout=90_000
+                "() => document.querySelectorAll('split-pane graph-panel canvas').length >= 2",
+                timeout=90_000,
+                polling=POLL_MS,
             )
             page.wait_for_function(
                 "() => [...document.querySelectorAll('info-panel')]"
                 ".filter(p => p.innerText.includes('NODE DATA PROVIDERS')).length >= 2",
                 timeout=60_000,
+                polling=POLL_MS,
             )
             body = page.inner_text("body")
             # the same page without the token shows nothing of ours
