@@ -200,6 +200,41 @@ def test_calibration_and_evaluation_sets_are_disjoint_and_deterministic(name: st
     assert sizes == [8, 8, 3]
 
 
+@pytest.mark.parametrize("name", ["ocr-cls", "ocr-rec", "ocr-det"])
+def test_ocr_samples_are_rendered_once_and_kept_up_to_the_memo_budget(name: str, monkeypatch) -> None:
+    """A search scores every plan on the same lines or pages: each is rendered once per entry and kept (read-only)
+    up to the byte budget; past it samples are rendered anew, and either way the input is the uncached one."""
+    from workbench.zoo.base import sample_rng
+    from workbench.zoo.ocr import normalize_page, render_line, render_page, resize_normalize
+
+    def uncached(index: int) -> np.ndarray:  # the preprocessing of the zoo's first version, from scratch
+        if name == "ocr-det":
+            return normalize_page(render_page(sample_rng("evaluation", index, salt=3))[0])
+        line, _ = render_line(sample_rng("evaluation", index, salt=1 if name == "ocr-rec" else 2))
+        line = np.ascontiguousarray(line[::-1, ::-1]) if name == "ocr-cls" and index % 2 else line
+        return resize_normalize(line, *((48, 320) if name == "ocr-rec" else (48, 192)))
+
+    entry = type(_entry(name))()  # its own memo
+    renders: list[int] = []
+    render = entry._render
+    monkeypatch.setattr(entry, "_render", lambda split, index: renders.append(index) or render(split, index))
+    first = [entry._sample("evaluation", i) for i in range(3)]
+    again = [entry._sample("evaluation", i) for i in range(3)]
+    assert renders == [0, 1, 2]
+    for (feed, label), (feed_again, label_again), index in zip(first, again, range(3)):
+        assert np.array_equal(feed["x"], uncached(index)) and np.array_equal(feed_again["x"], feed["x"])
+        assert feed_again["x"] is not feed["x"]  # a fresh input each time: a caller may change it
+        assert np.array_equal(np.asarray(label), np.asarray(label_again))
+    image, label = entry._sample_memo.samples[("evaluation", 0)]
+    assert not image.flags.writeable and (not isinstance(label, np.ndarray) or not label.flags.writeable)
+    # over the budget: rendered each time, the same input
+    entry.SAMPLE_MEMO_BYTES = entry._sample_memo.bytes
+    renders.clear()
+    for _ in range(2):
+        assert np.array_equal(entry._sample("evaluation", 5)[0]["x"], uncached(5))
+    assert renders == [5, 5] and ("evaluation", 5) not in entry._sample_memo.samples
+
+
 def test_minilm_sentences_disjoint() -> None:
     entry = _entry("minilm")
     evaluation = [entry.sentence("evaluation", i) for i in range(entry.split_size("evaluation"))]
