@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 DOCS_IMG = REPO / "docs" / "img"
-# Playwright's wait_for_function polls on every animation frame unless told otherwise: 60 times a second, each
-# reading the innerText of every output (a forced layout of the whole notebook). That was a fifth of the browser
-# test's CPU, taken from the kernel it waits for (2026-12-06: Chromium 135 -> 107 CPU-s, the test 205 -> 184 s alone).
+# Playwright's wait_for_function polls on every animation frame unless told otherwise: up to 60 times a second, each
+# reading the innerText of every output, on the cores the kernel it waits for needs (2026-12-06, the notebook test
+# alone, one run each: Chromium 135 -> 107 CPU-s, 205 -> 184 s; but runs of the same code here spread by 15 %).
 POLL_MS = 250
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -265,10 +265,11 @@ class _OcrEntry(ZooEntry):
     source = "rapidocr-onnxruntime 1.4.4 (PaddleOCR PP-OCR models)"
     license = "Apache-2.0 (models), Bitstream Vera / DejaVu font license (rendered data)"
     generated_data = True  # lines and pages rendered from (seed, index)
-    # Rendering a sample costs about as much as a quantized model's run on it (a line ~0.7 ms, a page ~8 ms), and a
-    # search or a journey scores every variant on the same samples: each sample's uint8 image, as far as it does not
-    # depend on the variant (resized lines, whole pages), and its label are kept in memory, up to this many bytes per
-    # entry; the float input is made from it exactly as before.
+    # A search or a journey scores every variant on the same samples, and rendering them was a tenth of a journey's
+    # time (profiled 2026-12-06: 2.0 s of `workbench demo`'s 22.6 s; a line 0.7 ms to render and resize, 0.1 ms to
+    # normalize; a page 5.4 ms and 2.0 ms): each sample's uint8 image before normalization (resized lines, whole
+    # pages; the same for every variant) and its label are kept in memory, up to this many bytes per entry; the
+    # float input is made from it exactly as before.
     SAMPLE_MEMO_BYTES = 256 << 20
 
     def _render(self, split: str, index: int) -> tuple[np.ndarray, Label]:
