@@ -274,10 +274,11 @@ def test_preprocess_images_matches_zoo_samples(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- metrics
 FP32_EXPECTATIONS = {
-    # name: (limit, lower bound); agreement metrics compare the FP32 model with itself
+    # name: (limit, lower bound); agreement metrics compare the FP32 model with itself. ocr-rec, the slowest model
+    # here, on its first 96 lines (0.9792, CER 0.003 on 2026-12-06; all 300: 0.9833): a sanity bound needs no more
     "digits-cnn": (None, 0.95),
     "ocr-cls": (None, 0.95),
-    "ocr-rec": (None, 0.70),
+    "ocr-rec": (96, 0.70),
     "ocr-det": (None, 0.80),
     "efficientnet-lite0": (64, 1.0),
     "minilm": (64, 1.0 - 1e-6),
