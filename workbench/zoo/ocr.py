@@ -13,6 +13,7 @@ import functools
 import math
 import shutil
 import threading
+from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -269,16 +270,17 @@ class _OcrEntry(ZooEntry):
     # time (profiled 2026-12-06: 2.0 s of `workbench demo`'s 22.6 s; a line 0.7 ms to render and resize, 0.1 ms to
     # normalize; a page 5.4 ms and 2.0 ms): each sample's uint8 image before normalization (resized lines, whole
     # pages; the same for every variant) and its label are kept in memory, up to this many bytes per entry; the
-    # float input is made from it exactly as before.
+    # float input is made from it exactly as before. (EfficientNet-Lite0 keeps its crops too, in memory and in a file
+    # of the cache folder, EfficientNetLite0Entry._resized_crop: a crop costs ~15 ms, worth keeping across processes.)
     SAMPLE_MEMO_BYTES = 256 << 20
 
+    @abstractmethod
     def _render(self, split: str, index: int) -> tuple[np.ndarray, Label]:
         """The sample's uint8 image before normalisation, and its label (uncached)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _normalize(self, image: np.ndarray) -> np.ndarray:
         """The model's float input from :meth:`_render`'s image."""
-        raise NotImplementedError
 
     def _sample(self, split: str, index: int) -> tuple[Feed, Label]:
         memo = self._sample_memo
