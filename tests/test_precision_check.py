@@ -95,3 +95,92 @@ def test_fp8_conv_and_fp16_builds_run_as_requested(tmp_path: Path) -> None:
     assert fp16.returncode == 0, fp16.stderr
     check = json.loads((tmp_path / "d16.layers.json").read_text())["precision_check"]
     assert check["requested"]["fp16"] >= 6 and check["mismatches"] == []
+
+
+def _left_weight_model(path: Path) -> Path:
+    """y = W · x with the constant W on the left (a learned query bank, DETR / Perceiver style), in float."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["W", "x"], ["y"], name="left_mm")]
+    graph = helper.make_graph(
+        nodes,
+        "left",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 48, 32])],
+        [numpy_helper.from_array(rng.standard_normal((48, 64)).astype(np.float32), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_constant_left_operand_is_quantized_per_row_and_a_float_one_is_a_mismatch(tmp_path: Path) -> None:
+    """MatMul(W, x): calibration quantizes W per output row (axis 0), so TensorRT-RTX runs an INT8 GEMM. A Q/DQ model
+    that dequantizes only x (what calibration wrote before) leaves W in float: RTX computes the product in FP32 in
+    a generated kernel whose *output* is INT8 when a later Q reads it, which must not pass for an INT8 node."""
+    model = _left_weight_model(tmp_path / "left.onnx")
+    calibrated = tmp_path / "left.int8.onnx"
+    run = run_cli_forked(
+        ["calibrate", str(model), "--data", "random", "-o", str(calibrated), "--no-progress"], cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    proto = onnx.load(str(calibrated))
+    weight_dq = next(
+        n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.output[0] in proto.graph.node[-1].input[:1]
+    )
+    assert next(a.i for a in weight_dq.attribute if a.name == "axis") == 0
+    scale = next(i for i in proto.graph.initializer if i.name == weight_dq.input[1])
+    assert list(scale.dims) == [48]  # one scale per output row
+    build = run_cli_forked(
+        [
+            "build",
+            str(calibrated),
+            "-o",
+            str(tmp_path / "q.engine"),
+            "--shapes",
+            "x:1x64x32,2x64x32,4x64x32",
+            "--strict-precision",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+    )
+    assert build.returncode == 0, build.stderr
+    layers = json.loads((tmp_path / "q.layers.json").read_text())["engine_layers"]
+    gemm = [layer for layer in layers if "left_mm" in layer["onnx_nodes"] and layer["type"] == "gemm"]
+    assert gemm and gemm[0]["precision"] == "int8"
+
+    # the same model with W left in float behind an x-only Q/DQ, followed by a Q/DQ of y (the fused output Q)
+    half = onnx.load(str(model))
+    inits = [
+        numpy_helper.from_array(np.array(0.03, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "z"),
+    ]
+    half.graph.initializer.extend(inits)
+    del half.graph.node[:]
+    half.graph.node.extend(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="x_Q"),
+            helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="x_DQ"),
+            helper.make_node("MatMul", ["W", "xd"], ["m"], name="left_mm"),
+            helper.make_node("QuantizeLinear", ["m", "s", "z"], ["mq"], name="m_Q"),
+            helper.make_node("DequantizeLinear", ["mq", "s", "z"], ["y"], name="m_DQ"),
+        ]
+    )
+    onnx.save(half, str(tmp_path / "half.onnx"))
+    strict = run_cli_forked(
+        [
+            "build",
+            str(tmp_path / "half.onnx"),
+            "-o",
+            str(tmp_path / "h.engine"),
+            "--shapes",
+            "x:1x64x32,2x64x32,4x64x32",
+            "--strict-precision",
+            "--no-progress",
+        ],
+        cwd=tmp_path,
+    )
+    assert strict.returncode == 2, strict.stdout + strict.stderr
+    assert "left_mm (MatMul): requested int8, runs fp32" in strict.stderr
+    assert "constant operand 'W' has no Q/DQ" in strict.stderr
+    assert not list(tmp_path.glob("h.*"))  # nothing written

@@ -535,3 +535,86 @@ def test_a_fixed_input_next_to_batched_ones_is_refused_as_a_parameter_input(
     ):
         OnnxFileEntry(tmp_path / "scaled.onnx")
     assert not (tmp_path / "cache").exists()
+
+
+def test_clean_goes_past_an_initializer_nothing_reads(models: Path, tmp_path: Path) -> None:
+    """dead-ends: ONNX Runtime drops an initializer no node reads before it takes the arrays clean hands it from
+    memory, then refused the array ("Failed to find existing initializer"): clean could not even check the input."""
+    import onnx
+
+    out = tmp_path / "c.onnx"
+    run = run_cli_forked(
+        ["clean", str(models / "dead-ends.onnx"), "-o", str(out), "--report", str(tmp_path / "r.json")], tmp_path
+    )
+    _ok(run, "clean")
+    cleaned = onnx.load(out)
+    assert "unused_w" not in {init.name for init in cleaned.graph.initializer}
+    assert [i.name for i in cleaned.graph.input] == ["x", "unused_input"]  # the interface is the user's: kept
+    assert not {"Dropout", "Identity"} & {node.op_type for node in cleaned.graph.node}
+
+
+def test_weights_stored_in_fp16_are_calibrated_as_the_fp32_they_compute_in(models: Path, tmp_path: Path) -> None:
+    """fp16-weights keeps its weights in FP16 and casts them to FP32 before use: it computes in FP32, so calibrate
+    takes it (it refused it as "computes in float16"), folds each Cast into the FP32 weight it gives and quantizes
+    that per channel; the INT8 build runs every quantized node in INT8."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    written = tmp_path / "q.onnx"
+    run = run_cli_forked(
+        ["calibrate", str(models / "fp16-weights.onnx"), "--data", "random", "-o", str(written), "--no-progress"],
+        tmp_path,
+    )
+    _ok(run, "calibrate")
+    proto = onnx.load(written)
+    assert "Cast" not in {node.op_type for node in proto.graph.node}
+    inits = {init.name: init for init in proto.graph.initializer}
+    conv = next(node for node in proto.graph.node if node.op_type == "Conv")
+    weight_dq = next(node for node in proto.graph.node if node.output[0] == conv.input[1])
+    scale = numpy_helper.to_array(inits[weight_dq.input[1]])
+    stored = numpy_helper.to_array(onnx.load(models / "fp16-weights.onnx").graph.initializer[0]).astype(np.float32)
+    np.testing.assert_allclose(scale, np.abs(stored).reshape(8, -1).max(axis=1) / 127, rtol=1e-6)
+    build = ["build", str(written), "-o", str(tmp_path / "q.engine"), "--strict-precision", "--no-progress"]
+    _ok(run_cli_forked(build, tmp_path), "strict INT8 build")
+
+
+def test_a_quantized_model_is_refused_by_calibrate_and_the_quickstart_builds_it_as_it_is(
+    models: Path, tmp_path: Path
+) -> None:
+    """prequantized carries its own INT8 Q/DQ (a file another tool quantized): calibrate says so before reading any
+    data and writes nothing; the quickstart marks calibration not applicable instead of failing (it exited 2),
+    and its FP32 engine shows the model's own INT8 layers."""
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    argv = ["calibrate", str(models / "prequantized.onnx"), "--data", "random", "-o", str(cli / "q.onnx")]
+    line = _refused(run_cli_forked(argv, cli), "already quantized", "3 of its 3 Conv/Gemm/MatMul")
+    assert "FP32 model" in line
+    assert not any(cli.iterdir())
+    run = _quickstart(models / "prequantized.onnx", tmp_path / "qs", export=False)
+    calibrate = run.stage("calibrate")
+    assert calibrate.status is StageStatus.NOT_APPLICABLE and "already quantized" in calibrate.reason, calibrate
+    assert not [s for s in run.stages.values() if s.status is StageStatus.FAILED], run.stages
+    assert run.fp32_engine is not None and run.fp32_engine.summary()["by_precision"].get("int8", 0) > 0
+
+
+def test_shared_tied_and_left_hand_weights_are_all_quantized_and_run_as_asked(models: Path, tmp_path: Path) -> None:
+    """shared-weights: one weight read by two Convs gets one Q/DQ pair, the W·x MatMul's left weight is quantized per
+    output row (it was left in float, so TensorRT-RTX ran that MatMul in FP32), the Constant-node Gemm weight per
+    channel; the strict INT8 build passes."""
+    import onnx
+
+    written = tmp_path / "q.onnx"
+    calibrate = ["calibrate", str(models / "shared-weights.onnx"), "--data", "random", "-o", str(written)]
+    _ok(run_cli_forked([*calibrate, "--no-progress"], tmp_path), "calibrate")
+    proto = onnx.load(written)
+    dq_of = {node.output[0]: node for node in proto.graph.node if node.op_type == "DequantizeLinear"}
+    nodes = {node.name: node for node in proto.graph.node}
+    assert nodes["conv_a"].input[1] == nodes["conv_b_same_weight"].input[1] in dq_of
+    left = dq_of[nodes["left_weight_matmul"].input[0]]
+    assert left.input[0].startswith("wl") and next(a.i for a in left.attribute if a.name == "axis") == 0
+    assert nodes["gemm_const_weight"].input[1] in dq_of
+    build = ["build", str(written), "-o", str(tmp_path / "q.engine"), "--strict-precision", "--no-progress"]
+    run = run_cli_forked(build, tmp_path)
+    _ok(run, "strict INT8 build")
+    assert "all run as requested" in run.stdout

@@ -135,7 +135,10 @@ def cpu_session(
     if folded is not None:  # a GEMM would prepack its now-constant weights and sum in another order (last bits differ)
         options.add_session_config_entry("session.disable_prepacking", "1")
     if external_initializers:
-        names = list(external_initializers)
+        # ONNX Runtime drops an initializer nothing reads before it takes the external arrays, then refuses an
+        # array for it ("Failed to find existing initializer"): a weight left over from training is not an error
+        read = _names_read(source)
+        names = [name for name in external_initializers if name in read]
         values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(external_initializers[n])) for n in names]
         options.add_external_initializers(names, values)
     try:
@@ -152,6 +155,23 @@ def cpu_session(
                 "ONNX ops (or a function), or export the model without it",
             ) from error
         raise WorkbenchError(f"ONNX Runtime cannot load {what} ({error}).", expected="a valid ONNX model") from error
+
+
+def _names_read(model: onnx.ModelProto | bytes | str) -> set[str]:
+    """Every tensor name a node of ``model`` (or of its If/Loop/Scan bodies) reads, and its graph outputs."""
+    import onnx
+
+    from workbench.model.graph import subgraph_reads
+
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, bytes):
+        proto = onnx.load_from_string(model)
+    else:
+        proto = onnx.load(model, load_external_data=False)
+    names = {name for node in proto.graph.node for name in node.input if name}
+    names |= {output.name for output in proto.graph.output} | subgraph_reads(proto.graph.node)
+    return names
 
 
 def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

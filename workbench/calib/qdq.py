@@ -177,7 +177,8 @@ def insert_qdq(
         else:
             scale = scale_for(per_channel_amax(weight.values, quant.axis), "int8")
         source: gs.Tensor = weight
-        layer = (weight_inputs or {}).get(quant.tensor)
+        # GPTQ's layer inputs describe a weight read as the right operand; the same tensor read as a left one is not
+        layer = None if "|axis" in key else (weight_inputs or {}).get(quant.tensor)
         if layer is not None:
             noise = _input_noise(nodes_by_name[quant.consumers[0]])
             rounded, report = _gptq_cached(weight.values, scale, quant.axis, fmt, layer, noise, rounding_cache)

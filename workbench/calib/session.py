@@ -49,14 +49,48 @@ class Float16Model(WorkbenchError):
     """The model computes in float16: there is no FP32 graph to insert Q/DQ into."""
 
 
+class AlreadyQuantized(WorkbenchError):
+    """The model carries its own Q/DQ nodes: calibration starts from the FP32 model they were put into."""
+
+
+def _refuse_quantized(model: OnnxModel) -> None:
+    """Ranges measured on a Q/DQ model describe its dequantized values, and a second Q/DQ pair on a quantized
+    tensor is refused by TensorRT's placement rules: calibrating it again is not what anyone means."""
+    from workbench.model.graph import QDQ_OPS
+    from workbench.precision.qdq_rules import QUANTIZABLE_OPS
+
+    graph = model.proto.graph
+    pairs = sum(node.op_type in QDQ_OPS for node in graph.node)
+    if not pairs:
+        return
+    dequantized = {node.output[0] for node in graph.node if node.op_type == "DequantizeLinear" and node.output}
+    quantized = [n for n in graph.node if n.op_type in QUANTIZABLE_OPS and dequantized.intersection(n.input)]
+    raise AlreadyQuantized(
+        f"{model.path or 'the model'} is already quantized: {pairs} Q/DQ node(s), {len(quantized)} of its "
+        f"{sum(n.op_type in QUANTIZABLE_OPS for n in graph.node)} Conv/Gemm/MatMul node(s) read dequantized inputs.",
+        expected="the FP32 model the Q/DQ nodes were put into (calibrate before quantizing, not after)",
+        hint="a quantized model builds as it is: its Q/DQ pairs decide which nodes run in 8 bits",
+    )
+
+
 def _refuse_float16(model: OnnxModel) -> None:
     """INT8 and FP8 calibration start from the FP32 model: Q/DQ of float16 tensors (opset < 19) is invalid ONNX, and
     ranges from float16 activations describe the FP16 model, not the one the Q/DQ pairs replace."""
     from onnx import TensorProto
 
+    from workbench.precision.qdq_rules import stored_weight_casts
+
     graph = model.proto.graph
+    casts = stored_weight_casts(graph)  # weights kept in FP16 and computed in FP32: prepare_model folds them
+    stored = {node.input[0] for node in casts}
+    cast_ids = {id(node) for node in casts}
+    read_otherwise = {name for node in graph.node if id(node) not in cast_ids for name in node.input}
     half = [v.name for v in graph.input if v.type.tensor_type.elem_type == TensorProto.FLOAT16]
-    half += [init.name for init in graph.initializer if init.data_type == TensorProto.FLOAT16]
+    half += [
+        init.name
+        for init in graph.initializer
+        if init.data_type == TensorProto.FLOAT16 and (init.name not in stored or init.name in read_otherwise)
+    ]
     if half:
         raise Float16Model(
             f"{model.path or 'the model'} computes in float16 (e.g. {', '.join(repr(n) for n in half[:3])}): INT8 "
@@ -144,6 +178,7 @@ class CalibrationSession:
                 f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
                 expected="workbench.model.load_onnx(path) or a path",
             )
+        _refuse_quantized(model)
         _refuse_float16(model)
         self.model = model
         self.entry = entry

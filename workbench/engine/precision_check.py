@@ -13,8 +13,11 @@ Requested (from the graph that was built and the plan):
 * any other compute node requests FP16 when the plan puts it in FP16 (AutoCast's casts), and is not checked otherwise.
 
 Actual: for a math node, the convolution / GEMM layer that computes it (INT8 or FP8 when that kernel reads 8-bit data,
-else the layer's precision); for other nodes, the layers that hold them (a node fused into a narrower kernel is not
-a mismatch). Folded nodes are not checked.
+else the layer's precision); a math node asked in 8 bits that no such layer computes ran inside a generated kernel, in
+the widest arithmetic type that kernel reads unless it reads the asked format; and a math node that reads a float weight
+directly (no DequantizeLinear in front of it) computes in that float type whatever its layer reads or writes around it:
+a strongly typed build never quantizes a weight itself. For other nodes, the layers that hold them (a node fused into
+a narrower kernel is not a mismatch). Folded nodes are not checked.
 """
 
 from __future__ import annotations
@@ -100,16 +103,32 @@ def _graph_formats(proto: onnx.ModelProto) -> dict[str, str]:
     return formats
 
 
-def _actual(layers: list[LayerEntry], math: bool) -> tuple[str, LayerEntry | None]:
+def _actual(layers: list[LayerEntry], math: bool, want: str = "") -> tuple[str, LayerEntry | None]:
     """The precision a node runs at and the layer that decides it."""
     if math:
         kernel = next((layer for layer in layers if layer.layer_type.lower() in MATH_LAYER_TYPES), None)
         if kernel is not None:
             return ("int8" if kernel.is_int8_kernel else "fp8" if kernel.is_fp8_kernel else kernel.precision), kernel
+        if want in QUANTIZED:
+            # computed inside a generated (pointwise / reduction) kernel: a layer's own precision is its narrowest
+            # tensor, so a kernel that multiplies in float and quantizes its output for the next node reads "int8";
+            # what it computes in is what it reads
+            arithmetic = {layer.name: [t for t in layer.input_datatypes if t in _ARITHMETIC] for layer in layers}
+            holders = [layer for layer in layers if arithmetic[layer.name]]
+            narrow = next((layer for layer in holders if want in arithmetic[layer.name]), None)
+            if narrow is not None:
+                return want, narrow
+            if holders:
+                widest = max(holders, key=lambda layer: max(_rank(t) for t in arithmetic[layer.name]))
+                return max(arithmetic[widest.name], key=_rank), widest
     typed = [layer for layer in layers if layer.precision != "none"]
     if not typed:
         return "none", layers[0] if layers else None
     return typed[0].precision, typed[0]
+
+
+_FLOAT_TYPES = {1: "fp32", 10: "fp16", 16: "bf16", 11: "fp32"}  # ONNX FLOAT, FLOAT16, BFLOAT16, DOUBLE (runs FP32)
+_ARITHMETIC = frozenset({"int4", "fp4", "int8", "fp8", "fp16", "bf16", "fp32"})  # not shapes, indices or masks
 
 
 def _rank(precision: str) -> int:
@@ -129,6 +148,11 @@ def check_precision(
     ``kept_fp32``: called only when an FP16 request runs FP32, for AutoCast's reasons (node -> rule)."""
     ops = {node.name: node.op_type for node in built_proto.graph.node}
     constants = {init.name for init in built_proto.graph.initializer}
+    float_constants = {  # initializers a node reads as they are stored (a quantized weight is read through its DQ)
+        init.name: _FLOAT_TYPES[init.data_type]
+        for init in built_proto.graph.initializer
+        if init.data_type in _FLOAT_TYPES
+    }
     inputs_of = {node.name: list(node.input) for node in built_proto.graph.node}
     graph_format = _graph_formats(built_proto)
     by_name = {layer.name: layer for layer in layer_map.layers}
@@ -155,9 +179,16 @@ def check_precision(
             continue
         op = ops.get(node.name, node.op_type)
         layers = [by_name[name] for name in node.engine_layers if name in by_name]
-        actual, layer = _actual(layers, op in MATH_OPS)
+        actual, layer = _actual(layers, op in MATH_OPS, want)
         if actual == "none":
             continue
+        operands = inputs_of.get(node.name, [])[:2]
+        float_weights = [name for name in operands if name in float_constants]
+        if want in QUANTIZED and op in MATH_OPS and float_weights and actual in QUANTIZED:
+            # a strongly typed build never quantizes a weight itself: a product with a float weight is float math,
+            # whatever 8-bit data the kernel reads or writes around it (TensorRT-RTX: a "CastMulFc" layer that casts
+            # its INT8 input to float, or a generated kernel whose output is quantized for the next node)
+            actual = float_constants[float_weights[0]]
         checked += 1
         if op in MATH_OPS:
             if actual == want:
@@ -166,13 +197,18 @@ def check_precision(
             continue
         fmt = graph_format.get(node.name)
         if want in QUANTIZED:
-            two_activations = op == "MatMul" and not constants.intersection(inputs_of.get(node.name, [])[:2])
+            two_activations = op == "MatMul" and not constants.intersection(operands)
             if fmt in QUANTIZED and fmt != want:
                 reason = f"its inputs are quantized to {fmt} in the built graph, not {want}"
             elif fmt != want and two_activations:
                 reason = "attention core (MatMul of two activations): the Q/DQ rules leave it out (calibrate --quantize-attention puts it in)"
             elif fmt != want:
                 reason = f"the built graph has no {want.upper()} Q/DQ on its inputs (calibration left it out, or the plan kept it wider)"
+            elif float_weights:
+                reason = (
+                    f"its constant operand {float_weights[0]!r} has no Q/DQ: {backend} computes it in "
+                    f"{actual.upper()} with only its other input dequantized"
+                )
             else:
                 kind = layer.layer_type if layer is not None else "no"
                 reason = (

@@ -26,7 +26,7 @@ from workbench._io import write_bytes_atomic, write_json_atomic
 from workbench.calib.quantization_choice import choose_rounding_and_alignment
 from workbench.calib.rounding_choice import choose_weight_rounding
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import Float16Model
+from workbench.calib.session import AlreadyQuantized, Float16Model
 from workbench.clean import CleanOptions, clean_model
 from workbench.engine import EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
 from workbench.engine.backend import get_backend
@@ -179,6 +179,11 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         session = ws.calibration_session(run)
     except Float16Model as error:
         raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
+    except AlreadyQuantized as error:
+        raise StageNotApplicable(
+            f"{error} Its own Q/DQ pairs are built as they are in the FP32 and FP16 engines (their layer counts say "
+            "which run in 8 bits), and those are compared instead"
+        ) from error
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
     # `calibrate`'s default for a model with a task metric: the weight rounding (nearest or GPTQ, whichever scores

@@ -5,7 +5,9 @@ Rules (TensorRT 11 explicit quantization guide; ModelOpt's placement as the refe
 * symmetric int8 (scale = amax / 127) or FP8 E4M3FN (scale = amax / 448), zero point 0 (a constant initializer) of
   the format's type, scale > 0; FP8 needs opset 19 (FLOAT8E4M3FN Q/DQ) and a target of compute capability 8.9+;
 * per-tensor scales for activations, per-channel scales for weights (axis 0 for Conv and Gemm(transB=1),
-  axis 1 for ConvTranspose, MatMul and Gemm(transB=0));
+  axis 1 for ConvTranspose, MatMul and Gemm(transB=0)); a constant *left* operand (``MatMul(W, x)``, a Gemm's
+  constant A) per output row (its axis -2; measured: TensorRT-RTX 1.7 builds such a MatMul as an INT8 GEMM, where
+  an unquantized left weight left it computing in FP32 inside a generated kernel);
 * Q/DQ on the *inputs* of Conv, ConvTranspose, Gemm and MatMul (outputs are left to TensorRT's fusions);
 * the skip input of a residual Add fed by a Conv, so the Add fuses into that Conv's epilogue;
 * quantized tensors meeting at a Concat share one scale (TensorRT moves Q/DQ through Concat);
@@ -26,7 +28,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -117,12 +119,48 @@ def _constants_to_initializers(graph: onnx.GraphProto) -> None:
         graph.node.remove(node)
 
 
+# ONNX float types a weight may be stored in and cast to FLOAT before use (a "half-saved" model)
+_STORED_FLOAT_TYPES = (10, 16, 11)  # FLOAT16, BFLOAT16, DOUBLE
+
+
+def stored_weight_casts(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The Cast-to-FLOAT nodes that read a weight stored in another float type: the model computes in FP32."""
+    initializers = {init.name: init.data_type for init in graph.initializer}
+    return [
+        node
+        for node in graph.node
+        if node.op_type == "Cast"
+        and node.input
+        and initializers.get(node.input[0]) in _STORED_FLOAT_TYPES
+        and next((a.i for a in node.attribute if a.name == "to"), 0) == 1
+    ]
+
+
+def _stored_weights_to_float(graph: onnx.GraphProto) -> None:
+    """Each Cast of a stored FP16/BF16/FP64 weight to FLOAT becomes the FP32 initializer it computes (the same
+    values: the cast is done once here instead of on every run), so the weight gets its per-channel Q/DQ."""
+    from onnx import numpy_helper
+
+    casts = stored_weight_casts(graph)
+    if not casts:
+        return
+    stored = {init.name: init for init in graph.initializer}
+    for node in casts:
+        values = numpy_helper.to_array(stored[node.input[0]]).astype(np.float32)
+        graph.initializer.append(numpy_helper.from_array(values, node.output[0]))
+        graph.node.remove(node)
+    still_read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for name in {node.input[0] for node in casts} - still_read:
+        graph.initializer.remove(stored[name])
+
+
 def model_opset(proto: onnx.ModelProto) -> int:
     return next((imp.version for imp in proto.opset_import if imp.domain in ("", "ai.onnx")), 0)
 
 
 def prepare_model(proto: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.ModelProto:
-    """A copy ready for Q/DQ: Constant-node weights become initializers, opset >= ``min_opset``, every node named.
+    """A copy ready for Q/DQ: Constant-node weights become initializers, weights stored in FP16/BF16/FP64 and cast
+    to FLOAT become FP32 initializers, opset >= ``min_opset``, every node named.
 
     PaddleOCR exports keep weights in Constant nodes and use opset 11/12; per-channel Q/DQ needs both fixed (FP8
     Q/DQ needs opset 19: ``min_opset=FP8_MIN_OPSET``). Constants the opset converter adds become initializers too,
@@ -134,6 +172,7 @@ def prepare_model(proto: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.Mo
 
     model = copy.deepcopy(proto)
     _constants_to_initializers(model.graph)
+    _stored_weights_to_float(model.graph)
     opset = model_opset(model)
     if opset < min_opset:
         what = "FP8 Q/DQ" if min_opset >= FP8_MIN_OPSET else "per-channel Q/DQ"
@@ -145,21 +184,27 @@ def prepare_model(proto: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.Mo
                 expected=f"an ONNX model at opset >= {min_opset}",
             ) from error
         _constants_to_initializers(model.graph)
+        _stored_weights_to_float(model.graph)
     # after conversion (the converter may add unnamed nodes): the names TensorRT's parser gives unnamed nodes
     name_unnamed_nodes(model)
     del numpy_helper, onnx
     return model
 
 
-def _weight_axis(node: gs.Node, weight_index: int, weight: gs.Tensor) -> int:
+def _weight_axis(node: gs.Node, weight_index: int, weight: gs.Tensor) -> int | None:
+    """The output-channel axis of a constant operand (its per-channel scales), or None when it has none."""
     if node.op == "ConvTranspose":
-        return 1
+        return 1 if weight_index == 1 else None
     if node.op == "Conv":
-        return 0
+        return 0 if weight_index == 1 else None
+    rank = len(weight.shape)
     if node.op == "Gemm":
-        trans = int(node.attrs.get("transB", 0)) if weight_index == 1 else int(node.attrs.get("transA", 0))
-        return 0 if trans else 1
-    return len(weight.shape) - 1  # MatMul B [.., K, N]: per output column
+        if weight_index == 1:  # B [K, N], or [N, K] with transB
+            return 0 if int(node.attrs.get("transB", 0)) else 1
+        return 1 if int(node.attrs.get("transA", 0)) else 0  # A [M, K], or [K, M] with transA: per output row
+    if rank < 2:  # a vector operand: no output channel
+        return None
+    return rank - 1 if weight_index == 1 else rank - 2  # MatMul B [.., K, N] per column; A [.., M, K] per row
 
 
 def _conv_behind(tensor: gs.Tensor, int8_nodes: set[str], depth: int = 4) -> gs.Node | None:
@@ -203,25 +248,26 @@ def plan_placement(
             continue
         if not node.inputs or node.inputs[0] is None:
             continue
+        operands = [(i, t) for i, t in enumerate(node.inputs[:2]) if t is not None and t.name]
+        axes = {i: _weight_axis(node, i, t) for i, t in operands if is_constant(t) and t.values.dtype.kind == "f"}
+        if any(axis is None for axis in axes.values()):
+            # half a quantized node would run in float behind a Q/DQ that only costs (a vector weight: no row axis)
+            placement.excluded[node.name] = "a constant operand without an output-channel axis (a vector)"
+            continue
         int8.add(node.name)
         (placement.fp8_nodes if fmt == "fp8" else placement.int8_nodes).append(node.name)
         placement.formats[node.name] = fmt
-        for index, tensor in enumerate(node.inputs[:2]):
-            if tensor is None or not tensor.name:
-                continue
-            if is_constant(tensor):
-                if index == 0:  # a constant left operand has no output-channel axis TensorRT accepts
-                    continue
-                values = tensor.values
-                if values.dtype.kind != "f" or values.ndim < 1:
-                    continue
-                axis = _weight_axis(node, index, tensor)
+        for index, tensor in operands:
+            if index in axes:
+                axis = axes[index]
                 key = tensor.name
                 if key in placement.weights and placement.weights[key].format != fmt:
                     key = f"{tensor.name}|{fmt}"  # a weight shared by nodes of two formats: one pair per format
-                quant = placement.weights.setdefault(key, WeightQuant(tensor.name, axis, [], fmt))
+                if key in placement.weights and placement.weights[key].axis != axis:
+                    key = f"{key}|axis{axis}"  # read as a left and a right operand: rows and columns differ
+                quant = placement.weights.setdefault(key, WeightQuant(tensor.name, cast(int, axis), [], fmt))
                 quant.consumers.append(node.name)
-            else:
+            elif not is_constant(tensor):
                 placement.activations.setdefault(tensor.name, []).append(node.name)
     # Q/DQ after a zero Pad blocks TensorRT's Pad+Conv fusion: quantize the Pad's input instead (a zero pad commutes
     # with symmetric quantization, so the values are identical).
