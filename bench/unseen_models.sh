@@ -1,5 +1,5 @@
 #!/bin/bash
-# The survey behind bench/results/unseen_models_2026-12-04.md: writes the models of tests/fixtures/unseen_models.py,
+# The surveys behind bench/results/unseen_models_2026-12-04.md and _2026-12-06b.md: writes the models of tests/fixtures/unseen_models.py,
 # runs every stage CLI on each (no --shapes: models with symbolic non-batch dims are refused by build, as they
 # should be), then `workbench demo --model PATH` with default settings. Prints one line per step:
 #   MODEL STEP rc=EXIT tb=TRACEBACKS :: first error line
@@ -20,6 +20,9 @@ for n in $NAMES; do
   run fusions fusions "$d/fp32.layers.json" --html "$d/fusions.html"
   run explore explore "$d/fp32.engine" --export "$d/explore"
   run calibrate calibrate "$m" --data random -o "$d/qdq.onnx" --cache "$d/cache.json" --no-progress
+  run calib8 calibrate "$m" --data random --format fp8 -o "$d/fp8.onnx" --no-progress
+  run build8 build "$d/qdq.onnx" -o "$d/int8.engine" --precision int8 --no-progress
+  run buildf8 build "$d/fp8.onnx" -o "$d/fp8.engine" --precision fp8 --no-progress
   run diff diff "$m" "$d/qdq.onnx" --data random -o "$d/diff.json" --no-progress
   run export export "$d/fp32.engine" -o "$d/bundle"
   run verify verify "$d/bundle"
