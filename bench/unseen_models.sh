@@ -3,15 +3,17 @@
 # runs every stage CLI on each (no --shapes: models with symbolic non-batch dims are refused by build, as they
 # should be), then `workbench demo --model PATH` with default settings. Prints one line per step:
 #   MODEL STEP rc=EXIT tb=TRACEBACKS :: first error line
-# usage: nice bench/unseen_models.sh OUTDIR [MODEL ...]      (run from the repository root)
+# usage: nice [MODELS_DIR=DIR] bench/unseen_models.sh OUTDIR [MODEL ...]      (run from the repository root)
 set -u
 OUT=${1:?usage: bench/unseen_models.sh OUTDIR [MODEL ...]}; shift
 REPO=$(pwd); PY=${PYTHON:-.venv/bin/python}
 W="env PYTHONPATH=$REPO $PY -m workbench"
-$PY tests/fixtures/unseen_models.py "$OUT/models" >/dev/null
-NAMES=${*:-$(ls "$OUT/models" | sed -n 's/\.onnx$//p')}
+# MODELS_DIR: survey the .onnx files of that folder instead (e.g. the exports of bench/hf_models.py)
+MODELS=${MODELS_DIR:-$OUT/models}
+[ -z "${MODELS_DIR:-}" ] && $PY tests/fixtures/unseen_models.py "$OUT/models" >/dev/null
+NAMES=${*:-$(ls "$MODELS" | sed -n 's/\.onnx$//p')}
 for n in $NAMES; do
-  d=$OUT/$n; m=$OUT/models/$n.onnx; rm -rf "$d"; mkdir -p "$d"
+  d=$OUT/$n; m=$MODELS/$n.onnx; rm -rf "$d"; mkdir -p "$d"
   run() { local step=$1; shift; timeout 600 $W "$@" >"$d/$step.out" 2>&1; local rc=$?
     echo "$n $step rc=$rc tb=$(grep -c Traceback "$d/$step.out") :: $(grep -m1 'error:' "$d/$step.out" | cut -c1-200)"; }
   run clean clean "$m" -o "$d/clean.onnx" --report "$d/clean.json"

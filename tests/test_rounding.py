@@ -582,3 +582,40 @@ def test_a_rerun_of_the_journeys_calibrate_stage_reaches_the_same_choices(tmp_pa
     assert first is not None and second is not None
     assert (second.weight_rounding, second.grid_alignment) == (first.weight_rounding, first.grid_alignment)
     assert session.align_grids == second.grid_alignment
+
+
+def test_a_layer_whose_hessian_underflowed_rounds_those_channels_to_nearest_instead_of_crashing() -> None:
+    """Recorded from a real calibration that crashed (numpy LinAlgError, `demo` exit 1 with a traceback): a randomly
+    initialised Hugging Face MobileNetV2 (transformers 5.24, `MobileNetV2Config(depth_multiplier=0.35, num_labels=10,
+    image_size=64)`, `torch.manual_seed(0)`, `torch.onnx.export` opset 17), `calibrate --data random --weight-rounding
+    gptq`: its depthwise inputs are ~1e-21, their float32 products underflow, and 2 of the layer's 336 channels are left
+    with a damped Hessian that is not positive definite. The fixture holds those two channels and four others of that
+    layer (weights, scales, both halves' Hessians, the input's INT8 scale). The channels with a Hessian GPTQ can use
+    get the very factor a batched factorisation gives; the other two round to nearest."""
+    from pathlib import Path
+
+    from workbench.calib.rounding import DAMPING, LayerInput, _inverse_factor
+
+    data = np.load(Path(__file__).parent / "fixtures" / "gptq_underflow_layer.npz")
+    layer = LayerInput(
+        "onnx::Conv_1866", "Conv", data["hessian"], data["check"], int(data["rows"]), int(data["check_rows"])
+    )
+    rounded, report = gptq_round(
+        data["weight"], data["scale"], 0, "int8", layer, ("int8", float(data["input_scale"]))
+    )  # raised LinAlgError before
+    nearest = fake_quantize_as(data["weight"], data["scale"].reshape(-1, 1, 1, 1).astype(np.float32), "int8")
+    np.testing.assert_array_equal(rounded, nearest)  # nothing gains on this layer: all nearest, on the grid
+    assert report.gptq_db == report.nearest_db
+
+    from workbench.calib.rounding import _with_input_noise
+
+    hessian = _with_input_noise(layer.hessian, layer.rows, ("int8", float(data["input_scale"])))
+    index = np.arange(hessian.shape[1])
+    mean = np.diagonal(hessian, axis1=1, axis2=2).mean(axis=1)
+    hessian[:, index, index] += DAMPING * mean[:, None]
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(np.linalg.inv(hessian))  # the batched factorisation that crashed
+    factor = _inverse_factor(hessian)
+    np.testing.assert_array_equal(factor[:2], np.broadcast_to(np.eye(9), (2, 9, 9)))  # the two that are not PD
+    usable = np.linalg.cholesky(np.linalg.inv(hessian[2:])).transpose(0, 2, 1)
+    np.testing.assert_array_equal(factor[2:], usable)

@@ -16,6 +16,7 @@ import pytest
 from tests.cli_runner import run_cli_forked, snapshot
 from tests.fixtures.unseen_models import MODELS, write_model
 from workbench.flow import StageStatus
+from workbench.precision.variant import Variant
 
 # dims the ONNX leaves symbolic besides the batch: the build needs a profile for them
 SHAPES = {
@@ -618,3 +619,17 @@ def test_shared_tied_and_left_hand_weights_are_all_quantized_and_run_as_asked(mo
     run = run_cli_forked(build, tmp_path)
     _ok(run, "strict INT8 build")
     assert "all run as requested" in run.stdout
+
+
+def test_a_search_that_misses_its_target_on_all_int8_does_not_say_no_node_needs_to_stay_wider(
+    models: Path, tmp_path: Path
+) -> None:
+    """Its pick is the all-INT8 plan because nothing it scored did better, not because INT8 is good enough: the
+    mixed build stage said "no node needs to stay wider" under a search line saying the target was NOT met (a Swin
+    exported from Hugging Face, 0.9883 for a 0.99 target)."""
+    run = _quickstart(models / "multi-io.onnx", tmp_path, export=False, max_metric_drop=1e-6, search_budget=1)
+    result = run.mixed_search.result
+    assert run.search_pick is Variant.INT8_ALL and not result.met, result.stop_reason
+    reason = run.stage("build_mixed").reason
+    assert run.stage("build_mixed").status is StageStatus.NOT_APPLICABLE, reason
+    assert "the target is NOT met" in reason and "no node needs to stay wider" not in reason, reason

@@ -330,9 +330,17 @@ def stage_build_mixed(run: QuickstartRun, ws: Workspace) -> VariantBuild:
     result = search.result
     pick = result.chosen
     if run.search_pick is not Variant.INT8_MIXED:
+        # met: nothing needs to stay wider; not met: no wider plan the search scored did better, so it has no mixed
+        # engine to offer (saying "no node needs to stay wider" of a missed target would tell the user it was fine)
+        answer = (
+            "the all-INT8 engine is the mixed-precision answer, no node needs to stay wider"
+            if result.met
+            else "the target is NOT met and no plan with nodes kept wider scored higher, so there is no mixed engine "
+            "to build (a larger search budget, demo --search-budget, may find one)"
+        )
         raise StageNotApplicable(
             f"the search's pick is the all-INT8 plan ({result.metric_name} {pick.metric:.4f}; stopped: "
-            f"{result.stop_reason}): the all-INT8 engine is the mixed-precision answer, no node needs to stay wider"
+            f"{result.stop_reason}): {answer}"
         )
     if pick.int8_math_nodes == 0:
         raise StageNotApplicable(

@@ -1,0 +1,154 @@
+"""Tiny randomly initialised Hugging Face models (transformers, torch: the dev extras), exported as users export them
+(`torch.onnx.export`, TorchScript exporter, opset 17, dynamic batch; text models also a dynamic sequence), for the
+unseen-model survey: `python bench/hf_models.py OUTDIR [NAME ...]`, then `MODELS_DIR=OUTDIR bench/unseen_models.sh
+OUT`. Results: bench/results/unseen_models_2026-12-06b.md."""
+
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import transformers as T
+
+warnings.filterwarnings("ignore")
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+names = sys.argv[2:] or None
+
+
+def vision(name, model, size=64, ch=3):
+    model.eval()
+    x = torch.randn(2, ch, size, size)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values).logits
+
+    torch.onnx.export(
+        Wrap(model),
+        (x,),
+        out / f"{name}.onnx",
+        input_names=["pixel_values"],
+        output_names=["logits"],
+        dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+
+
+def text(name, model, with_mask=True, vocab=100):
+    model.eval()
+    ids = torch.randint(0, vocab, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask=None):
+            o = (
+                self.model(input_ids=input_ids, attention_mask=attention_mask)
+                if with_mask
+                else self.model(input_ids=input_ids)
+            )
+            return o.logits if hasattr(o, "logits") else o.last_hidden_state
+
+    args = (ids, mask) if with_mask else (ids,)
+    inames = ["input_ids", "attention_mask"] if with_mask else ["input_ids"]
+    dyn = {n: {0: "batch", 1: "sequence"} for n in inames} | {"out": {0: "batch", 1: "sequence"}}
+    torch.onnx.export(
+        Wrap(model),
+        args,
+        out / f"{name}.onnx",
+        input_names=inames,
+        output_names=["out"],
+        dynamic_axes=dyn,
+        opset_version=17,
+        dynamo=False,
+    )
+
+
+builders = {
+    "hf-resnet": lambda: vision(
+        "hf-resnet",
+        T.ResNetForImageClassification(
+            T.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 64], depths=[1, 1, 1, 1], num_labels=10)
+        ),
+    ),
+    "hf-mobilenetv2": lambda: vision(
+        "hf-mobilenetv2",
+        T.MobileNetV2ForImageClassification(T.MobileNetV2Config(depth_multiplier=0.35, num_labels=10, image_size=64)),
+    ),
+    "hf-convnext": lambda: vision(
+        "hf-convnext",
+        T.ConvNextForImageClassification(
+            T.ConvNextConfig(hidden_sizes=[16, 32, 64, 64], depths=[1, 1, 1, 1], num_labels=10)
+        ),
+    ),
+    "hf-vit": lambda: vision(
+        "hf-vit",
+        T.ViTForImageClassification(
+            T.ViTConfig(
+                image_size=64,
+                patch_size=16,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                num_labels=10,
+            )
+        ),
+    ),
+    "hf-swin": lambda: vision(
+        "hf-swin",
+        T.SwinForImageClassification(
+            T.SwinConfig(
+                image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, num_labels=10
+            )
+        ),
+    ),
+    "hf-segformer": lambda: vision(
+        "hf-segformer",
+        T.SegformerForSemanticSegmentation(
+            T.SegformerConfig(
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[16, 32],
+                num_attention_heads=[1, 2],
+                decoder_hidden_size=32,
+                num_labels=4,
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                mlp_ratios=[2, 2],
+            )
+        ),
+    ),
+    "hf-distilbert": lambda: text(
+        "hf-distilbert",
+        T.DistilBertForSequenceClassification(
+            T.DistilBertConfig(
+                vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64, num_labels=3
+            )
+        ),
+    ),
+    "hf-gpt2": lambda: text(
+        "hf-gpt2",
+        T.GPT2LMHeadModel(T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
+        with_mask=False,
+    ),
+}
+for name, build in builders.items():
+    if names and name not in names:
+        continue
+    try:
+        torch.manual_seed(0)  # each model's weights and sample input from the same seed, whichever are asked for
+        build()
+        print(name, "exported")
+    except Exception as e:
+        print(name, "EXPORT FAILED", type(e).__name__, str(e)[:300])
