@@ -73,6 +73,37 @@ def text(name, model, with_mask=True, vocab=100):
     )
 
 
+def generic(name, model, inputs, outputs):
+    """``inputs``: {name: (tensor, dynamic axes {index: name})}; ``outputs``: {name: (attribute, dynamic axes)}."""
+    model.eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            result = self.model(**dict(zip(inputs, args)))
+            return tuple(getattr(result, attribute) for attribute, _ in outputs.values())
+
+    torch.onnx.export(
+        Wrap(model),
+        tuple(tensor for tensor, _ in inputs.values()),
+        out / f"{name}.onnx",
+        input_names=list(inputs),
+        output_names=list(outputs),
+        dynamic_axes={n: axes for n, (_, axes) in inputs.items()} | {n: axes for n, (_, axes) in outputs.items()},
+        opset_version=17,
+        dynamo=False,
+    )
+
+
+def _ids(length=16, vocab=100):
+    return torch.randint(0, vocab, (2, length))
+
+
+BATCH, SEQ = {0: "batch"}, {0: "batch", 1: "sequence"}
+
 builders = {
     "hf-resnet": lambda: vision(
         "hf-resnet",
@@ -141,6 +172,113 @@ builders = {
         "hf-gpt2",
         T.GPT2LMHeadModel(T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
         with_mask=False,
+    ),
+}
+builders |= {
+    "hf-wav2vec2": lambda: generic(
+        "hf-wav2vec2",
+        T.Wav2Vec2ForSequenceClassification(
+            T.Wav2Vec2Config(
+                vocab_size=32,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                conv_dim=(16, 16),
+                conv_stride=(5, 2),
+                conv_kernel=(10, 3),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=2,
+                num_labels=3,
+            )
+        ),
+        {"input_values": (torch.randn(2, 1600), {0: "batch", 1: "samples"})},
+        {"logits": ("logits", BATCH)},
+    ),
+    "hf-clip": lambda: generic(
+        "hf-clip",
+        T.CLIPModel(
+            T.CLIPConfig(
+                text_config=dict(
+                    vocab_size=100,
+                    hidden_size=32,
+                    intermediate_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    max_position_embeddings=32,
+                ),
+                vision_config=dict(
+                    hidden_size=32,
+                    intermediate_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    image_size=32,
+                    patch_size=8,
+                ),
+                projection_dim=16,
+            )
+        ),
+        {
+            "input_ids": (_ids(), SEQ),
+            "pixel_values": (torch.randn(2, 3, 32, 32), BATCH),
+            "attention_mask": (torch.ones(2, 16, dtype=torch.long), SEQ),
+        },
+        {"logits_per_image": ("logits_per_image", {0: "images", 1: "texts"})},
+    ),
+    "hf-t5": lambda: generic(
+        "hf-t5",
+        T.T5ForConditionalGeneration(
+            T.T5Config(
+                vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, decoder_start_token_id=0
+            )
+        ),
+        {
+            "input_ids": (_ids(), SEQ),
+            "attention_mask": (torch.ones(2, 16, dtype=torch.long), SEQ),
+            "decoder_input_ids": (_ids(8), {0: "batch", 1: "target"}),
+        },
+        {"logits": ("logits", {0: "batch", 1: "target"})},
+    ),
+    "hf-deberta": lambda: generic(
+        "hf-deberta",
+        T.DebertaV2ForSequenceClassification(
+            T.DebertaV2Config(
+                vocab_size=100,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                num_labels=3,
+            )
+        ),
+        {"input_ids": (_ids(), SEQ), "attention_mask": (torch.ones(2, 16, dtype=torch.long), SEQ)},
+        {"logits": ("logits", BATCH)},
+    ),
+    "hf-mobilevit": lambda: vision(
+        "hf-mobilevit",
+        T.MobileViTForImageClassification(
+            T.MobileViTConfig(
+                image_size=64, hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 80], num_labels=10
+            )
+        ),
+    ),
+    "hf-yolos": lambda: generic(
+        "hf-yolos",
+        T.YolosForObjectDetection(
+            T.YolosConfig(
+                image_size=[64, 64],
+                patch_size=16,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                num_detection_tokens=10,
+                num_labels=5,
+            )
+        ),
+        {"pixel_values": (torch.randn(2, 3, 64, 64), BATCH)},
+        {"logits": ("logits", BATCH), "pred_boxes": ("pred_boxes", BATCH)},
     ),
 }
 for name, build in builders.items():

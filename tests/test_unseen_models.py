@@ -633,3 +633,84 @@ def test_a_search_that_misses_its_target_on_all_int8_does_not_say_no_node_needs_
     reason = run.stage("build_mixed").reason
     assert run.stage("build_mixed").status is StageStatus.NOT_APPLICABLE, reason
     assert "the target is NOT met" in reason and "no node needs to stay wider" not in reason, reason
+
+
+def test_an_activation_too_small_for_a_float32_scale_gets_the_smallest_normal_one(tmp_path: Path) -> None:
+    """A randomly initialised Hugging Face MobileViT has activations of ~1e-40: amax / 127 underflowed to a scale of
+    0, which TensorRT's parser refuses ("Scale coefficients must all be positive") and the per-layer diff divided by
+    (a traceback). Here x * 1e-44 feeds a Conv: its scale is float32's smallest normal number, the INT8 and FP8
+    models build, and the diff runs."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Mul", ["x", "tiny"], ["t"], name="shrink"),
+        helper.make_node("Conv", ["t", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(1e-44, np.float32), "tiny"),
+        numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "tiny.onnx"
+    onnx.save(model, path)
+    for fmt in ("int8", "fp8"):
+        written = tmp_path / f"q.{fmt}.onnx"
+        calibrate = ["calibrate", str(path), "--data", "random", "--format", fmt, "-o", str(written), "--no-progress"]
+        _ok(run_cli_forked(calibrate, tmp_path), f"calibrate {fmt}")
+        proto = onnx.load(written)
+        inits_by_name = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+        quantize = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "t")
+        assert inits_by_name[quantize.input[1]] == np.finfo(np.float32).tiny
+        build = ["build", str(written), "-o", str(tmp_path / f"{fmt}.engine"), "--precision", fmt, "--no-progress"]
+        _ok(run_cli_forked(build, tmp_path), f"build {fmt}")
+    diff = ["diff", str(path), str(tmp_path / "q.int8.onnx"), "--data", "random", "-o", str(tmp_path / "d.json")]
+    _ok(run_cli_forked([*diff, "--no-progress"], tmp_path), "diff")
+
+
+def _waveform_conv(path: Path, kernel: int) -> Path:
+    """A Conv1d over a waveform of symbolic length: a feature extractor whose kernel spans ``kernel`` samples."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = (np.random.default_rng(0).standard_normal((4, 1, kernel)) * 0.1).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["wave", "w"], ["y"], name="extractor", strides=[kernel // 4])],
+        "waveform",
+        [helper.make_tensor_value_info("wave", TensorProto.FLOAT, ["N", 1, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "frames"])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_symbolic_dimensions_take_the_first_size_the_model_runs_at(tmp_path: Path) -> None:
+    """A waveform model whose kernel spans 40 samples cannot run at the 16 the quickstart gave every symbolic
+    dimension (a Hugging Face wav2vec2 failed every stage with four different messages): the entry takes the first
+    of 16, 64, 256, ... at which ONNX Runtime runs it and says so; a model that runs at none keeps 16 with a note
+    (its stages fail with ONNX Runtime's reason and the report shows what ran: tests/test_seams_numbers.py)."""
+    from workbench.zoo.onnx_file import OnnxFileEntry
+
+    entry = OnnxFileEntry(_waveform_conv(tmp_path / "kernel40.onnx", 40))
+    assert entry.profiles["wave"] == ((1, 1, 64), (8, 1, 64), (64, 1, 64))
+    assert any("set to 64" in note and "did not run the model at 16" in note for note in entry.notes), entry.notes
+    feed, _ = entry._sample("evaluation", 0)
+    assert feed["wave"].shape == (1, 64)
+    never = OnnxFileEntry(_waveform_conv(tmp_path / "kernel20000.onnx", 20000))  # its stages fail, the report says
+    assert never.profiles["wave"][0] == (1, 1, 16)
+    assert any("none of 16, 64, 256, 1024, 4096, 16384" in note and "--data DIR" in note for note in never.notes)

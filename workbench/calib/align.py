@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.artifact import Artifact
-from workbench.calib.methods import fake_quantize
+from workbench.calib.methods import fake_quantize, positive_scale
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -319,7 +319,7 @@ def align_qdq(
             new_scale, is_grid = 1.0, True
         elif shift and _nonnegative(graph, tensor):
             steps, anchors = np.ones(1), np.full(1, scale * 127.0 / 2.0)
-            new_scale, is_grid = scale / 2.0, False
+            new_scale, is_grid = float(positive_scale(np.float32(scale / 2.0))), False
         else:
             continue
         consumers, why = _consumers(graph, dequantize)
@@ -394,7 +394,7 @@ def align_qdq(
                 step = _group_expand(steps, out_channels, in_per_group, groups).reshape(weight.shape[:2] + trailing)
                 scaled_weight = (weight * step).astype(np.float32)
                 amax = np.abs(scaled_weight).reshape(out_channels, -1).max(axis=1)
-                new_weight_scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+                new_weight_scale = positive_scale(np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32))
                 weight_quantize.input[0] = graph.constant(weight_quantize.input[0], scaled_weight)
                 weight_quantize.input[1] = graph.constant(weight_quantize.input[1], new_weight_scale)
                 reader = graph.producer[conv.input[1]]

@@ -432,7 +432,9 @@ def _tensor_row(
             sqnr_db_local=local_db,
             clipped_fraction=clipped,
             # FP8's rounding noise scales with |x|, not with the scale: only clipping and outliers tell it
-            cause=_cause(local_db, clipped, 0.0 if fmt == "fp8" else math.sqrt(running.local_noise / count) / scale),
+            cause=_cause(
+                local_db, clipped, 0.0 if fmt == "fp8" or scale <= 0 else math.sqrt(running.local_noise / count) / scale
+            ),
         )
     return TensorDiff(name, node, op, index, kind, scale is not None, **values)
 

@@ -32,6 +32,7 @@ from workbench.calib.methods import (
     amax_mse,
     compute_amax,
     fake_quantize,
+    positive_scale,
     scale_from_amax,
 )
 from workbench.calib.stats import CalibrationRanges, CalibrationStatistics
@@ -67,7 +68,7 @@ def fp8_scale_from_amax(amax: np.ndarray | float) -> np.ndarray:
     """FP8 scale ``amax / 448``, strictly positive as TensorRT requires (an all-zero tensor gets 1/448)."""
     amax_array = np.asarray(amax, dtype=np.float32)
     safe = np.where(amax_array > 0, amax_array, np.float32(1.0))
-    return (safe / np.float32(E4M3_MAX)).astype(np.float32)
+    return positive_scale(safe / np.float32(E4M3_MAX))
 
 
 def scale_for(amax: np.ndarray | float, fmt: QuantFormat) -> np.ndarray:

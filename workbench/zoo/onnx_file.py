@@ -119,12 +119,13 @@ class OnnxFileEntry(ZooEntry):
             self._load_samples(self.data)  # symbolic dimensions take the data's sizes
             sample_shapes = {name: self._samples[0][name].shape for name in self.inputs}
         else:
+            size = _runnable_size(self.path, self.inputs, self.notes)
             sample_shapes = {}
             for name, (_dtype, dims) in self.inputs.items():
                 for axis, dim in enumerate(dims[1:], start=1):
                     if isinstance(dim, str):
-                        self.notes.append(f"input {name!r} axis {axis} ({dim}) fixed to {FIXED_DIM}")
-                sample_shapes[name] = tuple(dim if isinstance(dim, int) else FIXED_DIM for dim in dims[1:])
+                        self.notes.append(f"input {name!r} axis {axis} ({dim}) fixed to {size}")
+                sample_shapes[name] = tuple(dim if isinstance(dim, int) else size for dim in dims[1:])
         batch_sizes = BATCH_PROFILE if self.max_batch is None else (self.max_batch,) * len(BATCH_PROFILE)
         self.profiles: dict[str, Profile] = {  # type: ignore[misc]
             name: tuple((size, *shape) for size in batch_sizes)  # type: ignore[misc]
@@ -348,6 +349,51 @@ def _checked_labels(path: Path, labels: np.ndarray, batch: int) -> list[int]:
     if (labels < 0).any():
         raise WorkbenchError(f"{path}: {LABELS_KEY!r} holds negative classes.", expected="class indices >= 0")
     return [int(label) for label in labels]
+
+
+# sizes tried for the symbolic dimensions other than the batch when a file has no data: the first that runs
+SYMBOLIC_SIZES = (FIXED_DIM, 64, 256, 1024, 4096, 16384)
+MAX_PROBE_ELEMENTS = 1 << 24  # per input and sample: a size past this is not tried (two symbolic image sides)
+
+
+def _runnable_size(path: Path, inputs: dict[str, tuple[np.dtype, list[int | str]]], notes: list[str]) -> int:
+    """The first of :data:`SYMBOLIC_SIZES` at which ONNX Runtime runs the model on one random sample with every
+    symbolic non-batch dimension set to it; 16 with a note when none does. 16 suits images and tokens, but a
+    waveform model's feature extractor needs more samples than its kernels span (a Hugging Face wav2vec2: every
+    stage failed at 16, with four different messages)."""
+    if not any(isinstance(dim, str) for _dtype, dims in inputs.values() for dim in dims[1:]):
+        return FIXED_DIM
+    from workbench.ort import cpu_predict
+
+    predict = cpu_predict(path, what=str(path))
+    failures: list[str] = []
+    for size in SYMBOLIC_SIZES:
+        shapes = {
+            name: (1, *(d if isinstance(d, int) else size for d in dims[1:])) for name, (_, dims) in inputs.items()
+        }
+        if failures and any(int(np.prod(shape)) > MAX_PROBE_ELEMENTS for shape in shapes.values()):
+            break
+        feed = _random_feed(
+            {name: (dtype, shapes[name]) for name, (dtype, _) in inputs.items()}, np.random.default_rng(0)
+        )
+        try:
+            predict(feed)
+        except Exception as error:  # ONNX Runtime raises its own classes; a WorkbenchError from predict names them
+            failures.append(f"{size}: {_ort_reason(error)}")
+            continue
+        if failures:
+            notes.append(
+                f"symbolic dimensions set to {size}: ONNX Runtime did not run the model at "
+                f"{', '.join(f.split(':')[0] for f in failures)} ({failures[0].split(': ', 1)[1]})"
+            )
+        return size
+    # the stages then fail with ONNX Runtime's reason and the report shows what ran (a size baked into a Reshape)
+    notes.append(
+        f"ONNX Runtime runs the model with its symbolic dimensions at none of "
+        f"{', '.join(f.split(':')[0] for f in failures)} on random inputs (at {failures[0]}); they stay "
+        f"{FIXED_DIM}: samples of your own (--data DIR) set them"
+    )
+    return FIXED_DIM
 
 
 def _random_feed(
