@@ -365,7 +365,10 @@ def _runnable_size(path: Path, inputs: dict[str, tuple[np.dtype, list[int | str]
         return FIXED_DIM
     from workbench.ort import cpu_predict
 
-    predict = cpu_predict(path, what=str(path))
+    try:
+        predict = cpu_predict(path, what=str(path))
+    except WorkbenchError:  # ONNX Runtime cannot load it (a custom op): the stages say so, with the report
+        return FIXED_DIM
     failures: list[str] = []
     for size in SYMBOLIC_SIZES:
         shapes = {
