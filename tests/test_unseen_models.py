@@ -479,6 +479,26 @@ def test_bad_data_for_your_file_is_refused_before_any_work(
     assert not out.exists()
 
 
+def test_a_folder_of_images_for_your_file_is_refused_naming_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader's "holds no .npz files" never ran (a zip over the empty file list stopped first), so a folder of
+    PNGs gave "0 sample(s)": now the refusal says what the folder holds and what is expected."""
+    import cv2
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    model = _batch1_conv(tmp_path / "static.onnx", hard_coded_reshape=False)
+    images = tmp_path / "images"
+    images.mkdir()
+    for index in range(3):
+        cv2.imwrite(str(images / f"im{index}.png"), np.full((16, 16, 3), 40 * index, np.uint8))
+    out = tmp_path / "out"
+    argv = ["demo", "--model", str(model), "--data", str(images), "--out", str(out)]
+    line = _refused(run_cli_forked(argv, tmp_path), "holds no .npz files (it holds 3 .png file(s))")
+    assert "arrays keyed by model input name" in line
+    assert not out.exists()
+
+
 def test_data_for_a_zoo_model_or_without_a_model_is_refused(tmp_path: Path) -> None:
     from workbench.errors import WorkbenchError
     from workbench.flow import QuickstartConfig, run_quickstart

@@ -41,8 +41,14 @@ def read_npz_batches(
         raise WorkbenchError(f"{folder}: no such folder.", expected="a folder of .npz calibration batches")
     files = sorted(folder.glob("*.npz"))
     if not files:
+        others: dict[str, int] = {}
+        for path in folder.iterdir():
+            if path.is_file():
+                others[path.suffix.lower() or "(no suffix)"] = others.get(path.suffix.lower() or "(no suffix)", 0) + 1
+        held = ", ".join(f"{count} {suffix}" for suffix, count in sorted(others.items(), key=lambda kv: -kv[1])[:4])
         raise WorkbenchError(
-            f"{folder}: holds no .npz files.", expected="one .npz file per batch, arrays keyed by model input name"
+            f"{folder}: holds no .npz files" + (f" (it holds {held} file(s))." if held else "."),
+            expected="one .npz file per batch, arrays keyed by model input name",
         )
     expected = set(input_names) if input_names is not None else None
     from workbench._arrays import read_npz

@@ -166,7 +166,8 @@ class OnnxFileEntry(ZooEntry):
         labelled: set[bool] = set()
         reserved = {LABELS_KEY} - set(self.inputs)  # a model input called "labels" is an input, not the labels
         # read_npz_batches refuses a missing or empty folder, special files and unreadable or pickled .npz
-        for path, feed in zip(sorted(folder.glob("*.npz")), read_npz_batches(folder)):
+        # the reader first: it refuses a folder without .npz files (zip stops at its first empty argument)
+        for feed, path in zip(read_npz_batches(folder), sorted(folder.glob("*.npz"))):
             missing = sorted(set(self.inputs) - set(feed))
             extra = sorted(set(feed) - set(self.inputs) - reserved)
             if missing or extra:
