@@ -159,6 +159,39 @@ def test_cpu_executor_needs_pinned_symbolic_dims() -> None:
         parse_shape_overrides(["x:1xAx3"])
 
 
+def test_every_input_that_needs_a_shape_is_named_at_once(tmp_path) -> None:
+    """A text model's ids and mask both have a symbolic sequence: one refusal names both (it took two runs)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed"),
+            helper.make_node("Cast", ["mask"], ["m"], name="mask_float", to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["m", "axis"], ["m3"], name="mask_3d"),
+            helper.make_node("Mul", ["e", "m3"], ["y"], name="masked"),
+        ],
+        "text",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "sequence"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 4])],
+        [
+            numpy_helper.from_array(np.ones((10, 4), np.float32), "emb"),
+            numpy_helper.from_array(np.array([2], np.int64), "axis"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "text.onnx")
+    with pytest.raises(WorkbenchError, match="--shape ids:NxN --shape mask:NxN") as refused:
+        OrtCpuExecutor(tmp_path / "text.onnx")
+    assert "inputs ['ids', 'mask'] have symbolic non-batch dimensions" in str(refused.value)
+    executor = OrtCpuExecutor(tmp_path / "text.onnx", shapes={"ids": (1, 8), "mask": (1, 8)})
+    assert [slot.sample_shape for slot in executor.inputs] == [(8,), (8,)]
+
+
 def test_cpu_pipeline_closed_loop_end_to_end(cls_executor: OrtCpuExecutor) -> None:
     import onnxruntime as ort
 

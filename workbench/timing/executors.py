@@ -150,7 +150,16 @@ class OrtCpuExecutor:
                 f"{self.onnx_path}: --shape names {unknown}, which are not inputs of the model.",
                 expected=f"names among {[arg.name for arg in probe.get_inputs()]}",
             )
-        self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in probe.get_inputs()]
+        args = list(probe.get_inputs())
+        unsized = [arg for arg in args if arg.name not in shapes and _symbolic_positions(list(arg.shape))]
+        if len(unsized) > 1:  # every input that needs a --shape named at once, not one refusal per run
+            raise WorkbenchError(
+                f"inputs {[arg.name for arg in unsized]} have symbolic non-batch dimensions "
+                f"({'; '.join(f'{arg.name}: {list(arg.shape)}' for arg in unsized)}).",
+                expected="a fixed size for every non-batch dimension",
+                hint="pass " + " ".join(f"--shape {arg.name}:{_shape_template(list(arg.shape))}" for arg in unsized),
+            )
+        self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in args]
         self.outputs = [
             TensorSlot(o.name, (), np.dtype(_ORT_DTYPES.get(o.type, np.float32))) for o in probe.get_outputs()
         ]
@@ -185,8 +194,7 @@ class OrtCpuExecutor:
                 raise WorkbenchError(
                     f"input {arg.name!r} has a symbolic dimension {dim!r} at position {index} ({dims}).",
                     expected="a fixed size for every non-batch dimension",
-                    hint=f"pass --shape {arg.name}:"
-                    + "x".join(str(d if isinstance(d, int) and d > 0 else "N") for d in dims),
+                    hint=f"pass --shape {arg.name}:{_shape_template(dims)}",
                 )
             sample.append(int(dim))
         return TensorSlot(arg.name, tuple(sample), dtype)
@@ -236,3 +244,13 @@ class _OrtLane:
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run the lane's session on caller-owned inputs (the serving layer's per-slot buffers); synchronous."""
         return self._session.run(None, feed)
+
+
+def _symbolic_positions(dims: list[Any]) -> list[int]:
+    """The non-batch positions of ``dims`` (ONNX Runtime's input shape) that have no fixed size."""
+    return [index for index, dim in enumerate(dims[1:], start=1) if not isinstance(dim, int) or dim <= 0]
+
+
+def _shape_template(dims: list[Any]) -> str:
+    """``dims`` as --shape writes it, N where a size is symbolic: ``Nx3xNxN``."""
+    return "x".join(str(d if isinstance(d, int) and d > 0 else "N") for d in dims)
