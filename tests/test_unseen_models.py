@@ -734,3 +734,12 @@ def test_symbolic_dimensions_take_the_first_size_the_model_runs_at(tmp_path: Pat
     never = OnnxFileEntry(_waveform_conv(tmp_path / "kernel20000.onnx", 20000))  # its stages fail, the report says
     assert never.profiles["wave"][0] == (1, 1, 16)
     assert any("none of 16, 64, 256, 1024, 4096, 16384" in note and "--data DIR" in note for note in never.notes)
+
+
+def test_build_names_every_input_that_needs_shapes_at_once(models: Path, tmp_path: Path) -> None:
+    """tokens-float's ids and features share a symbolic sequence: one refusal names both inputs and the flags for
+    both (it named the first only, so a text model with ids and a mask took two failed builds), nothing written."""
+    argv = ["build", str(models / "tokens-float.onnx"), "-o", str(tmp_path / "e.engine"), "--no-progress"]
+    line = _refused(run_cli_forked(argv, tmp_path), "inputs ['ids', 'feats'] have dynamic non-batch dimensions")
+    assert "--shapes ids:MIN,OPT,MAX --shapes feats:MIN,OPT,MAX" in line
+    assert not list(tmp_path.glob("e.*"))

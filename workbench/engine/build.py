@@ -283,6 +283,21 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
             expected="one of " + ", ".join(spec.name for spec in model.inputs),
         )
     profiles: dict[str, ShapeRange] = {}
+    unsized = [
+        spec
+        for spec in model.inputs
+        if spec.name not in shapes and any(not (isinstance(d, int) and d > 0) for d in spec.shape[1:])
+    ]
+    if len(unsized) > 1:  # every input that needs --shapes named at once, not one refusal per build
+        raise WorkbenchError(
+            f"inputs {[spec.name for spec in unsized]} have dynamic non-batch dimensions and no shapes were given "
+            f"for them ({'; '.join(f'{spec.name}: {list(spec.shape)}' for spec in unsized)}).",
+            expected=" ".join(f"--shapes {spec.name}:MIN,OPT,MAX" for spec in unsized)
+            + " with shapes like "
+            + ", ".join(
+                "x".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in spec.shape) for spec in unsized
+            ),
+        )
     for spec in model.inputs:
         if spec.name in shapes:
             low, opt, high = shapes[spec.name]
