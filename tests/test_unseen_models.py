@@ -743,3 +743,36 @@ def test_build_names_every_input_that_needs_shapes_at_once(models: Path, tmp_pat
     line = _refused(run_cli_forked(argv, tmp_path), "inputs ['ids', 'feats'] have dynamic non-batch dimensions")
     assert "--shapes ids:MIN,OPT,MAX --shapes feats:MIN,OPT,MAX" in line
     assert not list(tmp_path.glob("e.*"))
+
+
+def test_models_onnx_runtime_quantized_are_refused_saying_why(models: Path, tmp_path: Path) -> None:
+    """onnxruntime.quantization's own outputs: QOperator format (QLinearConv, QLinearMatMul) and quantize_dynamic
+    (ConvInteger, MatMulInteger, DynamicQuantizeLinear), and its QDQ default (asymmetric uint8 activations). build
+    said the parser's "Assertion failed: shiftIsAllZeros(zeroPoint)" or "false"; calibrate said "nothing to
+    quantize". Each is now refused saying what the model is and what TensorRT takes, nothing written."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([{"x": np.full((1, 3, 16, 16), 0.1 * i, np.float32)} for i in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    fp32 = models / "conv-opset13.onnx"
+    quantize_static(str(fp32), str(tmp_path / "qop.onnx"), Reader(), quant_format=QuantFormat.QOperator)
+    quantize_dynamic(str(fp32), str(tmp_path / "dyn.onnx"))
+    quantize_static(str(fp32), str(tmp_path / "qdq_uint8.onnx"), Reader(), quant_format=QuantFormat.QDQ)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, needle in [
+        ("qop", "ONNX Runtime's operator format (QLinearConv x2"),
+        ("dyn", "ONNX Runtime's operator format (DynamicQuantizeLinear"),
+        ("qdq_uint8", "has a non-zero zero point: TensorRT quantizes symmetrically"),
+    ]:
+        build = ["build", str(tmp_path / f"{name}.onnx"), "-o", str(out / f"{name}.engine"), "--no-progress"]
+        _refused(run_cli_forked(build, out), needle)
+    for name in ("qop", "dyn"):
+        calibrate = ["calibrate", str(tmp_path / f"{name}.onnx"), "--data", "random", "-o", str(out / "q.onnx")]
+        _refused(run_cli_forked(calibrate, out), "already quantized, in ONNX Runtime's operator format")
+    assert not any(out.iterdir())

@@ -382,6 +382,9 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
         from workbench.calib.stats import no_graph_inputs
 
         raise no_graph_inputs(str(model.path))
+    from workbench.calib.session import refuse_quantized
+
+    refuse_quantized(model)  # before "nothing to quantize": QLinearConv is no Conv, yet the model is quantized
     if not any(node.op_type in QUANTIZABLE_OPS for node in graph.node):
         ops = sorted({node.op_type for node in graph.node})
         raise WorkbenchError(

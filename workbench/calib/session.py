@@ -53,13 +53,22 @@ class AlreadyQuantized(WorkbenchError):
     """The model carries its own Q/DQ nodes: calibration starts from the FP32 model they were put into."""
 
 
-def _refuse_quantized(model: OnnxModel) -> None:
+def refuse_quantized(model: OnnxModel) -> None:
     """Ranges measured on a Q/DQ model describe its dequantized values, and a second Q/DQ pair on a quantized
     tensor is refused by TensorRT's placement rules: calibrating it again is not what anyone means."""
-    from workbench.model.graph import QDQ_OPS
+    from workbench.model.graph import ORT_QUANTIZED_OPS, QDQ_OPS
     from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 
     graph = model.proto.graph
+    integer_ops = sorted({node.op_type for node in graph.node if node.op_type in ORT_QUANTIZED_OPS})
+    if integer_ops:
+        raise AlreadyQuantized(
+            f"{model.path or 'the model'} is already quantized, in ONNX Runtime's operator format "
+            f"({', '.join(integer_ops[:5])}).",
+            expected="the FP32 model it was quantized from (calibrate before quantizing, not after)",
+            hint="TensorRT has no kernels for ONNX Runtime's integer ops: `workbench calibrate` the FP32 model to get "
+            "the Q/DQ model TensorRT builds in INT8",
+        )
     pairs = sum(node.op_type in QDQ_OPS for node in graph.node)
     if not pairs:
         return
@@ -178,7 +187,7 @@ class CalibrationSession:
                 f"a calibration session needs an OnnxModel or a path, not a {type(model).__name__}.",
                 expected="workbench.model.load_onnx(path) or a path",
             )
-        _refuse_quantized(model)
+        refuse_quantized(model)
         _refuse_float16(model)
         self.model = model
         self.entry = entry

@@ -386,6 +386,14 @@ def engine_from_onnx(
     options = options or BuildOptions()
     if not isinstance(model, OnnxModel):
         model = load_onnx(model)
+    from workbench.model.graph import operator_quantization_problem
+
+    problem = operator_quantization_problem(model.proto)  # said before the parser's "Assertion failed: ..."
+    if problem is not None:
+        raise WorkbenchError(
+            f"{model.path}: {problem}.",
+            expected="the FP32 model (then `workbench calibrate`), or a Q/DQ model with symmetric INT8 (zero point 0)",
+        )
     backend = get_backend(options.backend)
     engine_path = Path(engine_path)
     if engine_path.exists() and engine_path.is_dir():

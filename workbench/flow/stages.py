@@ -26,7 +26,7 @@ from workbench._io import write_bytes_atomic, write_json_atomic
 from workbench.calib.quantization_choice import choose_rounding_and_alignment
 from workbench.calib.rounding_choice import choose_weight_rounding
 from workbench.calib.search import search_mixed_precision
-from workbench.calib.session import AlreadyQuantized, Float16Model
+from workbench.calib.session import AlreadyQuantized, Float16Model, refuse_quantized
 from workbench.clean import CleanOptions, clean_model
 from workbench.engine import EngineArtifact, FusionStats, detect_gpu, engine_from_onnx, engine_runnable
 from workbench.engine.backend import get_backend
@@ -169,6 +169,13 @@ def stage_build_fp16(run: QuickstartRun, ws: Workspace) -> VariantBuild:
 def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
     cfg = run.config
     source = ws.source_model(run).proto.graph
+    try:
+        refuse_quantized(ws.source_model(run))  # before "nothing to quantize": a QLinearConv is no Conv
+    except AlreadyQuantized as error:
+        raise StageNotApplicable(
+            f"{error} Its own quantization is built as it is in the FP32 and FP16 engines, and those are compared "
+            "instead"
+        ) from error
     if not any(node.op_type in QUANTIZABLE_OPS for node in source.node):
         ops = sorted({node.op_type for node in source.node})
         raise StageNotApplicable(

@@ -98,6 +98,62 @@ def fix_node_names(proto: onnx.ModelProto) -> list[tuple[str, str]]:
     return renamed
 
 
+# ONNX Runtime's quantized operator format (quantize_static QOperator, quantize_dynamic): integer kernels ONNX Runtime
+# runs and TensorRT has none of; TensorRT takes INT8 only as Q/DQ pairs around float ops
+ORT_QUANTIZED_OPS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearConcat",
+        "QLinearGlobalAveragePool",
+        "QLinearAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearSigmoid",
+        "QLinearSoftmax",
+        "QLinearReduceMean",
+        "QLinearWhere",
+        "QGemm",
+        "QAttention",
+        "ConvInteger",
+        "MatMulInteger",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeLinear",
+        "DynamicQuantizeMatMul",
+    }
+)
+
+
+def operator_quantization_problem(proto: onnx.ModelProto) -> str | None:
+    """Why TensorRT cannot build ``proto``'s quantization, or None: ONNX Runtime's quantized operators (no TensorRT
+    kernels), or a Q/DQ pair with a non-zero constant zero point (TensorRT quantizes symmetrically; ONNX Runtime's
+    QDQ default is asymmetric uint8 activations)."""
+    from onnx import numpy_helper
+
+    graph = proto.graph
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type in ORT_QUANTIZED_OPS:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    if counts:
+        ops = ", ".join(f"{op} x{count}" for op, count in sorted(counts.items(), key=lambda item: -item[1])[:5])
+        return (
+            f"it is quantized in ONNX Runtime's operator format ({ops}): TensorRT has no kernels for these integer "
+            "ops; it takes INT8 only as QuantizeLinear/DequantizeLinear pairs around float ops (the QDQ format)"
+        )
+    zero_points = {init.name: init for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2 and node.input[2]:
+            zero = zero_points.get(node.input[2])
+            if zero is not None and zero.data_type != 17 and numpy_helper.to_array(zero).any():  # 17: FLOAT8E4M3FN
+                return (
+                    f"{node.op_type} {node.name or node.output[0]!r} has a non-zero zero point: TensorRT quantizes "
+                    "symmetrically (zero point 0, INT8); ONNX Runtime's QDQ default is asymmetric uint8 activations"
+                )
+    return None
+
+
 def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
     graph = proto_or_graph.graph if hasattr(proto_or_graph, "graph") else proto_or_graph
     return any(node.op_type in QDQ_OPS for node in graph.node)
