@@ -776,3 +776,11 @@ def test_models_onnx_runtime_quantized_are_refused_saying_why(models: Path, tmp_
         calibrate = ["calibrate", str(tmp_path / f"{name}.onnx"), "--data", "random", "-o", str(out / "q.onnx")]
         _refused(run_cli_forked(calibrate, out), "already quantized, in ONNX Runtime's operator format")
     assert not any(out.iterdir())
+
+
+def test_an_op_the_parser_rejects_without_a_reason_is_named_with_its_error_code(models: Path, tmp_path: Path) -> None:
+    """TensorRT's parser rejects SplitToSequence with the text "false": the refusal says "unsupported node" (its
+    error code) for each node, not "false"."""
+    argv = ["build", str(models / "sequence-ops.onnx"), "-o", str(tmp_path / "e.engine"), "--no-progress"]
+    line = _refused(run_cli_forked(argv, tmp_path), "node 'split' (SplitToSequence): unsupported node")
+    assert ": false" not in line and "node 'concat' (ConcatFromSequence): unsupported node" in line

@@ -238,6 +238,9 @@ class NetworkBuildOutput:
 def _parser_error_text(error: Any) -> str:
     """A parser error's text, with the ONNX node and op it names where the binding gives them."""
     text = str(error.desc())
+    code = str(getattr(error, "code", lambda: "")()).rsplit(".", 1)[-1]
+    if text.strip() in ("", "false") and code:  # an assertion with no message: the error code is all it says
+        text = f"{code.lower().replace('_', ' ')} (the parser gives no other reason)"
     try:
         node, op = str(error.node_name()), str(error.node_operator())
     except Exception:  # older bindings have no node_name()/node_operator()
