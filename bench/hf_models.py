@@ -16,63 +16,6 @@ out.mkdir(parents=True, exist_ok=True)
 names = sys.argv[2:] or None
 
 
-def vision(name, model, size=64, ch=3):
-    model.eval()
-    x = torch.randn(2, ch, size, size)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, pixel_values):
-            return self.model(pixel_values=pixel_values).logits
-
-    torch.onnx.export(
-        Wrap(model),
-        (x,),
-        out / f"{name}.onnx",
-        input_names=["pixel_values"],
-        output_names=["logits"],
-        dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
-
-
-def text(name, model, with_mask=True, vocab=100):
-    model.eval()
-    ids = torch.randint(0, vocab, (2, 16))
-    mask = torch.ones(2, 16, dtype=torch.long)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask=None):
-            o = (
-                self.model(input_ids=input_ids, attention_mask=attention_mask)
-                if with_mask
-                else self.model(input_ids=input_ids)
-            )
-            return o.logits if hasattr(o, "logits") else o.last_hidden_state
-
-    args = (ids, mask) if with_mask else (ids,)
-    inames = ["input_ids", "attention_mask"] if with_mask else ["input_ids"]
-    dyn = {n: {0: "batch", 1: "sequence"} for n in inames} | {"out": {0: "batch", 1: "sequence"}}
-    torch.onnx.export(
-        Wrap(model),
-        args,
-        out / f"{name}.onnx",
-        input_names=inames,
-        output_names=["out"],
-        dynamic_axes=dyn,
-        opset_version=17,
-        dynamo=False,
-    )
-
-
 def generic(name, model, inputs, outputs):
     """``inputs``: {name: (tensor, dynamic axes {index: name})}; ``outputs``: {name: (attribute, dynamic axes)}."""
     model.eval()
@@ -103,6 +46,21 @@ def _ids(length=16, vocab=100):
 
 
 BATCH, SEQ = {0: "batch"}, {0: "batch", 1: "sequence"}
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)  # every transformer
+
+
+def vision(name, model, size=64):
+    """An image classifier or segmenter: pixel_values [N, 3, size, size] -> logits."""
+    generic(name, model, {"pixel_values": (torch.randn(2, 3, size, size), BATCH)}, {"logits": ("logits", BATCH)})
+
+
+def text(name, model, with_mask=True, out_axes=BATCH):
+    """A text model: input_ids (and attention_mask) [N, sequence] -> logits."""
+    inputs = {"input_ids": (_ids(), SEQ)}
+    if with_mask:
+        inputs["attention_mask"] = (torch.ones(2, 16, dtype=torch.long), SEQ)
+    generic(name, model, inputs, {"logits": ("logits", out_axes)})
+
 
 builders = {
     "hf-resnet": lambda: vision(
@@ -123,17 +81,7 @@ builders = {
     ),
     "hf-vit": lambda: vision(
         "hf-vit",
-        T.ViTForImageClassification(
-            T.ViTConfig(
-                image_size=64,
-                patch_size=16,
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=64,
-                num_labels=10,
-            )
-        ),
+        T.ViTForImageClassification(T.ViTConfig(image_size=64, patch_size=16, **SMALL, num_labels=10)),
     ),
     "hf-swin": lambda: vision(
         "hf-swin",
@@ -172,18 +120,14 @@ builders = {
         "hf-gpt2",
         T.GPT2LMHeadModel(T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
         with_mask=False,
+        out_axes=SEQ,
     ),
-}
-builders |= {
     "hf-wav2vec2": lambda: generic(
         "hf-wav2vec2",
         T.Wav2Vec2ForSequenceClassification(
             T.Wav2Vec2Config(
                 vocab_size=32,
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=64,
+                **SMALL,
                 conv_dim=(16, 16),
                 conv_stride=(5, 2),
                 conv_kernel=(10, 3),
@@ -199,22 +143,8 @@ builders |= {
         "hf-clip",
         T.CLIPModel(
             T.CLIPConfig(
-                text_config=dict(
-                    vocab_size=100,
-                    hidden_size=32,
-                    intermediate_size=64,
-                    num_hidden_layers=2,
-                    num_attention_heads=2,
-                    max_position_embeddings=32,
-                ),
-                vision_config=dict(
-                    hidden_size=32,
-                    intermediate_size=64,
-                    num_hidden_layers=2,
-                    num_attention_heads=2,
-                    image_size=32,
-                    patch_size=8,
-                ),
+                text_config=dict(vocab_size=100, **SMALL, max_position_embeddings=32),
+                vision_config=dict(**SMALL, image_size=32, patch_size=8),
                 projection_dim=16,
             )
         ),
@@ -242,15 +172,7 @@ builders |= {
     "hf-deberta": lambda: generic(
         "hf-deberta",
         T.DebertaV2ForSequenceClassification(
-            T.DebertaV2Config(
-                vocab_size=100,
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=64,
-                max_position_embeddings=64,
-                num_labels=3,
-            )
+            T.DebertaV2Config(vocab_size=100, **SMALL, max_position_embeddings=64, num_labels=3)
         ),
         {"input_ids": (_ids(), SEQ), "attention_mask": (torch.ones(2, 16, dtype=torch.long), SEQ)},
         {"logits": ("logits", BATCH)},
@@ -266,16 +188,7 @@ builders |= {
     "hf-yolos": lambda: generic(
         "hf-yolos",
         T.YolosForObjectDetection(
-            T.YolosConfig(
-                image_size=[64, 64],
-                patch_size=16,
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=64,
-                num_detection_tokens=10,
-                num_labels=5,
-            )
+            T.YolosConfig(image_size=[64, 64], patch_size=16, **SMALL, num_detection_tokens=10, num_labels=5)
         ),
         {"pixel_values": (torch.randn(2, 3, 64, 64), BATCH)},
         {"logits": ("logits", BATCH), "pred_boxes": ("pred_boxes", BATCH)},
