@@ -2,7 +2,8 @@
 # Bad values on the CLI's options, one command per line below (OUT, BADJSON, BADPLAN, EMPTYDIR, BADNPZDIR, PNGDIR are
 # replaced by files this script writes under OUTDIR). Prints one line per command:
 #   N rc=EXIT tb=TRACEBACKS :: COMMAND :: first error line
-# Every command should exit 2 with an `error:` line and no traceback, except `--formats ""` and `--screen 0` (defaults).
+# Every command should exit 2 with an `error:` line and no traceback, except `--formats ""` and `--screen 0` (defaults)
+# and `build --timing-cache` on a file that is not one (TensorRT-RTX ignores timing caches; the file is left as it was).
 # usage: nice bench/bad_values.sh OUTDIR      (run from the repository root; results: unseen_models_2026-12-06b.md)
 set -u
 OUT=${1:?usage: bench/bad_values.sh OUTDIR}; REPO=$(pwd); PY=${PYTHON:-.venv/bin/python}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from cli_runner import run_cli_forked
 from onnx import TensorProto, helper, numpy_helper
 
@@ -184,3 +185,45 @@ def test_a_constant_left_operand_is_quantized_per_row_and_a_float_one_is_a_misma
     assert "left_mm (MatMul): requested int8, runs fp32" in strict.stderr
     assert "constant operand 'W' has no Q/DQ" in strict.stderr
     assert not list(tmp_path.glob("h.*"))  # nothing written
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+def test_a_gemm_constant_a_is_quantized_per_output_row_and_builds_as_int8(tmp_path: Path, trans_a: int) -> None:
+    """Gemm(A, x) with a constant A ([M, K], or [K, M] with transA): its scales go along M (axis 0, or 1 with
+    transA); TensorRT-RTX builds an INT8 GEMM and every node runs as asked."""
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((64, 48) if trans_a else (48, 64)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0], name="to_columns"),
+        helper.make_node("Gemm", ["A", "xt"], ["yt"], name="gemm_left", transA=trans_a),
+        helper.make_node("Transpose", ["yt"], ["y"], perm=[1, 0], name="to_rows"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gemm_left",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 48])],
+        [numpy_helper.from_array(weight, "A")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "gemm.onnx")
+    calibrated = tmp_path / "gemm.int8.onnx"
+    argv = ["calibrate", str(tmp_path / "gemm.onnx"), "--data", "random", "-o", str(calibrated), "--no-progress"]
+    run = run_cli_forked(argv, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    proto = onnx.load(str(calibrated))
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm")
+    weight_dq = next(n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == gemm.input[0])
+    assert next(a.i for a in weight_dq.attribute if a.name == "axis") == trans_a
+    scale = next(i for i in proto.graph.initializer if i.name == weight_dq.input[1])
+    assert list(scale.dims) == [48]
+    build = ["build", str(calibrated), "-o", str(tmp_path / "g.engine"), "--shapes", "x:1x64,4x64,8x64"]
+    run = run_cli_forked([*build, "--strict-precision", "--no-progress"], cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    layers = json.loads((tmp_path / "g.layers.json").read_text())["engine_layers"]
+    assert any(
+        layer["type"] == "gemm" and layer["precision"] == "int8"
+        for layer in layers
+        if "gemm_left" in layer["onnx_nodes"]
+    )

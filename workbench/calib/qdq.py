@@ -39,17 +39,12 @@ def _zero_point(name: str, shape: tuple[int, ...], fmt: QuantFormat) -> gs.Const
     from onnx_graphsurgeon.ir.tensor import LazyValues
 
     if fmt == "fp8":  # numpy has no float8 dtype graphsurgeon can export: hand it the ONNX tensor itself
-        from onnx_graphsurgeon.logger import G_LOGGER
+        from workbench.model.graph import quiet_graphsurgeon
 
         size = int(np.prod(shape)) if shape else 1
         tensor = helper.make_tensor(name, TensorProto.FLOAT8E4M3FN, list(shape), [0.0] * size)
-        # graphsurgeon warns that it keeps the ONNX type (what is wanted here), and on the first warning that the
-        # optional `colored` package is missing, with a pip command: two lines of noise on every FP8 calibration
-        severity, G_LOGGER.severity = G_LOGGER.severity, G_LOGGER.ERROR
-        try:
+        with quiet_graphsurgeon():
             return gs.Constant(name, LazyValues(tensor))
-        finally:
-            G_LOGGER.severity = severity
     return gs.Constant(name, np.zeros(shape, dtype=np.int8))
 
 

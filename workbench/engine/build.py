@@ -377,6 +377,31 @@ class _TqdmProgress:
         return True
 
 
+# Q/DQ lint rules the TensorRT(-RTX) parser refuses outright (measured: "shiftIsAllZeros(zeroPoint)" for ONNX Runtime's
+# asymmetric uint8 QDQ default, "Scale coefficients must all be positive" for a scale that underflowed to 0)
+_PARSER_REFUSES = ("qdq-zero-point-nonzero", "qdq-scale-not-positive")
+
+
+def _unbuildable_quantization(model: OnnxModel) -> str | None:
+    """Why the parser will refuse ``model``'s quantization, in our words, or None: ONNX Runtime's integer operators,
+    or a Q/DQ pair that breaks a rule of :func:`workbench.clean.qdq_lint.lint_qdq` the parser enforces."""
+    from workbench.model.graph import has_qdq, ort_operator_quantization, quiet_graphsurgeon
+
+    problem = ort_operator_quantization(model.proto)
+    if problem is not None or not has_qdq(model.proto):
+        return problem
+    from workbench.clean.qdq_lint import lint_qdq
+
+    with quiet_graphsurgeon():  # reading FP8 zero points
+        refused = [finding for finding in lint_qdq(model.proto) if finding.rule in _PARSER_REFUSES]
+    if not refused:
+        return None
+    return (
+        f"{len(refused)} Q/DQ node(s) break TensorRT's quantization rules, e.g. {refused[0].node!r}: "
+        f"{refused[0].message} (ONNX Runtime's QDQ default is asymmetric uint8 activations)"
+    )
+
+
 def engine_from_onnx(
     model: OnnxModel | str | os.PathLike[str],
     engine_path: str | os.PathLike[str],
@@ -386,13 +411,12 @@ def engine_from_onnx(
     options = options or BuildOptions()
     if not isinstance(model, OnnxModel):
         model = load_onnx(model)
-    from workbench.model.graph import operator_quantization_problem
-
-    problem = operator_quantization_problem(model.proto)  # said before the parser's "Assertion failed: ..."
+    problem = _unbuildable_quantization(model)  # said before the parser's "Assertion failed: ..."
     if problem is not None:
         raise WorkbenchError(
             f"{model.path}: {problem}.",
-            expected="the FP32 model (then `workbench calibrate`), or a Q/DQ model with symmetric INT8 (zero point 0)",
+            expected="the FP32 model (then `workbench calibrate`), or a Q/DQ model with symmetric INT8 (zero point 0, "
+            "scales > 0)",
         )
     backend = get_backend(options.backend)
     engine_path = Path(engine_path)

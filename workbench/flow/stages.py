@@ -173,8 +173,8 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         refuse_quantized(ws.source_model(run))  # before "nothing to quantize": a QLinearConv is no Conv
     except AlreadyQuantized as error:
         raise StageNotApplicable(
-            f"{error} Its own quantization is built as it is in the FP32 and FP16 engines, and those are compared "
-            "instead"
+            f"{error} Its own quantization is built as it is in the FP32 and FP16 engines (their layer counts say "
+            "which run in 8 bits), and those are compared instead"
         ) from error
     if not any(node.op_type in QUANTIZABLE_OPS for node in source.node):
         ops = sorted({node.op_type for node in source.node})
@@ -186,11 +186,6 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         session = ws.calibration_session(run)
     except Float16Model as error:
         raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
-    except AlreadyQuantized as error:
-        raise StageNotApplicable(
-            f"{error} Its own Q/DQ pairs are built as they are in the FP32 and FP16 engines (their layer counts say "
-            "which run in 8 bits), and those are compared instead"
-        ) from error
     ranges = session.ranges(cfg.calibration_method)
     statistics = session.statistics()
     # `calibrate`'s default for a model with a task metric: the weight rounding (nearest or GPTQ, whichever scores

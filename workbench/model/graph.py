@@ -8,6 +8,7 @@ the same way. Works on ``onnx.ModelProto`` graphs (``onnx_node_name``, ``onnx_no
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -125,33 +126,33 @@ ORT_QUANTIZED_OPS = frozenset(
 )
 
 
-def operator_quantization_problem(proto: onnx.ModelProto) -> str | None:
-    """Why TensorRT cannot build ``proto``'s quantization, or None: ONNX Runtime's quantized operators (no TensorRT
-    kernels), or a Q/DQ pair with a non-zero constant zero point (TensorRT quantizes symmetrically; ONNX Runtime's
-    QDQ default is asymmetric uint8 activations)."""
-    from onnx import numpy_helper
+@contextmanager
+def quiet_graphsurgeon() -> Iterator[None]:
+    """onnx-graphsurgeon's logger at ERROR inside: it warns, per FP8 constant, that numpy has no float8 type (the
+    value stays an ONNX tensor, what is wanted here), each time with a hint to `pip install colored`."""
+    from onnx_graphsurgeon.logger import G_LOGGER
 
-    graph = proto.graph
+    severity, G_LOGGER.severity = G_LOGGER.severity, G_LOGGER.ERROR
+    try:
+        yield
+    finally:
+        G_LOGGER.severity = severity
+
+
+def ort_operator_quantization(proto: onnx.ModelProto) -> str | None:
+    """Why TensorRT cannot build ``proto`` when ONNX Runtime quantized it in its operator format (no TensorRT
+    kernels for these integer ops), or None."""
     counts: dict[str, int] = {}
-    for node in graph.node:
+    for node in proto.graph.node:
         if node.op_type in ORT_QUANTIZED_OPS:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    if counts:
-        ops = ", ".join(f"{op} x{count}" for op, count in sorted(counts.items(), key=lambda item: -item[1])[:5])
-        return (
-            f"it is quantized in ONNX Runtime's operator format ({ops}): TensorRT has no kernels for these integer "
-            "ops; it takes INT8 only as QuantizeLinear/DequantizeLinear pairs around float ops (the QDQ format)"
-        )
-    zero_points = {init.name: init for init in graph.initializer}
-    for node in graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2 and node.input[2]:
-            zero = zero_points.get(node.input[2])
-            if zero is not None and zero.data_type != 17 and numpy_helper.to_array(zero).any():  # 17: FLOAT8E4M3FN
-                return (
-                    f"{node.op_type} {node.name or node.output[0]!r} has a non-zero zero point: TensorRT quantizes "
-                    "symmetrically (zero point 0, INT8); ONNX Runtime's QDQ default is asymmetric uint8 activations"
-                )
-    return None
+    if not counts:
+        return None
+    ops = ", ".join(f"{op} x{count}" for op, count in sorted(counts.items(), key=lambda item: -item[1])[:5])
+    return (
+        f"it is quantized in ONNX Runtime's operator format ({ops}): TensorRT has no kernels for these integer "
+        "ops; it takes INT8 only as QuantizeLinear/DequantizeLinear pairs around float ops (the QDQ format)"
+    )
 
 
 def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:

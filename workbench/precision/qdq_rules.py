@@ -251,8 +251,11 @@ def plan_placement(
         operands = [(i, t) for i, t in enumerate(node.inputs[:2]) if t is not None and t.name]
         axes = {i: _weight_axis(node, i, t) for i, t in operands if is_constant(t) and t.values.dtype.kind == "f"}
         if any(axis is None for axis in axes.values()):
-            # half a quantized node would run in float behind a Q/DQ that only costs (a vector weight: no row axis)
-            placement.excluded[node.name] = "a constant operand without an output-channel axis (a vector)"
+            # half a quantized node would run in float behind a Q/DQ that only costs (a vector weight, a Conv's
+            # constant data input: no output-channel axis to scale per channel)
+            placement.excluded[node.name] = (
+                "a constant operand without an output-channel axis (a vector, or a Conv's data)"
+            )
             continue
         int8.add(node.name)
         (placement.fp8_nodes if fmt == "fp8" else placement.int8_nodes).append(node.name)
