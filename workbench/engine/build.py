@@ -377,28 +377,22 @@ class _TqdmProgress:
         return True
 
 
-# Q/DQ lint rules the TensorRT(-RTX) parser refuses outright (measured: "shiftIsAllZeros(zeroPoint)" for ONNX Runtime's
-# asymmetric uint8 QDQ default, "Scale coefficients must all be positive" for a scale that underflowed to 0)
-_PARSER_REFUSES = ("qdq-zero-point-nonzero", "qdq-scale-not-positive")
-
-
 def _unbuildable_quantization(model: OnnxModel) -> str | None:
     """Why the parser will refuse ``model``'s quantization, in our words, or None: ONNX Runtime's integer operators,
-    or a Q/DQ pair that breaks a rule of :func:`workbench.clean.qdq_lint.lint_qdq` the parser enforces."""
-    from workbench.model.graph import has_qdq, ort_operator_quantization, quiet_graphsurgeon
+    or a Q/DQ pair with a non-zero zero point or a scale that is not > 0 (``workbench.model.graph.parser_refused_qdq``;
+    the engine cannot call ``clean.qdq_lint``, a package above it in the layering ``tests/test_architecture.py`` checks)."""
+    from workbench.model.graph import ort_operator_quantization, parser_refused_qdq
 
     problem = ort_operator_quantization(model.proto)
-    if problem is not None or not has_qdq(model.proto):
+    if problem is not None:
         return problem
-    from workbench.clean.qdq_lint import lint_qdq
-
-    with quiet_graphsurgeon():  # reading FP8 zero points
-        refused = [finding for finding in lint_qdq(model.proto) if finding.rule in _PARSER_REFUSES]
+    refused = parser_refused_qdq(model.proto)
     if not refused:
         return None
+    node, why = refused[0]
     return (
-        f"{len(refused)} Q/DQ node(s) break TensorRT's quantization rules, e.g. {refused[0].node!r}: "
-        f"{refused[0].message} (ONNX Runtime's QDQ default is asymmetric uint8 activations)"
+        f"{len(refused)} Q/DQ node(s) break TensorRT's quantization rules, e.g. {node!r}: {why} (ONNX Runtime's QDQ "
+        "default is asymmetric uint8 activations)"
     )
 
 

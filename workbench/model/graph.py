@@ -155,6 +155,33 @@ def ort_operator_quantization(proto: onnx.ModelProto) -> str | None:
     )
 
 
+def parser_refused_qdq(proto: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(node, why) for every Q/DQ node the TensorRT(-RTX) parser refuses outright, measured: a non-zero zero point
+    ("Assertion failed: shiftIsAllZeros(zeroPoint)", ONNX Runtime's asymmetric uint8 QDQ default) and a scale that
+    is not > 0 ("Scale coefficients must all be positive"). The same rules as ``qdq-zero-point-nonzero`` and
+    ``qdq-scale-not-positive`` of ``workbench.clean.qdq_lint``, read straight from the initializers here because the
+    engine layer may not import the cleaner."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    initializers = {init.name: init for init in proto.graph.initializer}
+    refused: list[tuple[str, str]] = []
+    for node in proto.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        name = node.name or node.output[0]
+        scale = initializers.get(node.input[1]) if len(node.input) > 1 else None
+        if scale is not None:
+            values = numpy_helper.to_array(scale).astype(np.float64)
+            if not np.all(np.isfinite(values)) or np.any(values <= 0):
+                refused.append((name, f"{node.op_type} scale must be finite and > 0"))
+                continue
+        zero = initializers.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if zero is not None and zero.data_type != TensorProto.FLOAT8E4M3FN and numpy_helper.to_array(zero).any():
+            refused.append((name, f"{node.op_type} zero point must be a constant 0 (TensorRT quantizes symmetrically)"))
+    return refused
+
+
 def has_qdq(proto_or_graph: onnx.ModelProto | onnx.GraphProto) -> bool:
     graph = proto_or_graph.graph if hasattr(proto_or_graph, "graph") else proto_or_graph
     return any(node.op_type in QDQ_OPS for node in graph.node)
