@@ -390,10 +390,8 @@ def _unbuildable_quantization(model: OnnxModel) -> str | None:
     if not refused:
         return None
     node, why = refused[0]
-    return (
-        f"{len(refused)} Q/DQ node(s) break TensorRT's quantization rules, e.g. {node!r}: {why} (ONNX Runtime's QDQ "
-        "default is asymmetric uint8 activations)"
-    )
+    origin = " (ONNX Runtime's QDQ default is asymmetric uint8 activations)" if "zero point" in why else ""
+    return f"{len(refused)} Q/DQ node(s) break TensorRT's quantization rules, e.g. {node!r}: {why}{origin}"
 
 
 def engine_from_onnx(
