@@ -194,7 +194,22 @@ builders = {
         {"logits": ("logits", BATCH), "pred_boxes": ("pred_boxes", BATCH)},
     ),
 }
-for name, build in builders.items():
+# Full-size architectures (random init, the configs' defaults): the scale users bring (ResNet-50 98 MB, ViT-B/16
+# 330 MB, BERT-base 418 MB); exported only when named, e.g. `python bench/hf_models.py DIR hf-resnet50 hf-vit-base`.
+full_size = {
+    "hf-resnet50": lambda: vision("hf-resnet50", T.ResNetForImageClassification(T.ResNetConfig()), size=224),
+    "hf-vit-base": lambda: vision("hf-vit-base", T.ViTForImageClassification(T.ViTConfig()), size=224),
+    "hf-bert-base": lambda: generic(
+        "hf-bert-base",
+        T.BertForSequenceClassification(T.BertConfig(num_labels=2)),
+        {
+            "input_ids": (torch.randint(0, 30522, (2, 128)), SEQ),
+            "attention_mask": (torch.ones(2, 128, dtype=torch.long), SEQ),
+        },
+        {"logits": ("logits", BATCH)},
+    ),
+}
+for name, build in (builders | {n: b for n, b in full_size.items() if names and n in names}).items():
     if names and name not in names:
         continue
     try:

@@ -2,7 +2,7 @@
 # The surveys behind bench/results/unseen_models_2026-12-04.md and _2026-12-06b.md: writes the models of tests/fixtures/unseen_models.py,
 # runs every stage CLI on each (no --shapes: models with symbolic non-batch dims are refused by build, as they
 # should be), then `workbench demo --model PATH` with default settings. Prints one line per step:
-#   MODEL STEP rc=EXIT tb=TRACEBACKS :: first error line
+#   MODEL STEP rc=EXIT tb=TRACEBACKS WALL_SECONDS PEAK_RSS :: first error line
 # usage: nice [MODELS_DIR=DIR] bench/unseen_models.sh OUTDIR [MODEL ...]      (run from the repository root)
 set -u
 OUT=${1:?usage: bench/unseen_models.sh OUTDIR [MODEL ...]}; shift
@@ -14,8 +14,9 @@ MODELS=${MODELS_DIR:-$OUT/models}
 NAMES=${*:-$(ls "$MODELS" | sed -n 's/\.onnx$//p')}
 for n in $NAMES; do
   d=$OUT/$n; m=$MODELS/$n.onnx; rm -rf "$d"; mkdir -p "$d"
-  run() { local step=$1; shift; timeout 600 $W "$@" >"$d/$step.out" 2>&1; local rc=$?
-    echo "$n $step rc=$rc tb=$(grep -c Traceback "$d/$step.out") :: $(grep -m1 'error:' "$d/$step.out" | cut -c1-200)"; }
+  run() { local step=$1; shift; /usr/bin/time -o "$d/$step.time" -f "%e %M" timeout 600 $W "$@" >"$d/$step.out" 2>&1
+    local rc=$? secs kib; read -r secs kib < <(tail -1 "$d/$step.time")
+    echo "$n $step rc=$rc tb=$(grep -c Traceback "$d/$step.out") ${secs}s $((kib / 1024))MiB :: $(grep -m1 'error:' "$d/$step.out" | cut -c1-200)"; }
   run clean clean "$m" -o "$d/clean.onnx" --report "$d/clean.json"
   run build build "$m" -o "$d/fp32.engine" --no-progress
   run build16 build "$m" -o "$d/fp16.engine" --precision fp16 --no-progress

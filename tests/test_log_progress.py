@@ -77,3 +77,28 @@ def test_cli_verbose_logs_each_cleaning_pass_to_stderr(tmp_path) -> None:
     assert "workbench.clean.pipeline: pass " not in quiet.stderr
     logged = [line for line in loud.stderr.splitlines() if line.startswith("workbench.clean.pipeline: pass ")]
     assert any("remove_noops" in line or "identity" in line.lower() for line in logged), loud.stderr
+
+
+def test_cli_commands_show_a_warning_once_as_a_warning_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo` printed Python's `session.py:434: UserWarning: GPTQ: 27 of 74 weighted layers keep nearest ...`
+    followed by one of our source lines (ViT-B/16, 2026-12-06); the commands that run stages show `warning: TEXT`
+    once instead, and Python's own display is back afterwards."""
+    from workbench.cli import make_parser
+    from workbench.demo import _cli as demo_command
+    from workbench.log import warnings_as_lines
+
+    def stage() -> int:
+        for _ in range(2):
+            warnings.warn("GPTQ: 2 of 5 weighted layers keep nearest rounding", UserWarning, stacklevel=1)
+        return 0
+
+    original = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert warnings_as_lines(stage)() == 0
+    assert capsys.readouterr().out == "warning: GPTQ: 2 of 5 weighted layers keep nearest rounding\n"
+    assert warnings.showwarning is original
+    parser = make_parser()
+    for argv in (["calibrate", "m.onnx", "-o", "q.onnx"], ["diff", "m.onnx", "q.onnx", "-o", "d.json"]):
+        assert getattr(parser.parse_args(argv).func, "__wrapped__", None) is not None, argv
+    assert make_parser().parse_args(["demo"]).func.__wrapped__ is demo_command

@@ -217,8 +217,10 @@ def test_demo_refuses_a_search_budget_out_of_range(tmp_path: Path, capsys: pytes
     assert not (tmp_path / "out").exists()
 
 
-def test_search_stage_reports_each_evaluation_to_the_session_progress(tmp_path: Path) -> None:
-    """The panel shows "evaluation 1 of 2": the search's per-evaluation events reach the session's callback."""
+def test_calibrate_and_search_stages_report_their_steps_to_the_session_progress(tmp_path: Path) -> None:
+    """The panel shows "evaluation 1 of 2": the search's per-evaluation events reach the session's callback. The
+    calibrate stage (minutes on a ResNet-50: statistics, GPTQ's layer inputs and roundings, task-metric evaluations)
+    reports its steps too, counted where they are, and only while it runs: none mixes into the search's."""
     from workbench.flow import QuickstartSession
     from workbench.progress import ProgressEvent
 
@@ -233,6 +235,15 @@ def test_search_stage_reports_each_evaluation_to_the_session_progress(tmp_path: 
     assert len(evaluations) == run.mixed_search.result.evaluations_used >= 1
     assert all(event.total == 2 for event in evaluations)
     assert evaluations[0].text().startswith("evaluation 1 of 2")
+    calibration = [event for event in events if event.task == "calibration"]
+    assert calibration and events.index(calibration[-1]) < events.index(evaluations[0])
+    batches = [event.index for event in calibration if event.message.startswith("activation statistics")]
+    statistics_batches = run.calibration.ranges.statistics.num_batches
+    assert batches == list(range(1, statistics_batches + 1)) and statistics_batches >= 2
+    assert any(event.message.startswith("task metric of the quantized model") for event in calibration)
+    gptq = [event for event in calibration if event.message.startswith("GPTQ rounding of ")]
+    weights = {event.message.removeprefix("GPTQ rounding of ") for event in gptq}
+    assert gptq and all(event.total == len(weights) and event.index < event.total for event in gptq), gptq
 
 
 def test_the_journey_exports_what_its_search_met_not_a_point_estimate(panel) -> None:

@@ -135,18 +135,32 @@ def test_demo_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str], tmp_p
     assert "streams=0 is out of range" in capsys.readouterr().err
 
 
-def test_demo_says_a_long_stage_is_still_running(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_says_a_long_stage_is_still_running_and_what_it_does_now(capsys: pytest.CaptureFixture[str]) -> None:
+    """The session's events drive the beat: a stage starts it, a nested task's step (the calibrate stage's GPTQ, the
+    search's evaluation) is the line's detail with its own count, never the stage's number, and the end stops it."""
     import time
 
     from workbench.demo import StillRunning
+    from workbench.progress import ProgressEvent
 
     heartbeat = StillRunning(every_s=0.1)
-    heartbeat.start("Build the FP32 engine", 1, 12)
+    heartbeat(ProgressEvent("stage", "Calibrate INT8 ranges", 4, 14, name="calibrate"))
     time.sleep(0.35)
-    heartbeat.stop()
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) >= 2, lines
-    assert all(re.fullmatch(r"\[ 2/12\] \.\.\.  Build the FP32 engine: still running, \d+ s", line) for line in lines)
+    plain = capsys.readouterr().out.splitlines()
+    heartbeat(ProgressEvent("calibration", "GPTQ rounding of conv1.weight", 3, 54))
+    time.sleep(0.35)
+    detailed = capsys.readouterr().out.splitlines()
+    heartbeat(ProgressEvent("stage", "finished", 14, 14, name="done", kind="finish"))
+    assert len(plain) >= 2 and len(detailed) >= 2, (plain, detailed)
+    assert all(re.fullmatch(r"\[ 5/14\] \.\.\.  Calibrate INT8 ranges: still running, \d+ s", line) for line in plain)
+    assert all(
+        re.fullmatch(
+            r"\[ 5/14\] \.\.\.  Calibrate INT8 ranges: still running, \d+ s "
+            r"\(calibration 3 of 54, 6%: GPTQ rounding of conv1\.weight\)",
+            line,
+        )
+        for line in detailed
+    ), detailed
     time.sleep(0.25)  # stopped means silent
     assert capsys.readouterr().out == ""
 

@@ -19,8 +19,9 @@ from workbench._args import level_or_off
 from workbench._io import record_outputs, refuse_foreign_outputs, validate_outputs, write_json_atomic
 from workbench.flow import QuickstartConfig, QuickstartRun, QuickstartSession, StageResult, StageStatus
 from workbench.flow.config import SEARCH_BUDGET_RANGE, SettingValue
+from workbench.log import warnings_as_lines
 from workbench.precision.variant import CALIBRATION_METHODS, PRECISION_CHOICES
-from workbench.progress import ProgressEvent
+from workbench.progress import ProgressEvent, nested_detail
 from workbench.report import diagnose, write_report
 from workbench.timing.limits import STREAMS_EXPECTED
 from workbench.zoo.onnx_file import OnnxFileEntry
@@ -41,23 +42,27 @@ DEMO_FILES = ("report.html", "run.json")  # never overwritten unless an earlier 
 
 class StillRunning:
     """Prints ``... TITLE: still running, N s`` every ``every_s`` while a stage runs, so a long stage (an engine build
-    of a 2,000-node model takes a minute or more) never leaves the terminal silent. Plain lines, not a tqdm bar:
-    the output is read in CI logs and files as much as in terminals."""
+    of a 2,000-node model takes a minute or more) never leaves the terminal silent, with what the stage reported it
+    does now (``evaluation 3 of 8, 38 %: ...``) when it reports steps. Plain lines, not a tqdm bar: the output is read
+    in CI logs and files as much as in terminals."""
 
     def __init__(self, every_s: float = STILL_RUNNING_EVERY_S) -> None:
         self.every_s = every_s
+        self.detail = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, title: str, index: int, total: int) -> None:
         self.stop()
         self._stop = threading.Event()
+        self.detail = ""
         started = time.perf_counter()
 
         def beat(stop: threading.Event = self._stop) -> None:
             while not stop.wait(self.every_s):
                 elapsed = time.perf_counter() - started
-                print(f"[{index + 1:2d}/{total}] ...  {title}: still running, {elapsed:.0f} s", flush=True)
+                now = f" ({self.detail})" if self.detail else ""
+                print(f"[{index + 1:2d}/{total}] ...  {title}: still running, {elapsed:.0f} s{now}", flush=True)
 
         self._thread = threading.Thread(target=beat, name="demo-still-running", daemon=True)
         self._thread.start()
@@ -67,6 +72,18 @@ class StillRunning:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        """A stage's event starts (or, at the end, stops) the beat; a nested task's event (an evaluation of the
+        search, a calibration step) is the running stage's detail."""
+        if event.task != "stage":
+            detail = nested_detail(event)
+            if detail is not None:
+                self.detail = detail
+        elif event.kind == "finish":
+            self.stop()
+        else:
+            self.start(event.message, event.index, event.total or 0)
 
 
 @dataclass(frozen=True)
@@ -95,12 +112,6 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
 
     heartbeat = StillRunning()
 
-    def started(event: ProgressEvent) -> None:
-        if event.kind == "finish":
-            heartbeat.stop()
-        else:
-            heartbeat.start(event.message, event.index, event.total or 0)
-
     def show(result: StageResult, index: int, total: int) -> None:
         heartbeat.stop()
         print(
@@ -108,7 +119,7 @@ def run_demo(model_name: str | None = None, out_dir: str | Path = "out", **setti
             flush=True,
         )
 
-    session = QuickstartSession(config, progress=started, on_result=show)
+    session = QuickstartSession(config, progress=heartbeat, on_result=show)
     entry = session.prepare().entry
     if isinstance(entry, OnnxFileEntry):
         print(f"note        {entry.inputs_note}", flush=True)
@@ -192,7 +203,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="export the chosen engine even when its verdict is bad (by default the export stage is blocked then)",
     )
-    parser.set_defaults(func=_cli)
+    parser.set_defaults(func=warnings_as_lines(_cli))
 
 
 def _cli(args: argparse.Namespace) -> int:

@@ -10,9 +10,13 @@ application (the CLI and notebooks), as the logging HOWTO asks of libraries.
 
 from __future__ import annotations
 
+import functools
 import logging
+import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO, TypeVar
 
 ROOT = "workbench"
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -50,3 +54,38 @@ def split_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
         else:
             log_library_warning(message)
     return list(dict.fromkeys(own))
+
+
+SHOWN_WARNINGS: set[str] = set()  # the texts a command showed as `warning:` lines (its notes skip them)
+Command = TypeVar("Command", bound=Callable[..., int])
+
+
+def warnings_as_lines(command: Command) -> Command:
+    """Stage functions warn (for notebook users); a CLI command shows each warning once, as it happens, as a
+    ``warning: TEXT`` line on standard output, not Python's ``file:line: UserWarning:`` with a line of our source."""
+
+    @functools.wraps(command)
+    def run(*args: object, **kwargs: object) -> int:
+        SHOWN_WARNINGS.clear()
+        original = warnings.showwarning
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            text = str(message)
+            if text not in SHOWN_WARNINGS:
+                SHOWN_WARNINGS.add(text)
+                print(f"warning: {text}", file=sys.stdout, flush=True)
+
+        warnings.showwarning = show
+        try:
+            return command(*args, **kwargs)
+        finally:
+            warnings.showwarning = original
+
+    return run  # type: ignore[return-value]

@@ -48,6 +48,17 @@ class ProgressEvent:
 ProgressFn = Callable[[ProgressEvent], "bool | None"]
 
 
+def nested_detail(event: ProgressEvent) -> str | None:
+    """What a nested task's event (a search's evaluation, a calibration step) says about the step that encloses it:
+    its line, "" once it finished, None when it changes nothing (a builder's inner phase starting). The panel's
+    progress bar and the demo's still-running lines show the same detail."""
+    if event.kind == "finish":
+        return ""
+    if event.kind == "step" or (event.kind == "start" and not event.parent):
+        return event.text() if event.total else event.message
+    return None
+
+
 def report(progress: ProgressFn | None, event: ProgressEvent) -> bool:
     """Send ``event`` to ``progress`` (if any); False when the callback asked to stop."""
     return progress is None or progress(event) is not False

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn
 
 from workbench._args import bounded_float, bounded_int, finite_float, level_or_off, positive_int
 from workbench._io import validate_outputs
 from workbench.calib.rounding import WEIGHT_ROUNDING_CHOICES
 from workbench.calib.search import DEFAULT_SCREEN, resolve_confidence
 from workbench.errors import WorkbenchError
+from workbench.log import SHOWN_WARNINGS, warnings_as_lines
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import onnx
 
     from workbench.calib.diff import LayerDiff
@@ -178,7 +175,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--plan", default=None, help="precision plan JSON (PrecisionPlan) to start from")
     calibrate.add_argument("--diff", default=None, help="also write the per-layer diff JSON here")
     calibrate.add_argument("--no-progress", action="store_true")
-    calibrate.set_defaults(func=_warnings_once(_cli_calibrate))
+    calibrate.set_defaults(func=warnings_as_lines(_cli_calibrate))
 
     diff = subparsers.add_parser(
         "diff",
@@ -208,7 +205,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     diff.add_argument("--no-engine", action="store_true", help="--threshold: do not build the engine for layer names")
     diff.add_argument("--no-progress", action="store_true")
-    diff.set_defaults(func=_warnings_once(_cli_diff))
+    diff.set_defaults(func=warnings_as_lines(_cli_diff))
 
 
 def resolve_model(value: str) -> tuple[OnnxModel, ZooEntry | None]:
@@ -220,44 +217,10 @@ def resolve_model(value: str) -> tuple[OnnxModel, ZooEntry | None]:
     return load_onnx(path), entry
 
 
-_SHOWN_WARNINGS: set[str] = set()
-
-
 def _say(text: str) -> None:
-    if text.startswith("warning: ") and text.removeprefix("warning: ") in _SHOWN_WARNINGS:
+    if text.startswith("warning: ") and text.removeprefix("warning: ") in SHOWN_WARNINGS:
         return  # already shown when the stage warned
     print(text, file=sys.stdout, flush=True)
-
-
-def _warnings_once(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Stage functions warn (for notebook users) and also return the same text as notes, which the CLI prints as
-    ``warning: ...`` lines; show each text once, as it happens, in the CLI's own format."""
-
-    @functools.wraps(command)
-    def run(args: argparse.Namespace) -> int:
-        _SHOWN_WARNINGS.clear()
-        original = warnings.showwarning
-
-        def show(
-            message: Warning | str,
-            category: type[Warning],
-            filename: str,
-            lineno: int,
-            file: TextIO | None = None,
-            line: str | None = None,
-        ) -> None:
-            text = str(message)
-            if text not in _SHOWN_WARNINGS:
-                _SHOWN_WARNINGS.add(text)
-                print(f"warning: {text}", file=sys.stdout, flush=True)
-
-        warnings.showwarning = show
-        try:
-            return command(args)
-        finally:
-            warnings.showwarning = original
-
-    return run
 
 
 REMOVED_TARGET_OPTIONS = {

@@ -26,6 +26,8 @@ from workbench.precision.qdq_rules import (
     prepare_model,
     shared_amax,
 )
+from workbench.progress import ProgressEvent, ProgressFn
+from workbench.progress import report as report_progress
 
 if TYPE_CHECKING:
     import onnx
@@ -111,6 +113,7 @@ def insert_qdq(
     fp8_weight_method: str = "mse",
     weight_inputs: Mapping[str, LayerInput] | None = None,
     rounding_cache: dict[tuple[str, str, bytes], tuple[np.ndarray, LayerRounding]] | None = None,
+    progress: ProgressFn | None = None,
 ) -> QdqModel:
     """Return a new model with Q/DQ pairs per the TensorRT rules; ``amax`` maps activation tensors to ranges.
 
@@ -124,6 +127,7 @@ def insert_qdq(
     ``weight_inputs``: the input Hessians of the weights' layers (:func:`workbench.calib.rounding.layer_inputs` on
     the same prepared model); those weights are rounded by GPTQ instead of to nearest, on the same scales.
     ``rounding_cache`` keeps those roundings across calls (a search quantizes many plans of one model).
+    ``progress`` hears each weight GPTQ rounds (ProgressEvent(task="calibration"); seconds each on a large layer).
     """
     import onnx_graphsurgeon as gs
 
@@ -172,6 +176,7 @@ def insert_qdq(
             for consumer in readers:
                 node = nodes_by_name[consumer]
                 node.inputs = [dq if (t is not None and t.name == name) else t for t in node.inputs]
+    gptq_weights = [k for k, q in placement.weights.items() if "|axis" not in k and q.tensor in (weight_inputs or {})]
     for key, quant in placement.weights.items():
         weight = tensors[quant.tensor]
         fmt = quant.format
@@ -183,6 +188,9 @@ def insert_qdq(
         # GPTQ's layer inputs describe a weight read as the right operand; the same tensor read as a left one is not
         layer = None if "|axis" in key else (weight_inputs or {}).get(quant.tensor)
         if layer is not None:
+            done = len(roundings)
+            say = ProgressEvent("calibration", f"GPTQ rounding of {quant.tensor}", done, len(gptq_weights))
+            report_progress(progress, say)
             noise = _input_noise(nodes_by_name[quant.consumers[0]])
             rounded, report = _gptq_cached(weight.values, scale, quant.axis, fmt, layer, noise, rounding_cache)
             source = gs.Constant(f"{key.replace('|', '_')}_gptq", rounded)

@@ -7,7 +7,7 @@ statistics already gathered (no data is re-read) and only regenerates the Q/DQ m
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -23,6 +23,7 @@ from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, coll
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
+from workbench.progress import ProgressEvent, ProgressFn, report
 
 QUANTIZED_KEPT = 4  # quantized models a session keeps (CalibrationSession.quantize)
 QUANTIZED_KEPT_BYTES = 512 << 20  # and their ModelProtos' bytes together at most
@@ -162,6 +163,10 @@ def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
 
 
+def _samples(limit: int | None) -> str:
+    return "every evaluation sample" if limit is None else f"the first {limit} evaluation samples"
+
+
 class CalibrationSession:
     """Calibrate one FP32 model. ``entry`` (a zoo entry) adds its data and its task metric."""
 
@@ -202,6 +207,9 @@ class CalibrationSession:
         self.source: CalibrationSource = resolve_source(data, model=model, entry=entry)
         self.max_batches = max_batches
         self.progress = progress
+        # where a caller hears what a long step does now (ProgressEvent(task="calibration"): statistics and GPTQ
+        # batches, GPTQ's weights, task-metric evaluations); the quickstart's calibrate stage sets it while it runs
+        self.events: ProgressFn | None = None
         self.optimized_statistics = optimized_statistics
         # also quantize the attention core (MatMuls of two activations), which TensorRT's rules leave out by default
         self.quantize_attention = quantize_attention
@@ -251,6 +259,11 @@ class CalibrationSession:
             self._fp8_ranges[key] = fp8_ranges_like(ranges)
         return self._fp8_ranges[key]
 
+    def say(self, message: str, done: int = 0, total: int | None = None) -> None:
+        """Tell :attr:`events` (if set) what runs now: ``done`` of ``total`` steps when counted. A stop asked for
+        here is not taken: the quickstart stops between stages, so nothing is left half-calibrated."""
+        report(self.events, ProgressEvent("calibration", message, done, total))
+
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
         """Histograms from one streaming pass (cached per number of batches)."""
@@ -271,6 +284,7 @@ class CalibrationSession:
                 limit=limit,
                 progress=self.progress,
                 optimized=self.optimized_statistics,
+                on_batch=lambda done, total: self.say("activation statistics, batch by batch", done, total),
             )
         return self._statistics[limit]
 
@@ -362,6 +376,7 @@ class CalibrationSession:
             fp8_amax=self.fp8_ranges(ranges).amax if wants_fp8 else None,
             weight_inputs=self.layer_inputs() if self.weight_rounding == "gptq" else None,
             rounding_cache=self._rounding_caches.setdefault(self.max_batches, {}),
+            progress=self.events,
         )
         if self.align_grids:
             quantized = self._aligned(quantized)
@@ -431,8 +446,14 @@ class CalibrationSession:
                 disable=not self.progress,
                 leave=False,
             )
+
+            def counted() -> Iterator[Any]:
+                for done, batch in enumerate(batches):
+                    self.say("GPTQ layer inputs, batch by batch", done, batches.total)
+                    yield batch
+
             self._layer_inputs[self.max_batches] = layer_inputs(
-                self.prepared, batches, weights, what="the FP32 model for GPTQ"
+                self.prepared, counted(), weights, what="the FP32 model for GPTQ"
             )
         return self._layer_inputs[self.max_batches]
 
@@ -496,6 +517,7 @@ class CalibrationSession:
         serialized = proto.SerializeToString(deterministic=True)
         key = f"{hash(serialized)}:{limit}"
         if key not in self._metric_cache:
+            self.say(f"task metric of the {'FP32' if model is None else 'quantized'} model on {_samples(limit)}")
             if model is None:  # the FP32 model's metric is the same every time: kept in the zoo cache folder
                 import hashlib
 
@@ -515,6 +537,7 @@ class CalibrationSession:
         back as ``earlier``, a later call on more samples runs only the new ones. The result is kept as
         :meth:`evaluate` keeps it, so asking for the same metric again costs nothing."""
         proto = cast("onnx.ModelProto", getattr(model, "proto", model))
+        self.say(f"task metric of the quantized model on {_samples(limit)}")
         result, kept = self._metric_entry().evaluate_kept(ort_predict(proto), limit, earlier=earlier)
         self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
         return result, kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,12 +342,14 @@ def collect_statistics(
     limit: int | None = None,
     progress: bool = True,
     optimized: bool = False,
+    on_batch: Callable[[int, int | None], None] | None = None,
 ) -> CalibrationStatistics:
     """Run the FP32 model once over the source, folding the needed tensors into histograms.
 
     ``tensors`` defaults to every tensor the Q/DQ placement could quantize (all quantizable nodes INT8), so any later
     fallback plan finds its ranges here. ``optimized`` runs ORT with graph optimizations (faster; tiny FP32
-    differences); the default matches the project's numeric reference (optimizations off).
+    differences); the default matches the project's numeric reference (optimizations off). ``on_batch(done,
+    total)`` hears each batch folded in (``total`` None when the source does not know its length).
     """
     from tqdm.auto import tqdm
 
@@ -402,6 +404,8 @@ def collect_statistics(
         batches += 1
         first = next(iter(feed.values()))
         samples += int(first.shape[0]) if first.ndim else 1
+        if on_batch is not None:
+            on_batch(batches, total)
     if batches == 0:
         raise WorkbenchError(f"calibration data {source.name!r} yielded no batches.", expected="at least one batch")
     zero = [name for name, peak in input_peak.items() if peak == 0.0]

@@ -186,13 +186,18 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         session = ws.calibration_session(run)
     except Float16Model as error:
         raise StageNotApplicable(f"{error} The FP32 and FP16 engines are compared instead") from error
-    ranges = session.ranges(cfg.calibration_method)
-    statistics = session.statistics()
-    # `calibrate`'s default for a model with a task metric: the weight rounding (nearest or GPTQ, whichever scores
-    # better) and the grid alignment chosen together, on the evaluation samples; every later stage (search, FP8,
-    # export) quantizes with what they leave on the shared session (a re-run's session may still be aligned from the
-    # last run: the choice sets both)
-    rounding, alignment = choose_rounding_and_alignment(session, ranges, session.default_plan(), cfg.evaluation_samples)
+    session.events = ws.progress  # the stage's steps (statistics, GPTQ, each evaluation) as the stage's detail
+    try:
+        ranges = session.ranges(cfg.calibration_method)
+        statistics = session.statistics()
+        # `calibrate`'s default for a model with a task metric: the weight rounding (nearest or GPTQ, whichever
+        # scores better) and the grid alignment chosen together, on the evaluation samples; every later stage
+        # (search, FP8, export) quantizes with what they leave on the shared session (a re-run's session may still
+        # be aligned from the last run: the choice sets both)
+        plan = session.default_plan()
+        rounding, alignment = choose_rounding_and_alignment(session, ranges, plan, cfg.evaluation_samples)
+    finally:
+        session.events = None  # later stages' evaluations report as their own steps (the search's "evaluation")
     cache, onnx_path = ws.path("calib.json"), ws.path(f"{Variant.INT8_ALL}.onnx")
     ranges.save(cache)
     quantized = session.quantize(ranges)

@@ -28,7 +28,7 @@ import ipywidgets as widgets
 import traitlets
 
 from workbench.log import split_warnings
-from workbench.progress import ProgressEvent
+from workbench.progress import ProgressEvent, nested_detail
 
 _STYLE = {"description_width": "110px"}
 
@@ -148,10 +148,9 @@ class ProgressAdapter:
         if self._main_task is None:
             self._main_task = event.task
         if event.task != self._main_task:  # a nested task: its step is the current step's detail
-            if event.kind == "finish":
-                self.detail = ""
-            elif event.kind == "step" or (event.kind == "start" and not event.parent):
-                self.detail = event.text() if event.total else event.message
+            detail = nested_detail(event)
+            if detail is not None:
+                self.detail = detail
             self._show(self.message)
         elif event.task == "build":  # TensorRT's builder phases: the top-level ones move the bar
             if event.kind == "start" and not event.parent and event.total:
