@@ -240,7 +240,10 @@ def test_calibrate_and_search_stages_report_their_steps_to_the_session_progress(
     batches = [event.index for event in calibration if event.message.startswith("activation statistics")]
     statistics_batches = run.calibration.ranges.statistics.num_batches
     assert batches == list(range(1, statistics_batches + 1)) and statistics_batches >= 2
-    assert any(event.message.startswith("task metric of the quantized model") for event in calibration)
+    assert "task metric of the quantized model on 450 evaluation samples" in {event.message for event in calibration}
+    calibrating = session.workspace.calibration_session(run)
+    assert calibrating.events is None  # only while the calibrate stage runs
+    assert calibrating._samples(10_000) == "450 evaluation samples"  # what is scored, not what was asked for
     gptq = [event for event in calibration if event.message.startswith("GPTQ rounding of ")]
     weights = {event.message.removeprefix("GPTQ rounding of ") for event in gptq}
     assert gptq and all(event.total == len(weights) and event.index < event.total for event in gptq), gptq

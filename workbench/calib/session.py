@@ -163,10 +163,6 @@ def worst_first_fallback(ranked: Sequence[str], n: int) -> list[str]:
     return list(ranked[: max(0, min(int(n), len(ranked) - 1))])
 
 
-def _samples(limit: int | None) -> str:
-    return "every evaluation sample" if limit is None else f"the first {limit} evaluation samples"
-
-
 class CalibrationSession:
     """Calibrate one FP32 model. ``entry`` (a zoo entry) adds its data and its task metric."""
 
@@ -517,7 +513,7 @@ class CalibrationSession:
         serialized = proto.SerializeToString(deterministic=True)
         key = f"{hash(serialized)}:{limit}"
         if key not in self._metric_cache:
-            self.say(f"task metric of the {'FP32' if model is None else 'quantized'} model on {_samples(limit)}")
+            self.say(f"task metric of the {'FP32' if model is None else 'quantized'} model on {self._samples(limit)}")
             if model is None:  # the FP32 model's metric is the same every time: kept in the zoo cache folder
                 import hashlib
 
@@ -537,10 +533,16 @@ class CalibrationSession:
         back as ``earlier``, a later call on more samples runs only the new ones. The result is kept as
         :meth:`evaluate` keeps it, so asking for the same metric again costs nothing."""
         proto = cast("onnx.ModelProto", getattr(model, "proto", model))
-        self.say(f"task metric of the quantized model on {_samples(limit)}")
+        self.say(f"task metric of the quantized model on {self._samples(limit)}")
         result, kept = self._metric_entry().evaluate_kept(ort_predict(proto), limit, earlier=earlier)
         self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
         return result, kept
+
+    def _samples(self, limit: int | None) -> str:
+        """How many evaluation samples an evaluation on the first ``limit`` (None: all) scores, for people."""
+        available = self.entry.split_size("evaluation") if self.entry is not None else None
+        count = available if limit is None else (limit if available is None else min(limit, available))
+        return "every evaluation sample" if count is None else f"{count} evaluation samples"
 
     def _metric_entry(self) -> ZooEntry:
         """The entry whose task metric :meth:`evaluate` scores; refused when the session has none."""
