@@ -275,3 +275,63 @@ def test_the_journey_exports_what_its_search_met_not_a_point_estimate(panel) -> 
     assert run.chosen_variant is Variant.INT8_MIXED and run.selection.build is run.mixed_build
     assert run.selection.choice.ok, run.selection.choice.reason
     assert choose(run.metrics.rows, "auto", 0.03, confidence=None).variant is Variant.INT8_ALL
+
+
+def test_the_metrics_stage_scores_again_only_what_calibration_did_not(tmp_path: Path) -> None:
+    """The calibrate stage already scored the FP32 model and the all-INT8 model of the rounding it chose on the
+    run's evaluation samples; the metrics stage takes those results (a ViT-B/16 spent about two minutes per
+    evaluation on 2 cores) and runs only the FP16 model. What it takes is what a fresh evaluation of each file gives,
+    sample for sample."""
+    from unittest import mock
+
+    from workbench.flow import QuickstartSession
+    from workbench.zoo.base import ZooEntry
+
+    session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=64))
+    session.run_stages(["clean", "build_fp32", "build_fp16", "calibrate", "build_int8_all"])
+    evaluated: list[str] = []
+    evaluate_onnx = ZooEntry.evaluate_onnx
+
+    def counted(entry: ZooEntry, path: Path, **options: object) -> object:
+        evaluated.append(Path(path).name)
+        return evaluate_onnx(entry, path, **options)
+
+    with mock.patch.object(ZooEntry, "evaluate_onnx", counted):
+        run = session.run_stages(["metrics"])
+    rows = {row.variant: row for row in run.metrics.rows}
+    assert set(rows) == {Variant.FP32, Variant.FP16, Variant.INT8_ALL}
+    assert evaluated == [Path(rows[Variant.FP16].onnx_path).name]
+    for row in rows.values():
+        fresh = session.workspace.entry.evaluate_onnx(row.onnx_path, limit=run.config.evaluation_samples)
+        assert (fresh.value, tuple(fresh.scores), fresh.n_samples) == (row.value, row.scores, row.n_samples), row
+
+
+def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path: Path) -> None:
+    """digits-cnn's all-INT8 model meets the target: the calibrate stage's rounding choice scored that very model on
+    the evaluation samples, so the search's start plan (its record and its whole-set confirmation) runs no sample
+    through ONNX Runtime again, and its metric is the one the choice measured."""
+    from unittest import mock
+
+    import onnxruntime
+
+    from workbench.flow import QuickstartSession
+
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=4, calibration_samples=64)
+    )
+    run = session.run_stages(["calibrate"])
+    choice = run.calibration.rounding_choice
+    assert choice is not None and choice.predictions is not None
+    runs: list[int] = []
+    run_session = onnxruntime.InferenceSession.run
+
+    def counted(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> object:
+        runs.append(1)
+        return run_session(self, *args, **kwargs)
+
+    with mock.patch.object(onnxruntime.InferenceSession, "run", counted):
+        run = session.run_stages(["search"])
+    result = run.mixed_search.result
+    assert run.stage("search").ok and result.met and result.chosen.index == 0, result.stopped_reason
+    assert runs == []
+    assert result.evaluated[0].metric == choice.metrics[choice.choice]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     import os
     from pathlib import Path
 
+    from workbench.calib.rounding_choice import RoundingChoice
     from workbench.calib.session import CalibrationSession
     from workbench.calib.stats import CalibrationRanges
     from workbench.zoo.base import MetricResult
@@ -281,6 +282,7 @@ def search_mixed_precision(
     weight_rounding: str | None = None,
     align_grids: bool | str | None = None,
     confidence: float | None = DEFAULT_CONFIDENCE,
+    scored_start: RoundingChoice | None = None,
 ) -> MixedPrecisionResult:
     """Search the plan with the most INT8 groups whose task metric meets ``target`` (or FP32 minus ``target_drop``,
     0.01 when neither is given).
@@ -312,6 +314,9 @@ def search_mixed_precision(
     (high end for lower-is-better) of its two-sided interval at that level, paired per sample with FP32
     (:func:`paired_bound`); a screened plan is confirmed on the whole set only when its screening score clears the
     target by the half-width that interval would have there. None: the point estimate decides.
+    ``scored_start``: a rounding choice already made on this session (the quickstart's calibrate stage); when it
+    scored the very model the search starts from (compared by :func:`~workbench.calib.rounding_choice.model_digest`),
+    its predictions are the start plan's and those samples are not run again.
 
     A search whose start plan misses first tries every residual Add's skip input out of 8 bits (one trial, the
     math ops stay in their 8-bit format): quantizing the skip saves no engine layer in a TensorRT-RTX build
@@ -485,6 +490,8 @@ def search_mixed_precision(
             alignment = choose_grid_alignment(session, ranges, base, trial_limit)
             notes.append(alignment.note + (" (outside the search's budget)" if alignment.evaluations else ""))
     full = session.quantize(ranges, base)
+    if rounding is None:
+        rounding = scored_start
     # the start plan's predictions when the choice above scored this very model: its record and its whole-set
     # confirmation run only the samples the choice did not
     start_outputs = None

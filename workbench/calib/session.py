@@ -526,6 +526,12 @@ class CalibrationSession:
                 self._metric_cache[key] = entry.evaluate(ort_predict(proto), limit=limit)
         return self._metric_cache[key]
 
+    def scored_already(self, model: onnx.ModelProto, *, limit: int | None = None) -> MetricResult | None:
+        """The metric :meth:`evaluate` or :meth:`evaluate_kept` already has for these exact bytes on the first
+        ``limit`` samples (None when it has none): the same model, samples and ONNX Runtime settings give the same
+        result, so a later stage need not run them again."""
+        return self._metric_cache.get(f"{hash(model.SerializeToString(deterministic=True))}:{limit}")
+
     def evaluate_kept(
         self, model: QdqModel | onnx.ModelProto, *, limit: int | None = None, earlier: Any = None
     ) -> tuple[MetricResult, Any]:

@@ -16,6 +16,7 @@ from workbench.artifact import NOT_SERIALIZED, Artifact
 from workbench.calib.diff import LayerDiff
 from workbench.calib.qdq import QdqModel
 from workbench.calib.rounding import WeightRounding
+from workbench.calib.rounding_choice import RoundingChoice
 from workbench.calib.stats import CalibrationRanges
 from workbench.clean import CleanResult
 from workbench.engine import EngineArtifact, FusionStats
@@ -111,6 +112,8 @@ class Calibration(Artifact):
     grid_alignment: bool = False  # INT8 inputs on their pixel grid, non-negative activations shifted (calib.align)
     grid_alignment_note: str = ""  # what was measured to choose it (calibrate's default rule, with the rounding)
     quantized: QdqModel | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
+    # what the rounding choice scored (its predictions on the evaluation samples): the search starts from that model
+    rounding_choice: RoundingChoice | None = field(default=None, metadata=NOT_SERIALIZED, repr=False)
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,7 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         grid_alignment=alignment.choice,
         grid_alignment_note=alignment.note,
         quantized=quantized,
+        rounding_choice=rounding,
     )
 
 
@@ -313,6 +314,7 @@ def stage_search(run: QuickstartRun, ws: Workspace) -> MixedSearch:
         limit=cfg.evaluation_samples,
         confidence=cfg.decision_confidence,  # the rule of the select stage decides at the same level
         progress=ws.progress,  # ProgressEvent(task="evaluation", index of budget): the panel shows "evaluation 3 of 8"
+        scored_start=calibration.rounding_choice,  # the all-INT8 model calibrate scored: not run again
     )
     path = ws.path("mixed.json")
     result.save(path)
@@ -395,7 +397,7 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
     measured = []
     for variant, path in variants:
         try:
-            measured.append((variant, path, ws.entry.evaluate_onnx(path, limit=run.config.evaluation_samples)))
+            measured.append((variant, path, ws.metric_of(run, path)))
         except WorkbenchError as error:
             not_measured[variant] = str(error)
     reference = next((result.value for variant, _, result in measured if variant is Variant.FP32), None)
