@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workbench.errors import WorkbenchError
+
 KINDS = ("start", "step", "finish")
 
 
@@ -62,3 +64,15 @@ def nested_detail(event: ProgressEvent) -> str | None:
 def report(progress: ProgressFn | None, event: ProgressEvent) -> bool:
     """Send ``event`` to ``progress`` (if any); False when the callback asked to stop."""
     return progress is None or progress(event) is not False
+
+
+class Cancelled(WorkbenchError):
+    """The progress callback asked the work to stop (it returned False); raised at the work's next step, so what it
+    computed so far is dropped whole rather than kept half-done."""
+
+
+def report_or_stop(progress: ProgressFn | None, event: ProgressEvent) -> None:
+    """Send ``event``; raise :class:`Cancelled` when the callback asked to stop (the panel's Cancel, or a new setting
+    that replaces the running action)."""
+    if not report(progress, event):
+        raise Cancelled(f"cancelled while it ran, at {event.text()}")

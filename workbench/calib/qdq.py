@@ -26,8 +26,7 @@ from workbench.precision.qdq_rules import (
     prepare_model,
     shared_amax,
 )
-from workbench.progress import ProgressEvent, ProgressFn
-from workbench.progress import report as report_progress
+from workbench.progress import ProgressEvent, ProgressFn, report_or_stop
 
 if TYPE_CHECKING:
     import onnx
@@ -127,7 +126,8 @@ def insert_qdq(
     ``weight_inputs``: the input Hessians of the weights' layers (:func:`workbench.calib.rounding.layer_inputs` on
     the same prepared model); those weights are rounded by GPTQ instead of to nearest, on the same scales.
     ``rounding_cache`` keeps those roundings across calls (a search quantizes many plans of one model).
-    ``progress`` hears each weight GPTQ rounds (ProgressEvent(task="calibration"); seconds each on a large layer).
+    ``progress`` hears each weight GPTQ rounds (ProgressEvent(task="calibration"); seconds each on a large layer);
+    when it asks to stop, :class:`~workbench.progress.Cancelled` is raised and no model is returned.
     """
     import onnx_graphsurgeon as gs
 
@@ -190,7 +190,7 @@ def insert_qdq(
         if layer is not None:
             done = len(roundings)
             say = ProgressEvent("calibration", f"GPTQ rounding of {quant.tensor}", done, len(gptq_weights))
-            report_progress(progress, say)
+            report_or_stop(progress, say)
             noise = _input_noise(nodes_by_name[quant.consumers[0]])
             rounded, report = _gptq_cached(weight.values, scale, quant.axis, fmt, layer, noise, rounding_cache)
             source = gs.Constant(f"{key.replace('|', '_')}_gptq", rounded)

@@ -39,7 +39,7 @@ from workbench.calib.paired import DEFAULT_CONFIDENCE, paired_bound, paired_half
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS, fp8_stem_layers
-from workbench.progress import ProgressEvent, ProgressFn, report
+from workbench.progress import ProgressEvent, ProgressFn, report_or_stop
 
 if TYPE_CHECKING:
     import os
@@ -356,8 +356,8 @@ def search_mixed_precision(
             f"confidence={confidence!r} is not a level to use.", expected="a number in [0.5, 1), e.g. 0.95"
         )
 
-    def say(text: str) -> None:  # one ProgressEvent per evaluation: "evaluation 3 of 8, 38%: ..."
-        report(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
+    def say(text: str) -> None:  # one ProgressEvent per evaluation: "evaluation 3 of 8, 38%: ..."; False stops
+        report_or_stop(progress, ProgressEvent("evaluation", text, index=evaluations, total=budget))
 
     start = time.perf_counter()
     phases: dict[str, float] = {}  # wall seconds per part of the search (where a slow search spends its time)

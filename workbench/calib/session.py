@@ -23,7 +23,7 @@ from workbench.calib.stats import CalibrationRanges, CalibrationStatistics, coll
 from workbench.errors import WorkbenchError
 from workbench.precision import Precision, PrecisionPlan
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
-from workbench.progress import ProgressEvent, ProgressFn, report
+from workbench.progress import ProgressEvent, ProgressFn, report_or_stop
 
 QUANTIZED_KEPT = 4  # quantized models a session keeps (CalibrationSession.quantize)
 QUANTIZED_KEPT_BYTES = 512 << 20  # and their ModelProtos' bytes together at most
@@ -256,9 +256,10 @@ class CalibrationSession:
         return self._fp8_ranges[key]
 
     def say(self, message: str, done: int = 0, total: int | None = None) -> None:
-        """Tell :attr:`events` (if set) what runs now: ``done`` of ``total`` steps when counted. A stop asked for
-        here is not taken: the quickstart stops between stages, so nothing is left half-calibrated."""
-        report(self.events, ProgressEvent("calibration", message, done, total))
+        """Tell :attr:`events` (if set) what runs now: ``done`` of ``total`` steps when counted. When it asks to stop,
+        :class:`~workbench.progress.Cancelled` is raised here: the step's cache entry is never written, so nothing
+        half-computed is kept."""
+        report_or_stop(self.events, ProgressEvent("calibration", message, done, total))
 
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
@@ -513,17 +514,17 @@ class CalibrationSession:
         serialized = proto.SerializeToString(deterministic=True)
         key = f"{hash(serialized)}:{limit}"
         if key not in self._metric_cache:
-            self.say(f"task metric of the {'FP32' if model is None else 'quantized'} model on {self._samples(limit)}")
+            what = f"task metric of the {'FP32' if model is None else 'quantized'} model"
             if model is None:  # the FP32 model's metric is the same every time: kept in the zoo cache folder
                 import hashlib
 
                 self._metric_cache[key] = entry.stored_metric(
                     hashlib.sha256(serialized).hexdigest(),
                     limit,
-                    lambda: entry.evaluate(ort_predict(proto), limit=limit),
+                    lambda: entry.evaluate(self._watched(ort_predict(proto), what, limit), limit=limit),
                 )
             else:
-                self._metric_cache[key] = entry.evaluate(ort_predict(proto), limit=limit)
+                self._metric_cache[key] = entry.evaluate(self._watched(ort_predict(proto), what, limit), limit=limit)
         return self._metric_cache[key]
 
     def scored_already(self, model: onnx.ModelProto, *, limit: int | None = None) -> MetricResult | None:
@@ -539,16 +540,42 @@ class CalibrationSession:
         back as ``earlier``, a later call on more samples runs only the new ones. The result is kept as
         :meth:`evaluate` keeps it, so asking for the same metric again costs nothing."""
         proto = cast("onnx.ModelProto", getattr(model, "proto", model))
-        self.say(f"task metric of the quantized model on {self._samples(limit)}")
-        result, kept = self._metric_entry().evaluate_kept(ort_predict(proto), limit, earlier=earlier)
+        predict = self._watched(ort_predict(proto), "task metric of the quantized model", limit, resumed=bool(earlier))
+        result, kept = self._metric_entry().evaluate_kept(predict, limit, earlier=earlier)
         self._metric_cache[f"{hash(proto.SerializeToString(deterministic=True))}:{limit}"] = result
         return result, kept
 
-    def _samples(self, limit: int | None) -> str:
-        """How many evaluation samples an evaluation on the first ``limit`` (None: all) scores, for people."""
+    def _samples(self, limit: int | None) -> int | None:
+        """How many evaluation samples an evaluation on the first ``limit`` (None: all) scores (None: not known)."""
         available = self.entry.split_size("evaluation") if self.entry is not None else None
-        count = available if limit is None else (limit if available is None else min(limit, available))
-        return "every evaluation sample" if count is None else f"{count} evaluation samples"
+        return available if limit is None else (limit if available is None else min(limit, available))
+
+    def _watched(
+        self,
+        predict: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+        what: str,
+        limit: int | None,
+        *,
+        resumed: bool = False,
+    ) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``predict`` that tells :attr:`events` the samples done before each batch (an evaluation of a ViT-B/16
+        takes two minutes: a stop asked for during it is taken at the next batch). ``resumed``: earlier predictions
+        cover the first samples, so only the samples run in this call are counted, of an unknown total."""
+        if self.events is None:
+            return predict
+        total = None if resumed else self._samples(limit)
+        message = f"{what} on {total} evaluation samples" if total else what
+        done = 0
+
+        def counted(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            nonlocal done
+            self.say(message, done, total)
+            outputs = predict(feed)
+            first = next(iter(feed.values()), None)
+            done += int(first.shape[0]) if first is not None and np.ndim(first) else 1
+            return outputs
+
+        return counted
 
     def _metric_entry(self) -> ZooEntry:
         """The entry whose task metric :meth:`evaluate` scores; refused when the session has none."""

@@ -45,7 +45,7 @@ class StageStatus(str, Enum):
     OFF = "off"  # a setting turns it off (e.g. search_budget=0)
     NOT_APPLICABLE = "not_applicable"  # it cannot apply to this model (e.g. INT8 with nothing to quantize)
     BLOCKED = "blocked"  # it may not run: a stage it needs did not complete, or the verdict forbids it
-    CANCELLED = "cancelled"  # the user cancelled before it ran
+    CANCELLED = "cancelled"  # the user cancelled it, before or while it ran (results cleared)
     PENDING = "pending"  # not run yet
 
     def __str__(self) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from workbench.engine import detect_gpu
 from workbench.engine.backend import get_backend
-from workbench.flow.artifacts import Environment, QuickstartRun, StageResult
+from workbench.flow.artifacts import Environment, QuickstartRun, StageResult, StageStatus
 from workbench.flow.config import QuickstartConfig, SettingValue
 from workbench.flow.stages import STAGE_BY_NAME, STAGE_NAMES, STAGES, cancel_stages, run_stage
 from workbench.flow.workspace import Workspace
@@ -87,6 +87,9 @@ class QuickstartSession:
             self.run = run_stage(self.run, name, ws)
             if self.on_result:
                 self.on_result(self.run.stages[name], index, len(names))
+            if self.run.stages[name].status is StageStatus.CANCELLED:  # stopped while it ran: the rest does not run
+                self.run = cancel_stages(self.run, names[index + 1 :])
+                return self.run
         report(self.progress, ProgressEvent("stage", "finished", len(names), len(names), name="done", kind="finish"))
         return self.run
 
@@ -114,6 +117,11 @@ class QuickstartSession:
         if not self.run.stages:
             return UpdatePlan(config, changed, STAGE_NAMES, True, f"{listed} set: every stage runs")
         first = next((stage.name for stage in STAGES if stage.is_affected(self.config, config)), None)
+        # a stage cancelled in the last run (a setting changed while it ran) has no result for later stages to use
+        cancelled = next((n for n in STAGE_NAMES if self.run.stage(n).status is StageStatus.CANCELLED), None)
+        if cancelled is not None and (first is None or STAGE_NAMES.index(cancelled) < STAGE_NAMES.index(first)):
+            why = f"{listed} changed; the last run was cancelled at {cancelled}, so the journey goes on from there"
+            return UpdatePlan(config, changed, STAGE_NAMES[STAGE_NAMES.index(cancelled) :], False, why)
         if first is None:
             return UpdatePlan(config, changed, (), False, f"{listed} changed: no stage reads it")
         return UpdatePlan(config, changed, STAGE_NAMES[STAGE_NAMES.index(first) :], False, f"{listed} changed")

@@ -55,6 +55,7 @@ from workbench.log import get_logger
 from workbench.model import OnnxModel, load_onnx
 from workbench.precision.qdq_rules import QUANTIZABLE_OPS
 from workbench.precision.variant import VARIANTS, Variant, variants_for
+from workbench.progress import Cancelled
 from workbench.timing import interactive_config, run_sweep, sweep_plan
 from workbench.timing.executors import OrtCpuExecutor
 from workbench.timing.trt_executor import TrtExecutor
@@ -683,6 +684,7 @@ STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 BUILD_STAGE = {stage.builds: stage.name for stage in STAGES if stage.builds is not None}  # variant -> its build stage
 
 _RAISED_STATUS: tuple[tuple[type[WorkbenchError], StageStatus], ...] = (
+    (Cancelled, StageStatus.CANCELLED),  # the session's callback asked to stop while the stage ran
     (StageOff, StageStatus.OFF),
     (StageNotApplicable, StageStatus.NOT_APPLICABLE),
     (StageBlocked, StageStatus.BLOCKED),

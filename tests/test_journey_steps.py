@@ -1,0 +1,145 @@
+"""The journey's long stages as a user lives them: each step is reported while it runs, a model is scored once per
+run, and a stop asked for while a stage runs stops it there (digits-cnn: real calibration, real ONNX Runtime)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.flow import QuickstartConfig, QuickstartSession, StageStatus
+from workbench.precision import Variant
+from workbench.progress import ProgressEvent
+
+
+def test_calibrate_and_search_stages_report_their_steps_to_the_session_progress(tmp_path: Path) -> None:
+    """The panel shows "evaluation 1 of 2": the search's per-evaluation events reach the session's callback. The
+    calibrate stage (minutes on a ResNet-50: statistics, GPTQ's layer inputs and roundings, task-metric evaluations)
+    reports its steps too, counted where they are, and only while it runs: none mixes into the search's."""
+    from workbench.flow import QuickstartSession
+
+    events: list[ProgressEvent] = []
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=2, calibration_samples=64),
+        progress=events.append,
+    )
+    run = session.run_stages(["calibrate", "search"])
+    assert run.stage("search").ok, run.stage("search").reason
+    evaluations = [event for event in events if event.task == "evaluation"]
+    assert len(evaluations) == run.mixed_search.result.evaluations_used >= 1
+    assert all(event.total == 2 for event in evaluations)
+    assert evaluations[0].text().startswith("evaluation 1 of 2")
+    calibration = [event for event in events if event.task == "calibration"]
+    assert calibration and events.index(calibration[-1]) < events.index(evaluations[0])
+    batches = [event.index for event in calibration if event.message.startswith("activation statistics")]
+    statistics_batches = run.calibration.ranges.statistics.num_batches
+    assert batches == list(range(1, statistics_batches + 1)) and statistics_batches >= 2
+    scoring = [e for e in calibration if e.message == "task metric of the quantized model on 450 evaluation samples"]
+    assert scoring and all(event.total == 450 for event in scoring)
+    first_pass = [event.index for event in scoring[: 450 // 8 + 1]]  # one event before each batch of 8
+    assert first_pass == list(range(0, 450, 8)), first_pass
+    calibrating = session.workspace.calibration_session(run)
+    assert calibrating.events is None  # only while the calibrate stage runs
+    assert calibrating._samples(10_000) == 450  # what is scored, not what was asked for
+    gptq = [event for event in calibration if event.message.startswith("GPTQ rounding of ")]
+    weights = {event.message.removeprefix("GPTQ rounding of ") for event in gptq}
+    assert gptq and all(event.total == len(weights) and event.index < event.total for event in gptq), gptq
+
+
+def test_the_metrics_stage_scores_again_only_what_calibration_did_not(tmp_path: Path) -> None:
+    """The calibrate stage already scored the FP32 model and the all-INT8 model of the rounding it chose on the
+    run's evaluation samples; the metrics stage takes those results (a ViT-B/16 spent about two minutes per
+    evaluation on 2 cores) and runs only the FP16 model. What it takes is what a fresh evaluation of each file gives,
+    sample for sample."""
+    from unittest import mock
+
+    from workbench.flow import QuickstartSession
+    from workbench.zoo.base import ZooEntry
+
+    session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=64))
+    session.run_stages(["clean", "build_fp32", "build_fp16", "calibrate", "build_int8_all"])
+    evaluated: list[str] = []
+    evaluate_onnx = ZooEntry.evaluate_onnx
+
+    def counted(entry: ZooEntry, path: Path, **options: object) -> object:
+        evaluated.append(Path(path).name)
+        return evaluate_onnx(entry, path, **options)
+
+    with mock.patch.object(ZooEntry, "evaluate_onnx", counted):
+        run = session.run_stages(["metrics"])
+    rows = {row.variant: row for row in run.metrics.rows}
+    assert set(rows) == {Variant.FP32, Variant.FP16, Variant.INT8_ALL}
+    assert evaluated == [Path(rows[Variant.FP16].onnx_path).name]
+    for row in rows.values():
+        fresh = session.workspace.entry.evaluate_onnx(row.onnx_path, limit=run.config.evaluation_samples)
+        assert (fresh.value, tuple(fresh.scores), fresh.n_samples) == (row.value, row.scores, row.n_samples), row
+
+
+def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path: Path) -> None:
+    """digits-cnn's all-INT8 model meets the target: the calibrate stage's rounding choice scored that very model on
+    the evaluation samples, so the search's start plan (its record and its whole-set confirmation) runs no sample
+    through ONNX Runtime again, and its metric is the one the choice measured."""
+    from unittest import mock
+
+    import onnxruntime
+
+    from workbench.flow import QuickstartSession
+
+    session = QuickstartSession(
+        QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=4, calibration_samples=64)
+    )
+    run = session.run_stages(["calibrate"])
+    choice = run.calibration.rounding_choice
+    assert choice is not None and choice.predictions is not None
+    runs: list[int] = []
+    run_session = onnxruntime.InferenceSession.run
+
+    def counted(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> object:
+        runs.append(1)
+        return run_session(self, *args, **kwargs)
+
+    with mock.patch.object(onnxruntime.InferenceSession, "run", counted):
+        run = session.run_stages(["search"])
+    result = run.mixed_search.result
+    assert run.stage("search").ok and result.met and result.chosen.index == 0, result.stopped_reason
+    assert runs == []
+    assert result.evaluated[0].metric == choice.metrics[choice.choice]
+
+
+def test_a_stop_asked_while_calibrating_stops_the_stage_there_and_the_next_update_goes_on_from_it(
+    tmp_path: Path,
+) -> None:
+    """The panel's Cancel, or a setting changed while a stage runs, used to wait for the whole stage (over 8 minutes
+    of a ViT-B/16's calibration). A callback that says stop at the calibrate stage's first GPTQ step cancels that
+    stage there: cancelled with where it stopped, no calibration kept, later stages cancelled, the session's rounding
+    as before. The next settings change runs the journey on from the cancelled stage, and what it calibrates is what
+    an uninterrupted run calibrates."""
+    seen: list[ProgressEvent] = []
+    stop = True
+
+    def callback(event: ProgressEvent) -> bool:
+        seen.append(event)
+        return not (stop and event.message.startswith("GPTQ layer inputs"))
+
+    config = QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path / "a"), calibration_samples=64)
+    session = QuickstartSession(config, progress=callback)
+    session.run_stages(["clean", "build_fp32", "fusion", "build_fp16"])
+    run = session.run_from("calibrate")
+    calibrate = run.stage("calibrate")
+    assert calibrate.status is StageStatus.CANCELLED and run.calibration is None
+    assert "cancelled while it ran, at calibration 0 of" in calibrate.reason
+    assert calibrate.reason.endswith("GPTQ layer inputs, batch by batch"), calibrate.reason
+    assert all(run.stage(name).status is StageStatus.CANCELLED for name in ("build_int8_all", "search", "export"))
+    assert session.workspace.calibration_session(run).weight_rounding == "nearest"
+    assert not any(event.task == "stage" and event.name == "build_int8_all" for event in seen)
+
+    stop = False
+    plan = session.plan_update({"max_metric_drop": 0.02})
+    assert plan.stages[0] == "calibrate", plan
+    run = session.update(max_metric_drop=0.02)
+    assert all(result.status is not StageStatus.CANCELLED for result in run.stages.values()), run.stages
+    assert run.stage("calibrate").ok and run.stage("export").ok, run.stage("export").reason
+
+    uninterrupted = QuickstartSession(config.validated(out_dir=str(tmp_path / "b"), max_metric_drop=0.02))
+    fresh = uninterrupted.run_stages(["clean", "calibrate"]).calibration
+    assert run.calibration.ranges.amax == fresh.ranges.amax
+    assert run.calibration.weight_rounding_note == fresh.weight_rounding_note
+    assert run.calibration.grid_alignment == fresh.grid_alignment
