@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from workbench.flow import QuickstartConfig, QuickstartSession, StageStatus
 from workbench.precision import Variant
 from workbench.progress import ProgressEvent
@@ -143,3 +145,19 @@ def test_a_stop_asked_while_calibrating_stops_the_stage_there_and_the_next_updat
     assert run.calibration.ranges.amax == fresh.ranges.amax
     assert run.calibration.weight_rounding_note == fresh.weight_rounding_note
     assert run.calibration.grid_alignment == fresh.grid_alignment
+
+
+def test_cli_calibrate_shows_the_roundings_and_evaluations_of_its_choice_as_bars(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`workbench calibrate MODEL` chooses the weight rounding by scoring the plan twice: on a full-size model that
+    is minutes of GPTQ and evaluations, which drew no bar (only statistics and GPTQ's layer inputs did). Both now
+    draw tqdm bars on standard error, named after the step, and `--no-progress` keeps standard error silent."""
+    from workbench.cli import main
+
+    assert main(["calibrate", "digits-cnn", "-o", str(tmp_path / "q.onnx")]) == 0
+    bars = capsys.readouterr().err.replace("\r", "\n")
+    assert "GPTQ rounding of " in bars and "/6 [" in bars, bars[-2000:]
+    assert "task metric of the quantized model on 450 evaluation samples:" in bars and "/450 [" in bars
+    assert main(["calibrate", "digits-cnn", "-o", str(tmp_path / "r.onnx"), "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workbench._args import bounded_float, bounded_int, finite_float, level_or_off, positive_int
 from workbench._io import validate_outputs
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from workbench.calib.diff import LayerDiff
     from workbench.calib.session import CalibrationSession
     from workbench.model import OnnxModel
+    from workbench.progress import ProgressEvent
     from workbench.zoo.base import ZooEntry
     from workbench.zoo.onnx_file import OnnxFileEntry
 
@@ -221,6 +222,34 @@ def _say(text: str) -> None:
     if text.startswith("warning: ") and text.removeprefix("warning: ") in SHOWN_WARNINGS:
         return  # already shown when the stage warned
     print(text, file=sys.stdout, flush=True)
+
+
+class _StepBars:
+    """A calibration session's steps (ProgressEvent task "calibration") as tqdm bars on standard error, one per kind
+    of step (the weights GPTQ rounds, the samples an evaluation scores), like the CLI's other slow loops; the steps
+    whose loops draw their own bar (statistics, GPTQ's layer inputs) are left to it."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.step = ""
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if event.name in ("statistics", "gptq_inputs"):
+            return
+        if self.bar is None or event.name != self.step or event.index < self.bar.n:  # a new step, or a new pass
+            from tqdm.auto import tqdm
+
+            self.close()
+            self.bar = tqdm(total=event.total, desc=event.message, leave=False)
+            self.step = event.name
+        self.bar.set_description_str(event.message, refresh=False)
+        self.bar.n = event.index
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar, self.step = None, ""
 
 
 REMOVED_TARGET_OPTIONS = {
@@ -429,6 +458,8 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
     # with a target, the search chooses on its start plan; both on the samples the metric printed below is scored on
     # (that evaluation is then reused): a gain of a few points needs them all to be clear of zero (EfficientNet-Lite0
     # FP8 on 256 crops: +0.027 [-0.015, +0.070])
+    if session is not None and not args.no_progress:  # the choices' GPTQ roundings and evaluations as bars too
+        session.events = _StepBars()
     if rounding == "auto" and alignment == "auto" and args.target_drop is None:
         from workbench.calib.quantization_choice import choose_rounding_and_alignment
 
@@ -449,6 +480,9 @@ def _cli_calibrate(args: argparse.Namespace) -> int:
 
         _say("grid alignment auto: quantizing the plan with and without it")
         _say(choose_grid_alignment(session, ranges, plan, args.eval_limit).note)
+    if session is not None and isinstance(session.events, _StepBars):
+        session.events.close()
+        session.events = None  # the search reports its evaluations as lines of its own
     quantized = session.quantize(ranges, plan)
     diff = session.diff(quantized) if args.diff else None
     mixed = None

@@ -189,7 +189,9 @@ def insert_qdq(
         layer = None if "|axis" in key else (weight_inputs or {}).get(quant.tensor)
         if layer is not None:
             done = len(roundings)
-            say = ProgressEvent("calibration", f"GPTQ rounding of {quant.tensor}", done, len(gptq_weights))
+            say = ProgressEvent(
+                "calibration", f"GPTQ rounding of {quant.tensor}", done, len(gptq_weights), name="gptq_rounding"
+            )
             report_or_stop(progress, say)
             noise = _input_noise(nodes_by_name[quant.consumers[0]])
             rounded, report = _gptq_cached(weight.values, scale, quant.axis, fmt, layer, noise, rounding_cache)

@@ -255,11 +255,12 @@ class CalibrationSession:
             self._fp8_ranges[key] = fp8_ranges_like(ranges)
         return self._fp8_ranges[key]
 
-    def say(self, message: str, done: int = 0, total: int | None = None) -> None:
-        """Tell :attr:`events` (if set) what runs now: ``done`` of ``total`` steps when counted. When it asks to stop,
+    def say(self, message: str, done: int = 0, total: int | None = None, *, step: str = "") -> None:
+        """Tell :attr:`events` (if set) what runs now: ``done`` of ``total`` steps when counted; ``step`` names the
+        kind of step (statistics, gptq_inputs, gptq_rounding, evaluation), the same for each of its events. When it asks to stop,
         :class:`~workbench.progress.Cancelled` is raised here: the step's cache entry is never written, so nothing
         half-computed is kept."""
-        report_or_stop(self.events, ProgressEvent("calibration", message, done, total))
+        report_or_stop(self.events, ProgressEvent("calibration", message, done, total, name=step))
 
     # ------------------------------------------------------------------ statistics and ranges
     def statistics(self, max_batches: int | None = -1) -> CalibrationStatistics:  # type: ignore[assignment]
@@ -281,7 +282,9 @@ class CalibrationSession:
                 limit=limit,
                 progress=self.progress,
                 optimized=self.optimized_statistics,
-                on_batch=lambda done, total: self.say("activation statistics, batch by batch", done, total),
+                on_batch=lambda done, total: self.say(
+                    "activation statistics, batch by batch", done, total, step="statistics"
+                ),
             )
         return self._statistics[limit]
 
@@ -446,7 +449,7 @@ class CalibrationSession:
 
             def counted() -> Iterator[Any]:
                 for done, batch in enumerate(batches):
-                    self.say("GPTQ layer inputs, batch by batch", done, batches.total)
+                    self.say("GPTQ layer inputs, batch by batch", done, batches.total, step="gptq_inputs")
                     yield batch
 
             self._layer_inputs[self.max_batches] = layer_inputs(
@@ -569,7 +572,7 @@ class CalibrationSession:
 
         def counted(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             nonlocal done
-            self.say(message, done, total)
+            self.say(message, done, total, step="evaluation")
             outputs = predict(feed)
             first = next(iter(feed.values()), None)
             done += int(first.shape[0]) if first is not None and np.ndim(first) else 1
