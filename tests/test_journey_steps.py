@@ -91,6 +91,7 @@ def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path:
     run = session.run_stages(["calibrate"])
     choice = run.calibration.rounding_choice
     assert choice is not None and choice.predictions is not None
+    assert choice.model is None and len(choice.model_sha256) == 64  # the run keeps the digest, not a model copy
     runs: list[int] = []
     run_session = onnxruntime.InferenceSession.run
 

@@ -20,7 +20,7 @@ calibration panel's evaluation samples), which a choice does not overrun.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.calib.rounding import ROUNDING_CONFIDENCE, WeightRounding, gptq_gains, rounding_gain
@@ -48,10 +48,20 @@ class RoundingChoice:
     # quantizing the same model again (the search's start plan, compared by model_digest) need not run them again
     predictions: Any = field(default=None, compare=False, repr=False)
     model: Any = field(default=None, compare=False, repr=False)
+    model_sha256: str = field(default="", compare=False, repr=False)  # the model's digest once it is let go
 
     @property
     def evaluations(self) -> int:
         return len(self.metrics)
+
+    def digest(self) -> str:
+        """:func:`model_digest` of the chosen model ("" when none was kept)."""
+        return self.model_sha256 or (model_digest(self.model) if self.model is not None else "")
+
+    def without_model(self) -> RoundingChoice:
+        """The choice with its model's digest in place of the model: what a later stage needs to recognise the model
+        (the quickstart keeps the choice for the whole session; a ViT-B/16's Q/DQ model is 340 MB)."""
+        return replace(self, model=None, model_sha256=self.digest())
 
 
 def _nearest(

@@ -495,10 +495,10 @@ def search_mixed_precision(
     # the start plan's predictions when the choice above scored this very model: its record and its whole-set
     # confirmation run only the samples the choice did not
     start_outputs = None
-    if rounding is not None and rounding.predictions is not None and rounding.model is not None:
+    if rounding is not None and rounding.predictions is not None and rounding.digest():
         from workbench.calib.rounding_choice import model_digest
 
-        if model_digest(full) == model_digest(rounding.model):
+        if model_digest(full) == rounding.digest():
             start_outputs = rounding.predictions
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None

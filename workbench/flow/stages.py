@@ -216,7 +216,7 @@ def stage_calibrate(run: QuickstartRun, ws: Workspace) -> Calibration:
         grid_alignment=alignment.choice,
         grid_alignment_note=alignment.note,
         quantized=quantized,
-        rounding_choice=rounding,
+        rounding_choice=rounding.without_model(),
     )
 
 
