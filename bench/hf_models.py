@@ -209,9 +209,12 @@ full_size = {
         {"logits": ("logits", BATCH)},
     ),
 }
-for name, build in (builders | {n: b for n, b in full_size.items() if names and n in names}).items():
-    if names and name not in names:
-        continue
+unknown = sorted(set(names or ()) - set(builders) - set(full_size))
+if unknown:
+    print(f"error: unknown model name(s) {unknown}; known: {', '.join([*builders, *full_size])}", file=sys.stderr)
+    sys.exit(2)
+chosen = {n: b for n, b in (builders | full_size).items() if n in names} if names else builders
+for name, build in chosen.items():
     try:
         torch.manual_seed(0)  # each model's weights and sample input from the same seed, whichever are asked for
         build()

@@ -49,27 +49,17 @@ def test_calibrate_and_search_stages_report_their_steps_to_the_session_progress(
 def test_the_metrics_stage_scores_again_only_what_calibration_did_not(tmp_path: Path) -> None:
     """The calibrate stage already scored the FP32 model and the all-INT8 model of the rounding it chose on the
     run's evaluation samples; the metrics stage takes those results (a ViT-B/16 spent about two minutes per
-    evaluation on 2 cores) and runs only the FP16 model. What it takes is what a fresh evaluation of each file gives,
-    sample for sample."""
-    from unittest import mock
-
-    from workbench.flow import QuickstartSession
-    from workbench.zoo.base import ZooEntry
-
+    evaluation on 2 cores), says so, and runs only the FP16 model. What it takes is what a fresh evaluation of each
+    file gives, sample for sample."""
     session = QuickstartSession(QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=64))
-    session.run_stages(["clean", "build_fp32", "build_fp16", "calibrate", "build_int8_all"])
-    evaluated: list[str] = []
-    evaluate_onnx = ZooEntry.evaluate_onnx
-
-    def counted(entry: ZooEntry, path: Path, **options: object) -> object:
-        evaluated.append(Path(path).name)
-        return evaluate_onnx(entry, path, **options)
-
-    with mock.patch.object(ZooEntry, "evaluate_onnx", counted):
-        run = session.run_stages(["metrics"])
+    run = session.run_stages(["clean", "build_fp32", "build_fp16", "calibrate", "build_int8_all", "metrics"])
     rows = {row.variant: row for row in run.metrics.rows}
     assert set(rows) == {Variant.FP32, Variant.FP16, Variant.INT8_ALL}
-    assert evaluated == [Path(rows[Variant.FP16].onnx_path).name]
+    assert run.metrics.from_calibration == (Variant.FP32, Variant.INT8_ALL)  # FP16 alone was run
+    assert (
+        "(fp32, int8-all: scored by the calibrate stage on the same samples, not run again)"
+        in run.stage("metrics").text
+    )
     for row in rows.values():
         fresh = session.workspace.entry.evaluate_onnx(row.onnx_path, limit=run.config.evaluation_samples)
         assert (fresh.value, tuple(fresh.scores), fresh.n_samples) == (row.value, row.scores, row.n_samples), row
@@ -77,14 +67,9 @@ def test_the_metrics_stage_scores_again_only_what_calibration_did_not(tmp_path: 
 
 def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path: Path) -> None:
     """digits-cnn's all-INT8 model meets the target: the calibrate stage's rounding choice scored that very model on
-    the evaluation samples, so the search's start plan (its record and its whole-set confirmation) runs no sample
-    through ONNX Runtime again, and its metric is the one the choice measured."""
-    from unittest import mock
-
-    import onnxruntime
-
-    from workbench.flow import QuickstartSession
-
+    the evaluation samples, so the search's start plan is not run again: no prefix cache is filled for it, no
+    whole-set confirmation runs (the search's own phase record; without the reuse the start plan fills the prefix
+    cache), the search says where its start came from, and its metric is the one the choice measured."""
     session = QuickstartSession(
         QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), search_budget=4, calibration_samples=64)
     )
@@ -92,18 +77,12 @@ def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path:
     choice = run.calibration.rounding_choice
     assert choice is not None and choice.predictions is not None
     assert choice.model is None and len(choice.model_sha256) == 64  # the run keeps the digest, not a model copy
-    runs: list[int] = []
-    run_session = onnxruntime.InferenceSession.run
-
-    def counted(self: onnxruntime.InferenceSession, *args: object, **kwargs: object) -> object:
-        runs.append(1)
-        return run_session(self, *args, **kwargs)
-
-    with mock.patch.object(onnxruntime.InferenceSession, "run", counted):
-        run = session.run_stages(["search"])
+    run = session.run_stages(["search"])
     result = run.mixed_search.result
     assert run.stage("search").ok and result.met and result.chosen.index == 0, result.stopped_reason
-    assert runs == []
+    ran = set(result.phase_seconds)
+    assert not ran & {"prefix cache filled (the start plan on the screen)", "whole-set confirmations", "trials"}, ran
+    assert "start plan: the rounding choice's predictions on its 450 samples" in " ".join(result.notes)
     assert result.evaluated[0].metric == choice.metrics[choice.choice]
 
 
@@ -162,3 +141,35 @@ def test_cli_calibrate_shows_the_roundings_and_evaluations_of_its_choice_as_bars
     assert "task metric of the quantized model on 450 evaluation samples:" in bars and "/450 [" in bars
     assert main(["calibrate", "digits-cnn", "-o", str(tmp_path / "r.onnx"), "--no-progress"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_stop_during_an_evaluation_batch_or_the_search_cancels_that_stage_there(tmp_path: Path) -> None:
+    """The other places a stop is taken: between two batches of a task-metric evaluation (the calibrate stage's
+    longest step) and at the search's next evaluation. Each cancels its own stage with where it stopped, keeps none
+    of its result and cancels what follows."""
+    stop_at: dict[str, object] = {"task": "calibration", "message": "task metric of the quantized model", "index": 8}
+
+    def callback(event: ProgressEvent) -> bool:
+        return not (
+            event.task == stop_at["task"]
+            and event.message.startswith(str(stop_at["message"]))
+            and event.index == stop_at["index"]
+        )
+
+    config = QuickstartConfig(model="digits-cnn", out_dir=str(tmp_path), calibration_samples=64, search_budget=4)
+    session = QuickstartSession(config, progress=callback)
+    run = session.run_from("calibrate")
+    calibrate = run.stage("calibrate")
+    assert calibrate.status is StageStatus.CANCELLED and run.calibration is None
+    assert calibrate.reason.endswith(
+        "at calibration 8 of 450, 2%: task metric of the quantized model on 450 evaluation samples"
+    ), calibrate.reason
+    assert run.stage("search").status is StageStatus.CANCELLED
+
+    stop_at.update(task="evaluation", message="", index=1)
+    run = session.run_from("calibrate")
+    assert run.stage("calibrate").ok
+    search = run.stage("search")
+    assert search.status is StageStatus.CANCELLED and run.mixed_search is None
+    assert "cancelled while it ran, at evaluation 1 of 4" in search.reason, search.reason
+    assert all(run.stage(name).status is StageStatus.CANCELLED for name in ("build_mixed", "metrics", "export"))

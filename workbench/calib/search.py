@@ -500,6 +500,10 @@ def search_mixed_precision(
 
         if model_digest(full) == rounding.digest():
             start_outputs = rounding.predictions
+            notes.append(
+                f"start plan: the rounding choice's predictions on its {len(start_outputs[2])} samples, this very "
+                "model's (those samples not run again)"
+            )
     shapes = session.entry.input_profiles() if hasattr(session.entry, "input_profiles") else None
     layer_map = None
     full_cost = None

@@ -44,7 +44,7 @@ from workbench.engine.records import (
 from workbench.engine.targets import FP8_GPUS, fp8_incapable, fp8_support_line, rtx_fp8_targets
 from workbench.errors import WorkbenchError
 from workbench.log import get_logger
-from workbench.model import OnnxModel, load_onnx
+from workbench.model import OnnxModel, load_onnx, shape_template
 from workbench.model.graph import node_names_to_fix
 from workbench.precision import PRECISIONS, Precision, PrecisionPlan
 from workbench.precision.autocast import apply_precision_plan
@@ -294,9 +294,7 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
             f"for them ({'; '.join(f'{spec.name}: {list(spec.shape)}' for spec in unsized)}).",
             expected=" ".join(f"--shapes {spec.name}:MIN,OPT,MAX" for spec in unsized)
             + " with shapes like "
-            + ", ".join(
-                "x".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in spec.shape) for spec in unsized
-            ),
+            + ", ".join(shape_template(spec.shape) for spec in unsized),
         )
     for spec in model.inputs:
         if spec.name in shapes:
@@ -326,8 +324,7 @@ def profiles_for(model: OnnxModel, shapes: Mapping[str, ShapeRange]) -> dict[str
             else:
                 raise WorkbenchError(
                     f"input {spec.name!r} has a dynamic dimension {dim!r} at axis {axis} and no shape was given for it.",
-                    expected=f"--shapes {spec.name}:MIN,OPT,MAX with shapes like "
-                    + "x".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in spec.shape),
+                    expected=f"--shapes {spec.name}:MIN,OPT,MAX with shapes like {shape_template(spec.shape)}",
                 )
         profiles[spec.name] = (tuple(dims), tuple(dims), tuple(dims))
     return profiles

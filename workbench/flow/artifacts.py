@@ -165,6 +165,8 @@ class Metrics(Artifact):
     rows: tuple[MetricRow, ...]
     not_measured: dict[Variant, str]  # why a variant has no row
     how: str = METRIC_HOW
+    # variants whose metric the calibrate stage measured on the same file and samples in this run (not run again)
+    from_calibration: tuple[Variant, ...] = ()
 
     def row(self, variant: Variant) -> MetricRow | None:
         return next((row for row in self.rows if row.variant is variant), None)

@@ -396,11 +396,16 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
         if variant not in builds and variant is not Variant.FP32
     }
     measured = []
+    taken: list[Variant] = []  # scored by the calibrate stage on these very bytes and samples
     for variant, path in variants:
         try:
-            measured.append((variant, path, ws.metric_of(run, path)))
+            result, reused = ws.metric_of(run, path)
         except WorkbenchError as error:
             not_measured[variant] = str(error)
+            continue
+        measured.append((variant, path, result))
+        if reused:
+            taken.append(variant)
     reference = next((result.value for variant, _, result in measured if variant is Variant.FP32), None)
     rows = tuple(
         MetricRow(
@@ -419,13 +424,15 @@ def stage_metrics(run: QuickstartRun, ws: Workspace) -> Metrics:
 
     if isinstance(ws.entry, OnnxFileEntry):
         notes = "".join(f"; {note}" for note in ws.entry.notes)
-        return Metrics(rows, not_measured, how=f"{METRIC_HOW}; {ws.entry.inputs_note}{notes}")
-    return Metrics(rows, not_measured)
+        return Metrics(rows, not_measured, f"{METRIC_HOW}; {ws.entry.inputs_note}{notes}", tuple(taken))
+    return Metrics(rows, not_measured, from_calibration=tuple(taken))
 
 
 def summary_metrics(metrics: Metrics, run: QuickstartRun) -> str:
     text = "; ".join(f"{row.variant} {row.value:.4f}" for row in metrics.rows)
-    return f"{metrics.metric} (ONNX Runtime CPU): {text}"
+    taken = ", ".join(str(variant) for variant in metrics.from_calibration)
+    reused = f" ({taken}: scored by the calibrate stage on the same samples, not run again)" if taken else ""
+    return f"{metrics.metric} (ONNX Runtime CPU): {text}{reused}"
 
 
 def stage_select(run: QuickstartRun, ws: Workspace) -> Selection:

@@ -86,19 +86,19 @@ class Workspace:
             self._calibration = (key, session)
         return self._calibration[1]
 
-    def metric_of(self, run: QuickstartRun, path: Path) -> MetricResult:
-        """The task metric of the ONNX file at ``path`` on the run's evaluation samples. A model the calibration
-        session already scored on them in this run (the FP32 model, the all-INT8 model of the rounding it chose) is
-        not run again: the same bytes, samples and ONNX Runtime settings give the same result (a ViT-B/16 spends about
-        two minutes per evaluation on 2 cores)."""
+    def metric_of(self, run: QuickstartRun, path: Path) -> tuple[MetricResult, bool]:
+        """The task metric of the ONNX file at ``path`` on the run's evaluation samples, and whether it was taken
+        from the calibration session: a model it already scored on them in this run (the FP32 model, the all-INT8
+        model of the rounding it chose) is not run again, since the same bytes, samples and ONNX Runtime settings give
+        the same result (a ViT-B/16 spends about two minutes per evaluation on 2 cores)."""
         limit = run.config.evaluation_samples
         if self._calibration is not None:
             from workbench.model import load_onnx
 
             scored = self._calibration[1].scored_already(load_onnx(path).proto, limit=limit)
             if scored is not None:
-                return scored
-        return self.entry.evaluate_onnx(path, limit=limit)
+                return scored, True
+        return self.entry.evaluate_onnx(path, limit=limit), False
 
     def fp16_onnx(self, run: QuickstartRun) -> Path:
         """The model with FP16 compute (AutoCast rules): what the FP16 variant's metric is measured on."""

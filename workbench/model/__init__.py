@@ -11,9 +11,17 @@ from workbench.model.graph import (
     qdq_edges,
     subgraph_node_count,
 )
-from workbench.model.onnx_model import PROTOBUF_LIMIT_BYTES, OnnxModel, TensorSpec, load_onnx, tensor_specs
+from workbench.model.onnx_model import (
+    PROTOBUF_LIMIT_BYTES,
+    OnnxModel,
+    TensorSpec,
+    load_onnx,
+    shape_template,
+    tensor_specs,
+)
 
 __all__ = [
+    "shape_template",
     "PROTOBUF_LIMIT_BYTES",
     "QDQ_OPS",
     "OnnxModel",

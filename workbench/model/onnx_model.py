@@ -36,6 +36,11 @@ _ONNX_DTYPE_NAMES = {
 }
 
 
+def shape_template(dims: Iterable[object]) -> str:
+    """A shape as ``--shape``/``--shapes`` write it, ``N`` where a size is symbolic or unknown: ``Nx3xNxN``."""
+    return "x".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in dims)
+
+
 @dataclass(frozen=True)
 class TensorSpec(Artifact):
     """Name, element type and shape of a graph input or output. Symbolic dimensions are strings, unknown ones None."""

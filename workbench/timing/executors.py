@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.model import shape_template
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class OrtCpuExecutor:
                 f"inputs {[arg.name for arg in unsized]} have symbolic non-batch dimensions "
                 f"({'; '.join(f'{arg.name}: {list(arg.shape)}' for arg in unsized)}).",
                 expected="a fixed size for every non-batch dimension",
-                hint="pass " + " ".join(f"--shape {arg.name}:{_shape_template(list(arg.shape))}" for arg in unsized),
+                hint="pass " + " ".join(f"--shape {arg.name}:{shape_template(list(arg.shape))}" for arg in unsized),
             )
         self.inputs = [self._slot(arg, shapes.get(arg.name)) for arg in args]
         self.outputs = [
@@ -194,7 +195,7 @@ class OrtCpuExecutor:
                 raise WorkbenchError(
                     f"input {arg.name!r} has a symbolic dimension {dim!r} at position {index} ({dims}).",
                     expected="a fixed size for every non-batch dimension",
-                    hint=f"pass --shape {arg.name}:{_shape_template(dims)}",
+                    hint=f"pass --shape {arg.name}:{shape_template(dims)}",
                 )
             sample.append(int(dim))
         return TensorSlot(arg.name, tuple(sample), dtype)
@@ -249,8 +250,3 @@ class _OrtLane:
 def _symbolic_positions(dims: list[Any]) -> list[int]:
     """The non-batch positions of ``dims`` (ONNX Runtime's input shape) that have no fixed size."""
     return [index for index, dim in enumerate(dims[1:], start=1) if not isinstance(dim, int) or dim <= 0]
-
-
-def _shape_template(dims: list[Any]) -> str:
-    """``dims`` as --shape writes it, N where a size is symbolic: ``Nx3xNxN``."""
-    return "x".join(str(d if isinstance(d, int) and d > 0 else "N") for d in dims)

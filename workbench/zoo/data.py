@@ -41,11 +41,10 @@ def read_npz_batches(
         raise WorkbenchError(f"{folder}: no such folder.", expected="a folder of .npz calibration batches")
     files = sorted(folder.glob("*.npz"))
     if not files:
-        others: dict[str, int] = {}
-        for path in folder.iterdir():
-            if path.is_file():
-                others[path.suffix.lower() or "(no suffix)"] = others.get(path.suffix.lower() or "(no suffix)", 0) + 1
-        held = ", ".join(f"{count} {suffix}" for suffix, count in sorted(others.items(), key=lambda kv: -kv[1])[:4])
+        from collections import Counter
+
+        others = Counter(path.suffix.lower() or "(no suffix)" for path in folder.iterdir() if path.is_file())
+        held = ", ".join(f"{count} {suffix}" for suffix, count in others.most_common(4))
         raise WorkbenchError(
             f"{folder}: holds no .npz files" + (f" (it holds {held} file(s))." if held else "."),
             expected="one .npz file per batch, arrays keyed by model input name",
