@@ -89,7 +89,7 @@ def test_the_search_stage_starts_from_the_predictions_calibrate_scored(tmp_path:
 def test_a_stop_asked_while_calibrating_stops_the_stage_there_and_the_next_update_goes_on_from_it(
     tmp_path: Path,
 ) -> None:
-    """The panel's Cancel, or a setting changed while a stage runs, used to wait for the whole stage (over 8 minutes
+    """The panel's Cancel, or a setting changed while a stage runs, used to wait for the whole stage (478-574 s
     of a ViT-B/16's calibration). A callback that says stop at the calibrate stage's first GPTQ step cancels that
     stage there: cancelled with where it stopped, no calibration kept, later stages cancelled, the session's rounding
     as before. The next settings change runs the journey on from the cancelled stage, and what it calibrates is what
